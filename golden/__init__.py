@@ -1,0 +1,1 @@
+"""Bit-exact numpy models of every hardware unit (the specification), plus float references."""

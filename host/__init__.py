@@ -1,0 +1,1 @@
+"""Host runtime: driver, executors, profiler, partitioner, planner, trainer."""

@@ -1,0 +1,1 @@
+"""Amaranth gateware: units, AXI plumbing, register map, accelerator top, Verilog generation."""

@@ -1,0 +1,96 @@
+"""AXI4 and AXI4-Lite interface signatures (AMBA AXI IHI0022), as seen from the manager.
+
+Member names are the AXI signal names without prefix, so that the generated Verilog
+ports read ``m_axi_gmem_araddr`` / ``s_axi_control_awvalid`` (see :mod:`.verilog`), which
+Vivado's IP packager infers as AXI interfaces and cocotbext-axi's ``from_prefix`` finds.
+"""
+from __future__ import annotations
+
+import enum
+
+from amaranth.hdl import unsigned
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+#: AXI4 bursts may not cross a 4 KiB address boundary (AXI spec A3.4.1).
+BOUNDARY_BYTES = 4096
+#: Longest INCR burst in AXI4.
+MAX_BURST_BEATS = 256
+
+
+class Burst(enum.IntEnum):
+    FIXED = 0
+    INCR = 1
+    WRAP = 2
+
+
+class Resp(enum.IntEnum):
+    OKAY = 0
+    EXOKAY = 1
+    SLVERR = 2
+    DECERR = 3
+
+
+class AXI4Signature(wiring.Signature):
+    """Full AXI4 manager port (read and write), single outstanding-ID domain by default."""
+
+    def __init__(self, *, addr_width: int = 64, data_width: int = 128, id_width: int = 1):
+        if data_width not in (32, 64, 128, 256, 512, 1024):
+            raise ValueError(f"AXI data width must be a power of two from 32 to 1024, not {data_width}")
+        self.addr_width = addr_width
+        self.data_width = data_width
+        self.id_width = id_width
+        super().__init__({
+            "awid": Out(id_width), "awaddr": Out(addr_width), "awlen": Out(8),
+            "awsize": Out(3), "awburst": Out(2), "awvalid": Out(1), "awready": In(1),
+            "wdata": Out(data_width), "wstrb": Out(data_width // 8), "wlast": Out(1),
+            "wvalid": Out(1), "wready": In(1),
+            "bid": In(id_width), "bresp": In(2), "bvalid": In(1), "bready": Out(1),
+            "arid": Out(id_width), "araddr": Out(addr_width), "arlen": Out(8),
+            "arsize": Out(3), "arburst": Out(2), "arvalid": Out(1), "arready": In(1),
+            "rid": In(id_width), "rdata": In(data_width), "rresp": In(2), "rlast": In(1),
+            "rvalid": In(1), "rready": Out(1),
+        })
+
+    @property
+    def bytes_per_beat(self) -> int:
+        return self.data_width // 8
+
+    def __eq__(self, other):
+        return (isinstance(other, AXI4Signature) and
+                (self.addr_width, self.data_width, self.id_width) ==
+                (other.addr_width, other.data_width, other.id_width))
+
+    def __repr__(self):
+        return (f"AXI4Signature(addr_width={self.addr_width}, data_width={self.data_width}, "
+                f"id_width={self.id_width})")
+
+
+class AXI4LiteSignature(wiring.Signature):
+    """AXI4-Lite manager port (the control slave uses ``In(AXI4LiteSignature(...))``)."""
+
+    def __init__(self, *, addr_width: int = 12, data_width: int = 32):
+        if data_width not in (32, 64):
+            raise ValueError(f"AXI4-Lite data width must be 32 or 64, not {data_width}")
+        self.addr_width = addr_width
+        self.data_width = data_width
+        super().__init__({
+            "awaddr": Out(addr_width), "awvalid": Out(1), "awready": In(1),
+            "wdata": Out(data_width), "wstrb": Out(data_width // 8), "wvalid": Out(1),
+            "wready": In(1),
+            "bresp": In(2), "bvalid": In(1), "bready": Out(1),
+            "araddr": Out(addr_width), "arvalid": Out(1), "arready": In(1),
+            "rdata": In(data_width), "rresp": In(2), "rvalid": In(1), "rready": Out(1),
+        })
+
+    def __eq__(self, other):
+        return (isinstance(other, AXI4LiteSignature) and
+                (self.addr_width, self.data_width) == (other.addr_width, other.data_width))
+
+    def __repr__(self):
+        return f"AXI4LiteSignature(addr_width={self.addr_width}, data_width={self.data_width})"
+
+
+def size_code(data_width: int) -> int:
+    """AxSIZE for full-width beats."""
+    return (data_width // 8).bit_length() - 1

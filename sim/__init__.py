@@ -1,0 +1,1 @@
+"""cocotb test benches, simulator runners and the simulated device."""
