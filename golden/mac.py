@@ -218,14 +218,16 @@ class SgdFormat:
 
     ``master``: the weights the optimiser owns (wider than the MAC input ``weight``);
     ``momentum``: the velocity buffer, in the master's fraction; ``grad``: the incoming
-    weight gradient (the ``DW`` output); ``lr`` / ``wd`` / ``mu``: unsigned-valued
+    weight gradient: the sum of the ``DW`` outputs of the microbatches of a step (each
+    ``DW`` output is 16 bits with ``grad.frac`` fractional bits; 32 bits hold the exact sum
+    of up to 65536 of them, so accumulation order never matters); ``lr`` / ``wd`` / ``mu``: unsigned-valued
     hyper-parameters (learning rate, weight decay, momentum) as fixed-point registers.
     The MAC input weight is ``narrow(master, master.frac - weight.frac, weight)``.
     """
 
     master: FixedFormat = FixedFormat(32, 24)
     weight: FixedFormat = FixedFormat(16, 12)
-    grad: FixedFormat = FixedFormat(16, 12)
+    grad: FixedFormat = FixedFormat(32, 12)
     lr: FixedFormat = FixedFormat(16, 16)
     wd: FixedFormat = FixedFormat(16, 20)
     mu: FixedFormat = FixedFormat(16, 15)
