@@ -1,0 +1,383 @@
+"""Pipeline planner (PipeDream's dynamic program on mixed devices and links) and op placement.
+
+Pipeline model (what :func:`plan_pipeline` minimises, and :func:`evaluate_pipeline` computes)
+------------------------------------------------------------------------------------------
+A chain of ``L`` layers is cut into contiguous stages; each stage runs on one device and each
+device runs at most one stage (devices may stay unused; no data-parallel replicas). With
+``compute[l, d]`` the forward + backward time of layer ``l`` on device ``d``:
+
+* stage compute ``C = sum_{l in stage} compute[l, d]``
+* the boundary after the stage moves the activations forward and the same number of bytes of
+  gradients backward over the link ``d -> next``: ``X = 2 * (bytes / bandwidth[d, next] +
+  latency[d, next])``. ``comm="sender"`` (default) charges ``X`` to the upstream stage
+  (stage time ``C + X``: the device is busy sending/receiving); ``comm="overlap"`` treats the
+  link as its own pipeline resource that runs concurrently (stage time ``C``, and ``X`` enters
+  the maximum on its own, as PipeDream's optimizer does when it models communication).
+* memory of a stage on ``d``: ``weights + in_flight * activations`` (``* in_flight`` on the
+  weights too with ``stash_weights``, PipeDream's weight stashing), where ``in_flight`` is the
+  number of stages from this one to the last (1F1B keeps that many minibatches in flight at
+  stage ``i`` of ``S``), or 1 with ``in_flight="one"``; it must not exceed ``memory[d]``.
+* the step time of the steady pipeline is its slowest element (the bottleneck).
+
+Dynamic program (exact for this model): over suffixes, ``F[l, d, M]`` = the smallest
+bottleneck of a plan for layers ``l..L-1`` whose first stage is on ``d`` and which uses exactly
+the device set ``M`` (``d`` in ``M``). Knowing ``M`` gives the number of stages from here to
+the end (``|M|``), hence the 1F1B memory; charging a link to its sender makes each stage's time
+depend only on its own device and its successor's, which the transition chooses:
+``F[l, d, M] = min_{r, q in M-d} max(C(l..r, d) + X(r, d, q), F[r+1, q, M-d])``.
+Cost ``O(L^2 D^2 2^D)`` vectorised with numpy (64 layers x 8 devices: well under a second).
+
+Op placement (:func:`plan_placement`) is a separate, simpler model for a GCN layer sequence;
+see its docstring.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+INF = math.inf
+MAX_DEVICES = 14   # 2^D states per (layer, device); beyond this group identical devices
+
+
+class InfeasiblePlanError(ValueError):
+    """No plan satisfies the memory limits; the message says what the smallest need is."""
+
+
+@dataclass
+class DeviceSpec:
+    """A device for planning: ``speed`` divides the profiled times (2.0 = twice as fast)."""
+
+    name: str
+    speed: float = 1.0
+    memory_bytes: float = INF
+
+    @classmethod
+    def parse(cls, text: str) -> "DeviceSpec":
+        """``NAME[=SPEED[:MEMORY_GB]]``, e.g. ``gpu:0=1.0:16`` or ``fpga=0.25``."""
+        name, _, rest = text.partition("=")
+        if not name:
+            raise ValueError(f"device {text!r}: empty name")
+        speed, mem = 1.0, INF
+        if rest:
+            s, _, m = rest.partition(":")
+            try:
+                speed = float(s)
+                mem = float(m) * 1e9 if m else INF
+            except ValueError:
+                raise ValueError(f"device {text!r}: expected NAME[=SPEED[:MEMORY_GB]]") from None
+        if not speed > 0 or not mem > 0:
+            raise ValueError(f"device {text!r}: speed and memory must be > 0")
+        return cls(name, speed, mem)
+
+
+@dataclass
+class PipelineProblem:
+    layer_names: list[str]
+    devices: list[str]
+    compute_s: np.ndarray          # [L, D]
+    weight_bytes: np.ndarray       # [L]
+    activation_bytes: np.ndarray   # [L]
+    boundary_bytes: np.ndarray     # [L - 1]
+    memory_bytes: np.ndarray       # [D]
+    bandwidth: np.ndarray          # [D, D] bytes/s
+    latency_s: np.ndarray          # [D, D]
+    comm: str = "sender"
+    in_flight: str = "1f1b"
+    stash_weights: bool = False
+
+    def __post_init__(self):
+        self.compute_s = np.asarray(self.compute_s, dtype=np.float64)
+        L, D = self.compute_s.shape if self.compute_s.ndim == 2 else (-1, -1)
+        if L < 1 or D < 1:
+            raise ValueError(f"compute_s: shape {np.shape(self.compute_s)}, expected [layers, devices]")
+        for nm, shape in (("weight_bytes", (L,)), ("activation_bytes", (L,)),
+                          ("boundary_bytes", (L - 1,)), ("memory_bytes", (D,)),
+                          ("bandwidth", (D, D)), ("latency_s", (D, D))):
+            arr = np.broadcast_to(np.asarray(getattr(self, nm), dtype=np.float64), shape).copy()
+            setattr(self, nm, arr)
+        for nm in ("compute_s", "weight_bytes", "activation_bytes", "boundary_bytes",
+                   "latency_s"):
+            arr = getattr(self, nm)
+            if np.isnan(arr).any() or (arr < 0).any():
+                idx = np.argwhere(np.isnan(arr) | (arr < 0))[0]
+                raise ValueError(f"{nm}{[int(i) for i in idx]} = {arr[tuple(idx)]}: must be >= 0")
+        if not (self.bandwidth > 0).all():
+            idx = np.argwhere(~(self.bandwidth > 0))[0]
+            raise ValueError(f"bandwidth{[int(i) for i in idx]} = {self.bandwidth[tuple(idx)]}: must be > 0")
+        if len(self.devices) != D or len(set(self.devices)) != D:
+            raise ValueError(f"devices: need {D} distinct names, got {self.devices}")
+        if len(self.layer_names) != L:
+            raise ValueError(f"layer_names: {len(self.layer_names)} names for {L} layers")
+        if self.comm not in ("sender", "overlap"):
+            raise ValueError(f"comm={self.comm!r}: choose 'sender' or 'overlap'")
+        if self.in_flight not in ("1f1b", "one"):
+            raise ValueError(f"in_flight={self.in_flight!r}: choose '1f1b' or 'one'")
+
+    @property
+    def num_layers(self) -> int:
+        return self.compute_s.shape[0]
+
+    @property
+    def num_devices(self) -> int:
+        return self.compute_s.shape[1]
+
+    def link_seconds(self, boundary: int, src: int, dst: int) -> float:
+        """Forward activations + backward gradients across the cut after layer ``boundary``."""
+        return 2.0 * (self.boundary_bytes[boundary] / self.bandwidth[src, dst]
+                      + self.latency_s[src, dst])
+
+    def stage_memory(self, first: int, last: int, stages_to_end: int) -> float:
+        k = stages_to_end if self.in_flight == "1f1b" else 1
+        w = float(self.weight_bytes[first:last + 1].sum())
+        a = float(self.activation_bytes[first:last + 1].sum())
+        return w * (k if self.stash_weights else 1) + k * a
+
+    @classmethod
+    def from_chain(cls, chain, devices: list[DeviceSpec], *, bandwidth=10e9, latency_s=0.0,
+                   comm="sender", in_flight="1f1b", stash_weights=False) -> "PipelineProblem":
+        """From a :class:`~gnnweave.host.profiles.LayerChain` (times in ms on the profiled
+        device) and device specs; ``bandwidth`` in bytes/s: a scalar, a [D, D] matrix, or a
+        dict ``{(src, dst): bytes_per_s}`` (missing pairs: ``default`` key or 10 GB/s)."""
+        names = [d.name for d in devices]
+        speed = np.array([d.speed for d in devices], dtype=np.float64)
+        compute = np.asarray(chain.compute_ms, dtype=np.float64)[:, None] * 1e-3 / speed[None, :]
+        return cls(list(chain.names), names, compute, chain.parameter_bytes,
+                   chain.activation_bytes, chain.boundary_bytes,
+                   np.array([d.memory_bytes for d in devices], dtype=np.float64),
+                   _link_matrix(bandwidth, names, 10e9), _link_matrix(latency_s, names, 0.0),
+                   comm=comm, in_flight=in_flight, stash_weights=stash_weights)
+
+
+def _link_matrix(spec, names: list[str], default: float) -> np.ndarray:
+    D = len(names)
+    if isinstance(spec, dict):
+        m = np.full((D, D), float(spec.get("default", default)))
+        idx = {n: i for i, n in enumerate(names)}
+        for key, val in spec.items():
+            if key == "default":
+                continue
+            a, b = key
+            if a not in idx or b not in idx:
+                raise ValueError(f"link {key}: unknown device (devices: {names})")
+            m[idx[a], idx[b]] = float(val)
+        return m
+    return np.broadcast_to(np.asarray(spec, dtype=np.float64), (D, D)).copy()
+
+
+@dataclass
+class Stage:
+    first: int               # first layer (inclusive)
+    last: int                # last layer (inclusive)
+    device: str
+    compute_s: float
+    comm_s: float            # link to the next stage (0 for the last stage)
+    time_s: float            # what this stage contributes to the maximum
+    memory_bytes: float
+
+
+@dataclass
+class PipelinePlan:
+    stages: list[Stage]
+    bottleneck_s: float
+    bottleneck: str          # "stage 2 (gpu:0)" or "link 1->2 (gpu:0->fpga)"
+    comm: str = "sender"
+    layer_names: list[str] = field(default_factory=list)
+
+    @property
+    def cuts(self) -> list[int]:
+        return [s.last + 1 for s in self.stages[:-1]]
+
+    @property
+    def devices(self) -> list[str]:
+        return [s.device for s in self.stages]
+
+    def to_dict(self) -> dict:
+        stages = []
+        for s in self.stages:
+            d = asdict(s)
+            if self.layer_names:
+                d["first_layer"] = self.layer_names[s.first]
+                d["last_layer"] = self.layer_names[s.last]
+            stages.append(d)
+        return {"stages": stages, "bottleneck_s": self.bottleneck_s,
+                "bottleneck": self.bottleneck, "comm": self.comm,
+                "throughput_per_s": (1.0 / self.bottleneck_s) if self.bottleneck_s > 0 else None}
+
+
+def evaluate_pipeline(problem: PipelineProblem, stages: list[tuple[int, int, int]]) -> PipelinePlan:
+    """Score a plan given as ``[(first, last, device_index), ...]`` under the model above.
+
+    Plain loops on purpose: this is the reference the optimisers are checked against.
+    Raises :class:`InfeasiblePlanError` if the plan breaks a rule or a memory limit.
+    """
+    L, D = problem.num_layers, problem.num_devices
+    if not stages or stages[0][0] != 0 or stages[-1][1] != L - 1:
+        raise InfeasiblePlanError(f"stages must cover layers 0..{L - 1}: {stages}")
+    for (a0, a1, _), (b0, _, _) in zip(stages, stages[1:]):
+        if b0 != a1 + 1:
+            raise InfeasiblePlanError(f"stages are not contiguous at layer {a1}->{b0}")
+    used = [d for _, _, d in stages]
+    if len(set(used)) != len(used) or not all(0 <= d < D for d in used):
+        raise InfeasiblePlanError(f"device used twice or unknown: {used}")
+    out: list[Stage] = []
+    worst, worst_what = -1.0, ""
+    S = len(stages)
+    for i, (first, last, d) in enumerate(stages):
+        if first > last:
+            raise InfeasiblePlanError(f"stage {i} is empty ({first}..{last})")
+        compute = 0.0
+        for layer in range(first, last + 1):
+            compute += problem.compute_s[layer, d]
+        comm = 0.0 if i == S - 1 else problem.link_seconds(last, d, stages[i + 1][2])
+        mem = problem.stage_memory(first, last, S - i)
+        if mem > problem.memory_bytes[d]:
+            raise InfeasiblePlanError(
+                f"stage {i} (layers {first}..{last}) needs {mem:.4g} B on "
+                f"{problem.devices[d]}, which has {problem.memory_bytes[d]:.4g} B")
+        time = compute + comm if problem.comm == "sender" else compute
+        out.append(Stage(first, last, problem.devices[d], compute, comm, time, mem))
+        if time > worst:
+            worst, worst_what = time, f"stage {i} ({problem.devices[d]})"
+        if problem.comm == "overlap" and i < S - 1 and comm > worst:
+            worst = comm
+            worst_what = f"link {i}->{i + 1} ({problem.devices[d]}->{problem.devices[stages[i + 1][2]]})"
+    return PipelinePlan(out, worst, worst_what, problem.comm, list(problem.layer_names))
+
+
+def _popcount(n: int) -> int:
+    return bin(n).count("1")
+
+
+def plan_pipeline(problem: PipelineProblem) -> PipelinePlan:
+    """The optimal plan under the model of this module (dynamic program, see docstring)."""
+    L, D = problem.num_layers, problem.num_devices
+    if D > MAX_DEVICES:
+        raise ValueError(f"{D} devices: the exact planner handles at most {MAX_DEVICES}")
+    nM = 1 << D
+    pc = np.array([_popcount(m) for m in range(nM)])
+    prefix_c = np.vstack([np.zeros(D), np.cumsum(problem.compute_s, axis=0)])   # [L+1, D]
+    prefix_w = np.concatenate([[0.0], np.cumsum(problem.weight_bytes)])
+    prefix_a = np.concatenate([[0.0], np.cumsum(problem.activation_bytes)])
+    # link[r, d, q]: both directions over the cut after layer r (r < L-1)
+    link = 2.0 * (problem.boundary_bytes[:, None, None] / problem.bandwidth[None, :, :]
+                  + problem.latency_s[None, :, :])
+    F = np.full((L + 1, D, nM), INF)
+    choice_r = np.full((L, D, nM), -1, dtype=np.int64)
+    choice_q = np.full((L, D, nM), -1, dtype=np.int64)
+    k_of_mask = pc if problem.in_flight == "1f1b" else np.ones(nM, dtype=np.int64)
+    w_mult = k_of_mask if problem.stash_weights else np.ones(nM, dtype=np.int64)
+    masks = np.arange(nM)
+    with_d = [masks[(masks >> d) & 1 == 1] for d in range(D)]
+    for l in range(L - 1, -1, -1):
+        rs = np.arange(l, L)                                             # stage end (incl.)
+        w = prefix_w[rs + 1] - prefix_w[l]                               # [R]
+        a = prefix_a[rs + 1] - prefix_a[l]
+        for d in range(D):
+            Ms = with_d[d]
+            rest = Ms ^ (1 << d)
+            c = prefix_c[rs + 1, d] - prefix_c[l, d]                     # [R]
+            mem = w[:, None] * w_mult[Ms][None, :] + a[:, None] * k_of_mask[Ms][None, :]
+            ok = mem <= problem.memory_bytes[d]                          # [R, nMs]
+            best = np.full(Ms.shape[0], INF)
+            best_r = np.full(Ms.shape[0], -1)
+            best_q = np.full(Ms.shape[0], -1)
+            # last stage: r = L-1, M == {d}
+            single = rest == 0
+            last_val = np.where(single & ok[-1], c[-1], INF)
+            upd = last_val < best
+            best[upd], best_r[upd] = last_val[upd], L - 1
+            if l < L - 1:
+                R = L - 1 - l                                            # r = l..L-2
+                sub = F[l + 1:L][:, :, rest]                             # [R, D(q), nMs]
+                lk = link[l:L - 1, d, :]                                 # [R, D]
+                if problem.comm == "sender":
+                    stage = (c[:R, None] + lk)[:, :, None]
+                    val = np.maximum(stage, sub)
+                else:
+                    val = np.maximum(np.maximum(c[:R, None, None], lk[:, :, None]), sub)
+                val = np.where(ok[:R, None, :], val, INF)
+                flat = val.reshape(R * D, -1)
+                arg = np.argmin(flat, axis=0)
+                v = flat[arg, np.arange(flat.shape[1])]
+                upd = v < best
+                best[upd] = v[upd]
+                best_r[upd] = l + arg[upd] // D
+                best_q[upd] = arg[upd] % D
+            F[l, d, Ms] = best
+            choice_r[l, d, Ms] = best_r
+            choice_q[l, d, Ms] = best_q
+    flat0 = F[0].ravel()
+    i = int(np.argmin(flat0))
+    if not np.isfinite(flat0[i]):
+        raise InfeasiblePlanError(_infeasible_message(problem))
+    d, M = divmod(i, nM)
+    stages = []
+    l = 0
+    while True:
+        r = int(choice_r[l, d, M])
+        stages.append((l, r, d))
+        if r == L - 1:
+            break
+        q = int(choice_q[l, d, M])
+        M ^= 1 << d
+        l, d = r + 1, q
+    plan = evaluate_pipeline(problem, stages)
+    # the DP and the reference scorer must agree on the value they optimise
+    assert math.isclose(plan.bottleneck_s, flat0[i], rel_tol=1e-9, abs_tol=1e-15), \
+        (plan.bottleneck_s, flat0[i])
+    return plan
+
+
+def _infeasible_message(problem: PipelineProblem) -> str:
+    per_layer = problem.weight_bytes + problem.activation_bytes
+    worst = int(np.argmax(per_layer))
+    biggest = float(problem.memory_bytes.max())
+    if per_layer[worst] > biggest:
+        return (f"no pipeline plan fits the memory limits: layer {worst} "
+                f"({problem.layer_names[worst]}) alone needs {per_layer[worst]:.4g} B and the "
+                f"largest device ({problem.devices[int(np.argmax(problem.memory_bytes))]}) "
+                f"has {biggest:.4g} B")
+    return (f"no pipeline plan fits the memory limits: {problem.num_layers} layers need "
+            f"{problem.weight_bytes.sum():.4g} B of weights + {problem.activation_bytes.sum():.4g} B "
+            f"of activations per minibatch in flight; devices have "
+            f"{', '.join(f'{n}={m:.4g} B' for n, m in zip(problem.devices, problem.memory_bytes))}")
+
+
+def plan_pipeline_exhaustive(problem: PipelineProblem) -> PipelinePlan:
+    """Brute force over every composition of the chain and every device sequence (oracle
+    for tests; fine up to about 6 devices x 12 layers)."""
+    L, D = problem.num_layers, problem.num_devices
+    best_val, best_stages = INF, None
+    for S in range(1, min(D, L) + 1):
+        perms = np.array(list(itertools.permutations(range(D), S)), dtype=np.int64)  # [P, S]
+        for cuts in itertools.combinations(range(1, L), S - 1):
+            bounds = (0, *cuts, L)
+            spans = [(bounds[s], bounds[s + 1] - 1) for s in range(S)]
+            total = np.zeros(perms.shape[0])
+            for s, (first, last) in enumerate(spans):
+                dev = perms[:, s]
+                comp = problem.compute_s[first:last + 1, :].sum(axis=0)[dev]
+                mem = problem.stage_memory(first, last, S - s)
+                feasible = mem <= problem.memory_bytes[dev]
+                if s < S - 1:
+                    nxt = perms[:, s + 1]
+                    lk = 2.0 * (problem.boundary_bytes[last] / problem.bandwidth[dev, nxt]
+                                + problem.latency_s[dev, nxt])
+                else:
+                    lk = np.zeros(perms.shape[0])
+                if problem.comm == "sender":
+                    t = comp + lk
+                else:
+                    t = np.maximum(comp, lk)
+                t = np.where(feasible, t, INF)
+                total = np.maximum(total, t)
+            j = int(np.argmin(total))
+            if total[j] < best_val:
+                best_val = float(total[j])
+                best_stages = [(first, last, int(perms[j, s])) for s, (first, last) in enumerate(spans)]
+    if best_stages is None:
+        raise InfeasiblePlanError(_infeasible_message(problem))
+    return evaluate_pipeline(problem, best_stages)
