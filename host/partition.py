@@ -1,0 +1,242 @@
+"""Data split of an aggregation (and its GEMM) over devices by destination-row ranges.
+
+Each device ``d`` gets one contiguous range ``[lo, hi)`` of destination nodes (CSR rows); the
+ranges, in the given device order, cover ``0..N``. The predicted time of a share is a
+:class:`ShareCost`: ``fixed + per_edge * edges + per_row * rows`` when the share is not empty
+and 0 when it is (the device is not launched). ``fixed`` holds launch overheads and the
+transfer of the input features to the device, ``per_row`` the result rows coming back (and
+the GEMM on those rows when ``out_dim`` is given), ``per_edge`` the gathers.
+
+``partition_rows`` minimises the predicted makespan ``max_d time_d`` exactly up to row
+granularity: bisection on the makespan ``T``; for a given ``T`` the devices, in order, take
+the longest prefix of the remaining rows whose time stays ``<= T`` (time is monotone in the
+range end, so the longest prefix is found by binary search on cumulative edges/rows); ``T``
+is feasible when the last device reaches row ``N``. ``method="even"`` cuts at equal edge
+counts instead.
+
+:class:`Rebalancer` corrects each device's model by the ratio of measured to predicted time
+after every epoch (exponentially smoothed) and re-partitions only when the re-partition is
+predicted to cut the makespan by more than ``threshold`` (hysteresis: noise of a few percent
+on a balanced split predicts a gain below the threshold, so the split stays put).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+Partition = dict  # device -> (lo, hi)
+
+
+@dataclass(frozen=True)
+class ShareCost:
+    """Predicted seconds for one device to handle ``edges`` edges over ``rows`` destination rows."""
+
+    fixed_s: float = 0.0
+    per_edge_s: float = 0.0
+    per_row_s: float = 0.0
+
+    def __post_init__(self):
+        for name in ("fixed_s", "per_edge_s", "per_row_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"ShareCost.{name} = {v}: must be finite and >= 0")
+        if self.per_edge_s == 0 and self.per_row_s == 0:
+            raise ValueError("ShareCost: per_edge_s and per_row_s are both 0 (the device "
+                             "would take every row for free)")
+
+    def __call__(self, edges, rows):
+        edges = np.asarray(edges, dtype=np.float64)
+        rows = np.asarray(rows, dtype=np.float64)
+        t = self.fixed_s + self.per_edge_s * edges + self.per_row_s * rows
+        return np.where(rows > 0, t, 0.0)
+
+    def scaled(self, factor: float) -> "ShareCost":
+        return ShareCost(self.fixed_s * factor, self.per_edge_s * factor, self.per_row_s * factor)
+
+
+def share_costs(costs, devices=None, *, feat_dim: int, num_nodes: int,
+                out_dim: int | None = None) -> dict[str, ShareCost]:
+    """Normalise ``costs`` into ``{device: ShareCost}``.
+
+    ``costs``: ``{device: rate}`` (edge x feature elements per second; relative speeds work
+    too), ``{device: ShareCost}``, or an object with
+    ``share_cost(device, feat_dim=, num_nodes=, out_dim=)`` (a fitted
+    :class:`~gnnweave.host.costmodel.CostModel`, then ``devices`` lists the devices to use).
+    """
+    if hasattr(costs, "share_cost"):
+        if not devices:
+            devices = list(costs.devices)
+        return {d: costs.share_cost(d, feat_dim=feat_dim, num_nodes=num_nodes, out_dim=out_dim)
+                for d in devices}
+    if not isinstance(costs, Mapping) or not costs:
+        raise ValueError("costs: expected a non-empty {device: rate or ShareCost} or a CostModel")
+    out = {}
+    for d in (devices or list(costs)):
+        if d not in costs:
+            raise ValueError(f"costs: no entry for device {d!r} (have {sorted(costs)})")
+        c = costs[d]
+        if isinstance(c, ShareCost):
+            out[d] = c
+        else:
+            rate = float(c)
+            if not (math.isfinite(rate) and rate > 0):
+                raise ValueError(f"costs[{d!r}] = {c}: a rate must be finite and > 0")
+            out[d] = ShareCost(per_edge_s=feat_dim / rate)
+    return out
+
+
+def _cum(graph):
+    edges = np.asarray(graph.indptr, dtype=np.float64)          # cumulative edges per row bound
+    rows = np.arange(graph.num_nodes + 1, dtype=np.float64)
+    return edges, rows
+
+
+def predict_times(graph, partition: Mapping, costs: Mapping[str, ShareCost]) -> dict[str, float]:
+    """Predicted seconds per device for ``partition`` (``{device: (lo, hi)}``)."""
+    out = {}
+    for d, (lo, hi) in partition.items():
+        e = int(graph.indptr[hi] - graph.indptr[lo])
+        out[d] = float(costs[d](e, hi - lo))
+    return out
+
+
+def _greedy(E, R, costs: list[ShareCost], T: float):
+    """Ranges for makespan ``T``: each device takes the longest prefix it can finish in T."""
+    n = len(R) - 1
+    bounds = [0]
+    lo = 0
+    for c in costs:
+        if lo >= n or c.fixed_s > T:
+            bounds.append(lo)
+            continue
+        # g[h] = per_edge*E[h] + per_row*R[h] is nondecreasing in h
+        budget = T - c.fixed_s + c.per_edge_s * E[lo] + c.per_row_s * R[lo]
+        g = c.per_edge_s * E[lo:] + c.per_row_s * R[lo:]
+        hi = lo + int(np.searchsorted(g, budget * (1 + 1e-12), side="right")) - 1
+        hi = max(hi, lo)
+        bounds.append(hi)
+        lo = hi
+    return bounds
+
+
+def partition_rows(graph, feat_dim: int, costs, *, devices=None, method: str = "balanced",
+                   out_dim: int | None = None, keep_empty: bool = False) -> Partition:
+    """Split destination rows over devices: ``{device: (lo, hi)}`` in device order.
+
+    ``method="balanced"`` minimises the predicted makespan (see module docstring);
+    ``method="even"`` gives every device the same number of edges (``costs`` may then be
+    just a list of device names). Devices that get no rows are left out unless
+    ``keep_empty``.
+    """
+    n = graph.num_nodes
+    if feat_dim < 1:
+        raise ValueError(f"feat_dim={feat_dim}: must be >= 1")
+    if method == "even":
+        names = list(devices or (costs if not hasattr(costs, "share_cost") else costs.devices))
+        if not names:
+            raise ValueError("partition_rows: no devices")
+        total = graph.num_edges
+        bounds = [0]
+        for k in range(1, len(names)):
+            b = int(np.searchsorted(graph.indptr, total * k / len(names), side="left"))
+            bounds.append(min(max(b, bounds[-1]), n))
+        bounds.append(n)
+        if total == 0:   # no edges: equal rows
+            bounds = [round(n * k / len(names)) for k in range(len(names) + 1)]
+    elif method == "balanced":
+        sc = share_costs(costs, devices, feat_dim=feat_dim, num_nodes=n, out_dim=out_dim)
+        names = list(sc)
+        clist = [sc[d] for d in names]
+        E, R = _cum(graph)
+        if n == 0:
+            bounds = [0] * (len(names) + 1)
+        else:
+            hi_T = min(float(c(E[-1], R[-1])) for c in clist)   # best single device
+            lo_T = 0.0
+            for _ in range(100):
+                mid = 0.5 * (lo_T + hi_T)
+                if _greedy(E, R, clist, mid)[-1] >= n:
+                    hi_T = mid
+                else:
+                    lo_T = mid
+                if hi_T - lo_T <= 1e-9 * hi_T:
+                    break
+            bounds = _greedy(E, R, clist, hi_T)
+            bounds[-1] = n  # hi_T is feasible; guard against rounding at the last row
+    else:
+        raise ValueError(f"method={method!r}: choose 'balanced' or 'even'")
+    part = {d: (int(bounds[i]), int(bounds[i + 1])) for i, d in enumerate(names)}
+    if not keep_empty:
+        part = {d: r for d, r in part.items() if r[1] > r[0]} or {names[0]: (0, n)}
+    return part
+
+
+def ideal_makespan(graph, costs: Mapping[str, ShareCost]) -> float:
+    """Total work over summed rates: ``1 / sum_d (1 / T_d)`` with ``T_d`` the time of device
+    ``d`` alone on the whole graph (the fluid lower bound when overheads are negligible)."""
+    e, r = graph.num_edges, graph.num_nodes
+    return 1.0 / sum(1.0 / float(c(e, r)) for c in costs.values())
+
+
+class Rebalancer:
+    """Re-partition after each epoch from measured per-device times, with hysteresis.
+
+    ``update({device: seconds})`` takes the measured time of each device's share of the last
+    epoch and returns a new partition, or None to keep the current one.
+    """
+
+    def __init__(self, graph, feat_dim: int, costs, *, devices=None, partition=None,
+                 out_dim: int | None = None, threshold: float = 0.05, smoothing: float = 0.5):
+        if not 0 < smoothing <= 1:
+            raise ValueError(f"smoothing={smoothing}: must be in (0, 1]")
+        if threshold < 0:
+            raise ValueError(f"threshold={threshold}: must be >= 0")
+        self.graph = graph
+        self.feat_dim = feat_dim
+        self.out_dim = out_dim
+        self.base = share_costs(costs, devices, feat_dim=feat_dim, num_nodes=graph.num_nodes,
+                                out_dim=out_dim)
+        self.factor = {d: 1.0 for d in self.base}
+        self.threshold = threshold
+        self.smoothing = smoothing
+        self.partition = dict(partition) if partition is not None else partition_rows(
+            graph, feat_dim, self.base, out_dim=out_dim)
+        unknown = set(self.partition) - set(self.base)
+        if unknown:
+            raise ValueError(f"partition: device(s) {sorted(unknown)} have no cost entry")
+        self.history: list[dict] = []
+
+    def corrected_costs(self) -> dict[str, ShareCost]:
+        return {d: c.scaled(self.factor[d]) for d, c in self.base.items()}
+
+    def update(self, measured_times: Mapping[str, float]) -> Partition | None:
+        for d in self.partition:
+            if d not in measured_times:
+                raise ValueError(f"measured_times: no time for device {d!r} "
+                                 f"(partition has {sorted(self.partition)})")
+        for d, t in measured_times.items():
+            if d not in self.partition:
+                raise ValueError(f"measured_times: device {d!r} has no share in the partition")
+            if not (math.isfinite(t) and t > 0):
+                raise ValueError(f"measured_times[{d!r}] = {t}: must be finite and > 0")
+        predicted = predict_times(self.graph, self.partition, self.base)
+        for d, t in measured_times.items():
+            if predicted[d] > 0:
+                ratio = t / predicted[d]
+                self.factor[d] = (1 - self.smoothing) * self.factor[d] + self.smoothing * ratio \
+                    if self.history else ratio   # first measurement replaces the prior
+        costs = self.corrected_costs()
+        current = max(predict_times(self.graph, self.partition, costs).values())
+        candidate = partition_rows(self.graph, self.feat_dim, costs, out_dim=self.out_dim)
+        new = max(predict_times(self.graph, candidate, costs).values())
+        gain = (current - new) / current if current > 0 else 0.0
+        changed = gain > self.threshold and candidate != self.partition
+        self.history.append({"measured": dict(measured_times), "predicted_current": current,
+                             "predicted_new": new, "gain": gain, "changed": changed})
+        if changed:
+            self.partition = candidate
+            return dict(candidate)
+        return None
