@@ -167,7 +167,8 @@ def max_in_flight(schedule, stages: int, microbatches: int, stage: int) -> int:
 class TrainFormat:
     """Formats of a training pipeline (the same for every stage).
 
-    ``act``: stage inputs and outputs; ``grad``: activation gradients (``dY``, ``dX``);
+    ``act``: stage inputs and outputs (``input``, if set, is stage 0's input format instead,
+    e.g. precomputed features); ``grad``: activation gradients (``dY``, ``dX``);
     ``sgd``: master weights, MAC weights, weight-gradient sums and hyper-parameters.
     Each ``DW`` output is narrowed into ``FixedFormat(dw_width, sgd.grad.frac)``.
     """
@@ -176,23 +177,37 @@ class TrainFormat:
     grad: FixedFormat = FixedFormat(16, 12)
     sgd: SgdFormat = SgdFormat()
     dw_width: int = 16
+    input: FixedFormat | None = None
 
     def __post_init__(self):
-        if self.dw_shift < 0:
-            raise ValueError(f"TrainFormat: act.frac + grad.frac ({self.act.frac + self.grad.frac}) "
-                             f"< sgd.grad.frac ({self.sgd.grad.frac}): dW shift would be negative")
+        for s in (0, 1):
+            if self.dw_shift_at(s) < 0 or self.fwd_shift_at(s) < 0:
+                raise ValueError(f"TrainFormat: stage {s} would need a negative shift "
+                                 f"(input/act/grad fractions too small for weight/sgd.grad)")
+
+    def input_at(self, stage: int) -> FixedFormat:
+        return self.input if (stage == 0 and self.input is not None) else self.act
+
+    def fwd_shift_at(self, stage: int) -> int:
+        return self.input_at(stage).frac + self.sgd.weight.frac - self.act.frac
+
+    def dw_shift_at(self, stage: int) -> int:
+        return self.input_at(stage).frac + self.grad.frac - self.sgd.grad.frac
 
     @property
     def fwd_shift(self) -> int:
-        return self.sgd.weight.frac  # act * weight -> act
+        """Shift of ``F`` at stages >= 1 (act * weight -> act)."""
+        return self.fwd_shift_at(1)
 
     @property
     def dx_shift(self) -> int:
-        return self.sgd.weight.frac  # grad * weight -> grad
+        """Shift of the ``DX`` at every stage (grad * weight -> grad)."""
+        return self.sgd.weight.frac
 
     @property
     def dw_shift(self) -> int:
-        return self.act.frac + self.grad.frac - self.sgd.grad.frac
+        """Shift of ``DW`` at stages >= 1."""
+        return self.dw_shift_at(1)
 
 
 @dataclass
@@ -309,7 +324,8 @@ class GoldenPipeline:
         if op.kind is OpKind.F:
             x = np.asarray(inputs[op.mb]) if s == 0 else trace.outputs[s - 1][op.mb]
             w = versions[s][st.version]
-            res = mac_forward(x, w, shift=fmt.fwd_shift, out_width=fmt.act.width, relu=self.relu[s])
+            res = mac_forward(x, w, shift=fmt.fwd_shift_at(s), out_width=fmt.act.width,
+                              relu=self.relu[s])
             trace.saturations[s] += res.saturations
             trace.outputs[s][op.mb] = res.out
             trace.fwd_version[s][op.mb] = st.version
@@ -327,7 +343,8 @@ class GoldenPipeline:
             w = versions[s][version]
             x, mask = stash_x[s].pop(op.mb), stash_mask[s].pop(op.mb)
             dx = mac_input_grad(dy, w, shift=fmt.dx_shift, out_width=fmt.grad.width, relu_mask=mask)
-            dw = mac_weight_grad(x, dy, shift=fmt.dw_shift, out_width=fmt.dw_width, relu_mask=mask)
+            dw = mac_weight_grad(x, dy, shift=fmt.dw_shift_at(s), out_width=fmt.dw_width,
+                                 relu_mask=mask)
             trace.saturations[s] += dx.saturations + dw.saturations
             trace.input_grads[s][op.mb] = dx.out
             trace.bwd_version[s][op.mb] = version
