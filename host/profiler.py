@@ -1,0 +1,323 @@
+"""Profiler: time every op of each device over a size sweep and fit its cost model.
+
+Sizes are split in two sets: the *fit* grid, on which :func:`~gnnweave.host.costmodel.fit_op`
+fits the coefficients, and *held-out* sizes between the grid points (other node counts,
+degrees and feature widths) that the fit never sees; the model's relative error on the
+held-out set is what the report calls its accuracy (target: median <= 15 %).
+
+Timing: the whole sweep is measured in ``repeats`` rounds, each round in a fresh random order
+(fit and held-out sizes interleaved, so that drifting load on a shared machine hits both
+alike), one warm-up and one timed call per size and round; a size's time is the minimum over
+rounds (the least-disturbed run; fpga-emu's modelled time needs one round). Which clock (``clock="auto"``, recorded per sample as ``time_source``):
+
+* FPGA kinds: ``OpResult.device_seconds`` when the executor reports it (a board's counters,
+  the simulated device's cycles, or fpga-emu's cycle-model *estimate*);
+* cpu: the CPU time the process spent in the call (``time.process_time``). On a machine
+  shared with other users the wall clock also counts the time the OS gave to their processes
+  (measured here: with a load of 6 on 2 cores, ops longer than a scheduler slice ran 3-5x
+  their CPU time, at random), which no cost model of the device can predict;
+* gpu and the rest: the host wall clock (``OpResult.wall_seconds``).
+
+``clock="wall"`` forces the wall clock everywhere. Devices working in host memory (cpu) have no transfer model.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gnnweave.graph import CSRGraph
+from gnnweave.host.costmodel import CostModel, DeviceModel, fit_op
+
+TARGET_MEDIAN_REL_ERR = 0.15
+FPGA_KINDS = ("fpga", "fpga-sim", "fpga-emu")
+DENSE_OPS = ("dense_forward", "dense_input_grad", "dense_weight_grad")
+
+
+@dataclass
+class SweepSizes:
+    graphs: list[tuple[int, int]]            # (nodes, in-degree) of uniform random graphs
+    feats: list[int]
+    heldout_graphs: list[tuple[int, int]]
+    heldout_feats: list[int]
+    row_fractions: tuple[float, ...] = (1.0, 0.5)   # shares of the destination rows
+    dense: list[tuple[int, int, int]] = field(default_factory=list)          # (m, k, n)
+    heldout_dense: list[tuple[int, int, int]] = field(default_factory=list)
+    transfer_bytes: list[int] = field(default_factory=list)
+    heldout_transfer_bytes: list[int] = field(default_factory=list)
+
+
+def _grid(ms, ks, ns):
+    return [(m, k, n) for m in ms for k in ks for n in ns]
+
+
+QUICK = SweepSizes(
+    graphs=[(n, d) for n in (1000, 4000, 16000) for d in (4, 16)], feats=[8, 32, 128],
+    heldout_graphs=[(2000, 8), (8000, 8), (12000, 12)], heldout_feats=[16, 64],
+    dense=_grid((512, 4096), (16, 64, 256), (16, 64)),
+    heldout_dense=_grid((1024, 2048), (32, 128), (32,)),
+    transfer_bytes=[1 << 16, 1 << 20, 1 << 24], heldout_transfer_bytes=[1 << 18, 1 << 22])
+
+FULL = SweepSizes(
+    graphs=[(n, d) for n in (1000, 4000, 16000, 64000) for d in (2, 8, 32)],
+    feats=[8, 32, 128, 256],
+    heldout_graphs=[(2000, 4), (8000, 16), (32000, 8), (48000, 24)], heldout_feats=[16, 64, 192],
+    dense=_grid((256, 2048, 16384), (16, 64, 256), (16, 64, 256)),
+    heldout_dense=_grid((1024, 8192), (32, 128), (32, 128)),
+    transfer_bytes=[1 << 14, 1 << 17, 1 << 20, 1 << 23, 1 << 26],
+    heldout_transfer_bytes=[1 << 16, 1 << 19, 1 << 22, 1 << 25])
+
+
+def limit_blas_threads(n: int | None) -> int | None:
+    """Set the thread count of numpy's bundled OpenBLAS; returns the previous count (None
+    where that library is not found). Process-wide: measured here, multi-threaded OpenBLAS
+    on a loaded 2-core machine made a 512x16 @ 16x64 product 700x slower (24 ms vs 34 us)."""
+    if n is None:
+        return None
+    import ctypes
+    import glob
+    import os
+
+    libdir = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+    for path in glob.glob(os.path.join(libdir, "libscipy_openblas*.so")):
+        lib = ctypes.CDLL(path)
+        for suffix in ("64_", "_64_", ""):
+            get = getattr(lib, f"scipy_openblas_get_num_threads{suffix}", None)
+            put = getattr(lib, f"scipy_openblas_set_num_threads{suffix}", None)
+            if get is not None and put is not None:
+                prev = int(get())
+                put(int(n))
+                return prev
+    return None
+
+
+def uniform_graph(num_nodes: int, degree: int, seed: int = 0) -> CSRGraph:
+    """Every node has ``degree`` in-edges from uniformly random sources."""
+    rng = np.random.default_rng(seed)
+    indptr = np.arange(0, num_nodes * degree + 1, degree, dtype=np.int64)
+    indices = rng.integers(0, num_nodes, num_nodes * degree, dtype=np.int64)
+    return CSRGraph(indptr, indices, num_nodes)
+
+
+@dataclass
+class Sample:
+    device: str
+    op: str
+    sizes: dict
+    seconds: float
+    time_source: str
+    heldout: bool
+
+    def to_dict(self):
+        return {"device": self.device, "op": self.op, "sizes": self.sizes,
+                "seconds": self.seconds, "time_source": self.time_source,
+                "heldout": self.heldout}
+
+
+@dataclass
+class Profile:
+    cost_model: CostModel
+    samples: list[Sample]
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return {"cost_model": self.cost_model.to_dict(),
+                "samples": [s.to_dict() for s in self.samples], "seconds": self.seconds}
+
+
+def _use_device_time(executor) -> bool:
+    return getattr(executor, "kind", "") in FPGA_KINDS
+
+
+def device_time(executor, call, clock: str = "auto") -> tuple[float, str, object]:
+    """Run ``call`` once; return (seconds, time_source, OpResult) by the rules above."""
+    kind = getattr(executor, "kind", "")
+    if clock == "auto":
+        clock = "cpu" if kind == "cpu" else "device" if kind in FPGA_KINDS else "wall"
+    t0 = time.process_time()
+    res = call()
+    cpu = time.process_time() - t0
+    if clock == "device" and res.device_seconds is not None:
+        return float(res.device_seconds), "device", res
+    if clock == "cpu":
+        return cpu, "cpu", res
+    return float(res.wall_seconds), "wall", res
+
+
+def _measure_once(executor, call, clock: str) -> tuple[float, str]:
+    """One warm-up call, then one timed call."""
+    call()
+    secs, source, _ = device_time(executor, call, clock)
+    return secs, source
+
+
+def _jobs(executor, sizes: SweepSizes, seed: int):
+    """(op, sizes, heldout, thunk) for every measurement of one device."""
+    rng = np.random.default_rng(seed)
+    jobs = []
+    for heldout, graphs, feats in ((False, sizes.graphs, sizes.feats),
+                                   (True, sizes.heldout_graphs, sizes.heldout_feats)):
+        for gi, (n, deg) in enumerate(graphs):
+            for f in feats:
+                for frac in sizes.row_fractions:
+                    hi = max(1, int(round(n * frac)))
+
+                    def thunk(n=n, deg=deg, f=f, hi=hi, gi=gi):
+                        g = uniform_graph(n, deg, seed=seed + 7919 * gi + n)
+                        x = rng.uniform(-1, 1, (n, f)).astype(np.float32)
+                        return lambda: executor.aggregate(g, x, "sum", rows=(0, hi))
+                    jobs.append(("aggregate", {"edges": hi * deg, "rows": hi, "feat": f, "nodes": n},
+                                 heldout, thunk))
+    for heldout, grid in ((False, sizes.dense), (True, sizes.heldout_dense)):
+        for (m, k, n) in grid:
+            def mk(m=m, k=k, n=n):
+                x = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+                w = rng.uniform(-1, 1, (k, n)).astype(np.float32) / np.sqrt(k)
+                dy = rng.uniform(-1, 1, (m, n)).astype(np.float32)
+                return x, w, dy
+            jobs.append(("dense_forward", {"m": m, "k": k, "n": n}, heldout,
+                         lambda mk=mk: (lambda a: lambda: executor.dense_forward(a[0], a[1]))(mk())))
+            jobs.append(("dense_input_grad", {"m": m, "k": k, "n": n}, heldout,
+                         lambda mk=mk: (lambda a: lambda: executor.dense_input_grad(a[2], a[1]))(mk())))
+            jobs.append(("dense_weight_grad", {"m": m, "k": k, "n": n}, heldout,
+                         lambda mk=mk: (lambda a: lambda: executor.dense_weight_grad(a[0], a[2]))(mk())))
+    if getattr(executor, "kind", "") != "cpu":
+        for heldout, sizes_b in ((False, sizes.transfer_bytes), (True, sizes.heldout_transfer_bytes)):
+            for nbytes in sizes_b:
+                for op in ("transfer_in", "transfer_out"):
+                    def thunk(nbytes=nbytes, op=op):
+                        a = rng.uniform(-1, 1, nbytes // 4).astype(np.float32)
+                        return lambda: getattr(executor, op)(a)
+                    jobs.append((op, {"nbytes": nbytes}, heldout, thunk))
+    return jobs
+
+
+def profile(devices, *, quick: bool = False, sizes: SweepSizes | None = None,
+            repeats: int | None = None, seed: int = 0, progress: bool = True,
+            ops: tuple[str, ...] | None = None, clock: str = "auto",
+            blas_threads: int | None = None) -> Profile:
+    """Measure each device (names or executor objects) on the sweep and fit its models.
+
+    ``blas_threads``: limit numpy's OpenBLAS threads while profiling (and restore after)."""
+    prev_threads = limit_blas_threads(blas_threads)
+    try:
+        return _profile(devices, quick=quick, sizes=sizes, repeats=repeats, seed=seed,
+                        progress=progress, ops=ops, clock=clock)
+    finally:
+        if prev_threads is not None:
+            limit_blas_threads(prev_threads)
+
+
+def _profile(devices, *, quick, sizes, repeats, seed, progress, ops, clock) -> Profile:
+    from tqdm import tqdm
+
+    sizes = sizes or (QUICK if quick else FULL)
+    repeats = repeats or (3 if quick else 5)
+    executors = []
+    for d in devices:
+        if isinstance(d, str):
+            from gnnweave.host.executors import make_executor
+            executors.append(make_executor(d))
+        else:
+            executors.append(d)
+    t0 = time.perf_counter()
+    all_jobs = [(ex, job) for i, ex in enumerate(executors) for job in _jobs(ex, sizes, seed + i)
+                if ops is None or job[0] in ops]
+    rng = np.random.default_rng(seed)
+    best: dict[int, tuple[float, str]] = {}
+    plan = []
+    for r in range(repeats):
+        for j in rng.permutation(len(all_jobs)):
+            ex = all_jobs[j][0]
+            if r > 0 and getattr(ex, "kind", "") == "fpga-emu":
+                continue   # a modelled time does not vary between runs
+            plan.append(int(j))
+    for j in tqdm(plan, desc="profile", unit="op", disable=not progress, leave=False):
+        ex, (op, sz, heldout, thunk) = all_jobs[j]
+        secs, source = _measure_once(ex, thunk(), clock)
+        if j not in best or secs < best[j][0]:
+            best[j] = (secs, source)
+    samples = [Sample(ex.name, op, sz, best[j][0], best[j][1], heldout)
+               for j, (ex, (op, sz, heldout, _)) in enumerate(all_jobs)]
+    model = CostModel(meta={"quick": quick, "repeats": repeats, "seed": seed})
+    for ex in executors:
+        dm = DeviceModel(ex.name, getattr(ex, "kind", ex.name))
+        for op in sorted({s.op for s in samples if s.device == ex.name}):
+            mine = [s for s in samples if s.device == ex.name and s.op == op]
+            fit = [(s.sizes, s.seconds) for s in mine if not s.heldout and s.seconds > 0]
+            held = [(s.sizes, s.seconds) for s in mine if s.heldout and s.seconds > 0]
+            if not fit:
+                continue
+            dm.ops[op] = fit_op(op, fit, held, time_source=mine[0].time_source)
+        model.devices[ex.name] = dm
+    return Profile(model, samples, time.perf_counter() - t0)
+
+
+def _plot(report_samples, model: CostModel, png: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 5))
+    for s in report_samples:
+        pred = model.predict(s.device, s.op, **s.sizes)
+        ax.scatter(s.seconds, pred, s=12, marker="x" if s.heldout else "o",
+                   color="C1" if s.heldout else "C0", alpha=0.7)
+    lo = min(s.seconds for s in report_samples)
+    hi = max(s.seconds for s in report_samples)
+    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured time [s]")
+    ax.set_ylabel("predicted time [s]")
+    ax.set_title("cost model: o fitted, x held out")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def profile_main(devices: list[str], out: str | None, quick: bool) -> dict:
+    """``gnnweave profile --devices ... [--out FILE] [--quick] --json``.
+
+    Profiles the devices, returns the report (cost model, per-op held-out errors, samples);
+    with ``out`` also writes it as JSON (loadable by ``CostModel.load``) and a
+    predicted-vs-measured PNG next to it.
+    """
+    prof = profile(devices, quick=quick)
+    cm = prof.cost_model
+    per_op = {dev: {op: {"heldout_median_rel_err": m.heldout_median_rel_err,
+                         "heldout_p90_rel_err": m.heldout_p90_rel_err,
+                         "fit_median_rel_err": m.fit_median_rel_err,
+                         "time_source": m.time_source, "coef": m.coef,
+                         "n_fit": m.n_fit, "n_heldout": m.n_heldout}
+                    for op, m in dm.ops.items()}
+              for dev, dm in cm.devices.items()}
+    held = [s for s in prof.samples if s.heldout]
+    errs = [abs(cm.predict(s.device, s.op, **s.sizes) - s.seconds) / s.seconds for s in held]
+    overall = float(np.median(errs)) if errs else None
+    report = {
+        "devices": list(cm.devices), "quick": quick, "seconds": prof.seconds,
+        "heldout_median_rel_err": overall,
+        "heldout_p90_rel_err": float(np.percentile(errs, 90)) if errs else None,
+        "target_median_rel_err": TARGET_MEDIAN_REL_ERR,
+        "meets_target": overall is not None and overall <= TARGET_MEDIAN_REL_ERR,
+        "per_op": per_op,
+        "links": {dev: dm.link for dev, dm in cm.devices.items()},
+        "cost_model": cm.to_dict(),
+        "samples": [s.to_dict() for s in prof.samples],
+    }
+    if out:
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        report["out"] = str(path)
+        png = path.with_suffix(".png")
+        try:
+            _plot(prof.samples, cm, png)
+            report["plot"] = str(png)
+        except Exception as e:   # the JSON is the result; a missing plot is only reported
+            report["plot_error"] = f"{type(e).__name__}: {e}"
+        path.write_text(json.dumps(report, indent=1))
+    return report
