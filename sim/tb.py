@@ -51,6 +51,16 @@ COUNTERS = ("busy_cycles", "read_beats", "write_beats", "stall_cycles", "mem_wai
 AP_START, AP_DONE, AP_IDLE, AP_READY = 1, 2, 4, 8
 
 
+@dataclass(frozen=True)
+class _Reg:
+    name: str
+    offset: int
+    width: int = 32
+
+
+_AP_CTRL = _Reg("ap_ctrl", 0x00)
+
+
 # ------------------------------------------------------------------ runner protocol
 def load_params() -> dict:
     path = os.environ.get("GNNWEAVE_TB_PARAMS")
@@ -305,6 +315,8 @@ class AxiTB:
         try:
             return self.regmap[name]
         except KeyError:
+            if name == "ap_ctrl":  # the ap_ctrl_hs block sits at 0x00 outside the user registers
+                return _AP_CTRL
             raise KeyError(f"register {name!r} is not in the register map") from None
 
     async def write_reg(self, name: str, value: int):
