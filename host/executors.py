@@ -1,0 +1,779 @@
+"""One executor interface for every device the trainer and planner can use.
+
+Every op takes and returns host ``numpy`` arrays and reports what it cost in an
+:class:`OpResult` (wall time on the host, device time where the device can say,
+bytes moved), so the profiler, the cost model and the timeline read the same records
+whatever device ran the op.
+
+Devices (``make_executor(name)``):
+
+* ``cpu`` (also ``cpu:1``, ...): numpy/scipy float32 (scipy CSR @ dense).
+* ``gpu`` / ``gpu:<i>``: torch on CUDA device ``i``; needs the optional extra ``gpu``.
+* ``fpga-emu`` (also ``fpga-emu:1``, ...): the bit-exact golden models. Each input is
+  quantised to 16-bit dynamic fixed point (``choose_frac`` per tensor), the golden
+  Aggregator / MAC array computes exactly what the RTL computes, and the result comes
+  back dequantised. ``device_seconds`` is an *estimate* from a simple cycle model (see
+  :class:`CycleModel`), not a measurement.
+* ``fpga-sim`` / ``fpga``: the simulated device and a PYNQ board, through
+  ``gnnweave.host.driver``; constructing them without that driver raises
+  :class:`DeviceUnavailable` naming what is missing.
+
+``aggregate(graph, x, reduce, rows=(lo, hi), transpose=False)`` computes
+``out[v] = reduce_{u -> v} w_uv * x[u]`` for the destination nodes ``lo <= v < hi`` of
+``graph`` (or of ``graph.transpose()`` for the backward pass), so a partitioned
+aggregation is the concatenation of the shards' results in row order.
+"""
+from __future__ import annotations
+
+import abc
+import math
+import os
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from gnnweave.fixed import FixedFormat, choose_frac
+from gnnweave.golden.aggregate import AggregateFormat, Reduce, aggregate_raw
+from gnnweave.graph import CSRGraph
+
+#: Width of every tensor that crosses into the FPGA (features, weights, gradients).
+FPGA_WIDTH = 16
+
+
+class DeviceUnavailable(ValueError):
+    """The requested device is not present (or its software is not installed)."""
+
+
+@dataclass
+class OpResult:
+    value: np.ndarray
+    wall_seconds: float              # host wall clock for the whole call
+    device_seconds: float | None     # time on the device (measured, or an estimate for fpga-emu)
+    bytes_in: int                    # bytes the device reads (transfers: bytes copied in)
+    bytes_out: int                   # bytes the device writes (transfers: bytes copied out)
+    op: str                          # 'aggregate', 'dense_forward', ..., 'transfer_in'
+    executor: str                    # the executor's name
+    saturations: int = 0             # fixed-point outputs that saturated (fpga kinds)
+
+
+# --------------------------------------------------------------------------- graph caches
+
+
+class _PerGraphCache:
+    """Values derived from a graph (its transpose, scipy matrix, ...), dropped with the graph.
+
+    CSRGraph is a mutable dataclass (unhashable), so entries are keyed by ``id``. A
+    weakref finaliser only *notes* a collected graph (it can run inside any allocation,
+    even while the lock is held); the next lookup purges its entries before its id can
+    be looked up again.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[int, str], object] = {}
+        self._watched: set[int] = set()
+        self._dead: list[int] = []
+
+    def _purge(self):
+        while self._dead:
+            gid = self._dead.pop()
+            self._watched.discard(gid)
+            for k in [k for k in self._entries if k[0] == gid]:
+                del self._entries[k]
+
+    def get(self, graph: CSRGraph, key: str, build):
+        k = (id(graph), key)
+        with self._lock:
+            self._purge()
+            if k in self._entries:
+                return self._entries[k]
+        value = build()
+        with self._lock:
+            self._purge()
+            self._entries.setdefault(k, value)
+            if id(graph) not in self._watched:
+                self._watched.add(id(graph))
+                weakref.finalize(graph, self._dead.append, id(graph))
+            return self._entries[k]
+
+
+_GRAPH_CACHE = _PerGraphCache()
+
+
+def transposed(graph: CSRGraph) -> CSRGraph:
+    """``graph.transpose()``, computed once per graph object."""
+    return _GRAPH_CACHE.get(graph, "transpose", graph.transpose)
+
+
+def oriented(graph: CSRGraph, transpose: bool) -> CSRGraph:
+    if transpose:
+        t = transposed(graph)
+        # keep the transpose's own caches alive as long as the graph lives
+        return t
+    return graph
+
+
+def check_rows(graph: CSRGraph, rows) -> tuple[int, int]:
+    """Validate a destination-node range ``[lo, hi)`` of ``graph``."""
+    if rows is None:
+        return 0, graph.num_nodes
+    try:
+        lo, hi = (int(r) for r in rows)
+    except (TypeError, ValueError):
+        raise ValueError(f"rows must be a (lo, hi) pair, got {rows!r}") from None
+    if not 0 <= lo <= hi <= graph.num_nodes:
+        raise ValueError(f"rows=({lo}, {hi}) is not a node range within 0..{graph.num_nodes}")
+    return lo, hi
+
+
+def _check_features(graph: CSRGraph, x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    if x.ndim != 2 or x.shape[0] != graph.num_nodes:
+        raise ValueError(f"x: shape {x.shape}, expected ({graph.num_nodes}, features)")
+    return x
+
+
+def shard_edges(graph: CSRGraph, lo: int, hi: int) -> int:
+    return int(graph.indptr[hi] - graph.indptr[lo])
+
+
+def _abs_row_weight_max(graph: CSRGraph) -> float:
+    """max_v sum_{u->v} |w_uv| over the whole graph (1 per edge when unweighted)."""
+    def build():
+        if graph.num_edges == 0:
+            return 0.0
+        w = np.abs(graph.weights) if graph.weights is not None else np.ones(graph.num_edges)
+        sums = np.add.reduceat(w, graph.indptr[:-1][graph.in_degree > 0])
+        return float(sums.max()) if sums.size else 0.0
+    return _GRAPH_CACHE.get(graph, "abs_row_weight_max", build)
+
+
+def _abs_weight_max(graph: CSRGraph) -> float:
+    def build():
+        if graph.weights is None or graph.num_edges == 0:
+            return 1.0
+        return float(np.abs(graph.weights).max())
+    return _GRAPH_CACHE.get(graph, "abs_weight_max", build)
+
+
+# --------------------------------------------------------------------------- base class
+
+
+class Executor(abc.ABC):
+    """A device that can run the training ops. Subclasses set ``name`` and ``kind``."""
+
+    name: str
+    kind: str
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name}>"
+
+    @abc.abstractmethod
+    def aggregate(self, graph: CSRGraph, x: np.ndarray, reduce="sum", *,
+                  rows: tuple[int, int] | None = None, transpose: bool = False) -> OpResult:
+        """``out[v - lo] = reduce_{u -> v} w_uv x[u]`` for ``lo <= v < hi``; x [N, F] -> [hi-lo, F]."""
+
+    @abc.abstractmethod
+    def dense_forward(self, x, w, b=None, *, relu: bool = False) -> OpResult:
+        """``x @ w (+ b)``, then ReLU when asked."""
+
+    @abc.abstractmethod
+    def dense_input_grad(self, dy, w, *, relu_mask=None) -> OpResult:
+        """``(dy * relu_mask) @ w.T``."""
+
+    @abc.abstractmethod
+    def dense_weight_grad(self, x, dy, *, relu_mask=None) -> OpResult:
+        """``x.T @ (dy * relu_mask)``."""
+
+    def transfer_in(self, array) -> OpResult:
+        """Copy a host array to the device; the value is what the device now holds."""
+        return self._no_copy(array, "transfer_in")
+
+    def transfer_out(self, array) -> OpResult:
+        """Copy a device array back to the host."""
+        return self._no_copy(array, "transfer_out")
+
+    def close(self):
+        """Release device resources (no-op where there are none)."""
+
+    def _no_copy(self, array, op):
+        t0 = time.perf_counter()
+        a = np.asarray(array)
+        return OpResult(a, time.perf_counter() - t0, 0.0, 0, 0, op, self.name)
+
+
+def _mask(dy, relu_mask):
+    if relu_mask is None:
+        return dy
+    relu_mask = np.asarray(relu_mask)
+    if relu_mask.shape != np.shape(dy):
+        raise ValueError(f"relu_mask: shape {relu_mask.shape}, expected {np.shape(dy)}")
+    return np.where(relu_mask, dy, 0).astype(np.asarray(dy).dtype, copy=False)
+
+
+def _check_dense(x, w, what="x"):
+    x = np.asarray(x)
+    w = np.asarray(w)
+    if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[0]:
+        raise ValueError(f"dense: {what} shape {x.shape} does not match w shape {w.shape}")
+    return x, w
+
+
+# --------------------------------------------------------------------------- cpu
+
+
+class CpuExecutor(Executor):
+    """numpy/scipy float32 on the host."""
+
+    kind = "cpu"
+
+    def __init__(self, name: str = "cpu"):
+        self.name = name
+
+    @staticmethod
+    def _matrix(graph: CSRGraph) -> sp.csr_matrix:
+        def build():
+            data = (graph.weights if graph.weights is not None
+                    else np.ones(graph.num_edges)).astype(np.float32)
+            return data
+        data = _GRAPH_CACHE.get(graph, "cpu_data_f32", build)
+        return data
+
+    def aggregate(self, graph, x, reduce="sum", *, rows=None, transpose=False):
+        t0 = time.perf_counter()
+        reduce = Reduce.parse(reduce)
+        g = oriented(graph, transpose)
+        x = _check_features(g, x).astype(np.float32, copy=False)
+        lo, hi = check_rows(g, rows)
+        s, e = int(g.indptr[lo]), int(g.indptr[hi])
+        data = self._matrix(g)[s:e]
+        indptr = g.indptr[lo:hi + 1] - s
+        indices = g.indices[s:e]
+        f = x.shape[1]
+        if reduce is Reduce.MAX:
+            out = np.zeros((hi - lo, f), dtype=np.float32)
+            deg = np.diff(indptr)
+            nz = np.flatnonzero(deg)
+            if nz.size:
+                prod = x[indices] * data[:, None]
+                out[nz] = np.maximum.reduceat(prod, indptr[:-1][nz], axis=0)
+        else:
+            a = sp.csr_matrix((data, indices, indptr), shape=(hi - lo, g.num_nodes))
+            out = np.asarray(a @ x, dtype=np.float32)
+            if reduce is Reduce.MEAN:
+                deg = np.diff(indptr).astype(np.float32)
+                out /= np.maximum(deg, 1)[:, None]
+        edges = e - s
+        return OpResult(out, time.perf_counter() - t0, None,
+                        edges * (f * 4 + 8 + 4), out.nbytes, "aggregate", self.name)
+
+    def dense_forward(self, x, w, b=None, *, relu=False):
+        t0 = time.perf_counter()
+        x, w = _check_dense(x, w)
+        y = np.asarray(x, dtype=np.float32) @ np.asarray(w, dtype=np.float32)
+        if b is not None:
+            y += np.asarray(b, dtype=np.float32)
+        if relu:
+            np.maximum(y, 0, out=y)
+        return OpResult(y, time.perf_counter() - t0, None, x.size * 4 + w.size * 4,
+                        y.nbytes, "dense_forward", self.name)
+
+    def dense_input_grad(self, dy, w, *, relu_mask=None):
+        t0 = time.perf_counter()
+        dy = _mask(np.asarray(dy, dtype=np.float32), relu_mask)
+        w = np.asarray(w, dtype=np.float32)
+        if dy.ndim != 2 or w.ndim != 2 or dy.shape[1] != w.shape[1]:
+            raise ValueError(f"dense_input_grad: dy shape {dy.shape} does not match w shape {w.shape}")
+        dx = dy @ w.T
+        return OpResult(dx, time.perf_counter() - t0, None, dy.nbytes + w.nbytes, dx.nbytes,
+                        "dense_input_grad", self.name)
+
+    def dense_weight_grad(self, x, dy, *, relu_mask=None):
+        t0 = time.perf_counter()
+        dy = _mask(np.asarray(dy, dtype=np.float32), relu_mask)
+        x = np.asarray(x, dtype=np.float32)
+        if x.ndim != 2 or dy.ndim != 2 or x.shape[0] != dy.shape[0]:
+            raise ValueError(f"dense_weight_grad: x shape {x.shape} does not match dy shape {dy.shape}")
+        dw = x.T @ dy
+        return OpResult(dw, time.perf_counter() - t0, None, x.nbytes + dy.nbytes, dw.nbytes,
+                        "dense_weight_grad", self.name)
+
+
+# --------------------------------------------------------------------------- fpga-emu
+
+
+@dataclass(frozen=True)
+class CycleModel:
+    """A first-order timing *estimate* for the FPGA units (not a measurement).
+
+    * Aggregator: memory bound; every gathered edge reads ``ceil(F * 2 bytes / beat)``
+      beats of its source row, one beat per cycle.
+    * MacArray: a ``rows x cols`` output-stationary array; ``ceil(M/rows) * ceil(N/cols)``
+      tiles of ``K`` cycles each.
+    * Transfers: host <-> board memory copies at ``transfer_bytes_per_s``.
+    """
+
+    clock_hz: float = 200e6
+    beat_bytes: int = 16
+    mac_rows: int = 16
+    mac_cols: int = 16
+    transfer_bytes_per_s: float = 2e9
+
+    def aggregate_seconds(self, edges: int, features: int) -> float:
+        beats = edges * math.ceil(features * (FPGA_WIDTH // 8) / self.beat_bytes)
+        return beats / self.clock_hz
+
+    def matmul_seconds(self, m: int, k: int, n: int) -> float:
+        cycles = math.ceil(m / self.mac_rows) * math.ceil(n / self.mac_cols) * k
+        return cycles / self.clock_hz
+
+    def transfer_seconds(self, nbytes: int) -> float:
+        return nbytes / self.transfer_bytes_per_s
+
+
+def quantize_dynamic(x, width: int = FPGA_WIDTH, *, headroom_bits: int = 0):
+    """Float array -> (integers, FixedFormat) with ``frac`` chosen from the array's range."""
+    fmt = FixedFormat(width, choose_frac(x, width, headroom_bits=headroom_bits))
+    q, _ = fmt.quantize(x)
+    return q, fmt
+
+
+def _frac_for_bound(bound: float, width: int = FPGA_WIDTH) -> int:
+    """Fractional bits so that any value with ``|v| <= bound`` fits ``width`` bits."""
+    return choose_frac(np.array([bound]), width)
+
+
+def _mac_module():
+    try:
+        from gnnweave.golden import mac
+    except ImportError as exc:  # pragma: no cover - until golden/mac.py lands
+        raise DeviceUnavailable(
+            "fpga-emu dense ops need gnnweave.golden.mac (golden MAC array model), "
+            f"which is not importable: {exc}") from None
+    return mac
+
+
+class FpgaEmuExecutor(Executor):
+    """The golden bit-exact models, with 16-bit dynamic fixed point per tensor.
+
+    Output formats are chosen by the host before the op runs:
+
+    * aggregation: from a bound that holds for the whole graph
+      (``max_v sum_u |w_uv| * max|x|`` for sum; ``max|x| * max|w|`` for mean/max), so
+      the result cannot saturate, and every row shard of one aggregation uses the same
+      formats -- a partitioned aggregation is bit-identical to the unpartitioned one;
+    * dense ops (``dense_range='peak'``, default): from the exact integer result's
+      range (the golden model's int64 accumulators), the largest ``frac`` without
+      saturation -- on a board this is a calibration pass or the previous step's
+      range; ``dense_range='bound'`` uses an a-priori bound instead (single pass,
+      never saturates, fewer fractional bits).
+    """
+
+    kind = "fpga-emu"
+
+    def __init__(self, name: str = "fpga-emu", *, cycle_model: CycleModel | None = None,
+                 dense_range: str = "peak"):
+        if dense_range not in ("peak", "bound"):
+            raise ValueError(f"dense_range must be 'peak' or 'bound', got {dense_range!r}")
+        self.name = name
+        self.cycle_model = cycle_model or CycleModel()
+        self.dense_range = dense_range
+
+    # -- aggregation
+
+    def _weights_q(self, graph: CSRGraph):
+        def build():
+            if graph.weights is None:
+                return None, None
+            q, fmt = quantize_dynamic(graph.weights)
+            return q.astype(np.int64), fmt
+        return _GRAPH_CACHE.get(graph, "fpga_weights_q16", build)
+
+    def aggregate(self, graph, x, reduce="sum", *, rows=None, transpose=False):
+        t0 = time.perf_counter()
+        reduce = Reduce.parse(reduce)
+        g = oriented(graph, transpose)
+        x = _check_features(g, x)
+        lo, hi = check_rows(g, rows)
+        x_q, feat_fmt = quantize_dynamic(x)
+        w_q, w_fmt = self._weights_q(g)
+        peak = float(np.max(np.abs(x))) if x.size else 0.0
+        if reduce is Reduce.SUM:
+            bound = _abs_row_weight_max(g) * peak
+        else:
+            bound = _abs_weight_max(g) * peak
+        product_frac = feat_fmt.frac + (w_fmt.frac if w_fmt is not None else 0)
+        out_frac = min(_frac_for_bound(bound), product_frac)
+        fmt = AggregateFormat(feat=feat_fmt, weight=w_fmt, out=FixedFormat(FPGA_WIDTH, out_frac))
+        # the shard as the engine sees it: rows lo..hi, the other rows empty (N+1 pointers)
+        s, e = int(g.indptr[lo]), int(g.indptr[hi])
+        n = g.num_nodes
+        indptr = np.full(n + 1, e - s, dtype=np.int64)
+        indptr[: hi - lo + 1] = g.indptr[lo:hi + 1] - s
+        res = aggregate_raw(indptr, g.indices[s:e], x_q, reduce=reduce, shift=fmt.shift,
+                            out_width=FPGA_WIDTH, weights=None if w_q is None else w_q[s:e])
+        out = fmt.out.to_float(res.out[: hi - lo]).astype(np.float32)
+        f = x.shape[1]
+        dev = self.cycle_model.aggregate_seconds(res.edges, f)
+        return OpResult(out, time.perf_counter() - t0, dev,
+                        res.edges * f * 2 + (e - s) * 8, (hi - lo) * f * 2,
+                        "aggregate", self.name, res.saturations)
+
+    # -- dense
+
+    def _out_frac(self, exact_peak_fn, bound: float, product_frac: int) -> int:
+        if self.dense_range == "peak":
+            peak = exact_peak_fn()
+        else:
+            peak = bound
+        return min(_frac_for_bound(peak), product_frac)
+
+    @staticmethod
+    def _exact_product(a_q, b_q) -> np.ndarray:
+        """Exact integer product in float64 (each 16x16-bit product is < 2**30; exact while
+        the column sums stay below 2**53, i.e. K < 2**23) -- only to pick the range."""
+        return np.asarray(a_q, dtype=np.float64) @ np.asarray(b_q, dtype=np.float64)
+
+    def dense_forward(self, x, w, b=None, *, relu=False):
+        t0 = time.perf_counter()
+        mac = _mac_module()
+        x, w = _check_dense(x, w)
+        x_q, xf = quantize_dynamic(x)
+        w_q, wf = quantize_dynamic(w)
+        product_frac = xf.frac + wf.frac
+        b_q = None
+        if b is not None:
+            b = np.asarray(b, dtype=np.float64).reshape(-1)
+            # the bias joins the accumulator, so it is held at the product's fractional bits
+            bfmt = FixedFormat(32, product_frac)
+            b_q, _ = bfmt.quantize(b)
+            b_q = b_q.astype(np.int64)
+
+        def exact_peak():
+            acc = self._exact_product(x_q, w_q)
+            if b_q is not None:
+                acc = acc + b_q.astype(np.float64)
+            if relu:
+                acc = np.maximum(acc, 0)
+            return float(np.max(np.abs(acc))) * 2.0 ** -product_frac if acc.size else 0.0
+
+        bound = (float(np.abs(x).sum(axis=1).max()) if x.size else 0.0) * \
+            (float(np.abs(w).max()) if w.size else 0.0)
+        if b is not None and b.size:
+            bound += float(np.abs(b).max())
+        out_frac = self._out_frac(exact_peak, bound, product_frac)
+        res = mac.mac_forward(x_q, w_q, b_q, shift=product_frac - out_frac,
+                              out_width=FPGA_WIDTH, relu=relu)
+        y = np.ldexp(np.asarray(res.out, dtype=np.float64), -out_frac).astype(np.float32)
+        m, k = x.shape
+        dev = self.cycle_model.matmul_seconds(m, k, w.shape[1])
+        return OpResult(y, time.perf_counter() - t0, dev, (x.size + w.size) * 2, y.size * 2,
+                        "dense_forward", self.name, int(res.saturations))
+
+    def dense_input_grad(self, dy, w, *, relu_mask=None):
+        t0 = time.perf_counter()
+        mac = _mac_module()
+        dy = np.asarray(dy)
+        w = np.asarray(w)
+        if dy.ndim != 2 or w.ndim != 2 or dy.shape[1] != w.shape[1]:
+            raise ValueError(f"dense_input_grad: dy shape {dy.shape} does not match w shape {w.shape}")
+        if relu_mask is not None:
+            relu_mask = np.asarray(relu_mask, dtype=bool)
+            if relu_mask.shape != dy.shape:
+                raise ValueError(f"relu_mask: shape {relu_mask.shape}, expected {dy.shape}")
+        dy_q, df = quantize_dynamic(_mask(dy, relu_mask))
+        w_q, wf = quantize_dynamic(w)
+        product_frac = df.frac + wf.frac
+
+        def exact_peak():
+            acc = self._exact_product(_mask(dy_q, relu_mask), np.asarray(w_q).T)
+            return float(np.max(np.abs(acc))) * 2.0 ** -product_frac if acc.size else 0.0
+
+        bound = (float(np.abs(dy).sum(axis=1).max()) if dy.size else 0.0) * \
+            (float(np.abs(w).max()) if w.size else 0.0)
+        out_frac = self._out_frac(exact_peak, bound, product_frac)
+        res = mac.mac_input_grad(dy_q, w_q, shift=product_frac - out_frac,
+                                 out_width=FPGA_WIDTH, relu_mask=relu_mask)
+        dx = np.ldexp(np.asarray(res.out, dtype=np.float64), -out_frac).astype(np.float32)
+        dev = self.cycle_model.matmul_seconds(dy.shape[0], dy.shape[1], w.shape[0])
+        return OpResult(dx, time.perf_counter() - t0, dev, (dy.size + w.size) * 2, dx.size * 2,
+                        "dense_input_grad", self.name, int(res.saturations))
+
+    def dense_weight_grad(self, x, dy, *, relu_mask=None):
+        t0 = time.perf_counter()
+        mac = _mac_module()
+        x = np.asarray(x)
+        dy = np.asarray(dy)
+        if x.ndim != 2 or dy.ndim != 2 or x.shape[0] != dy.shape[0]:
+            raise ValueError(f"dense_weight_grad: x shape {x.shape} does not match dy shape {dy.shape}")
+        if relu_mask is not None:
+            relu_mask = np.asarray(relu_mask, dtype=bool)
+            if relu_mask.shape != dy.shape:
+                raise ValueError(f"relu_mask: shape {relu_mask.shape}, expected {dy.shape}")
+        x_q, xf = quantize_dynamic(x)
+        dy_q, df = quantize_dynamic(_mask(dy, relu_mask))
+        product_frac = xf.frac + df.frac
+
+        def exact_peak():
+            acc = self._exact_product(np.asarray(x_q).T, _mask(dy_q, relu_mask))
+            return float(np.max(np.abs(acc))) * 2.0 ** -product_frac if acc.size else 0.0
+
+        bound = (float(np.abs(x).sum(axis=0).max()) if x.size else 0.0) * \
+            (float(np.abs(dy).max()) if dy.size else 0.0)
+        out_frac = self._out_frac(exact_peak, bound, product_frac)
+        res = mac.mac_weight_grad(x_q, dy_q, shift=product_frac - out_frac,
+                                  out_width=FPGA_WIDTH, relu_mask=relu_mask)
+        dw = np.ldexp(np.asarray(res.out, dtype=np.float64), -out_frac).astype(np.float32)
+        dev = self.cycle_model.matmul_seconds(x.shape[1], x.shape[0], dy.shape[1])
+        return OpResult(dw, time.perf_counter() - t0, dev, (x.size + dy.size) * 2, dw.size * 2,
+                        "dense_weight_grad", self.name, int(res.saturations))
+
+    def _copy(self, array, op):
+        t0 = time.perf_counter()
+        a = np.array(array, copy=True)
+        dev = self.cycle_model.transfer_seconds(a.nbytes)
+        nin, nout = (a.nbytes, 0) if op == "transfer_in" else (0, a.nbytes)
+        return OpResult(a, time.perf_counter() - t0, dev, nin, nout, op, self.name)
+
+    def transfer_in(self, array):
+        return self._copy(array, "transfer_in")
+
+    def transfer_out(self, array):
+        return self._copy(array, "transfer_out")
+
+
+# --------------------------------------------------------------------------- gpu
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _cuda_count() -> int:
+    torch = _torch()
+    if torch is None:
+        return 0
+    try:
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # a broken driver counts as no device
+        return 0
+
+
+class GpuExecutor(Executor):
+    """torch float32 on one CUDA device; host arrays in and out (each op copies)."""
+
+    kind = "gpu"
+
+    def __init__(self, index: int = 0, name: str | None = None):
+        torch = _torch()
+        if torch is None:
+            raise DeviceUnavailable(
+                "no CUDA device: torch is not installed (pip install 'gnnweave[gpu]'); "
+                f"available: {', '.join(available_devices())}")
+        count = _cuda_count()
+        if index >= count:
+            raise DeviceUnavailable(
+                f"no CUDA device gpu:{index} ({count} visible): "
+                f"available: {', '.join(available_devices())}")
+        self.torch = torch
+        self.device = torch.device("cuda", index)
+        self.name = name or f"gpu:{index}"
+
+    def _timed(self, fn):
+        torch = self.torch
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = fn()
+        stop.record()
+        stop.synchronize()
+        return out, start.elapsed_time(stop) / 1e3
+
+    def _to(self, a, dtype=None):
+        t = self.torch.from_numpy(np.ascontiguousarray(a, dtype=dtype or np.float32))
+        return t.to(self.device, non_blocking=False)
+
+    def _graph(self, g: CSRGraph):
+        def build():
+            torch = self.torch
+            w = g.weights if g.weights is not None else np.ones(g.num_edges)
+            return (torch.from_numpy(g.indptr).to(self.device),
+                    torch.from_numpy(g.indices).to(self.device),
+                    torch.from_numpy(w.astype(np.float32)).to(self.device))
+        return _GRAPH_CACHE.get(g, f"torch:{self.device}", build)
+
+    def aggregate(self, graph, x, reduce="sum", *, rows=None, transpose=False):
+        t0 = time.perf_counter()
+        torch = self.torch
+        reduce = Reduce.parse(reduce)
+        g = oriented(graph, transpose)
+        x = _check_features(g, x)
+        lo, hi = check_rows(g, rows)
+        indptr, indices, w = self._graph(g)
+        xt = self._to(x)
+        s, e = int(g.indptr[lo]), int(g.indptr[hi])
+        f = x.shape[1]
+
+        def run():
+            crow = indptr[lo:hi + 1] - s
+            if reduce is Reduce.MAX:
+                deg = crow[1:] - crow[:-1]
+                dst = torch.repeat_interleave(torch.arange(hi - lo, device=self.device), deg)
+                prod = xt[indices[s:e]] * w[s:e, None]
+                out = torch.zeros((hi - lo, f), device=self.device)
+                out.index_reduce_(0, dst, prod, "amax", include_self=False)
+                return out
+            a = torch.sparse_csr_tensor(crow, indices[s:e], w[s:e], size=(hi - lo, g.num_nodes))
+            out = a @ xt
+            if reduce is Reduce.MEAN:
+                deg = (crow[1:] - crow[:-1]).clamp(min=1).to(out.dtype)
+                out = out / deg[:, None]
+            return out
+
+        out, dev = self._timed(run)
+        value = out.cpu().numpy()
+        return OpResult(value, time.perf_counter() - t0, dev, x.nbytes, value.nbytes,
+                        "aggregate", self.name)
+
+    def _dense(self, op, fn, nbytes_in):
+        t0 = time.perf_counter()
+        out, dev = self._timed(fn)
+        value = out.cpu().numpy()
+        return OpResult(value, time.perf_counter() - t0, dev, nbytes_in, value.nbytes,
+                        op, self.name)
+
+    def dense_forward(self, x, w, b=None, *, relu=False):
+        x, w = _check_dense(x, w)
+        xt, wt = self._to(x), self._to(w)
+        bt = None if b is None else self._to(b)
+
+        def run():
+            y = xt @ wt
+            if bt is not None:
+                y = y + bt
+            return self.torch.relu(y) if relu else y
+        return self._dense("dense_forward", run, x.size * 4 + w.size * 4)
+
+    def dense_input_grad(self, dy, w, *, relu_mask=None):
+        dy = _mask(np.asarray(dy, dtype=np.float32), relu_mask)
+        w = np.asarray(w)
+        if dy.ndim != 2 or w.ndim != 2 or dy.shape[1] != w.shape[1]:
+            raise ValueError(f"dense_input_grad: dy shape {dy.shape} does not match w shape {w.shape}")
+        dyt, wt = self._to(dy), self._to(w)
+        return self._dense("dense_input_grad", lambda: dyt @ wt.T, dy.nbytes + w.size * 4)
+
+    def dense_weight_grad(self, x, dy, *, relu_mask=None):
+        dy = _mask(np.asarray(dy, dtype=np.float32), relu_mask)
+        x = np.asarray(x)
+        if x.ndim != 2 or dy.ndim != 2 or x.shape[0] != dy.shape[0]:
+            raise ValueError(f"dense_weight_grad: x shape {x.shape} does not match dy shape {dy.shape}")
+        xt, dyt = self._to(x), self._to(dy)
+        return self._dense("dense_weight_grad", lambda: xt.T @ dyt, x.size * 4 + dy.nbytes)
+
+    def transfer_in(self, array):
+        t0 = time.perf_counter()
+        a = np.ascontiguousarray(array)
+        src = self.torch.from_numpy(a)
+        out, dev = self._timed(lambda: src.to(self.device))
+        return OpResult(a, time.perf_counter() - t0, dev, a.nbytes, 0, "transfer_in", self.name)
+
+    def transfer_out(self, array):
+        t0 = time.perf_counter()
+        a = np.ascontiguousarray(array)
+        on_dev = self.torch.from_numpy(a).to(self.device)
+        self.torch.cuda.synchronize(self.device)
+        out, dev = self._timed(lambda: on_dev.cpu())
+        return OpResult(out.numpy(), time.perf_counter() - t0, dev, 0, a.nbytes,
+                        "transfer_out", self.name)
+
+
+# --------------------------------------------------------------------------- fpga-sim / board
+
+
+def _driver():
+    try:
+        from gnnweave.host import driver
+    except ImportError:
+        return None
+    return driver
+
+
+def _open_driver_executor(kind: str, name: str, **kw) -> Executor:
+    driver = _driver()
+    what = "the simulated device" if kind == "fpga-sim" else "a PYNQ board"
+    if driver is None:
+        raise DeviceUnavailable(
+            f"no {kind} device: {what} needs gnnweave.host.driver, which is not in this build; "
+            f"available: {', '.join(available_devices())}")
+    opener = getattr(driver, "open_executor", None)
+    if opener is None:
+        raise DeviceUnavailable(
+            f"no {kind} device: gnnweave.host.driver has no open_executor(kind, name) entry point; "
+            f"available: {', '.join(available_devices())}")
+    try:
+        return opener(kind, name=name, **kw)
+    except DeviceUnavailable:
+        raise
+    except (ImportError, OSError, RuntimeError) as exc:
+        raise DeviceUnavailable(f"no {kind} device: {exc}") from None
+
+
+# --------------------------------------------------------------------------- registry
+
+
+def available_devices() -> list[str]:
+    """Device names that :func:`make_executor` can construct on this machine."""
+    names = ["cpu"]
+    names += [f"gpu:{i}" for i in range(_cuda_count())]
+    names.append("fpga-emu")
+    driver = _driver()
+    probe = getattr(driver, "available_kinds", None) if driver is not None else None
+    if probe is not None:
+        try:
+            kinds = list(probe())
+        except Exception:  # a probe that fails means no such device
+            kinds = []
+        names += [k for k in ("fpga-sim", "fpga") if k in kinds]
+    return names
+
+
+def _split_name(name: str) -> tuple[str, str | None]:
+    base, sep, suffix = name.partition(":")
+    return base, (suffix if sep else None)
+
+
+def make_executor(name: str, **kw) -> Executor:
+    """Executor for a device name: 'cpu', 'gpu', 'gpu:<i>', 'fpga-emu', 'fpga-sim', 'fpga'.
+
+    ``cpu:<tag>`` and ``fpga-emu:<tag>`` make further independent instances (so one
+    machine can stand in for several devices of a partition).
+    """
+    if not isinstance(name, str) or not name:
+        raise DeviceUnavailable(f"device name must be a non-empty string, got {name!r}")
+    base, suffix = _split_name(name.strip().lower())
+    if base == "cpu":
+        return CpuExecutor(name, **kw)
+    if base == "fpga-emu":
+        return FpgaEmuExecutor(name, **kw)
+    if base in ("gpu", "cuda"):
+        try:
+            index = int(suffix) if suffix is not None else 0
+        except ValueError:
+            raise DeviceUnavailable(f"gpu index must be an integer, got {name!r}") from None
+        return GpuExecutor(index, **kw)
+    if base in ("fpga-sim", "fpga"):
+        return _open_driver_executor(base, name, **kw)
+    raise DeviceUnavailable(f"unknown device {name!r}: available: {', '.join(available_devices())}")
+
+
+def default_device() -> str:
+    """``$GNNWEAVE_DEVICE`` or 'cpu'."""
+    return os.environ.get("GNNWEAVE_DEVICE", "cpu")

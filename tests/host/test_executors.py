@@ -1,0 +1,156 @@
+"""Executors: cpu against scipy/golden float references, fpga-emu against the golden
+models (bit-exact, shard-concatenation identical), unavailable devices fail cleanly."""
+import numpy as np
+import pytest
+
+from gnnweave.golden.aggregate import aggregate_float
+from gnnweave.graph import CSRGraph
+from gnnweave.host.executors import (
+    CpuExecutor, DeviceUnavailable, Executor, FpgaEmuExecutor, OpResult, available_devices,
+    make_executor,
+)
+
+
+def random_graph(n=60, e=400, seed=0, weighted=True):
+    rng = np.random.default_rng(seed)
+    ei = rng.integers(0, n, size=(2, e))
+    w = rng.uniform(0.05, 1.0, size=e) if weighted else None
+    return CSRGraph.from_edge_index(ei, n, w)
+
+
+@pytest.fixture
+def graph():
+    return random_graph()
+
+
+@pytest.fixture
+def x():
+    return np.random.default_rng(1).normal(size=(60, 12)).astype(np.float32)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+def test_cpu_aggregate_matches_float_reference(graph, x, reduce):
+    res = CpuExecutor().aggregate(graph, x, reduce)
+    assert isinstance(res, OpResult) and res.op == "aggregate" and res.executor == "cpu"
+    ref = aggregate_float(graph, x, reduce, weights=graph.weights)
+    np.testing.assert_allclose(res.value, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_cpu_aggregate_sum_is_scipy_product(graph, x):
+    ref = graph.to_scipy() @ x.astype(np.float64)
+    np.testing.assert_allclose(CpuExecutor().aggregate(graph, x).value, ref, rtol=1e-5, atol=1e-5)
+    ref_t = graph.to_scipy().T @ x.astype(np.float64)
+    np.testing.assert_allclose(CpuExecutor().aggregate(graph, x, transpose=True).value, ref_t,
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["cpu", "fpga-emu"])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+def test_row_shards_concatenate_to_the_whole(graph, x, name, reduce):
+    ex = make_executor(name)
+    whole = ex.aggregate(graph, x, reduce, transpose=True).value
+    cuts = [0, 7, 7, 31, 60]
+    parts = [ex.aggregate(graph, x, reduce, rows=(lo, hi), transpose=True).value
+             for lo, hi in zip(cuts[:-1], cuts[1:])]
+    assert [p.shape[0] for p in parts] == [7, 0, 24, 29]
+    joined = np.concatenate(parts)
+    if name == "fpga-emu":
+        np.testing.assert_array_equal(joined, whole)   # bit-identical
+    else:
+        np.testing.assert_allclose(joined, whole, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+def test_fpga_emu_aggregate_close_to_float_and_never_saturates(graph, x, reduce):
+    res = FpgaEmuExecutor().aggregate(graph, x, reduce)
+    ref = aggregate_float(graph, x, reduce, weights=graph.weights)
+    assert res.saturations == 0
+    scale = np.abs(ref).max()
+    assert np.abs(res.value - ref).max() < scale * 2 ** -9
+    assert res.device_seconds > 0
+
+
+def test_fpga_emu_aggregate_is_the_golden_model(graph, x):
+    """The emulator's integers are exactly the golden Aggregator's on the same formats."""
+    from gnnweave.fixed import FixedFormat, choose_frac
+    from gnnweave.golden.aggregate import AggregateFormat, aggregate
+    res = FpgaEmuExecutor().aggregate(graph, x, "sum")
+    ff = FixedFormat(16, choose_frac(x, 16))
+    wf = FixedFormat(16, choose_frac(graph.weights, 16))
+    row_sums = np.add.reduceat(np.abs(graph.weights), graph.indptr[:-1][graph.in_degree > 0])
+    of = FixedFormat(16, min(choose_frac(np.array([row_sums.max() * np.abs(x).max()]), 16),
+                             ff.frac + wf.frac))
+    gold = aggregate(graph, ff.quantize(x)[0], "sum", AggregateFormat(ff, wf, of),
+                     wf.quantize(graph.weights)[0])
+    np.testing.assert_array_equal(res.value, of.to_float(gold.out).astype(np.float32))
+
+
+def test_cycle_model_counts_read_beats(graph):
+    x = np.ones((60, 20), dtype=np.float32)
+    ex = FpgaEmuExecutor()
+    res = ex.aggregate(graph, x, rows=(0, 30))
+    edges = int(graph.indptr[30])
+    # 20 features * 2 bytes = 40 bytes = 3 beats of 16 bytes
+    assert res.device_seconds == pytest.approx(edges * 3 / ex.cycle_model.clock_hz)
+
+
+def test_cpu_dense_ops_match_numpy():
+    rng = np.random.default_rng(2)
+    x, w, b = rng.normal(size=(9, 5)), rng.normal(size=(5, 4)), rng.normal(size=4)
+    dy = rng.normal(size=(9, 4))
+    mask = rng.random((9, 4)) > 0.5
+    ex = CpuExecutor()
+    np.testing.assert_allclose(ex.dense_forward(x, w, b, relu=True).value,
+                               np.maximum(x @ w + b, 0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ex.dense_input_grad(dy, w, relu_mask=mask).value,
+                               (dy * mask) @ w.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ex.dense_weight_grad(x, dy, relu_mask=mask).value,
+                               x.T @ (dy * mask), rtol=1e-5, atol=1e-5)
+
+
+def test_bad_inputs_name_the_field(graph, x):
+    ex = CpuExecutor()
+    with pytest.raises(ValueError, match="rows=.*not a node range"):
+        ex.aggregate(graph, x, rows=(10, 99))
+    with pytest.raises(ValueError, match="x: shape"):
+        ex.aggregate(graph, x[:5])
+    with pytest.raises(ValueError, match="unknown reduce"):
+        ex.aggregate(graph, x, "median")
+    with pytest.raises(ValueError, match="does not match"):
+        ex.dense_forward(x, np.zeros((3, 2)))
+
+
+def test_registry():
+    devs = available_devices()
+    assert devs[0] == "cpu" and "fpga-emu" in devs
+    assert isinstance(make_executor("cpu"), Executor)
+    assert make_executor("fpga-emu:1").name == "fpga-emu:1"
+    with pytest.raises(DeviceUnavailable, match="unknown device 'tpu'.*available: cpu"):
+        make_executor("tpu")
+    assert issubclass(DeviceUnavailable, ValueError)
+
+
+def test_gpu_absent_is_device_unavailable():
+    if any(d.startswith("gpu:") for d in available_devices()):
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(DeviceUnavailable, match="no CUDA device.*available: cpu"):
+        make_executor("gpu")
+
+
+@pytest.mark.parametrize("name", ["fpga-sim", "fpga"])
+def test_driver_devices_without_driver(name):
+    try:
+        import gnnweave.host.driver  # noqa: F401
+        pytest.skip("driver present")
+    except ImportError:
+        pass
+    with pytest.raises(DeviceUnavailable, match="gnnweave.host.driver"):
+        make_executor(name)
+
+
+def test_transfers_report_bytes():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    res = FpgaEmuExecutor().transfer_in(a)
+    assert res.bytes_in == a.nbytes and res.op == "transfer_in"
+    np.testing.assert_array_equal(res.value, a)
+    assert CpuExecutor().transfer_in(a).bytes_in == 0
