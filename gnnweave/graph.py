@@ -98,3 +98,43 @@ class CSRGraph:
 
     def with_weights(self, weights) -> "CSRGraph":
         return CSRGraph(self.indptr, self.indices, self.num_nodes, weights)
+
+
+def gcn_norm(graph: CSRGraph, *, add_self_loops: bool = True) -> CSRGraph:
+    """GCN's symmetric normalisation ``D^-1/2 (A + I) D^-1/2`` as edge weights.
+
+    Follows PyG's ``gcn_norm`` (flow source -> target): with ``add_self_loops`` every
+    node ends with exactly one self loop, as ``add_remaining_self_loops`` leaves it
+    (existing loops are dropped; the new loop keeps the weight of the node's last
+    existing loop, else 1), appended after the node's other in-edges. ``D`` is the
+    weighted in-degree, self loop included; nodes of degree 0 get weight 0 edges.
+    Unweighted graphs count every edge as 1.
+    """
+    n = graph.num_nodes
+    dst = np.repeat(np.arange(n, dtype=np.int64), graph.in_degree)
+    src = graph.indices
+    w = np.ones(graph.num_edges) if graph.weights is None else graph.weights
+    if add_self_loops:
+        is_loop = src == dst
+        loop_weight = np.ones(n)
+        loop_weight[dst[is_loop]] = w[is_loop]   # fancy assignment: the last one wins
+        others = ~is_loop
+        nodes = np.arange(n, dtype=np.int64)
+        src = np.concatenate([src[others], nodes])
+        dst = np.concatenate([dst[others], nodes])
+        w = np.concatenate([w[others], loop_weight])
+    degree = np.bincount(dst, weights=w, minlength=n)
+    if np.any(degree < 0):
+        v = int(np.flatnonzero(degree < 0)[0])
+        raise ValueError(f"gcn_norm: node {v} has negative weighted in-degree {degree[v]}")
+    inv_sqrt = np.zeros(n)
+    positive = degree > 0
+    inv_sqrt[positive] = degree[positive] ** -0.5
+    return CSRGraph.from_edge_index(np.stack([src, dst]), n, inv_sqrt[src] * w * inv_sqrt[dst])
+
+
+def quantize_weights(graph: CSRGraph, fmt) -> tuple[np.ndarray, int]:
+    """Edge weights in the fixed-point format ``fmt`` (1 for an unweighted graph), CSR
+    order: (integers, number of saturated weights)."""
+    w = np.ones(graph.num_edges) if graph.weights is None else graph.weights
+    return fmt.quantize(w)
