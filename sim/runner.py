@@ -9,9 +9,9 @@ building the same folder twice). :func:`run` starts one simulator process throug
 (``$GNNWEAVE_TB_PARAMS``) and collects what the cocotb tests wrote to
 ``$GNNWEAVE_TB_RESULTS``.
 
-Waves: ``WAVES=1`` in the environment (or ``waves=True``) builds a tracing variant and
-records FST on both simulators (Verilator ``--trace-fst``; cocotb 2.1's Icarus runner
-always dumps FST), written in the run folder.
+Waves: ``WAVES=1`` in the environment (or ``waves=True``) builds a tracing variant; the
+trace lands in the run folder: Verilator ``dump.fst`` (``dump.vcd`` where the lz4
+headers that its FST writer needs are missing), Icarus ``waves.fst``.
 """
 from __future__ import annotations
 
@@ -150,7 +150,8 @@ def build(sources, toplevel: str, sim: str = "verilator", *, waves: bool | None 
     texts = [(s.name, s.read_bytes()) for s in sources]
     args = list(extra_args)
     if sim == "verilator":
-        args = list(VERILATOR_ARGS) + (["--trace-fst", "--trace-structs"] if waves else []) + args
+        trace = (["--trace-fst"] if toolchain.can_trace_fst() else ["--trace"]) if waves else []
+        args = list(VERILATOR_ARGS) + trace + (["--trace-structs"] if waves else []) + args
     else:
         # Amaranth/Yosys Verilog wakes its `always @*` blocks at time 0 through a register
         # initialiser; under cocotb's default -g2012 Icarus 11 applies initialisers before

@@ -431,8 +431,8 @@ class AggregatorTB(AxiTB):
 
 
 def golden_for(job: AggregateJob):
-    from gnnweave.golden.aggregate import aggregate_raw
-    return aggregate_raw(job.indptr, job.indices, job.x, reduce=int(job.reduce), shift=int(job.shift),
+    from gnnweave.golden.aggregate import Reduce, aggregate_raw
+    return aggregate_raw(job.indptr, job.indices, job.x, reduce=Reduce(int(job.reduce)), shift=int(job.shift),
                          out_width=16, weights=job.weights, num_edges=int(job.num_edges))
 
 

@@ -97,6 +97,17 @@ def setup_verilator() -> Tool:
     return _VERILATOR
 
 
+def can_trace_fst() -> bool:
+    """Verilator 5.4x's FST writer needs the lz4 headers (liblz4-dev); without them the
+    traced build fails in ``fstcpp_writer.cpp``, so waves fall back to VCD."""
+    try:
+        proc = subprocess.run(["c++", "-E", "-x", "c++", "-"], input="#include <lz4.h>\n",
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return proc.returncode == 0
+
+
 def find_icarus() -> Tool:
     """Icarus Verilog (``iverilog`` + ``vvp``) from PATH."""
     iverilog, vvp = shutil.which("iverilog"), shutil.which("vvp")

@@ -390,3 +390,25 @@ def test_toy_on_icarus(toy_source, tmp_path_factory):
     result = _run(built, "toy_copy,toy_registers,toy_monitor", run_name="toy_icarus")
     assert result.failed == 0 and result.tests >= 6
     assert len(result.results["monitor"]) == 3
+
+
+def _waves_run(toy_source, sim, root):
+    from gnnweave.sim import runner
+    built = runner.build([toy_source], "toy_copy", sim=sim, build_root=root, waves=True)
+    assert built.waves
+    result = _run(built, "toy_registers", run_name=f"waves-{sim}")
+    assert result.failed == 0
+    return [p for p in result.run_dir.iterdir() if p.suffix in (".fst", ".vcd") and p.stat().st_size > 0]
+
+
+@pytest.mark.icarus
+def test_waves_on_icarus(toy_source, tmp_path):
+    from gnnweave.sim import toolchain
+    if not toolchain.have_icarus():
+        pytest.skip("iverilog not installed")
+    assert _waves_run(toy_source, "icarus", tmp_path), "no FST written"
+
+
+@pytest.mark.slow
+def test_waves_on_verilator(toy_source, tmp_path):
+    assert _waves_run(toy_source, "verilator", tmp_path), "no FST written"
