@@ -350,7 +350,7 @@ def _frac_for_bound(bound: float, width: int = FPGA_WIDTH) -> int:
 def _mac_module():
     try:
         from gnnweave.golden import mac
-    except ImportError as exc:  # pragma: no cover - until golden/mac.py lands
+    except ImportError as exc:  # pragma: no cover - golden/mac.py is part of the package
         raise DeviceUnavailable(
             "fpga-emu dense ops need gnnweave.golden.mac (golden MAC array model), "
             f"which is not importable: {exc}") from None
@@ -445,20 +445,19 @@ class FpgaEmuExecutor(Executor):
         x_q, xf = quantize_dynamic(x)
         w_q, wf = quantize_dynamic(w)
         product_frac = xf.frac + wf.frac
-        b_q = None
+        b_q, bias_shift = None, 0
         if b is not None:
             b = np.asarray(b, dtype=np.float64).reshape(-1)
-            # the bias joins the accumulator, so it is held at the product's fractional bits
-            bfmt = FixedFormat(32, product_frac)
-            b_q, _ = bfmt.quantize(b)
-            b_q = b_q.astype(np.int64)
+            # a 16-bit bias, aligned into the product's fraction on chip by a left shift
+            bfmt = FixedFormat(FPGA_WIDTH, min(choose_frac(b, FPGA_WIDTH), product_frac))
+            b_q = bfmt.quantize(b)[0].astype(np.int64)
+            bias_shift = product_frac - bfmt.frac
 
         def exact_peak():
             acc = self._exact_product(x_q, w_q)
             if b_q is not None:
-                acc = acc + b_q.astype(np.float64)
-            if relu:
-                acc = np.maximum(acc, 0)
+                acc = acc + np.ldexp(b_q.astype(np.float64), bias_shift)
+            # the narrowing happens before the ReLU, so the pre-activation range counts
             return float(np.max(np.abs(acc))) * 2.0 ** -product_frac if acc.size else 0.0
 
         bound = (float(np.abs(x).sum(axis=1).max()) if x.size else 0.0) * \
@@ -467,7 +466,7 @@ class FpgaEmuExecutor(Executor):
             bound += float(np.abs(b).max())
         out_frac = self._out_frac(exact_peak, bound, product_frac)
         res = mac.mac_forward(x_q, w_q, b_q, shift=product_frac - out_frac,
-                              out_width=FPGA_WIDTH, relu=relu)
+                              out_width=FPGA_WIDTH, relu=relu, bias_shift=bias_shift)
         y = np.ldexp(np.asarray(res.out, dtype=np.float64), -out_frac).astype(np.float32)
         m, k = x.shape
         dev = self.cycle_model.matmul_seconds(m, k, w.shape[1])

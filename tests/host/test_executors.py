@@ -154,3 +154,42 @@ def test_transfers_report_bytes():
     assert res.bytes_in == a.nbytes and res.op == "transfer_in"
     np.testing.assert_array_equal(res.value, a)
     assert CpuExecutor().transfer_in(a).bytes_in == 0
+
+
+def test_fpga_emu_dense_ops_are_the_golden_mac_and_close_to_float():
+    from gnnweave.fixed import FixedFormat, choose_frac
+    from gnnweave.golden import mac
+    rng = np.random.default_rng(3)
+    x, w, b = rng.normal(size=(40, 30)), rng.normal(size=(30, 8)) * 0.1, rng.normal(size=8)
+    dy = rng.normal(size=(40, 8)) * 1e-3
+    mask = rng.random((40, 8)) > 0.3
+    ex = FpgaEmuExecutor()
+    fwd = ex.dense_forward(x, w, b, relu=True)
+    ref = np.maximum(x @ w + b, 0)
+    assert fwd.saturations == 0
+    assert np.abs(fwd.value - ref).max() < np.abs(ref).max() * 2 ** -10
+    # the same integers as the golden model on the formats the emulator picks
+    xf = FixedFormat(16, choose_frac(x, 16))
+    wf = FixedFormat(16, choose_frac(w, 16))
+    bf = FixedFormat(16, choose_frac(b, 16))
+    pf = xf.frac + wf.frac
+    out_frac = choose_frac(x @ w + b, 16)   # 'peak' range of the pre-activation
+    gold = mac.mac_forward(xf.quantize(x)[0], wf.quantize(w)[0], bf.quantize(b)[0],
+                           shift=pf - out_frac, relu=True, bias_shift=pf - bf.frac)
+    np.testing.assert_array_equal(fwd.value, np.ldexp(gold.out.astype(np.float64), -out_frac)
+                                  .astype(np.float32))
+    dx = ex.dense_input_grad(dy, w, relu_mask=mask)
+    ref_dx = (dy * mask) @ w.T
+    assert np.abs(dx.value - ref_dx).max() < np.abs(ref_dx).max() * 2 ** -9
+    dw = ex.dense_weight_grad(x, dy, relu_mask=mask)
+    ref_dw = x.T @ (dy * mask)
+    assert np.abs(dw.value - ref_dw).max() < np.abs(ref_dw).max() * 2 ** -9
+    assert min(fwd.device_seconds, dx.device_seconds, dw.device_seconds) > 0
+
+
+def test_fpga_emu_bound_range_never_saturates():
+    rng = np.random.default_rng(4)
+    x, w = rng.normal(size=(50, 20)), rng.normal(size=(20, 6))
+    res = FpgaEmuExecutor(dense_range="bound").dense_forward(x, w)
+    assert res.saturations == 0
+    np.testing.assert_allclose(res.value, x @ w, atol=np.abs(x @ w).max() * 2 ** -7)
