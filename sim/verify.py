@@ -115,3 +115,28 @@ def verify_aggregate(graph: str, feat_dim: int, reduce: str = "sum", sim: str = 
         stray_writes=rep["stray_writes"],
     )
     return report
+
+
+def main(argv=None) -> int:
+    """``python -m gnnweave.sim.verify GRAPH FEAT_DIM [--reduce R] [--sim S] ...`` -> JSON."""
+    import argparse
+    import json
+    p = argparse.ArgumentParser(prog="python -m gnnweave.sim.verify", description=__doc__.splitlines()[0])
+    p.add_argument("graph")
+    p.add_argument("feat_dim", type=int)
+    p.add_argument("--reduce", default="sum", choices=["sum", "mean", "max"])
+    p.add_argument("--sim", default="verilator", choices=["verilator", "icarus"])
+    p.add_argument("--latency", type=int, default=32)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--config", default="default")
+    p.add_argument("--weighted", action="store_true")
+    p.add_argument("--backpressure", type=float, default=None)
+    a = p.parse_args(argv)
+    rep = verify_aggregate(a.graph, a.feat_dim, a.reduce, a.sim, a.latency, a.seed, a.config,
+                           a.weighted, a.backpressure)
+    print(json.dumps(rep, indent=1))
+    return 0 if rep.get("match") else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
