@@ -28,6 +28,7 @@ import io
 import os
 import re
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -244,8 +245,8 @@ def standard_split(y, *, per_class: int = 20, num_val: int = 500, num_test: int 
     """Planetoid-style random split: ``per_class`` training nodes of every class, then
     ``num_val`` validation and ``num_test`` test nodes from the rest.
 
-    On small graphs it shrinks: a class gives at most half its nodes to training, and
-    validation and test take at most half each of what is left.
+    On small graphs it shrinks: a class gives at most half its nodes (at least one) to
+    training; validation takes at most half of the rest and test at most what remains.
     """
     y = np.asarray(y)
     n = y.shape[0]
@@ -257,7 +258,7 @@ def standard_split(y, *, per_class: int = 20, num_val: int = 500, num_test: int 
         train[members[:take]] = True
     rest = rng.permutation(np.flatnonzero(~train))
     n_val = min(num_val, rest.shape[0] // 2)
-    n_test = min(num_test, rest.shape[0] - n_val, max(rest.shape[0] // 2, 0))
+    n_test = min(num_test, rest.shape[0] - n_val)
     val = np.zeros(n, dtype=bool)
     test = np.zeros(n, dtype=bool)
     val[rest[:n_val]] = True
@@ -390,14 +391,31 @@ def load_npz(path, *, name: str | None = None) -> Dataset:
 
 # ------------------------------------------------------------------------ text tables
 
+class _ProgressReader(io.RawIOBase):
+    """A raw byte stream that advances a progress bar by what it reads."""
+
+    def __init__(self, raw, bar):
+        self.raw, self.bar = raw, bar
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        count = self.raw.readinto(buffer)
+        self.bar.update(count or 0)
+        return count
+
+
+@contextmanager
 def _open_text(path: Path):
     """Text stream of a plain or gzip file, with a byte progress bar for big files."""
     size = path.stat().st_size
-    raw = open(path, "rb")
-    progress = tqdm.wrapattr(raw, "read", total=size, desc=path.name, unit="B",
-                             unit_scale=True, leave=False, disable=size < _PROGRESS_MIN_BYTES)
-    binary = gzip.GzipFile(fileobj=progress, mode="rb") if path.suffix == ".gz" else progress
-    return io.TextIOWrapper(binary, encoding="utf-8", errors="replace")
+    with open(path, "rb") as raw, tqdm(total=size, desc=path.name, unit="B", unit_scale=True,
+                                       leave=False, disable=size < _PROGRESS_MIN_BYTES) as bar:
+        binary = io.BufferedReader(_ProgressReader(raw, bar))
+        if path.suffix == ".gz":
+            binary = gzip.GzipFile(fileobj=binary, mode="rb")
+        yield io.TextIOWrapper(binary, encoding="utf-8", errors="replace")
 
 
 def _data_lines(path: Path, delimiter):
