@@ -1,0 +1,446 @@
+"""TrainStage: one layer with its weights on chip, forward/backward for microbatches, SGD.
+
+A stage holds (all in on-chip memories):
+
+* master weights ``[d_in, d_out]`` (``master`` format, e.g. 32 bits), the SGD velocity and
+  the weight-gradient sum (32 bits), ``lanes`` elements per word;
+* MAC weights (16 bits) in a :class:`~gnnweave.hw.mac.SkewedBuffer` with ``versions``
+  version slots: an update writes the next slot, so the weights a microbatch's forward
+  used stay readable for its backward (weight stashing) — ``versions`` must exceed the
+  microbatches a stage holds in flight (``p - s + 1`` for asynchronous 1F1B);
+* the input activations of in-flight microbatches (``slots`` stash slots) and the ReLU
+  mask of their outputs; two ``dY`` slots, so the next gradient arrives during a backward.
+
+Streams (payload :func:`~gnnweave.hw.mac.output_layout` with ``lanes`` columns, one row
+segment per transfer, ``last`` on a microbatch's final segment): ``act_in`` (inputs,
+microbatches in forward order), ``act_out`` (outputs), ``grad_in`` (``dY``, microbatches in
+this stage's backward order), ``grad_out`` (``dX``). In a :class:`~gnnweave.hw.pipeline.Pipeline`
+they connect to the neighbours; at the ends they are external ports (host, other device).
+
+The op sequencer implements the per-stage op order of
+``gnnweave.golden.pipeline.stage_ops`` for the schedule register (0 GPipe, 1 1F1B-flush,
+2 async 1F1B); receivers fill stash slots independently of the compute so transfers
+overlap computation. ``F``: ``Y = X W`` (ReLU, mask stashed); ``B``: ``dX = (dY*mask) W^T``
+then ``dW = X^T (dY*mask)`` added into the gradient sum (the mask is applied as ``dY``
+is written into its buffer); ``U``: SGD over the weight words, one word (``lanes``
+elements) per cycle, into the next version slot. The numerics are those of
+``gnnweave.golden.mac.sgd_update`` / ``mac_*`` bit for bit.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from gnnweave.fixed import FixedFormat
+
+from .mac import (MAC_INPUT_WIDTH, MacCore, MacMode, SkewedBuffer, _log2_exact,
+                  _round_half_even_shift, _saturate, output_layout)
+
+SCHEDULE_GPIPE, SCHEDULE_1F1B_FLUSH, SCHEDULE_1F1B_ASYNC = 0, 1, 2
+
+
+class Phase:
+    IDLE, DECIDE, F_START, F_RUN, DX_START, DX_RUN, DW_START, DW_RUN, U_RUN, U_DRAIN, DONE = range(11)
+
+
+def _rhe_const(value, shift: int):
+    """Round half to even by a constant shift (shift_round_half_even)."""
+    value = value.as_signed()
+    if shift == 0:
+        return value
+    kept = value >> shift
+    dropped = value.as_unsigned()[:shift]
+    half = Const(1 << (shift - 1), shift)
+    return kept + ((dropped > half) | ((dropped == half) & kept[0]))
+
+
+class TrainStage(wiring.Component):
+    """One pipeline stage (see module doc). Configuration inputs are read while running;
+    keep them steady from ``start`` to ``done``."""
+
+    def __init__(self, *, lanes: int = 4, max_dim: int = 16, max_rows: int = 16, slots: int = 4,
+                 versions: int = 4, master: FixedFormat = FixedFormat(32, 24),
+                 weight: FixedFormat = FixedFormat(16, 12), grad_sum: FixedFormat = FixedFormat(32, 12),
+                 lr: FixedFormat = FixedFormat(16, 16), wd: FixedFormat = FixedFormat(16, 20),
+                 mu: FixedFormat = FixedFormat(16, 15), velocity: FixedFormat | None = None):
+        _log2_exact("lanes", lanes)
+        self.lanes = lanes
+        self.max_dim = max(max_dim, lanes)
+        self.max_rows = max_rows
+        self.slots = slots
+        self.versions = versions
+        _log2_exact("max_dim", self.max_dim)
+        _log2_exact("max_rows", max_rows)
+        _log2_exact("slots", slots)
+        self.fmt = dict(master=master, weight=weight, grad_sum=grad_sum, lr=lr, wd=wd, mu=mu,
+                        velocity=velocity or master)
+        if weight.width > MAC_INPUT_WIDTH or master.frac < weight.frac or master.frac < grad_sum.frac:
+            raise ValueError("TrainStage formats: weight <= 16 bits, master.frac >= weight.frac, grad_sum.frac")
+        self.core = MacCore(rows=lanes, cols=lanes, max_dim=max(self.max_dim, max_rows),
+                            max_depth=max(self.max_dim, max_rows))
+        ib = self.core.index_bits
+        self.index_bits = ib
+        seg = output_layout(lanes, ib, 16)
+        words = self.max_dim // lanes
+        self.word_bits = (words - 1).bit_length() if words > 1 else 0
+        super().__init__({
+            "start": In(1), "busy": Out(1), "done": Out(1),
+            # configuration
+            "schedule": In(2), "stages": In(4), "stage": In(4), "microbatches": In(8),
+            "steps": In(16), "rows": In(ib), "d_in": In(ib), "d_out": In(ib), "relu": In(1),
+            "fwd_shift": In(7), "dx_shift": In(7), "dw_shift": In(7),
+            "lr": In(lr.width), "wd": In(wd.width), "mu": In(mu.width),
+            # streams
+            "act_in": In(stream.Signature(seg)), "act_out": Out(stream.Signature(seg)),
+            "grad_in": In(stream.Signature(seg)), "grad_out": Out(stream.Signature(seg)),
+            # host access to the master weights (while idle): write one word, read one word
+            "w_wr_en": In(1), "w_row": In(ib), "w_word": In(max(self.word_bits, 1)),
+            "w_wr_data": In(data.ArrayLayout(signed(master.width), lanes)),
+            "w_rd_data": Out(data.ArrayLayout(signed(master.width), lanes)),
+            # counters (cleared at start)
+            "busy_cycles": Out(32), "fwd_cycles": Out(32), "bwd_cycles": Out(32),
+            "upd_cycles": Out(32), "wait_cycles": Out(32), "mac_ops": Out(48),
+            "saturations": Out(32), "ops_done": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        L, ib, S, V = self.lanes, self.index_bits, self.slots, self.versions
+        D, RM = self.max_dim, self.max_rows
+        f = self.fmt
+        lb = L.bit_length() - 1
+        wbits = max(self.word_bits, 1)
+        m.submodules.core = core = self.core
+        m.submodules.wbuf = wbuf = SkewedBuffer(lanes=L, rows=V * D if (V * D) & (V * D - 1) == 0
+                                                else 1 << (V * D - 1).bit_length(), cols=D)
+        m.submodules.xbuf = xbuf = SkewedBuffer(lanes=L, rows=S * RM, cols=D)
+        m.submodules.ybuf = ybuf = SkewedBuffer(lanes=L, rows=2 * RM, cols=D)
+
+        running = Signal()
+        phase = Signal(4)
+        m.d.comb += self.busy.eq(running)
+
+        # ---------------------------------------------------------------- op counters
+        sched = self.schedule
+        is_async = sched == SCHEDULE_1F1B_ASYNC
+        mbs = self.microbatches
+        n_total = Signal(24)
+        m.d.comb += n_total.eq(mbs * self.steps)
+        m_eff = Mux(is_async, n_total, mbs)          # microbatches per flush
+        f_loc, b_loc = Signal(24), Signal(24)       # F / B issued in this step
+        base = Signal(24)                           # global index of the step's first microbatch
+        step_idx = Signal(16)
+        b_done = Signal(24)                         # B completed in the run (global)
+        p_minus_s = Signal(5)
+        m.d.comb += p_minus_s.eq(self.stages - self.stage)
+        window = Signal(24)
+        win_raw = Mux(is_async, p_minus_s, p_minus_s - 1)
+        m.d.comb += window.eq(Mux(win_raw < m_eff, win_raw, m_eff))
+        cur_ver = Signal(range(V))
+        ver_of_slot = Array([Signal(range(V), name=f"ver_slot{i}") for i in range(S)])
+
+        # ---------------------------------------------------------------- act receiver
+        rx_f = Signal(24)                 # microbatches fully received (global)
+        rx_row_ok = Signal()
+        rx_slot = Signal(range(S))
+        m.d.comb += rx_slot.eq(rx_f[:max(S.bit_length() - 1, 1)] if S > 1 else 0)
+        # a slot is free when its previous occupant's backward is done; synchronous
+        # schedules also wait for the flush before taking the next step's inputs
+        sync_gate = Mux(is_async, 1, rx_f < base + mbs)
+        m.d.comb += rx_row_ok.eq(running & (rx_f < b_done + S) & sync_gate & (rx_f < n_total))
+        m.d.comb += self.act_in.ready.eq(rx_row_ok)
+        act = self.act_in.payload
+        m.d.comb += [
+            xbuf.wr_en.eq(self.act_in.valid & rx_row_ok),
+            xbuf.wr.row.eq(act.row + (rx_slot << (RM.bit_length() - 1))),
+            xbuf.wr.col.eq(act.col), xbuf.wr.count.eq(act.count), xbuf.wr.data.eq(act.data),
+        ]
+        with m.If(self.act_in.valid & rx_row_ok & act.last):
+            m.d.sync += rx_f.eq(rx_f + 1)
+
+        # ---------------------------------------------------------------- mask stash
+        mask_words = S * RM * (D // L)
+        mask_mem = Memory(shape=L, depth=mask_words, init=[])
+        m.submodules.mask = mask_mem
+        mask_wp = mask_mem.write_port()
+        mask_rp = mask_mem.read_port()
+
+        def mask_addr(slot, row, col):
+            return Cat((col >> lb)[:max(self.word_bits, 0) or 1] if self.word_bits else Const(0, 0),
+                       row[:RM.bit_length() - 1] if RM > 1 else Const(0, 0),
+                       slot[:S.bit_length() - 1] if S > 1 else Const(0, 0))
+
+        # ---------------------------------------------------------------- grad receiver
+        rx_b = Signal(24)                 # dY microbatches fully received (global count)
+        rx_b_loc, rx_b_base = Signal(24), Signal(24)
+        rx_b_mb = Signal(24)
+        m.d.comb += rx_b_mb.eq(Mux(sched == SCHEDULE_GPIPE, rx_b_base + mbs - 1 - rx_b_loc,
+                                   rx_b_base + rx_b_loc))
+        g_ok = running & (rx_b < b_done + 2)
+        # stage 1 of the receiver: read the mask word; stage 2: write masked dY
+        g_valid_q = Signal()
+        g_pl_q = Signal.like(self.grad_in.payload)
+        g_slot_q = Signal()
+        m.d.comb += self.grad_in.ready.eq(g_ok)
+        g_fire = self.grad_in.valid & g_ok
+        gp = self.grad_in.payload
+        mb_slot = rx_b_mb[:max(S.bit_length() - 1, 1)] if S > 1 else Const(0, 1)
+        m.d.comb += [mask_rp.addr.eq(mask_addr(mb_slot, gp.row, gp.col)), mask_rp.en.eq(1)]
+        m.d.sync += [g_valid_q.eq(g_fire), g_pl_q.eq(gp), g_slot_q.eq(rx_b[0])]
+        with m.If(g_fire & gp.last):
+            m.d.sync += [rx_b.eq(rx_b + 1), rx_b_loc.eq(rx_b_loc + 1)]
+            with m.If(~is_async & (rx_b_loc + 1 == mbs)):
+                m.d.sync += [rx_b_loc.eq(0), rx_b_base.eq(rx_b_base + mbs)]
+        masked = [Mux(~self.relu | mask_rp.data[l], g_pl_q.data[l], 0) for l in range(L)]
+        m.d.comb += [
+            ybuf.wr_en.eq(g_valid_q),
+            ybuf.wr.row.eq(g_pl_q.row + (g_slot_q << (RM.bit_length() - 1))),
+            ybuf.wr.col.eq(g_pl_q.col), ybuf.wr.count.eq(g_pl_q.count),
+        ]
+        m.d.comb += [ybuf.wr.data[l].eq(masked[l]) for l in range(L)]
+        # the last dY segment is written one cycle after it was accepted
+        rx_b_written = Signal(24)
+        m.d.sync += rx_b_written.eq(rx_b)
+
+        # ---------------------------------------------------------------- master/velocity/grad
+        n_words = D * D // L
+        mw = f["master"].width
+        masters = Memory(shape=data.ArrayLayout(signed(mw), L), depth=n_words, init=[])
+        velocity = Memory(shape=data.ArrayLayout(signed(f["velocity"].width), L), depth=n_words, init=[])
+        gsum = Memory(shape=data.ArrayLayout(signed(f["grad_sum"].width), L), depth=n_words, init=[])
+        m.submodules.masters, m.submodules.velocity, m.submodules.gsum = masters, velocity, gsum
+        ms_rp, ms_wp = masters.read_port(), masters.write_port()
+        vl_rp, vl_wp = velocity.read_port(), velocity.write_port()
+        gs_rp, gs_wp = gsum.read_port(), gsum.write_port()
+
+        def word_addr(row, col_word):
+            return Cat(col_word[:self.word_bits] if self.word_bits else Const(0, 0),
+                       row[:D.bit_length() - 1])
+
+        # ---------------------------------------------------------------- current op
+        op_mb = Signal(24)
+        op_slot = Signal(range(S))
+        m.d.comb += op_slot.eq(op_mb[:max(S.bit_length() - 1, 1)] if S > 1 else 0)
+        op_ver = Signal(range(V))
+        op_yslot = Signal()
+        rows_shift = RM.bit_length() - 1
+        d_shift = D.bit_length() - 1
+
+        # core operand routing (offsets are multiples of lanes: banks are unchanged)
+        def route(req, buf, off):
+            m.d.comb += [buf.rd_en.eq(req.en), buf.rd_rowwise.eq(req.rowwise)]
+            m.d.comb += [buf.rd_fixed.eq(Mux(req.rowwise, req.fixed + off, req.fixed)),
+                         buf.rd_start.eq(Mux(req.rowwise, req.start, req.start + off)),
+                         buf.rd_extent.eq(Mux(req.rowwise, req.extent, req.extent + off))]
+
+        in_f = (phase == Phase.F_START) | (phase == Phase.F_RUN)
+        in_dx = (phase == Phase.DX_START) | (phase == Phase.DX_RUN)
+        in_dw = (phase == Phase.DW_START) | (phase == Phase.DW_RUN)
+        x_off = op_slot << rows_shift
+        y_off = op_yslot << rows_shift
+        w_off = op_ver << d_shift
+        route(core.a_req, xbuf, x_off)       # F, DW read X on the A side
+        route(core.b_req, wbuf, w_off)       # F, DX read W on the B side
+        # dY: A side in DX, B side in DW
+        with m.If(in_dx):
+            route(core.a_req, ybuf, y_off)
+        with m.Else():
+            route(core.b_req, ybuf, y_off)
+        m.d.comb += [core.a_data.eq(Mux(in_dx, ybuf.rd_data.as_value(), xbuf.rd_data.as_value())),
+                     core.b_data.eq(Mux(in_dw, ybuf.rd_data.as_value(), wbuf.rd_data.as_value()))]
+
+        # core configuration per phase
+        m.d.comb += [core.use_bias.eq(0), core.bias_shift.eq(0), core.bias_clear.eq(0),
+                     core.bias_wr_en.eq(0)]
+        with m.If(in_f):
+            m.d.comb += [core.mode.eq(MacMode.FWD), core.m.eq(self.rows), core.n.eq(self.d_out),
+                         core.k.eq(self.d_in), core.shift.eq(self.fwd_shift), core.relu.eq(self.relu)]
+        with m.Elif(in_dx):
+            m.d.comb += [core.mode.eq(MacMode.DX), core.m.eq(self.rows), core.n.eq(self.d_in),
+                         core.k.eq(self.d_out), core.shift.eq(self.dx_shift)]
+        with m.Else():
+            m.d.comb += [core.mode.eq(MacMode.DW), core.m.eq(self.d_in), core.n.eq(self.d_out),
+                         core.k.eq(self.rows), core.shift.eq(self.dw_shift)]
+
+        # core output routing
+        out = core.out.payload
+        m.d.comb += [self.act_out.payload.eq(out), self.grad_out.payload.eq(out)]
+        m.d.comb += [self.act_out.valid.eq(core.out.valid & in_f),
+                     self.grad_out.valid.eq(core.out.valid & in_dx)]
+        m.d.comb += core.out.ready.eq(Mux(in_f, self.act_out.ready,
+                                          Mux(in_dx, self.grad_out.ready, in_dw)))
+        # F: stash the ReLU mask of every accepted output segment
+        m.d.comb += [mask_wp.addr.eq(mask_addr(op_slot, out.row, out.col)),
+                     mask_wp.data.eq(out.relu_mask),
+                     mask_wp.en.eq(in_f & core.out.valid & self.act_out.ready)]
+        # DW: add each segment into the gradient sum (read now, write next cycle)
+        dw_fire = in_dw & core.out.valid
+        dw_q = Signal()
+        dw_addr_q = Signal.like(gs_wp.addr)
+        dw_data_q = Signal.like(out.data)
+        dw_addr = word_addr(out.row, out.col >> lb)
+        m.d.sync += [dw_q.eq(dw_fire), dw_addr_q.eq(dw_addr), dw_data_q.eq(out.data)]
+
+        # ---------------------------------------------------------------- SGD datapath
+        u_row, u_word = Signal(ib), Signal(wbits)
+        u_issue = Signal()     # reading word (u_row, u_word) this cycle
+        u_q = Signal()         # the word read last cycle is written this cycle
+        u_row_q, u_word_q = Signal(ib), Signal(wbits)
+        u_addr = word_addr(u_row, u_word)
+        u_addr_q = word_addr(u_row_q, u_word_q)
+        m.d.sync += [u_q.eq(u_issue), u_row_q.eq(u_row), u_word_q.eq(u_word)]
+        new_ver = Signal(range(V))
+        m.d.comb += new_ver.eq(Mux(cur_ver == V - 1, 0, cur_ver + 1))
+        use_mom = self.mu != 0
+        sgd_sat = []
+        new_master = Signal.like(ms_wp.data)
+        new_vel = Signal.like(vl_wp.data)
+        new_w = Signal(data.ArrayLayout(signed(16), L))
+        grad_align = f["master"].frac - f["grad_sum"].frac
+        for l in range(L):
+            w = ms_rp.data[l]
+            g = gs_rp.data[l].as_signed() << grad_align
+            decay = _rhe_const(self.wd * w, f["wd"].frac)
+            d = Signal(signed(mw + 24), name=f"sgd_d{l}")
+            m.d.comb += d.eq(g + decay)
+            vel_raw = _rhe_const(self.mu * vl_rp.data[l], f["mu"].frac) + d
+            vel, vsat = _saturate(vel_raw, f["velocity"].width)
+            src = Mux(use_mom, vel, d)
+            step = _rhe_const(self.lr * src, f["lr"].frac)
+            master_new, msat = _saturate(w - step, mw)
+            wq, wsat = _saturate(_rhe_const(master_new, f["master"].frac - f["weight"].frac),
+                                 f["weight"].width)
+            m.d.comb += [new_master[l].eq(master_new), new_vel[l].eq(vel), new_w[l].eq(wq)]
+            sgd_sat.append((Mux(use_mom, vsat, 0) | msat | wsat) & (u_word_q * L + l < self.d_out))
+
+        # host weight load: narrowed MAC weights go to the current version slot
+        host_w = Signal(data.ArrayLayout(signed(16), L))
+        for l in range(L):
+            wq, _ = _saturate(_rhe_const(self.w_wr_data[l], f["master"].frac - f["weight"].frac),
+                              f["weight"].width)
+            m.d.comb += host_w[l].eq(wq)
+
+        # memory port muxing: host access (idle) / DW accumulate / SGD
+        with m.If(~running):
+            m.d.comb += [ms_rp.addr.eq(word_addr(self.w_row, self.w_word)),
+                         ms_wp.addr.eq(word_addr(self.w_row, self.w_word)),
+                         ms_wp.data.eq(self.w_wr_data), ms_wp.en.eq(self.w_wr_en),
+                         wbuf.wr_en.eq(self.w_wr_en),
+                         wbuf.wr.row.eq(self.w_row + (cur_ver << d_shift)),
+                         wbuf.wr.col.eq(self.w_word << lb), wbuf.wr.count.eq(L),
+                         wbuf.wr.data.eq(host_w)]
+        with m.Else():
+            m.d.comb += [ms_rp.addr.eq(u_addr), vl_rp.addr.eq(u_addr),
+                         ms_wp.addr.eq(u_addr_q), ms_wp.data.eq(new_master), ms_wp.en.eq(u_q),
+                         vl_wp.addr.eq(u_addr_q), vl_wp.data.eq(new_vel), vl_wp.en.eq(u_q & use_mom),
+                         wbuf.wr_en.eq(u_q), wbuf.wr.row.eq(u_row_q + (new_ver << d_shift)),
+                         wbuf.wr.col.eq(u_word_q << lb), wbuf.wr.count.eq(L), wbuf.wr.data.eq(new_w)]
+        m.d.comb += [self.w_rd_data.eq(ms_rp.data), ms_rp.en.eq(1), vl_rp.en.eq(1), gs_rp.en.eq(1)]
+        with m.If(in_dw | dw_q):
+            m.d.comb += [gs_rp.addr.eq(dw_addr), gs_wp.addr.eq(dw_addr_q), gs_wp.en.eq(dw_q)]
+            m.d.comb += [gs_wp.data[l].eq(gs_rp.data[l] + dw_data_q[l]) for l in range(L)]
+        with m.Else():
+            m.d.comb += [gs_rp.addr.eq(u_addr), gs_wp.addr.eq(u_addr_q), gs_wp.en.eq(u_q)]
+            m.d.comb += [gs_wp.data[l].eq(0) for l in range(L)]
+        # (DW results of consecutive segments have distinct addresses: no read-after-write hazard)
+
+        # ---------------------------------------------------------------- sequencer
+        m.d.comb += core.start.eq((phase == Phase.F_START) | (phase == Phase.DX_START) |
+                                  (phase == Phase.DW_START))
+        words_per_row = (self.d_out + L - 1) >> lb
+        busy_c, fwd_c, bwd_c, upd_c, wait_c = (Signal(32, name=n) for n in
+                                               ("busy_c", "fwd_c", "bwd_c", "upd_c", "wait_c"))
+        mac_ops, sats, ops_done = Signal(48), Signal(32), Signal(32)
+        with m.If(self.start & ~running):
+            m.d.sync += [running.eq(1), phase.eq(Phase.DECIDE), f_loc.eq(0), b_loc.eq(0),
+                         base.eq(0), step_idx.eq(0), b_done.eq(0), rx_f.eq(0), rx_b.eq(0),
+                         rx_b_loc.eq(0), rx_b_base.eq(0),
+                         busy_c.eq(0), fwd_c.eq(0), bwd_c.eq(0), upd_c.eq(0), wait_c.eq(0),
+                         mac_ops.eq(0), sats.eq(0), ops_done.eq(0)]
+        gpipe = sched == SCHEDULE_GPIPE
+        with m.Switch(phase):
+            with m.Case(Phase.DECIDE):
+                want_f = Signal()
+                with m.If(is_async):
+                    m.d.comb += want_f.eq((f_loc < n_total) & (f_loc - b_loc < window))
+                with m.Elif(gpipe):
+                    m.d.comb += want_f.eq(f_loc < mbs)
+                with m.Else():
+                    m.d.comb += want_f.eq((f_loc < mbs) & (f_loc - b_loc <= window))
+                b_left = b_loc < m_eff
+                finished = Mux(is_async, b_done >= n_total, step_idx >= self.steps)
+                with m.If(finished):
+                    m.d.sync += phase.eq(Phase.DONE)
+                with m.Elif(want_f):
+                    # forward of microbatch base + f_loc, once its input arrived
+                    with m.If(rx_f > base + f_loc):
+                        m.d.sync += [op_mb.eq(base + f_loc), phase.eq(Phase.F_START)]
+                    with m.Else():
+                        m.d.sync += wait_c.eq(wait_c + 1)
+                with m.Elif(b_left):
+                    with m.If(rx_b_written > b_done):
+                        mb = Mux(gpipe, base + mbs - 1 - b_loc, base + b_loc)
+                        m.d.sync += [op_mb.eq(mb), op_yslot.eq(b_done[0]), phase.eq(Phase.DX_START)]
+                    with m.Else():
+                        m.d.sync += wait_c.eq(wait_c + 1)
+                with m.Else():
+                    m.d.sync += [phase.eq(Phase.U_RUN), u_row.eq(0), u_word.eq(0)]
+            with m.Case(Phase.F_START):
+                m.d.sync += [phase.eq(Phase.F_RUN), op_ver.eq(cur_ver)]
+                m.d.sync += ver_of_slot[op_slot].eq(cur_ver)
+            with m.Case(Phase.F_RUN):
+                m.d.sync += op_ver.eq(cur_ver)
+                with m.If(core.done):
+                    m.d.sync += [phase.eq(Phase.DECIDE), f_loc.eq(f_loc + 1), ops_done.eq(ops_done + 1),
+                                 mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
+            with m.Case(Phase.DX_START):
+                m.d.sync += [phase.eq(Phase.DX_RUN), op_ver.eq(Mux(is_async, ver_of_slot[op_slot], cur_ver))]
+            with m.Case(Phase.DX_RUN):
+                with m.If(core.done):
+                    m.d.sync += [phase.eq(Phase.DW_START), mac_ops.eq(mac_ops + core.mac_ops),
+                                 sats.eq(sats + core.saturations)]
+            with m.Case(Phase.DW_START):
+                m.d.sync += phase.eq(Phase.DW_RUN)
+            with m.Case(Phase.DW_RUN):
+                with m.If(core.done):
+                    m.d.sync += [mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations),
+                                 b_loc.eq(b_loc + 1), ops_done.eq(ops_done + 1)]
+                    with m.If(is_async):
+                        m.d.sync += [phase.eq(Phase.U_RUN), u_row.eq(0), u_word.eq(0)]
+                    with m.Else():
+                        m.d.sync += [phase.eq(Phase.DECIDE), b_done.eq(b_done + 1)]
+            with m.Case(Phase.U_RUN):
+                m.d.comb += u_issue.eq(~dw_q)
+                with m.If(~dw_q):
+                    m.d.sync += u_word.eq(u_word + 1)
+                    with m.If(u_word + 1 >= words_per_row):
+                        m.d.sync += [u_word.eq(0), u_row.eq(u_row + 1)]
+                        with m.If(u_row + 1 >= self.d_in):
+                            m.d.sync += phase.eq(Phase.U_DRAIN)
+            with m.Case(Phase.U_DRAIN):
+                # the last word is written this cycle; the new version becomes current
+                m.d.sync += [cur_ver.eq(new_ver), phase.eq(Phase.DECIDE), ops_done.eq(ops_done + 1)]
+                with m.If(is_async):
+                    m.d.sync += b_done.eq(b_done + 1)
+                with m.Else():
+                    m.d.sync += [f_loc.eq(0), b_loc.eq(0), base.eq(base + mbs), step_idx.eq(step_idx + 1)]
+            with m.Case(Phase.DONE):
+                m.d.sync += [running.eq(0), phase.eq(Phase.IDLE)]
+                m.d.comb += self.done.eq(1)
+        with m.If(u_q):
+            m.d.sync += sats.eq(sats + sum(sgd_sat))
+        # the last U of a synchronous run is followed by a DECIDE that finds step_idx == steps
+        with m.If(running):
+            m.d.sync += busy_c.eq(busy_c + 1)
+            with m.If(in_f):
+                m.d.sync += fwd_c.eq(fwd_c + 1)
+            with m.If(in_dx | in_dw):
+                m.d.sync += bwd_c.eq(bwd_c + 1)
+            with m.If((phase == Phase.U_RUN) | (phase == Phase.U_DRAIN)):
+                m.d.sync += upd_c.eq(upd_c + 1)
+        m.d.comb += [self.busy_cycles.eq(busy_c), self.fwd_cycles.eq(fwd_c), self.bwd_cycles.eq(bwd_c),
+                     self.upd_cycles.eq(upd_c), self.wait_cycles.eq(wait_c), self.mac_ops.eq(mac_ops),
+                     self.saturations.eq(sats), self.ops_done.eq(ops_done)]
+        return m
