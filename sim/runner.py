@@ -135,9 +135,9 @@ def _tail(path: Path, lines: int = 40) -> str:
 
 
 def build(sources, toplevel: str, sim: str = "verilator", *, waves: bool | None = None,
-          extra_args=(), build_root: Path | None = None, force: bool = False) -> Build:
+          extra_args=(), build_root: Path | None = None, force: bool = False,
+          public_internals: bool = False) -> Build:
     """Compile ``sources`` (Verilog paths) for ``sim``; cached by content (see module doc)."""
-    from cocotb_tools.runner import get_runner
 
     if sim not in SIMULATORS:
         raise ValueError(f"unknown simulator {sim!r}; choose one of {', '.join(SIMULATORS)}")
@@ -161,7 +161,8 @@ def build(sources, toplevel: str, sim: str = "verilator", *, waves: bool | None 
         if waves:  # own dump module: cocotb's uses SystemVerilog `string`
             texts = texts + [("gnnweave_waves.v", _icarus_dump_module(toplevel).encode())]
             args += ["-s", "gnnweave_waves"]
-    key = _hash_key(sim, toplevel, texts, args, waves, tool.version)
+    key = _hash_key(sim, toplevel, texts, args + (["public-internals"] if public_internals else []),
+                    waves, tool.version)
     root = Path(build_root) if build_root is not None else BUILD_ROOT
     build_dir = root / f"{sim}-{key}"
     stamp = build_dir / "build.json"
@@ -181,7 +182,7 @@ def build(sources, toplevel: str, sim: str = "verilator", *, waves: bool | None 
         runtime = root / f"{sim}-runtime-{_hash_key(sim, '', [], args, waves, tool.version)}"
         if sim == "verilator":
             _seed_runtime(runtime, build_dir)
-        runner = get_runner(sim)
+        runner = _get_runner(sim, public_internals)
         log = build_dir / "build.log"
         start = time.perf_counter()
         try:
@@ -231,6 +232,30 @@ def _icarus_dump_module(toplevel: str) -> str:
     return ("module gnnweave_waves;\n"
             f"  initial begin $dumpfile(\"waves.fst\"); $dumpvars(0, {toplevel}); end\n"
             "endmodule\n")
+
+
+def _get_runner(sim: str, public_internals: bool = True):
+    """cocotb's runner; for Verilator optionally without ``--public-flat-rw``.
+
+    cocotb's Verilator runner always passes ``--public-flat-rw``, which keeps every
+    internal wire of the design public and unoptimised; the top-level ports, all a
+    bus-level bench touches, are reachable through VPI without it. Dropping it makes
+    large generated designs compile and run much faster (toolchain note, coreblocks
+    #1080). ``public_internals=True`` keeps cocotb's behaviour for benches that poke
+    inside the design.
+    """
+    from cocotb_tools.runner import Verilator, get_runner
+    if sim != "verilator" or public_internals:
+        return get_runner(sim)
+
+    class PortsOnlyVerilator(Verilator):
+        def _build_command(self):
+            cmds = super()._build_command()
+            cmds[0] = [a for a in cmds[0] if a != "--public-flat-rw"]
+            cmds[0][1:1] = ["--public-depth", "1"]  # the top module (its ports) stays visible
+            return cmds
+
+    return PortsOnlyVerilator()
 
 
 _run_counter = itertools.count()
