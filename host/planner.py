@@ -381,3 +381,283 @@ def plan_pipeline_exhaustive(problem: PipelineProblem) -> PipelinePlan:
     if best_stages is None:
         raise InfeasiblePlanError(_infeasible_message(problem))
     return evaluate_pipeline(problem, best_stages)
+
+
+# --------------------------------------------------------------------------- op placement
+
+
+@dataclass
+class OpDevice:
+    """Throughputs of a device for the placement model (elements per second) and its link."""
+
+    name: str
+    gather_rate: float = 1e9       # aggregation: edges x features per second
+    mac_rate: float = 1e10         # dense: multiply-accumulates per second
+    link_bytes_per_s: float = 10e9  # to/from the host (transfers between two devices: min)
+    launch_s: float = 0.0          # fixed cost per op
+
+
+def _op_list(num_edges, num_nodes, dims, batches):
+    """Ops of one training step of a GCN on one minibatch (1 / batches of the nodes/edges):
+    forward aggregate -> dense per layer, then backward in reverse (dense grads, aggregate
+    on the transposed graph). Returns (layer, kind, work, out_bytes)."""
+    e, n = num_edges / batches, num_nodes / batches
+    ops = []
+    for i, (fi, fo) in enumerate(zip(dims[:-1], dims[1:])):
+        ops.append((i, "agg", e * fi, n * fi * 4))
+        ops.append((i, "dense", n * fi * fo, n * fo * 4))
+    for i in reversed(range(len(dims) - 1)):
+        fi, fo = dims[i], dims[i + 1]
+        ops.append((i, "dense", 2 * n * fi * fo, n * fi * 4))   # dX and dW
+        ops.append((i, "agg", e * fi, n * fi * 4))              # on the transposed graph
+    return ops
+
+
+def simulate_placement(placement, devices: list[OpDevice], num_edges, num_nodes, dims,
+                       batches: int = 4) -> dict:
+    """List-schedule ``batches`` minibatches through the ops with ``placement[layer] =
+    (agg_device, dense_device)``; each device and each link runs one thing at a time, ops in
+    op-then-minibatch order (GPipe-like fill and drain), and an op starts when its input has
+    arrived over the link and its device is free -- so minibatch b+1's aggregation overlaps
+    minibatch b's dense work on another device (the HyGCN / HP-GNN split). Returns the
+    makespan of the step (all minibatches) and each device's busy time."""
+    dev = {d.name: d for d in devices}
+    ops = _op_list(num_edges, num_nodes, dims, batches)
+    free = {d.name: 0.0 for d in devices}
+    link_free: dict[tuple, float] = {}
+    busy = {d.name: 0.0 for d in devices}
+    ready = [0.0] * batches
+    where: list = [None] * batches
+    prev_bytes = [0.0] * batches
+    # op-major order (GPipe-like): every minibatch through op k before op k+1, so minibatch
+    # b+1's aggregation runs while minibatch b is in the dense op on another device
+    for layer, kind, work, out_bytes in ops:
+        d = placement[layer][0 if kind == "agg" else 1]
+        spec = dev[d]
+        for b in range(batches):
+            if where[b] is not None and where[b] != d:
+                bw = min(spec.link_bytes_per_s, dev[where[b]].link_bytes_per_s)
+                key = tuple(sorted((where[b], d)))
+                start = max(ready[b], link_free.get(key, 0.0))
+                ready[b] = start + prev_bytes[b] / bw
+                link_free[key] = ready[b]
+            t = spec.launch_s + work / (spec.gather_rate if kind == "agg" else spec.mac_rate)
+            start = max(ready[b], free[d])
+            free[d] = ready[b] = start + t
+            busy[d] += t
+            where[b], prev_bytes[b] = d, out_bytes
+    end = max(ready)
+    return {"makespan_s": end, "step_s": end, "per_batch_s": end / batches, "busy_s": busy}
+
+
+def plan_placement(devices: list[OpDevice], *, num_edges: int, num_nodes: int, dims: list[int],
+                   batches: int = 4, max_exhaustive: int = 20000) -> dict:
+    """Choose (aggregation device, dense device) per GCN layer to minimise the simulated step
+    time of :func:`simulate_placement`: exhaustive over all ``D^(2L)`` placements when there
+    are at most ``max_exhaustive``, else coordinate descent from the best single device."""
+    names = [d.name for d in devices]
+    L = len(dims) - 1
+    if L < 1:
+        raise ValueError(f"dims={dims}: need at least input and output widths")
+
+    def score(p):
+        return simulate_placement(p, devices, num_edges, num_nodes, dims, batches)["makespan_s"]
+
+    pairs = [(a, b) for a in names for b in names]
+    if len(pairs) ** L <= max_exhaustive:
+        best = min(itertools.product(pairs, repeat=L), key=score)
+        method = "exhaustive"
+    else:
+        best = min(([(d, d)] * L for d in names), key=score)
+        best, improved = list(best), True
+        while improved:
+            improved = False
+            for i in range(L):
+                for pr in pairs:
+                    cand = best[:i] + [pr] + best[i + 1:]
+                    if score(cand) < score(best) * (1 - 1e-12):
+                        best, improved = cand, True
+        method = "coordinate-descent"
+    best = [tuple(p) for p in best]
+    sim = simulate_placement(best, devices, num_edges, num_nodes, dims, batches)
+    single = {d: simulate_placement([(d, d)] * L, devices, num_edges, num_nodes, dims,
+                                    batches)["makespan_s"] for d in names}
+    return {"placement": [{"layer": i, "aggregate": a, "dense": b} for i, (a, b) in enumerate(best)],
+            "method": method, "batches": batches, "predicted_step_s": sim["makespan_s"],
+            "busy_s": sim["busy_s"], "single_device_step_s": single}
+
+
+# --------------------------------------------------------------------------- CLI entry
+
+
+def _dataset_shape(dataset: str) -> tuple[int, int, int, int, "object"]:
+    """(nodes, edges, features, classes, CSRGraph) of a dataset name or .npz path."""
+    import os
+    from pathlib import Path
+
+    from gnnweave.graph import CSRGraph
+
+    p = Path(dataset)
+    if not p.is_file():
+        root = Path(os.environ.get("GNNWEAVE_DATA") or
+                    Path(__file__).resolve().parent.parent.parent / "shared" / "datasets")
+        p = root / f"{dataset}.npz"
+    if not p.is_file():
+        raise FileNotFoundError(f"dataset {dataset!r} not found (looked for {p}; set GNNWEAVE_DATA)")
+    with np.load(p, allow_pickle=False) as z:
+        for key in ("x", "y", "edge_index"):
+            if key not in z:
+                raise ValueError(f"{p}: missing array {key!r}")
+        n, f = z["x"].shape
+        classes = int(z["y"].max()) + 1
+        g = CSRGraph.from_edge_index(z["edge_index"], n)
+    return n, g.num_edges, f, classes, g
+
+
+def _op_devices(specs: list[DeviceSpec], cost_model=None) -> list[OpDevice]:
+    out = []
+    for s in specs:
+        if cost_model is not None and s.name in cost_model.devices:
+            dm = cost_model.devices[s.name]
+            agg, dense = dm.op("aggregate").coef, dm.op("dense_forward").coef
+            link = dm.link
+            bw = (link or {}).get("transfer_in", {}).get("bandwidth_bytes_per_s") or 1e12
+            out.append(OpDevice(s.name, 1.0 / max(agg["edge_feats"] + agg["edge_feats_miss"], 1e-15),
+                                1.0 / max(dense["mkn"], 1e-15), bw, agg["fixed"]))
+        else:
+            # nominal rates scaled by the given speed: 1 G gathered elements/s, 10 G MAC/s
+            out.append(OpDevice(s.name, 1e9 * s.speed, 1e10 * s.speed, 10e9))
+    return out
+
+
+def format_plan(report: dict) -> str:
+    """A human-readable table of a :func:`plan_main` report."""
+    lines = []
+    pipe = report.get("pipeline")
+    if pipe:
+        lines.append(f"pipeline plan for {report['model']} ({report['num_layers']} layers):")
+        lines.append(f"  {'stage':>5} {'layers':>11} {'device':>12} {'compute ms':>11} "
+                     f"{'comm ms':>9} {'stage ms':>9} {'memory GB':>10}")
+        for i, s in enumerate(pipe["stages"]):
+            lines.append(f"  {i:>5} {s['first']:>5}..{s['last']:<5} {s['device']:>12} "
+                         f"{s['compute_s'] * 1e3:>11.3f} {s['comm_s'] * 1e3:>9.3f} "
+                         f"{s['time_s'] * 1e3:>9.3f} {s['memory_bytes'] / 1e9:>10.3f}")
+        lines.append(f"  bottleneck: {pipe['bottleneck']} at {pipe['bottleneck_s'] * 1e3:.3f} ms "
+                     f"per minibatch")
+    if report.get("placement"):
+        pl = report["placement"]
+        lines.append(f"op placement ({pl['method']}, {pl['batches']} minibatches overlapped): "
+                     f"predicted step {pl['predicted_step_s'] * 1e3:.3f} ms")
+        for p in pl["placement"]:
+            lines.append(f"  layer {p['layer']}: aggregate on {p['aggregate']}, dense on {p['dense']}")
+    if report.get("partition"):
+        lines.append("aggregation row split: " + ", ".join(
+            f"{d} rows {lo}..{hi}" for d, (lo, hi) in report["partition"].items()))
+    return "\n".join(lines)
+
+
+def plan_main(model: str | None = None, devices: list[str] | None = None, *,
+              dataset: str | None = None, hidden: int = 16, layers: int = 2,
+              bandwidth_gbps: float = 10.0, latency_us: float = 0.0,
+              cost_model: str | None = None, comm: str = "sender", coarsen: int | None = None,
+              batches: int = 4, out: str | None = None) -> dict:
+    """``gnnweave plan (--model NAME|PATH | --dataset NAME) --devices D[=SPEED[:MEM_GB]] ... --json``.
+
+    * ``model``: a PipeDream profile (``vgg16``, a folder or a graph.txt): the optimal pipeline
+      (stages, device per stage, predicted stage times, bottleneck); device SPEED divides the
+      profiled GPU times, MEM_GB caps the stage memory (1F1B stashing).
+    * ``dataset`` (+ ``hidden``, ``layers``): a GCN on that graph: the op placement (which
+      device aggregates and which transforms, minibatches overlapped), the row split of the
+      aggregation over the devices, and a pipeline over the op chain.
+    ``cost_model``: a profile JSON; then the GNN rates come from it instead of SPEED.
+    With ``out`` a JSON and a stage-time PNG are written there. Returns the report.
+    """
+    if not devices:
+        raise ValueError("devices: give at least one, e.g. gpu:0=1.0:16 fpga=0.3:4")
+    if (model is None) == (dataset is None):
+        raise ValueError("give exactly one of model (PipeDream profile) or dataset (GNN)")
+    specs = [DeviceSpec.parse(d) for d in devices]
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"devices: names repeat in {names}")
+    cm = None
+    if cost_model:
+        from gnnweave.host.costmodel import CostModel
+        cm = CostModel.load(cost_model)
+    report: dict = {"devices": [asdict(s) for s in specs], "bandwidth_gbps": bandwidth_gbps,
+                    "latency_us": latency_us, "comm": comm}
+    if model is not None:
+        from gnnweave.host.profiles import load_chain
+        chain = load_chain(model)
+        if coarsen and coarsen < len(chain):
+            chain = chain.coarsen(coarsen)
+        problem = PipelineProblem.from_chain(chain, specs, bandwidth=bandwidth_gbps * 1e9,
+                                             latency_s=latency_us * 1e-6, comm=comm)
+        report["model"] = chain.name
+    else:
+        from gnnweave.host.partition import ShareCost, partition_rows
+        n, e, f, classes, graph = _dataset_shape(dataset)
+        dims = [f] + [hidden] * (layers - 1) + [classes]
+        opdevs = _op_devices(specs, cm)
+        report["model"] = f"gcn{layers} on {dataset}"
+        report["graph"] = {"nodes": n, "edges": e, "features": f, "classes": classes, "dims": dims}
+        report["placement"] = plan_placement(opdevs, num_edges=e, num_nodes=n, dims=dims,
+                                             batches=batches)
+        costs = {d.name: ShareCost(d.launch_s, f / d.gather_rate, 0.0) for d in opdevs}
+        report["partition"] = {d: list(r) for d, r in partition_rows(graph, f, costs).items()}
+        # the op chain (agg, dense per layer, forward + backward) as a pipeline
+        names_ops, comp, acts = [], [], []
+        for i, (fi, fo) in enumerate(zip(dims[:-1], dims[1:])):
+            names_ops += [f"agg{i}", f"dense{i}"]
+            comp.append([2 * e * fi / d.gather_rate + 2 * d.launch_s for d in opdevs])
+            comp.append([3 * n * fi * fo / d.mac_rate + 3 * d.launch_s for d in opdevs])
+            acts += [n * fi * 4, n * fo * 4]
+        problem = PipelineProblem(names_ops, names, np.array(comp), np.zeros(len(comp)),
+                                  np.array(acts, dtype=float), np.array(acts[:-1], dtype=float),
+                                  np.array([s.memory_bytes for s in specs]),
+                                  bandwidth_gbps * 1e9, latency_us * 1e-6, comm=comm)
+    plan = plan_pipeline(problem)
+    report["num_layers"] = problem.num_layers
+    report["pipeline"] = plan.to_dict()
+    report["bottleneck"] = plan.bottleneck
+    report["bottleneck_s"] = plan.bottleneck_s
+    report["stage_times_s"] = [s.time_s for s in plan.stages]
+    report["text"] = format_plan(report)
+    if out:
+        from pathlib import Path
+        import json
+        path = Path(out)
+        if path.suffix != ".json":
+            path = path / "plan.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=1, default=float))
+        report["out"] = str(path)
+        try:
+            plot_stages(plan, path.with_suffix(".png"), title=report["model"])
+            report["plot"] = str(path.with_suffix(".png"))
+        except Exception as ex:   # the JSON is the result
+            report["plot_error"] = f"{type(ex).__name__}: {ex}"
+    return report
+
+
+def plot_stages(plan: PipelinePlan, png, title: str = "") -> None:
+    """Stacked bars: compute and communication time of each stage; the bottleneck in red."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(4, 1.1 * len(plan.stages) + 2), 3.5))
+    xs = np.arange(len(plan.stages))
+    comp = [s.compute_s * 1e3 for s in plan.stages]
+    comm = [s.comm_s * 1e3 for s in plan.stages]
+    worst = int(np.argmax([s.time_s for s in plan.stages]))
+    colors = ["C3" if i == worst else "C0" for i in xs]
+    ax.bar(xs, comp, color=colors, label="compute")
+    ax.bar(xs, comm, bottom=comp, color="C1", label="communication")
+    ax.set_xticks(xs, [f"{s.device}\n{s.first}..{s.last}" for s in plan.stages], fontsize=7)
+    ax.set_ylabel("ms per minibatch")
+    ax.set_title(f"{title}: bottleneck {plan.bottleneck_s * 1e3:.2f} ms", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,111 @@
+"""Op placement, plan_main (the `gnnweave plan` entry) and the profile reader."""
+import json
+
+import numpy as np
+import pytest
+
+from gnnweave.host.planner import (
+    OpDevice,
+    plan_main,
+    plan_placement,
+    simulate_placement,
+)
+from gnnweave.host.profiles import (
+    ProfileError,
+    available_profiles,
+    linearize,
+    parse_graph,
+)
+
+DIAMOND = """node1 -- Input -- forward_compute_time=9.0, backward_compute_time=0.0, activation_size=100.0, parameter_size=0.0
+node2 -- Conv2d(a) -- forward_compute_time=1.0, backward_compute_time=2.0, activation_size=10.0, parameter_size=5.0
+node3 -- ReLU -- forward_compute_time=0.5, backward_compute_time=0.5, activation_size=20.0, parameter_size=0.0
+node4 -- Conv2d(b) -- forward_compute_time=2.0, backward_compute_time=3.0, activation_size=[30.0; 1.0], parameter_size=7.0
+node5 -- Add -- forward_compute_time=0.1, backward_compute_time=0.1, activation_size=40.0, parameter_size=0.0
+node6 -- __getitem__(1) -- forward_compute_time=0.0, backward_compute_time=0.0, activation_size=1.0, parameter_size=0.0
+	node1 -- node2
+	node2 -- node3
+	node2 -- node4
+	node3 -- node5
+	node4 -- node5
+	node4 -- node6
+"""
+
+
+def test_linearize_diamond_counts_crossing_bytes_exactly():
+    chain = linearize(parse_graph(DIAMOND, "diamond"))
+    # Input source and the unused __getitem__ sink are dropped, as in PipeDream's optimizer
+    assert [n.split(":")[0] for n in chain.names] == ["node2", "node3", "node4", "node5"]
+    assert list(chain.compute_ms) == [3.0, 1.0, 5.0, 0.2]
+    # cut after node2: its output (10) feeds node3 and node4; after node3: node2's (10, still
+    # needed by node4) + node3's (20); after node4: node3's 20 + node4's 31 (two outputs)
+    assert list(chain.boundary_bytes) == [10.0, 30.0, 51.0]
+    coarse = chain.coarsen(2)
+    assert len(coarse) == 2 and coarse.compute_ms.sum() == pytest.approx(chain.compute_ms.sum())
+    assert coarse.boundary_bytes[0] in chain.boundary_bytes
+
+
+def test_profile_errors_name_the_line():
+    with pytest.raises(ProfileError, match=r"x:2: not a node or edge line"):
+        parse_graph(DIAMOND.splitlines()[0] + "\nrubbish\n", "x")
+    bad = DIAMOND.replace("backward_compute_time=2.0", "backward_compute_time=abc")
+    with pytest.raises(ProfileError, match=r"x:2: field 'backward_compute_time'"):
+        parse_graph(bad, "x")
+    cyc = DIAMOND + "\tnode5 -- node2\n"
+    with pytest.raises(ProfileError, match="cycle"):
+        linearize(parse_graph(cyc, "x"))
+
+
+def test_placement_splits_aggregation_and_dense_like_hygcn():
+    # an FPGA that gathers 10x faster than the GPU but multiplies 20x slower, and vice versa
+    devs = [OpDevice("gpu", gather_rate=1e9, mac_rate=2e11, link_bytes_per_s=16e9),
+            OpDevice("fpga", gather_rate=1e10, mac_rate=1e10, link_bytes_per_s=16e9)]
+    shape = dict(num_edges=2_000_000, num_nodes=100_000, dims=[256, 256, 256])
+    plan = plan_placement(devs, **shape, batches=8)
+    for p in plan["placement"]:
+        assert (p["aggregate"], p["dense"]) == ("fpga", "gpu")
+    assert plan["predicted_step_s"] < 0.8 * min(plan["single_device_step_s"].values())
+    # the schedule overlaps: the step is shorter than the serial sum of busy times
+    assert plan["predicted_step_s"] < sum(plan["busy_s"].values())
+
+
+def test_simulated_single_device_step_is_the_serial_sum():
+    dev = OpDevice("cpu", gather_rate=1e8, mac_rate=1e9)
+    dims, e, n = [8, 4, 2], 1000, 100
+    sim = simulate_placement([("cpu", "cpu")] * 2, [dev], e, n, dims, batches=2)
+    work = 0.0
+    for fi, fo in zip(dims[:-1], dims[1:]):
+        work += 2 * (e * fi) / 1e8 + 3 * (n * fi * fo) / 1e9
+    assert sim["makespan_s"] == pytest.approx(work, rel=1e-12)
+
+
+needs_profiles = pytest.mark.skipif(not available_profiles(), reason="no PipeDream profiles")
+
+
+@needs_profiles
+def test_plan_main_on_a_pipedream_model(tmp_path):
+    rep = plan_main("gnmt", ["gpu:0=1:16", "gpu:1=1:16", "fpga=0.3:8"], out=str(tmp_path))
+    assert rep["bottleneck_s"] == max(rep["stage_times_s"])
+    assert (tmp_path / "plan.json").is_file() and (tmp_path / "plan.png").is_file()
+    data = json.loads((tmp_path / "plan.json").read_text())
+    assert data["pipeline"]["stages"][0]["first"] == 0
+    assert "bottleneck" in rep["text"]
+
+
+def test_plan_main_on_a_dataset_and_bad_input(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 200
+    path = tmp_path / "tiny.npz"
+    np.savez(path, x=rng.random((n, 12)).astype(np.float32), y=rng.integers(0, 3, n),
+             edge_index=rng.integers(0, n, (2, 1500)))
+    rep = plan_main(dataset=str(path), devices=["gpu=4", "fpga=1", "cpu=0.2"], hidden=8)
+    assert rep["graph"]["dims"] == [12, 8, 3]
+    rows = sorted(tuple(r) for r in rep["partition"].values())
+    assert rows[0][0] == 0 and rows[-1][1] == n
+    assert len(rep["placement"]["placement"]) == 2
+    with pytest.raises(ValueError, match="exactly one"):
+        plan_main("vgg16", ["gpu"], dataset=str(path))
+    with pytest.raises(ValueError, match="names repeat"):
+        plan_main(dataset=str(path), devices=["gpu", "gpu=2"])
+    with pytest.raises(FileNotFoundError, match="not found"):
+        plan_main("no-such-model", ["gpu"])
