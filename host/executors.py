@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from gnnweave.fixed import FixedFormat, choose_frac
+from gnnweave.fixed import FixedFormat, choose_frac, narrow
 from gnnweave.golden.aggregate import AggregateFormat, Reduce, aggregate_raw
 from gnnweave.graph import CSRGraph
 
@@ -202,7 +202,7 @@ class Executor(abc.ABC):
 
     def _no_copy(self, array, op):
         t0 = time.perf_counter()
-        a = np.asarray(array)
+        a = _as_operand(array)
         return OpResult(a, time.perf_counter() - t0, 0.0, 0, 0, op, self.name)
 
 
@@ -215,8 +215,26 @@ def _mask(dy, relu_mask):
     return np.where(relu_mask, dy, 0).astype(np.asarray(dy).dtype, copy=False)
 
 
+def _as_operand(x):
+    """ndarray, or a scipy sparse matrix kept sparse (as CSR)."""
+    if sp.issparse(x):
+        return sp.csr_matrix(x)
+    return np.asarray(x)
+
+
+def _dense_array(x) -> np.ndarray:
+    return x.toarray() if sp.issparse(x) else np.asarray(x)
+
+
+def _nbytes(x) -> int:
+    if sp.issparse(x):
+        x = sp.csr_matrix(x)
+        return int(x.data.nbytes + x.indices.nbytes + x.indptr.nbytes)
+    return int(np.asarray(x).nbytes)
+
+
 def _check_dense(x, w, what="x"):
-    x = np.asarray(x)
+    x = _as_operand(x)
     w = np.asarray(w)
     if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[0]:
         raise ValueError(f"dense: {what} shape {x.shape} does not match w shape {w.shape}")
@@ -274,12 +292,15 @@ class CpuExecutor(Executor):
     def dense_forward(self, x, w, b=None, *, relu=False):
         t0 = time.perf_counter()
         x, w = _check_dense(x, w)
-        y = np.asarray(x, dtype=np.float32) @ np.asarray(w, dtype=np.float32)
+        if sp.issparse(x):
+            y = np.asarray(x.astype(np.float32) @ w.astype(np.float32), dtype=np.float32)
+        else:
+            y = np.asarray(x, dtype=np.float32) @ np.asarray(w, dtype=np.float32)
         if b is not None:
             y += np.asarray(b, dtype=np.float32)
         if relu:
             np.maximum(y, 0, out=y)
-        return OpResult(y, time.perf_counter() - t0, None, x.size * 4 + w.size * 4,
+        return OpResult(y, time.perf_counter() - t0, None, _nbytes(x) + w.size * 4,
                         y.nbytes, "dense_forward", self.name)
 
     def dense_input_grad(self, dy, w, *, relu_mask=None):
@@ -295,11 +316,11 @@ class CpuExecutor(Executor):
     def dense_weight_grad(self, x, dy, *, relu_mask=None):
         t0 = time.perf_counter()
         dy = _mask(np.asarray(dy, dtype=np.float32), relu_mask)
-        x = np.asarray(x, dtype=np.float32)
+        x = _as_operand(x).astype(np.float32)
         if x.ndim != 2 or dy.ndim != 2 or x.shape[0] != dy.shape[0]:
             raise ValueError(f"dense_weight_grad: x shape {x.shape} does not match dy shape {dy.shape}")
-        dw = x.T @ dy
-        return OpResult(dw, time.perf_counter() - t0, None, x.nbytes + dy.nbytes, dw.nbytes,
+        dw = np.asarray(x.T @ dy, dtype=np.float32)
+        return OpResult(dw, time.perf_counter() - t0, None, _nbytes(x) + dy.nbytes, dw.nbytes,
                         "dense_weight_grad", self.name)
 
 
@@ -347,6 +368,54 @@ def _frac_for_bound(bound: float, width: int = FPGA_WIDTH) -> int:
     return choose_frac(np.array([bound]), width)
 
 
+def _peak_frac(x: np.ndarray) -> int:
+    """``choose_frac(x, 16)`` from the peak alone (the only thing it depends on), without
+    converting a large array to float64."""
+    peak = float(np.max(np.abs(x))) if x.size else 0.0
+    return choose_frac(np.array([peak]), FPGA_WIDTH)
+
+
+_QUANT_CACHE: list = []   # [(array, (q, fmt))]: read-only arrays quantised recently
+
+
+def _quantize16(x) -> tuple[np.ndarray, FixedFormat]:
+    """:func:`quantize_dynamic` at 16 bits, without the float64 round trip.
+
+    ``x * 2**frac`` is exact in x's own float type (a power-of-two scale), ``rint`` rounds
+    half to even as :meth:`FixedFormat.quantize` does, and ``choose_frac`` guarantees the
+    peak fits, so no element saturates; equal to ``fmt.quantize(x)`` (tested). Read-only
+    arrays (the trainer's constant inputs and dropout outputs, used by a forward and a
+    backward op) are remembered by identity, so each is quantised once.
+    """
+    if sp.issparse(x):
+        x = sp.csr_matrix(x)
+        fmt = FixedFormat(FPGA_WIDTH, _peak_frac(x.data))
+        data = np.rint(np.ldexp(np.asarray(x.data, dtype=np.float64), fmt.frac)).astype(np.int16)
+        return sp.csr_matrix((data, x.indices, x.indptr), shape=x.shape), fmt
+    x = np.asarray(x)
+    if x.dtype not in (np.float32, np.float64):
+        return quantize_dynamic(x)
+    frozen = not x.flags.writeable and x.base is None
+    if frozen:
+        for arr, hit in list(_QUANT_CACHE):
+            if arr is x:
+                return hit
+    fmt = FixedFormat(FPGA_WIDTH, _peak_frac(x))
+    q = np.rint(np.ldexp(x, fmt.frac)).astype(np.int16)
+    if frozen:
+        _QUANT_CACHE[:] = [(x, (q, fmt))] + _QUANT_CACHE[:1]
+    return q, fmt
+
+
+def _bool_mask(relu_mask, shape):
+    if relu_mask is None:
+        return None
+    relu_mask = np.asarray(relu_mask, dtype=bool)
+    if relu_mask.shape != tuple(shape):
+        raise ValueError(f"relu_mask: shape {relu_mask.shape}, expected {tuple(shape)}")
+    return relu_mask
+
+
 def _mac_module():
     try:
         from gnnweave.golden import mac
@@ -376,9 +445,12 @@ class FpgaEmuExecutor(Executor):
     kind = "fpga-emu"
 
     def __init__(self, name: str = "fpga-emu", *, cycle_model: CycleModel | None = None,
-                 dense_range: str = "peak"):
+                 dense_range: str = "peak", mac_route: str = "fast"):
         if dense_range not in ("peak", "bound"):
             raise ValueError(f"dense_range must be 'peak' or 'bound', got {dense_range!r}")
+        if mac_route not in ("fast", "golden"):
+            raise ValueError(f"mac_route must be 'fast' or 'golden', got {mac_route!r}")
+        self.mac_route = mac_route
         self.name = name
         self.cycle_model = cycle_model or CycleModel()
         self.dense_range = dense_range
@@ -399,7 +471,7 @@ class FpgaEmuExecutor(Executor):
         g = oriented(graph, transpose)
         x = _check_features(g, x)
         lo, hi = check_rows(g, rows)
-        x_q, feat_fmt = quantize_dynamic(x)
+        x_q, feat_fmt = _quantize16(x)
         w_q, w_fmt = self._weights_q(g)
         peak = float(np.max(np.abs(x))) if x.size else 0.0
         if reduce is Reduce.SUM:
@@ -425,117 +497,158 @@ class FpgaEmuExecutor(Executor):
 
     # -- dense
 
-    def _out_frac(self, exact_peak_fn, bound: float, product_frac: int) -> int:
-        if self.dense_range == "peak":
-            peak = exact_peak_fn()
-        else:
-            peak = bound
-        return min(_frac_for_bound(peak), product_frac)
+    #: Longest contraction for which a float64 BLAS product of 16-bit integers is exact
+    #: (every partial sum is an integer below K * 2**30 <= 2**52).
+    EXACT_FLOAT_DEPTH = 1 << 22
+
+    def _gemm(self, mode, a_q, b_q, *, shift, relu=False, relu_mask=None, bias=None):
+        """One MacArray op on quantised operands -> (int64 out, saturations).
+
+        ``mac_route='golden'`` calls :mod:`gnnweave.golden.mac`; ``'fast'`` (default) forms
+        the same exact accumulator with a float64 BLAS product (exact below
+        ``EXACT_FLOAT_DEPTH``) and narrows it with the same :func:`gnnweave.fixed.narrow`,
+        so both routes give identical integers (tests compare them).
+        """
+        depth = a_q.shape[1] if mode != "dw" else a_q.shape[0]
+        if self.mac_route == "golden" or depth >= self.EXACT_FLOAT_DEPTH:
+            mac = _mac_module()
+            a_q = _dense_array(a_q)
+            if mode == "fwd":
+                res = mac.mac_forward(a_q, b_q, None if bias is None else bias[0], shift=shift,
+                                      out_width=FPGA_WIDTH, relu=relu,
+                                      bias_shift=0 if bias is None else bias[1])
+            elif mode == "dx":
+                res = mac.mac_input_grad(a_q, b_q, shift=shift, out_width=FPGA_WIDTH,
+                                         relu_mask=relu_mask)
+            else:
+                res = mac.mac_weight_grad(a_q, b_q, shift=shift, out_width=FPGA_WIDTH,
+                                          relu_mask=relu_mask)
+            return np.asarray(res.out, dtype=np.int64), int(res.saturations)
+        acc = self._accumulator(mode, a_q, b_q, relu_mask=relu_mask, bias=bias)
+        z, saturated = narrow(acc.astype(np.int64), shift, FixedFormat(FPGA_WIDTH, 0))
+        if relu:
+            z = np.where(z > 0, z, 0)
+        return z, int(np.count_nonzero(saturated))
 
     @staticmethod
-    def _exact_product(a_q, b_q) -> np.ndarray:
-        """Exact integer product in float64 (each 16x16-bit product is < 2**30; exact while
-        the column sums stay below 2**53, i.e. K < 2**23) -- only to pick the range."""
-        return np.asarray(a_q, dtype=np.float64) @ np.asarray(b_q, dtype=np.float64)
+    def _accumulator(mode, a_q, b_q, *, relu_mask=None, bias=None) -> np.ndarray:
+        """The exact sums of the MAC array as float64 integers.
 
-    def dense_forward(self, x, w, b=None, *, relu=False):
+        A mostly-zero left operand (dropped-out bag-of-words features) is multiplied as a
+        scipy CSR matrix: the same exact integer sums, far fewer products.
+        """
+        if mode in ("fwd", "dw") and (sp.issparse(a_q) or (
+                a_q.size >= (1 << 16) and np.count_nonzero(a_q) < 0.1 * a_q.size)):
+            a_sp = sp.csr_matrix(a_q).astype(np.float64)
+            b = np.asarray(b_q, dtype=np.float64)
+            if mode == "fwd":
+                acc = np.asarray(a_sp @ b)
+                if bias is not None:
+                    acc += np.ldexp(np.asarray(bias[0], dtype=np.float64), bias[1])[None, :]
+                return acc
+            if relu_mask is not None:
+                b = np.where(relu_mask, b, 0.0)
+            return np.asarray((a_sp.T @ b))
+        a = np.asarray(a_q, dtype=np.float64)
+        b = np.asarray(b_q, dtype=np.float64)
+        if mode == "fwd":
+            acc = a @ b
+            if bias is not None:
+                acc += np.ldexp(np.asarray(bias[0], dtype=np.float64), bias[1])[None, :]
+            return acc
+        if relu_mask is not None:
+            if mode == "dx":
+                a = np.where(relu_mask, a, 0.0)
+            else:
+                b = np.where(relu_mask, b, 0.0)
+        return a @ b.T if mode == "dx" else a.T @ b
+
+    def _out_frac(self, acc_peak_fn, bound, product_frac: int) -> int:
+        peak = acc_peak_fn() if self.dense_range == "peak" else bound()
+        return min(_frac_for_bound(peak), product_frac)
+
+    def _run_gemm(self, op, mode, a, b, *, bias=None, relu=False, relu_mask=None, bound):
         t0 = time.perf_counter()
-        mac = _mac_module()
-        x, w = _check_dense(x, w)
-        x_q, xf = quantize_dynamic(x)
-        w_q, wf = quantize_dynamic(w)
-        product_frac = xf.frac + wf.frac
-        b_q, bias_shift = None, 0
-        if b is not None:
-            b = np.asarray(b, dtype=np.float64).reshape(-1)
+        a_q, af = _quantize16(a)
+        b_q, bf = _quantize16(b)
+        product_frac = af.frac + bf.frac
+        bias_q = None
+        if bias is not None:
+            bias = np.asarray(bias, dtype=np.float64).reshape(-1)
             # a 16-bit bias, aligned into the product's fraction on chip by a left shift
-            bfmt = FixedFormat(FPGA_WIDTH, min(choose_frac(b, FPGA_WIDTH), product_frac))
-            b_q = bfmt.quantize(b)[0].astype(np.int64)
-            bias_shift = product_frac - bfmt.frac
+            bfmt = FixedFormat(FPGA_WIDTH, min(choose_frac(bias, FPGA_WIDTH), product_frac))
+            bias_q = (bfmt.quantize(bias)[0].astype(np.int64), product_frac - bfmt.frac)
+        acc = None
 
-        def exact_peak():
-            acc = self._exact_product(x_q, w_q)
-            if b_q is not None:
-                acc = acc + np.ldexp(b_q.astype(np.float64), bias_shift)
-            # the narrowing happens before the ReLU, so the pre-activation range counts
+        def peak():
+            nonlocal acc
+            # the narrowing happens before any ReLU, so the pre-activation range counts
+            acc = self._accumulator(mode, a_q, b_q, relu_mask=relu_mask, bias=bias_q)
             return float(np.max(np.abs(acc))) * 2.0 ** -product_frac if acc.size else 0.0
 
-        bound = (float(np.abs(x).sum(axis=1).max()) if x.size else 0.0) * \
-            (float(np.abs(w).max()) if w.size else 0.0)
-        if b is not None and b.size:
-            bound += float(np.abs(b).max())
-        out_frac = self._out_frac(exact_peak, bound, product_frac)
-        res = mac.mac_forward(x_q, w_q, b_q, shift=product_frac - out_frac,
-                              out_width=FPGA_WIDTH, relu=relu, bias_shift=bias_shift)
-        y = np.ldexp(np.asarray(res.out, dtype=np.float64), -out_frac).astype(np.float32)
-        m, k = x.shape
-        dev = self.cycle_model.matmul_seconds(m, k, w.shape[1])
-        return OpResult(y, time.perf_counter() - t0, dev, (x.size + w.size) * 2, y.size * 2,
-                        "dense_forward", self.name, int(res.saturations))
+        out_frac = self._out_frac(peak, bound, product_frac)
+        shift = product_frac - out_frac
+        if acc is not None and self.mac_route == "fast" and acc.shape and \
+                (a_q.shape[1] if mode != "dw" else a_q.shape[0]) < self.EXACT_FLOAT_DEPTH:
+            z, saturated = narrow(acc.astype(np.int64), shift, FixedFormat(FPGA_WIDTH, 0))
+            if relu:
+                z = np.where(z > 0, z, 0)
+            sat = int(np.count_nonzero(saturated))
+        else:
+            z, sat = self._gemm(mode, a_q, b_q, shift=shift, relu=relu, relu_mask=relu_mask,
+                                bias=bias_q)
+        value = np.ldexp(z.astype(np.float64), -out_frac).astype(np.float32)
+        if mode == "fwd":
+            m, k, n = a.shape[0], a.shape[1], b.shape[1]
+        elif mode == "dx":
+            m, k, n = a.shape[0], a.shape[1], b.shape[0]
+        else:
+            m, k, n = a.shape[1], a.shape[0], b.shape[1]
+        dev = self.cycle_model.matmul_seconds(m, k, n)
+        return OpResult(value, time.perf_counter() - t0, dev,
+                        (a.shape[0] * a.shape[1] + b.size) * 2, value.size * 2, op, self.name, sat)
+
+    def dense_forward(self, x, w, b=None, *, relu=False):
+        x, w = _check_dense(x, w)
+
+        def bound():
+            v = (float(np.asarray(abs(x).sum(axis=1)).max()) if x.shape[0] * x.shape[1] else 0.0) * \
+                (float(np.abs(w).max()) if w.size else 0.0)
+            return v + (float(np.abs(b).max()) if b is not None and np.size(b) else 0.0)
+        return self._run_gemm("dense_forward", "fwd", x, w, bias=b, relu=relu, bound=bound)
 
     def dense_input_grad(self, dy, w, *, relu_mask=None):
-        t0 = time.perf_counter()
-        mac = _mac_module()
         dy = np.asarray(dy)
         w = np.asarray(w)
         if dy.ndim != 2 or w.ndim != 2 or dy.shape[1] != w.shape[1]:
             raise ValueError(f"dense_input_grad: dy shape {dy.shape} does not match w shape {w.shape}")
-        if relu_mask is not None:
-            relu_mask = np.asarray(relu_mask, dtype=bool)
-            if relu_mask.shape != dy.shape:
-                raise ValueError(f"relu_mask: shape {relu_mask.shape}, expected {dy.shape}")
-        dy_q, df = quantize_dynamic(_mask(dy, relu_mask))
-        w_q, wf = quantize_dynamic(w)
-        product_frac = df.frac + wf.frac
-
-        def exact_peak():
-            acc = self._exact_product(_mask(dy_q, relu_mask), np.asarray(w_q).T)
-            return float(np.max(np.abs(acc))) * 2.0 ** -product_frac if acc.size else 0.0
-
-        bound = (float(np.abs(dy).sum(axis=1).max()) if dy.size else 0.0) * \
-            (float(np.abs(w).max()) if w.size else 0.0)
-        out_frac = self._out_frac(exact_peak, bound, product_frac)
-        res = mac.mac_input_grad(dy_q, w_q, shift=product_frac - out_frac,
-                                 out_width=FPGA_WIDTH, relu_mask=relu_mask)
-        dx = np.ldexp(np.asarray(res.out, dtype=np.float64), -out_frac).astype(np.float32)
-        dev = self.cycle_model.matmul_seconds(dy.shape[0], dy.shape[1], w.shape[0])
-        return OpResult(dx, time.perf_counter() - t0, dev, (dy.size + w.size) * 2, dx.size * 2,
-                        "dense_input_grad", self.name, int(res.saturations))
+        relu_mask = _bool_mask(relu_mask, dy.shape)
+        masked = _mask(dy, relu_mask)
+        def bound():
+            return (float(np.abs(masked).sum(axis=1).max()) if dy.size else 0.0) * \
+                (float(np.abs(w).max()) if w.size else 0.0)
+        return self._run_gemm("dense_input_grad", "dx", masked, w, relu_mask=relu_mask,
+                              bound=bound)
 
     def dense_weight_grad(self, x, dy, *, relu_mask=None):
-        t0 = time.perf_counter()
-        mac = _mac_module()
-        x = np.asarray(x)
+        x = _as_operand(x)
         dy = np.asarray(dy)
         if x.ndim != 2 or dy.ndim != 2 or x.shape[0] != dy.shape[0]:
             raise ValueError(f"dense_weight_grad: x shape {x.shape} does not match dy shape {dy.shape}")
-        if relu_mask is not None:
-            relu_mask = np.asarray(relu_mask, dtype=bool)
-            if relu_mask.shape != dy.shape:
-                raise ValueError(f"relu_mask: shape {relu_mask.shape}, expected {dy.shape}")
-        x_q, xf = quantize_dynamic(x)
-        dy_q, df = quantize_dynamic(_mask(dy, relu_mask))
-        product_frac = xf.frac + df.frac
-
-        def exact_peak():
-            acc = self._exact_product(np.asarray(x_q).T, _mask(dy_q, relu_mask))
-            return float(np.max(np.abs(acc))) * 2.0 ** -product_frac if acc.size else 0.0
-
-        bound = (float(np.abs(x).sum(axis=0).max()) if x.size else 0.0) * \
-            (float(np.abs(dy).max()) if dy.size else 0.0)
-        out_frac = self._out_frac(exact_peak, bound, product_frac)
-        res = mac.mac_weight_grad(x_q, dy_q, shift=product_frac - out_frac,
-                                  out_width=FPGA_WIDTH, relu_mask=relu_mask)
-        dw = np.ldexp(np.asarray(res.out, dtype=np.float64), -out_frac).astype(np.float32)
-        dev = self.cycle_model.matmul_seconds(x.shape[1], x.shape[0], dy.shape[1])
-        return OpResult(dw, time.perf_counter() - t0, dev, (x.size + dy.size) * 2, dw.size * 2,
-                        "dense_weight_grad", self.name, int(res.saturations))
+        relu_mask = _bool_mask(relu_mask, dy.shape)
+        masked = _mask(dy, relu_mask)
+        def bound():
+            return (float(np.asarray(abs(x).sum(axis=0)).max()) if x.shape[0] * x.shape[1] else 0.0) * \
+                (float(np.abs(masked).max()) if dy.size else 0.0)
+        return self._run_gemm("dense_weight_grad", "dw", x, masked, relu_mask=relu_mask,
+                              bound=bound)
 
     def _copy(self, array, op):
         t0 = time.perf_counter()
-        a = np.array(array, copy=True)
-        dev = self.cycle_model.transfer_seconds(a.nbytes)
-        nin, nout = (a.nbytes, 0) if op == "transfer_in" else (0, a.nbytes)
+        a = array.copy() if sp.issparse(array) else np.array(array, copy=True)
+        nbytes = _nbytes(a)
+        dev = self.cycle_model.transfer_seconds(nbytes)
+        nin, nout = (nbytes, 0) if op == "transfer_in" else (0, nbytes)
         return OpResult(a, time.perf_counter() - t0, dev, nin, nout, op, self.name)
 
     def transfer_in(self, array):
@@ -651,6 +764,7 @@ class GpuExecutor(Executor):
 
     def dense_forward(self, x, w, b=None, *, relu=False):
         x, w = _check_dense(x, w)
+        x = _dense_array(x)
         xt, wt = self._to(x), self._to(w)
         bt = None if b is None else self._to(b)
 
@@ -671,7 +785,7 @@ class GpuExecutor(Executor):
 
     def dense_weight_grad(self, x, dy, *, relu_mask=None):
         dy = _mask(np.asarray(dy, dtype=np.float32), relu_mask)
-        x = np.asarray(x)
+        x = _dense_array(x)
         if x.ndim != 2 or dy.ndim != 2 or x.shape[0] != dy.shape[0]:
             raise ValueError(f"dense_weight_grad: x shape {x.shape} does not match dy shape {dy.shape}")
         xt, dyt = self._to(x), self._to(dy)
@@ -679,7 +793,7 @@ class GpuExecutor(Executor):
 
     def transfer_in(self, array):
         t0 = time.perf_counter()
-        a = np.ascontiguousarray(array)
+        a = np.ascontiguousarray(_dense_array(array))
         src = self.torch.from_numpy(a)
         out, dev = self._timed(lambda: src.to(self.device))
         return OpResult(a, time.perf_counter() - t0, dev, a.nbytes, 0, "transfer_in", self.name)

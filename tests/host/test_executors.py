@@ -193,3 +193,53 @@ def test_fpga_emu_bound_range_never_saturates():
     res = FpgaEmuExecutor(dense_range="bound").dense_forward(x, w)
     assert res.saturations == 0
     np.testing.assert_allclose(res.value, x @ w, atol=np.abs(x @ w).max() * 2 ** -7)
+
+
+def test_fast_mac_route_equals_golden_mac():
+    """The default 'fast' route (exact float64 BLAS accumulators) gives the golden integers,
+    also at full-scale operands, with bias, ReLU and masks."""
+    rng = np.random.default_rng(5)
+    for trial in range(4):
+        m, k, n = rng.integers(1, 70, size=3)
+        x = rng.normal(size=(m, k)) * 10.0 ** rng.integers(-3, 3)
+        w = rng.normal(size=(k, n))
+        if trial == 3:   # extreme values: every operand at the format's edge
+            x = np.sign(x) * np.abs(x).max()
+            w = np.sign(w) * np.abs(w).max()
+        b = rng.normal(size=n)
+        dy = rng.normal(size=(m, n)) * 1e-2
+        mask = rng.random((m, n)) > 0.4
+        for rng_mode in ("peak", "bound"):
+            fast = FpgaEmuExecutor(dense_range=rng_mode)
+            gold = FpgaEmuExecutor(dense_range=rng_mode, mac_route="golden")
+            for call in (lambda e: e.dense_forward(x, w, b, relu=True),
+                         lambda e: e.dense_forward(x, w),
+                         lambda e: e.dense_input_grad(dy, w, relu_mask=mask),
+                         lambda e: e.dense_weight_grad(x, dy, relu_mask=mask)):
+                a, g = call(fast), call(gold)
+                np.testing.assert_array_equal(a.value, g.value)
+                assert a.saturations == g.saturations
+
+
+def test_quantize16_equals_the_format_spec():
+    from gnnweave.fixed import FixedFormat, choose_frac
+    from gnnweave.host.executors import _quantize16
+    rng = np.random.default_rng(6)
+    for x in (rng.normal(size=(30, 7)).astype(np.float32), rng.normal(size=50) * 1e-5,
+              np.array([0.5, -0.5, 1.5, 2.5, -2.5, 3.0]), np.zeros((3, 3))):
+        q, fmt = _quantize16(x)
+        ref_fmt = FixedFormat(16, choose_frac(x, 16))
+        assert fmt == ref_fmt
+        np.testing.assert_array_equal(q, ref_fmt.quantize(x)[0])
+
+
+def test_sparse_operand_route_equals_golden_mac():
+    """Mostly-zero inputs take the CSR route of the exact accumulator; still golden."""
+    rng = np.random.default_rng(7)
+    x = rng.random((300, 400)) * (rng.random((300, 400)) < 0.02)
+    w = rng.normal(size=(400, 9))
+    dy = rng.normal(size=(300, 9))
+    fast, gold = FpgaEmuExecutor(), FpgaEmuExecutor(mac_route="golden")
+    for call in (lambda e: e.dense_forward(x, w, np.ones(9), relu=True),
+                 lambda e: e.dense_weight_grad(x, dy)):
+        np.testing.assert_array_equal(call(fast).value, call(gold).value)

@@ -1,0 +1,78 @@
+"""Training checkpoints: arrays + JSON metadata in one ``.npz``, written atomically.
+
+The file is written to a temporary name in the same folder, flushed to disk and then
+moved over the target with :func:`os.replace`, so a crash or Ctrl-C while saving leaves
+either the old checkpoint or the new one, never a torn file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+FORMAT_VERSION = 1
+_META_KEY = "__meta__"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used; the message names the file and the field."""
+
+
+def save_checkpoint(path, arrays: dict[str, np.ndarray], meta: dict) -> Path:
+    """Write ``arrays`` and JSON-serialisable ``meta`` to ``path`` atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for name in arrays:
+        if name == _META_KEY or "/" in name:
+            raise CheckpointError(f"{path}: array name {name!r} is reserved or has a '/'")
+    meta = dict(meta, format_version=FORMAT_VERSION)
+    blob = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **{_META_KEY: blob}, **{k: np.asarray(v) for k, v in arrays.items()})
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def load_checkpoint(path) -> tuple[dict[str, np.ndarray], dict]:
+    """(arrays, meta) from a file written by :func:`save_checkpoint`."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if _META_KEY not in z.files:
+                raise CheckpointError(f"{path}: not a gnnweave checkpoint (no {_META_KEY} field)")
+            meta = json.loads(bytes(z[_META_KEY]).decode())
+            arrays = {k: z[k] for k in z.files if k != _META_KEY}
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise CheckpointError(f"{path}: unreadable checkpoint ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path}: field {_META_KEY} is not valid JSON ({exc})") from None
+    version = meta.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CheckpointError(f"{path}: field format_version is {version!r}, "
+                              f"this build reads {FORMAT_VERSION}")
+    return arrays, meta
+
+
+def check_compatible(path, saved: dict, current: dict):
+    """Raise when a resumed run's settings differ from the checkpoint's (first field named)."""
+    for key in sorted(set(saved) | set(current)):
+        if saved.get(key) != current.get(key):
+            raise CheckpointError(
+                f"{path}: field config.{key} is {saved.get(key)!r} in the checkpoint but "
+                f"{current.get(key)!r} now; resume with the same settings or a new checkpoint dir")

@@ -1,0 +1,511 @@
+"""GNN models with manual backprop through the executor ops, host optimisers, the loss.
+
+Every matrix op of a training step goes through an :class:`Engine`: dense ops (feature
+transform, input and weight gradients) run on one executor; each aggregation runs as
+row shards on the executors of a partition (or whole on one executor) and the shards
+are concatenated in row order. Forward aggregation walks the graph, backward
+aggregation its transpose (``transpose=True``). Elementwise work (bias, ReLU, dropout,
+softmax, optimiser) stays on the host in float32.
+
+Models (``make_model``):
+
+* ``gcn``  Kipf & Welling: ``A_hat relu(A_hat drop(X) W0 + b0) ... W1 + b1`` with
+  ``A_hat = D^-1/2 (A + I) D^-1/2``; the transform runs before the aggregation (fewer
+  features to gather); weight decay on the first layer only, as in the paper's code.
+* ``sage`` GraphSAGE, mean aggregator: ``h W_self + mean_{u in N(v)} h_u W_neigh + b``
+  (the mean is a weighted sum with ``1 / deg`` edge weights, so the backward pass is the
+  same weighted sum on the transpose).
+* ``sgc``  Wu et al.: ``softmax(S^K X W + b)``; ``S^K X`` is computed once, through the
+  executors, before training.
+"""
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from gnnweave.graph import CSRGraph, gcn_norm
+from gnnweave.host.executors import Executor, _nbytes, transposed
+from gnnweave.host.timeline import Timeline
+
+
+# --------------------------------------------------------------------------- engine
+
+
+def cut_rows_by_fractions(indptr, lo: int, hi: int, fractions) -> list[tuple[int, int]]:
+    """Contiguous row ranges of ``[lo, hi)`` holding about ``fractions`` of its edges."""
+    fr = np.asarray(fractions, dtype=np.float64)
+    fr = fr / fr.sum() if fr.sum() > 0 else np.full(len(fr), 1.0 / len(fr))
+    e0, e1 = int(indptr[lo]), int(indptr[hi])
+    bounds = [lo]
+    cum = np.cumsum(fr)[:-1]
+    for c in cum:
+        target = e0 + c * (e1 - e0)
+        b = int(np.searchsorted(indptr[lo:hi + 1], target, side="left")) + lo
+        bounds.append(min(max(b, bounds[-1]), hi))
+    bounds.append(hi)
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def check_shares(shares: dict, num_nodes: int) -> dict[str, tuple[int, int]]:
+    """Validate ``{device: (lo, hi)}``: contiguous, in order, covering ``0..num_nodes``."""
+    if not isinstance(shares, dict) or not shares:
+        raise ValueError("partition: expected a non-empty {device: (lo, hi)} mapping")
+    out = {}
+    expect = 0
+    for dev, rng in shares.items():
+        try:
+            lo, hi = (int(v) for v in rng)
+        except (TypeError, ValueError):
+            raise ValueError(f"partition[{dev!r}] = {rng!r}: expected (lo, hi)") from None
+        if lo != expect or hi < lo:
+            raise ValueError(f"partition[{dev!r}] = ({lo}, {hi}): ranges must be contiguous from 0 "
+                             f"in device order (expected lo = {expect}, lo <= hi)")
+        out[str(dev)] = (lo, hi)
+        expect = hi
+    if expect != num_nodes:
+        raise ValueError(f"partition: ranges end at node {expect}, the graph has {num_nodes} nodes")
+    return out
+
+
+class Engine:
+    """Runs and records the ops of a training step on executors.
+
+    ``shards``: ``{device: (executor, (lo, hi))}`` over the nodes of the full graph, or
+    None for aggregation on ``dense`` alone. A graph with a different node count (a
+    sampled block) is cut into row ranges holding the same edge fractions.
+    """
+
+    def __init__(self, dense: Executor, timeline: Timeline | None = None, *,
+                 shards: dict[str, tuple[Executor, tuple[int, int]]] | None = None,
+                 num_nodes: int | None = None, base_graph: CSRGraph | None = None):
+        self.dense = dense
+        self.timeline = timeline or Timeline()
+        self.shards = shards if shards and len(shards) > 0 else None
+        self.num_nodes = num_nodes
+        self._pool = None
+        self._fractions = None
+        if self.shards:
+            if base_graph is not None:
+                self._fractions = [max(int(base_graph.indptr[hi] - base_graph.indptr[lo]), 0)
+                                   for _, (lo, hi) in self.shards.values()]
+            else:
+                self._fractions = [hi - lo for _, (lo, hi) in self.shards.values()]
+            if len(self.shards) > 1:
+                self._pool = ThreadPoolExecutor(max_workers=len(self.shards),
+                                                thread_name_prefix="gnnweave-shard")
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def _call(self, ex, method, *args, sizes=None, **kw):
+        return self.timeline.call(ex, method, *args, sizes=sizes, **kw).value
+
+    def _agg_one(self, ex, graph, x, reduce, rows, transpose):
+        g = transposed(graph) if transpose else graph
+        lo, hi = rows
+        sizes = dict(edges=int(g.indptr[hi] - g.indptr[lo]), rows=hi - lo, feat=int(x.shape[1]),
+                     nodes=int(g.num_nodes))
+        return self._call(ex, "aggregate", graph, x, reduce, rows=rows, transpose=transpose,
+                          sizes=sizes)
+
+    def aggregate(self, graph: CSRGraph, x: np.ndarray, *, rows=None, transpose=False,
+                  reduce="sum") -> np.ndarray:
+        n = graph.num_nodes
+        lo, hi = rows if rows is not None else (0, n)
+        if self.shards is None:
+            return self._agg_one(self.dense, graph, x, reduce, (lo, hi), transpose)
+        if n == self.num_nodes and (lo, hi) == (0, n):
+            ranges = [r for _, r in self.shards.values()]
+        else:
+            g = transposed(graph) if transpose else graph
+            ranges = cut_rows_by_fractions(g.indptr, lo, hi, self._fractions)
+        jobs = [(ex, r) for (ex, _), r in zip(self.shards.values(), ranges) if r[1] > r[0]]
+        if not jobs:
+            return np.zeros((0, x.shape[1]), dtype=np.float32)
+        if self._pool is None or len(jobs) == 1:
+            parts = [self._agg_one(ex, graph, x, reduce, r, transpose) for ex, r in jobs]
+        else:
+            futures = [self._pool.submit(self._agg_one, ex, graph, x, reduce, r, transpose)
+                       for ex, r in jobs]
+            parts = [f.result() for f in futures]
+        return np.concatenate(parts, axis=0)
+
+    def dense_forward(self, x, w, b=None, *, relu=False):
+        return self._call(self.dense, "dense_forward", x, w, b, relu=relu,
+                          sizes=dict(m=x.shape[0], k=x.shape[1], n=w.shape[1]))
+
+    def dense_input_grad(self, dy, w, *, relu_mask=None):
+        return self._call(self.dense, "dense_input_grad", dy, w, relu_mask=relu_mask,
+                          sizes=dict(m=dy.shape[0], k=w.shape[0], n=dy.shape[1]))
+
+    def dense_weight_grad(self, x, dy, *, relu_mask=None):
+        return self._call(self.dense, "dense_weight_grad", x, dy, relu_mask=relu_mask,
+                          sizes=dict(m=x.shape[0], k=x.shape[1], n=dy.shape[1]))
+
+    def transfer_in(self, array):
+        return self._call(self.dense, "transfer_in", array, sizes=dict(nbytes=_nbytes(array)))
+
+
+# --------------------------------------------------------------------------- layers' graphs
+
+
+@dataclass
+class LayerGraph:
+    """The graph a layer aggregates over: destinations are rows ``[0, n_dst)``."""
+
+    graph: CSRGraph
+    n_dst: int
+
+    @property
+    def n_src(self) -> int:
+        return self.graph.num_nodes
+
+
+def mean_norm(graph: CSRGraph) -> CSRGraph:
+    """Edge weights ``1 / in_degree(v)`` (mean over the neighbours), self loops removed."""
+    n = graph.num_nodes
+    dst = np.repeat(np.arange(n, dtype=np.int64), graph.in_degree)
+    keep = graph.indices != dst
+    src, dst = graph.indices[keep], dst[keep]
+    deg = np.bincount(dst, minlength=n).astype(np.float64)
+    return CSRGraph.from_edge_index(np.stack([src, dst]), n, 1.0 / deg[dst])
+
+
+def row_normalize(x: np.ndarray) -> np.ndarray:
+    """Features divided by their row sums (rows summing to 0 stay 0), as Kipf & Welling."""
+    x = np.asarray(x, dtype=np.float32)
+    s = x.sum(axis=1, keepdims=True)
+    return np.where(s != 0, x / np.where(s != 0, s, 1), 0).astype(np.float32)
+
+
+def glorot(rng: np.random.Generator, fan_in: int, fan_out: int) -> np.ndarray:
+    limit = math.sqrt(6.0 / (fan_in + fan_out))
+    return rng.uniform(-limit, limit, size=(fan_in, fan_out)).astype(np.float32)
+
+
+def _pad_rows(a: np.ndarray, n: int) -> np.ndarray:
+    if a.shape[0] == n:
+        return a
+    out = np.zeros((n, a.shape[1]), dtype=a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+_NZ_CACHE: list = []   # [(array, its non-zero flat positions)] for the last large input
+
+
+def _nonzero_positions(h: np.ndarray) -> np.ndarray:
+    """``flatnonzero(h)``, remembered for the (constant) input feature matrix."""
+    if h.size < (1 << 16):
+        return np.flatnonzero(h)
+    if _NZ_CACHE and _NZ_CACHE[0][0] is h and not h.flags.writeable:
+        return _NZ_CACHE[0][1]
+    nz = np.flatnonzero(h)
+    if not h.flags.writeable:
+        _NZ_CACHE[:] = [(h, nz)]
+    return nz
+
+
+def _dropout(h, p, rng, train):
+    """Inverted dropout that draws only for the non-zero elements (Kipf & Welling's sparse
+    dropout): a zero stays zero whether dropped or not, and bag-of-words inputs are ~99 %
+    zeros. Returns (output, keep mask)."""
+    if not train or p <= 0:
+        return h, None
+    if sp.issparse(h):
+        # the same draw per stored element; the structure (and so the CSR arrays) is kept
+        h = sp.csr_matrix(h)
+        keep = rng.random(h.data.shape[0], dtype=np.float32) >= p
+        data = (h.data * keep) * np.float32(1.0 / (1.0 - p))
+        return sp.csr_matrix((data.astype(h.dtype), h.indices, h.indptr), shape=h.shape), None
+    flat = h.reshape(-1)
+    nz = _nonzero_positions(h)
+    kept = nz[rng.random(nz.shape[0], dtype=np.float32) >= p]
+    out = np.zeros_like(h)
+    out.reshape(-1)[kept] = flat[kept] * np.float32(1.0 / (1.0 - p))
+    keep = np.zeros(h.shape, dtype=bool)
+    keep.reshape(-1)[kept] = True
+    out.flags.writeable = False   # read by a forward and a backward op: executors may cache it
+    return out, keep
+
+
+def _dropout_back(dh, keep, p):
+    if keep is None:
+        return dh
+    return (dh * keep) * np.float32(1.0 / (1.0 - p))
+
+
+# --------------------------------------------------------------------------- models
+
+
+class Model:
+    name = "model"
+    hops = 2                      # layers that aggregate (sampling depth)
+    defaults: dict = {}
+
+    def __init__(self, in_dim, hidden, out_dim, *, layers=2, dropout=0.5, seed=0):
+        self.in_dim, self.hidden, self.out_dim = in_dim, hidden, out_dim
+        self.num_layers = layers
+        self.dropout = dropout
+        self.params: dict[str, np.ndarray] = {}
+        self.decay: list[str] = []
+        self._init(np.random.default_rng([seed, 0x1417]))
+
+    def dims(self):
+        d = [self.in_dim] + [self.hidden] * (self.num_layers - 1) + [self.out_dim]
+        return list(zip(d[:-1], d[1:]))
+
+    @classmethod
+    def norm_graph(cls, graph: CSRGraph) -> CSRGraph:
+        """The weighted graph the model aggregates over."""
+        return gcn_norm(graph)
+
+    def prepare_features(self, engine: Engine, graph: CSRGraph, x: np.ndarray) -> np.ndarray:
+        """Input features the training step sees (SGC propagates them once here)."""
+        return x
+
+
+class GCN(Model):
+    name = "gcn"
+    defaults = dict(hidden=16, dropout=0.5, lr=0.01, weight_decay=5e-4, epochs=200)
+
+    def _init(self, rng):
+        for i, (a, b) in enumerate(self.dims()):
+            self.params[f"W{i}"] = glorot(rng, a, b)
+            self.params[f"b{i}"] = np.zeros(b, dtype=np.float32)
+        self.decay = ["W0"]
+        self.hops = self.num_layers
+
+    def forward(self, eng: Engine, x, layers: list[LayerGraph], *, train, rng):
+        cache = []
+        h = x
+        L = self.num_layers
+        for i in range(L):
+            lg = layers[i]
+            hd, keep = _dropout(h, self.dropout, rng, train)
+            z = eng.dense_forward(hd, self.params[f"W{i}"])
+            a = eng.aggregate(lg.graph, z, rows=(0, lg.n_dst)) + self.params[f"b{i}"]
+            cache.append((hd, keep, a))
+            h = np.maximum(a, 0) if i < L - 1 else a
+        return h, cache
+
+    def backward(self, eng: Engine, dout, cache, layers: list[LayerGraph]):
+        grads = {}
+        da = dout
+        for i in reversed(range(self.num_layers)):
+            hd, keep, a = cache[i]
+            lg = layers[i]
+            if i < self.num_layers - 1:
+                da = da * (a > 0)
+            grads[f"b{i}"] = da.sum(axis=0)
+            dz = eng.aggregate(lg.graph, _pad_rows(da, lg.n_src), transpose=True)
+            grads[f"W{i}"] = eng.dense_weight_grad(hd, dz)
+            if i > 0:
+                dh = eng.dense_input_grad(dz, self.params[f"W{i}"])
+                da = _dropout_back(dh, keep, self.dropout)
+        return grads
+
+
+class SAGE(Model):
+    name = "sage"
+    defaults = dict(hidden=16, dropout=0.5, lr=0.01, weight_decay=5e-4, epochs=200)
+
+    def _init(self, rng):
+        for i, (a, b) in enumerate(self.dims()):
+            self.params[f"Ws{i}"] = glorot(rng, a, b)
+            self.params[f"Wn{i}"] = glorot(rng, a, b)
+            self.params[f"b{i}"] = np.zeros(b, dtype=np.float32)
+        self.decay = [k for k in self.params if k.startswith("W")]
+        self.hops = self.num_layers
+
+    @classmethod
+    def norm_graph(cls, graph):
+        return mean_norm(graph)
+
+    def forward(self, eng, x, layers, *, train, rng):
+        cache = []
+        h = x
+        L = self.num_layers
+        for i in range(L):
+            lg = layers[i]
+            hd, keep = _dropout(h, self.dropout, rng, train)
+            zs = eng.dense_forward(hd[: lg.n_dst], self.params[f"Ws{i}"], self.params[f"b{i}"])
+            zn = eng.dense_forward(hd, self.params[f"Wn{i}"])
+            a = zs + eng.aggregate(lg.graph, zn, rows=(0, lg.n_dst))
+            cache.append((hd, keep, a))
+            h = np.maximum(a, 0) if i < L - 1 else a
+        return h, cache
+
+    def backward(self, eng, dout, cache, layers):
+        grads = {}
+        da = dout
+        for i in reversed(range(self.num_layers)):
+            hd, keep, a = cache[i]
+            lg = layers[i]
+            if i < self.num_layers - 1:
+                da = da * (a > 0)
+            grads[f"b{i}"] = da.sum(axis=0)
+            grads[f"Ws{i}"] = eng.dense_weight_grad(hd[: lg.n_dst], da)
+            dzn = eng.aggregate(lg.graph, _pad_rows(da, lg.n_src), transpose=True)
+            grads[f"Wn{i}"] = eng.dense_weight_grad(hd, dzn)
+            if i > 0:
+                dh = eng.dense_input_grad(dzn, self.params[f"Wn{i}"])
+                dh += _pad_rows(eng.dense_input_grad(da, self.params[f"Ws{i}"]), lg.n_src)
+                da = _dropout_back(dh, keep, self.dropout)
+        return grads
+
+
+class SGC(Model):
+    name = "sgc"
+    defaults = dict(hidden=0, dropout=0.0, lr=0.2, weight_decay=5e-5, epochs=100)
+
+    def __init__(self, in_dim, hidden, out_dim, *, layers=2, dropout=0.0, seed=0):
+        self.k = layers
+        super().__init__(in_dim, hidden, out_dim, layers=1, dropout=dropout, seed=seed)
+        self.hops = 0
+
+    def _init(self, rng):
+        self.params["W0"] = glorot(rng, self.in_dim, self.out_dim)
+        self.params["b0"] = np.zeros(self.out_dim, dtype=np.float32)
+        self.decay = ["W0"]
+
+    def prepare_features(self, engine, graph, x):
+        x = x.toarray() if sp.issparse(x) else x
+        for _ in range(self.k):
+            x = engine.aggregate(graph, x)
+        return x
+
+    def forward(self, eng, x, layers, *, train, rng):
+        hd, keep = _dropout(x, self.dropout, rng, train)
+        return eng.dense_forward(hd, self.params["W0"], self.params["b0"]), [hd]
+
+    def backward(self, eng, dout, cache, layers):
+        return {"W0": eng.dense_weight_grad(cache[0], dout), "b0": dout.sum(axis=0)}
+
+
+MODELS = {"gcn": GCN, "sage": SAGE, "graphsage": SAGE, "sgc": SGC}
+
+
+def make_model(name: str, in_dim: int, out_dim: int, *, hidden: int = 16, layers: int = 2,
+               dropout: float = 0.5, seed: int = 0) -> Model:
+    key = str(name).lower()
+    if key not in MODELS:
+        raise ValueError(f"unknown model {name!r}; choose one of gcn, sage, sgc")
+    return MODELS[key](in_dim, hidden, out_dim, layers=layers, dropout=dropout, seed=seed)
+
+
+# --------------------------------------------------------------------------- loss, optimisers
+
+
+def softmax_cross_entropy(logits: np.ndarray, labels: np.ndarray, rows=None):
+    """Mean cross entropy over ``rows`` (all rows when None); returns (loss, dlogits)."""
+    logits = np.asarray(logits, dtype=np.float32)
+    z = logits - logits.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    idx = np.arange(logits.shape[0]) if rows is None else np.asarray(rows)
+    n = max(idx.shape[0], 1)
+    loss = float(-logp[idx, labels[idx]].mean()) if idx.size else 0.0
+    d = np.zeros_like(logits)
+    p = np.exp(logp[idx])
+    p[np.arange(idx.shape[0]), labels[idx]] -= 1.0
+    d[idx] = p / n
+    return loss, d
+
+
+class Optimizer:
+    def __init__(self, params: dict[str, np.ndarray], lr: float, weight_decay: float,
+                 decay: list[str]):
+        self.lr = float(lr)
+        self.weight_decay = float(weight_decay)
+        self.decay = set(decay)
+        self.t = 0
+
+    def _grad(self, name, g, w):
+        g = np.asarray(g, dtype=np.float32)
+        if self.weight_decay and name in self.decay:
+            g = g + np.float32(self.weight_decay) * w
+        return g
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def load_state(self, arrays: dict[str, np.ndarray], t: int):
+        raise NotImplementedError
+
+
+class Adam(Optimizer):
+    """Adam with L2 weight decay added to the gradient (torch.optim.Adam's weight_decay)."""
+
+    def __init__(self, params, lr=0.01, weight_decay=0.0, decay=(), betas=(0.9, 0.999), eps=1e-8):
+        super().__init__(params, lr, weight_decay, list(decay))
+        self.b1, self.b2 = betas
+        self.eps = eps
+        self.m = {k: np.zeros_like(v) for k, v in params.items()}
+        self.v = {k: np.zeros_like(v) for k, v in params.items()}
+
+    def step(self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray]) -> dict:
+        """New parameter dict (the old arrays are not modified)."""
+        t = self.t + 1
+        new_p, new_m, new_v = {}, {}, {}
+        c1 = 1 - self.b1 ** t
+        c2 = 1 - self.b2 ** t
+        for k, w in params.items():
+            g = self._grad(k, grads[k], w)
+            m = self.b1 * self.m[k] + (1 - self.b1) * g
+            v = self.b2 * self.v[k] + (1 - self.b2) * g * g
+            step = (self.lr / c1) * m / (np.sqrt(v / c2) + self.eps)
+            new_p[k] = (w - step).astype(np.float32)
+            new_m[k], new_v[k] = m.astype(np.float32), v.astype(np.float32)
+        self.m, self.v, self.t = new_m, new_v, t
+        return new_p
+
+    def state_arrays(self):
+        out = {f"adam_m:{k}": v for k, v in self.m.items()}
+        out.update({f"adam_v:{k}": v for k, v in self.v.items()})
+        return out
+
+    def load_state(self, arrays, t):
+        self.m = {k.split(":", 1)[1]: v for k, v in arrays.items() if k.startswith("adam_m:")}
+        self.v = {k.split(":", 1)[1]: v for k, v in arrays.items() if k.startswith("adam_v:")}
+        self.t = int(t)
+
+
+class SGD(Optimizer):
+    """SGD with momentum, torch.optim.SGD semantics (``buf = mu buf + g; w -= lr buf``)."""
+
+    def __init__(self, params, lr=0.1, weight_decay=0.0, decay=(), momentum=0.9):
+        super().__init__(params, lr, weight_decay, list(decay))
+        self.momentum = float(momentum)
+        self.buf = {k: np.zeros_like(v) for k, v in params.items()}
+
+    def step(self, params, grads):
+        new_p, new_b = {}, {}
+        for k, w in params.items():
+            g = self._grad(k, grads[k], w)
+            b = (self.momentum * self.buf[k] + g) if self.t > 0 else g
+            new_b[k] = b.astype(np.float32)
+            new_p[k] = (w - self.lr * b).astype(np.float32)
+        self.buf, self.t = new_b, self.t + 1
+        return new_p
+
+    def state_arrays(self):
+        return {f"sgd_buf:{k}": v for k, v in self.buf.items()}
+
+    def load_state(self, arrays, t):
+        self.buf = {k.split(":", 1)[1]: v for k, v in arrays.items() if k.startswith("sgd_buf:")}
+        self.t = int(t)
+
+
+def make_optimizer(name: str, params, *, lr, weight_decay, decay, momentum=0.9) -> Optimizer:
+    key = str(name).lower()
+    if key == "adam":
+        return Adam(params, lr, weight_decay, decay)
+    if key in ("sgd", "momentum"):
+        return SGD(params, lr, weight_decay, decay, momentum)
+    raise ValueError(f"unknown optimizer {name!r}; choose adam or sgd")

@@ -1,0 +1,242 @@
+"""What each device did when: records of executor ops, a timeline PNG, a partition table.
+
+Every op the trainer runs goes through :meth:`Timeline.record`, which stores the
+host-clock interval of the call, the executor's :class:`~gnnweave.host.executors.OpResult`
+figures and the op's sizes (the keys the cost model predicts from). The PNG has one row
+per device: compute (ops), transfer (host <-> device copies) and the idle gaps between.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+TRANSFER_OPS = ("transfer_in", "transfer_out")
+FPGA_KINDS = ("fpga", "fpga-sim", "fpga-emu")
+
+
+@dataclass
+class OpRecord:
+    device: str
+    kind: str                 # the executor's kind: cpu, gpu, fpga-emu, ...
+    op: str
+    start: float              # host clock (perf_counter) relative to the timeline's origin
+    end: float
+    wall_seconds: float
+    device_seconds: float | None
+    bytes_in: int
+    bytes_out: int
+    epoch: int
+    sizes: dict = field(default_factory=dict)
+    saturations: int = 0
+
+    @property
+    def category(self) -> str:
+        return "transfer" if self.op in TRANSFER_OPS else "compute"
+
+    @property
+    def measured_seconds(self) -> float:
+        """Device time on FPGA kinds (the cycle estimate on fpga-emu), else host wall time."""
+        if self.kind in FPGA_KINDS and self.device_seconds is not None:
+            return float(self.device_seconds)
+        return float(self.wall_seconds)
+
+
+class Timeline:
+    """Thread-safe list of :class:`OpRecord` (shards and the prefetcher record concurrently)."""
+
+    def __init__(self):
+        self.origin = time.perf_counter()
+        self.records: list[OpRecord] = []
+        self.epoch = 0
+        self._lock = threading.Lock()
+        self.enabled = True
+
+    def record(self, executor, result, start: float, end: float, sizes: dict | None = None):
+        if not self.enabled:
+            return
+        rec = OpRecord(device=executor.name, kind=executor.kind, op=result.op,
+                       start=start - self.origin, end=end - self.origin,
+                       wall_seconds=float(result.wall_seconds),
+                       device_seconds=None if result.device_seconds is None
+                       else float(result.device_seconds),
+                       bytes_in=int(result.bytes_in), bytes_out=int(result.bytes_out),
+                       epoch=self.epoch, sizes=dict(sizes or {}),
+                       saturations=int(getattr(result, "saturations", 0)))
+        with self._lock:
+            self.records.append(rec)
+
+    def call(self, executor, method: str, *args, sizes: dict | None = None, **kw):
+        """Run ``executor.method(*args, **kw)``, record it, return the OpResult."""
+        t0 = time.perf_counter()
+        res = getattr(executor, method)(*args, **kw)
+        self.record(executor, res, t0, time.perf_counter(), sizes)
+        return res
+
+    def of_epoch(self, epoch: int) -> list[OpRecord]:
+        with self._lock:
+            return [r for r in self.records if r.epoch == epoch]
+
+    def devices(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for r in self.records:
+            seen.setdefault(r.device)
+        return list(seen)
+
+    def summary(self, epoch: int | None = None) -> dict[str, dict]:
+        """Per device: compute / transfer seconds (measured), ops, bytes, saturations."""
+        recs = self.records if epoch is None else self.of_epoch(epoch)
+        out: dict[str, dict] = {}
+        for r in recs:
+            d = out.setdefault(r.device, dict(kind=r.kind, compute_s=0.0, transfer_s=0.0,
+                                              wall_s=0.0, ops=0, bytes_in=0, bytes_out=0,
+                                              saturations=0, by_op={}))
+            d["compute_s" if r.category == "compute" else "transfer_s"] += r.measured_seconds
+            d["wall_s"] += r.wall_seconds
+            d["ops"] += 1
+            d["bytes_in"] += r.bytes_in
+            d["bytes_out"] += r.bytes_out
+            d["saturations"] += r.saturations
+            d["by_op"][r.op] = d["by_op"].get(r.op, 0.0) + r.measured_seconds
+        return out
+
+    def to_dicts(self) -> list[dict]:
+        return [asdict(r) for r in self.records]
+
+
+def _merge(intervals):
+    """Union of [start, end) intervals, sorted."""
+    out = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def busy_fractions(records: list[OpRecord]) -> dict[str, dict[str, float]]:
+    """Per device: fraction of the span (first start .. last end) in compute / transfer / idle."""
+    if not records:
+        return {}
+    t0 = min(r.start for r in records)
+    t1 = max(r.end for r in records)
+    span = max(t1 - t0, 1e-12)
+    out = {}
+    for dev in dict.fromkeys(r.device for r in records):
+        mine = [r for r in records if r.device == dev]
+        comp = sum(e - s for s, e in _merge([(r.start, r.end) for r in mine if r.category == "compute"]))
+        xfer = sum(e - s for s, e in _merge([(r.start, r.end) for r in mine if r.category == "transfer"]))
+        busy = sum(e - s for s, e in _merge([(r.start, r.end) for r in mine]))
+        out[dev] = dict(compute=comp / span, transfer=xfer / span, idle=max(0.0, 1 - busy / span))
+    return out
+
+
+def plot_timeline(timeline: Timeline | list[OpRecord], path, *, epochs=None, title: str = "") -> Path:
+    """PNG with one row per device: compute (blue), transfer (orange), idle (the gaps).
+
+    Intervals are host-clock wall intervals of the calls, so rows show what ran
+    concurrently; the legend gives each device's compute/transfer/idle share of the span.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = timeline.records if isinstance(timeline, Timeline) else list(timeline)
+    if epochs is not None:
+        wanted = set(epochs)
+        records = [r for r in records if r.epoch in wanted]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    devices = list(dict.fromkeys(r.device for r in records))
+    fig, ax = plt.subplots(figsize=(11, 1.0 + 0.6 * max(1, len(devices))))
+    if records:
+        t0 = min(r.start for r in records)
+        t1 = max(r.end for r in records)
+        fr = busy_fractions(records)
+        colors = {"compute": "tab:blue", "transfer": "tab:orange"}
+        for row, dev in enumerate(devices):
+            ax.broken_barh([(t0, t1 - t0)], (row - 0.4, 0.8), facecolors="0.92")
+            for cat, color in colors.items():
+                bars = [(r.start, max(r.end - r.start, 1e-9)) for r in records
+                        if r.device == dev and r.category == cat]
+                if bars:
+                    ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=color)
+        ax.set_yticks(range(len(devices)))
+        ax.set_yticklabels([f"{d}\n{100 * fr[d]['compute']:.0f}% c / {100 * fr[d]['transfer']:.0f}% t / "
+                            f"{100 * fr[d]['idle']:.0f}% idle" for d in devices], fontsize=8)
+        ax.set_xlim(t0, t1)
+        from matplotlib.patches import Patch
+        ax.legend(handles=[Patch(color="tab:blue", label="compute"),
+                           Patch(color="tab:orange", label="transfer"),
+                           Patch(color="0.92", label="idle")], loc="upper right", fontsize=8)
+    ax.set_xlabel("host time (s)")
+    ax.set_title(title or "device timeline")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def partition_rows_table(graph, shares: dict, measured: dict | None = None,
+                         predicted: dict | None = None) -> list[dict]:
+    """One row per device: node range, rows, edges, edge share, measured/predicted seconds."""
+    total = max(graph.num_edges, 1)
+    rows = []
+    for dev, (lo, hi) in shares.items():
+        e = int(graph.indptr[hi] - graph.indptr[lo])
+        row = dict(device=dev, lo=int(lo), hi=int(hi), rows=int(hi - lo), edges=e,
+                   edge_share=e / total)
+        if measured is not None:
+            row["measured_s"] = measured.get(dev)
+        if predicted is not None:
+            row["predicted_s"] = predicted.get(dev)
+        rows.append(row)
+    return rows
+
+
+def format_partition_table(rows: list[dict]) -> str:
+    """Plain-text table of :func:`partition_rows_table`."""
+    cols = ["device", "lo", "hi", "rows", "edges", "edge_share"]
+    if rows and "measured_s" in rows[0]:
+        cols.append("measured_s")
+    if rows and "predicted_s" in rows[0]:
+        cols.append("predicted_s")
+
+    def fmt(v):
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.4g}" if not 0 <= v <= 1 or v == 0 else f"{v:.3f}"
+        return str(v)
+    table = [cols] + [[fmt(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(t[i]) for t in table) for i in range(len(cols))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(t, widths)) for t in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def interval_overlap(a: list[OpRecord], b: list[OpRecord]) -> float:
+    """Seconds during which some record of ``a`` and some record of ``b`` ran at once."""
+    ma = _merge([(r.start, r.end) for r in a])
+    mb = _merge([(r.start, r.end) for r in b])
+    i = j = 0
+    total = 0.0
+    while i < len(ma) and j < len(mb):
+        lo = max(ma[i][0], mb[j][0])
+        hi = min(ma[i][1], mb[j][1])
+        if hi > lo:
+            total += hi - lo
+        if ma[i][1] < mb[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+__all__ = ["OpRecord", "Timeline", "busy_fractions", "plot_timeline", "partition_rows_table",
+           "format_partition_table", "interval_overlap"]

@@ -1,0 +1,527 @@
+"""The trainer: full-batch or sampled mini-batch GNN training through the executors.
+
+``run_training(TrainConfig(...)) -> dict`` trains one model per seed and returns the
+JSON-ready summary (mean/std test accuracy, epoch time, the partition's shares, the cost
+model's predicted vs measured device times, per-seed results).
+
+* Full-batch: every epoch is one step on the whole graph.
+* Mini-batch (``batch_size``): seed nodes in shuffled batches, neighbour sampling with
+  ``fanouts`` per hop; a background thread samples the next batch and copies its
+  features to the device while the current batch computes (``prefetch`` batches ahead;
+  ``prefetch=0`` runs the same work inline).
+* Partitioned (``partition``): every aggregation runs as row shards on several
+  executors at once (``{device: (lo, hi)}``, ``'even'`` over ``devices`` by edge count,
+  or a callable ``f(graph, devices) -> shares``); dense ops run on ``device``.
+* Checkpoints every ``checkpoint_every`` epochs (atomic), ``resume`` continues
+  bit-identically (parameters, optimiser state, dropout RNG state), Ctrl-C saves the
+  last completed epoch and returns with ``interrupted: true``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import scipy.sparse as sp
+
+from gnnweave.graph import CSRGraph
+from gnnweave.host.checkpoint import check_compatible, load_checkpoint, save_checkpoint
+from gnnweave.host.executors import Executor, make_executor
+from gnnweave.host.models import (
+    Engine, LayerGraph, check_shares, cut_rows_by_fractions, make_model, make_optimizer,
+    row_normalize, softmax_cross_entropy,
+)
+from gnnweave.host.sampling import MiniBatch, NeighborSampler, Prefetcher, seed_batches
+from gnnweave.host.timeline import (
+    Timeline, busy_fractions, format_partition_table, interval_overlap, partition_rows_table,
+    plot_timeline,
+)
+
+
+@dataclass
+class TrainConfig:
+    dataset: object = "cora"             # a load_dataset spec, or a Dataset
+    model: str = "gcn"                   # gcn | sage | sgc
+    device: str = "cpu"                  # dense ops (and aggregation when not partitioned)
+    devices: list | None = None          # devices for partition='even' or a callable
+    partition: object = "none"           # 'none' | 'even' | {device: (lo, hi)} | callable
+    hidden: int | None = None            # None: the model's published default
+    layers: int = 2                      # GCN/SAGE layers; SGC: propagation steps K
+    dropout: float | None = None
+    lr: float | None = None
+    weight_decay: float | None = None
+    epochs: int | None = None
+    optimizer: str = "adam"              # adam | sgd (momentum)
+    momentum: float = 0.9
+    seeds: object = (0,)                 # list of seeds, or a count n -> 0..n-1
+    batch_size: int | None = None        # None: full-batch
+    fanouts: tuple = (10, 10)            # per hop from the seeds (PyG order)
+    prefetch: int = 2                    # batches prepared ahead on a background thread
+    eval_every: int = 1
+    select: str = "last"                 # 'last' epoch or 'best_val' epoch's test accuracy
+    normalize_features: bool = True      # row-normalise (Kipf & Welling)
+    sparse_input: object = "auto"        # keep input features as CSR: True | False | 'auto' (<10 % non-zero)
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 10
+    resume: bool = False
+    out_dir: str | None = None           # timeline.png, partition.txt, result.json
+    cost_model: object = None            # CostModel, or a path to its JSON
+    progress: bool = True
+    executor_options: dict = field(default_factory=dict)   # {device kind: {kwarg: value}}
+    on_epoch_end: Callable | None = None  # hook(seed, epoch, stats); may raise KeyboardInterrupt
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"TrainConfig: unknown field {unknown[0]!r}")
+        return cls(**d)
+
+    def seed_list(self) -> list[int]:
+        if isinstance(self.seeds, int):
+            if self.seeds < 1:
+                raise ValueError(f"TrainConfig.seeds = {self.seeds}: need at least one seed")
+            return list(range(self.seeds))
+        seeds = [int(s) for s in self.seeds]
+        if not seeds:
+            raise ValueError("TrainConfig.seeds: empty")
+        return seeds
+
+
+# --------------------------------------------------------------------------- setup
+
+
+def _load(dataset):
+    if not isinstance(dataset, str):
+        return dataset
+    from gnnweave.datasets import load_dataset
+    return load_dataset(dataset)
+
+
+def _resolved(config: TrainConfig, model_cls) -> dict:
+    d = model_cls.defaults
+    hp = dict(hidden=config.hidden if config.hidden is not None else d.get("hidden", 16),
+              dropout=config.dropout if config.dropout is not None else d.get("dropout", 0.5),
+              lr=config.lr if config.lr is not None else d.get("lr", 0.01),
+              weight_decay=(config.weight_decay if config.weight_decay is not None
+                            else d.get("weight_decay", 5e-4)),
+              epochs=config.epochs if config.epochs is not None else d.get("epochs", 200))
+    if hp["epochs"] < 0:
+        raise ValueError(f"TrainConfig.epochs = {hp['epochs']}: must be >= 0")
+    if not 0 <= hp["dropout"] < 1:
+        raise ValueError(f"TrainConfig.dropout = {hp['dropout']}: must be in [0, 1)")
+    return hp
+
+
+def _executor_for(name: str, cache: dict, options: dict) -> Executor:
+    if name not in cache:
+        kind = name.partition(":")[0].lower()
+        cache[name] = make_executor(name, **options.get(kind, {}))
+    return cache[name]
+
+
+def resolve_shares(partition, graph: CSRGraph, device: str, devices) -> dict[str, tuple[int, int]] | None:
+    """The partition as ``{device: (lo, hi)}``, or None for no partition."""
+    n = graph.num_nodes
+    if partition is None or (isinstance(partition, str) and partition.lower() in ("none", "")):
+        return None
+    if isinstance(partition, str):
+        if partition.lower() != "even":
+            raise ValueError(f"TrainConfig.partition = {partition!r}: choose 'none', 'even', "
+                             f"a {{device: (lo, hi)}} mapping or a callable")
+        if not devices:
+            raise ValueError("TrainConfig.devices: partition='even' needs the list of devices")
+        ranges = cut_rows_by_fractions(graph.indptr, 0, n, [1.0] * len(devices))
+        return check_shares(dict(zip(devices, ranges)), n)
+    if callable(partition):
+        return check_shares(dict(partition(graph, list(devices or [device]))), n)
+    return check_shares(dict(partition), n)
+
+
+def _maybe_sparse(x, mode):
+    """The input features as CSR when they are mostly zeros (bag of words): dropout draws
+    per stored element and the first layer's products skip the zeros."""
+    if mode not in (True, False, "auto"):
+        raise ValueError(f"TrainConfig.sparse_input = {mode!r}: choose True, False or 'auto'")
+    dense = np.asarray(x.toarray() if sp.issparse(x) else x, dtype=np.float32)
+    if mode is True or (mode == "auto" and dense.size and np.count_nonzero(dense) < 0.1 * dense.size):
+        return sp.csr_matrix(dense)
+    dense.flags.writeable = False   # constant input: executors and dropout may cache by identity
+    return dense
+
+
+def _cost_model(cm):
+    if cm is None or hasattr(cm, "predict"):
+        return cm
+    from gnnweave.host.costmodel import CostModel
+    return CostModel.load(cm)
+
+
+def predicted_vs_measured(records, cost_model) -> dict | None:
+    """Per device: the cost model's predicted seconds for the recorded ops vs measured."""
+    if cost_model is None:
+        return None
+    out = {}
+    for dev in dict.fromkeys(r.device for r in records):
+        mine = [r for r in records if r.device == dev]
+        measured = sum(r.measured_seconds for r in mine)
+        predicted, missing = 0.0, None
+        for name in (dev, dev.partition(":")[0]):
+            try:
+                predicted = sum(cost_model.predict(name, r.op, **r.sizes) for r in mine)
+                missing = None
+                break
+            except (ValueError, KeyError) as exc:
+                missing = str(exc).splitlines()[0]
+        entry = dict(measured_s=measured, predicted_s=None if missing else predicted,
+                     ratio=None if missing or predicted <= 0 else measured / predicted)
+        if missing:
+            entry["error"] = missing
+        out[dev] = entry
+    return out
+
+
+@dataclass
+class Prepared:
+    dataset: object
+    graph: CSRGraph              # the model's normalised graph
+    x: np.ndarray                # row-normalised features (before model preprocessing)
+    y: np.ndarray
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    test_idx: np.ndarray
+    num_classes: int
+
+
+def _fingerprint(config: TrainConfig, hp: dict, seed: int, name: str) -> dict:
+    return dict(dataset=name, model=config.model.lower(), device=config.device,
+                partition=str(config.partition) if isinstance(config.partition, (str, dict))
+                else "callable", devices=list(config.devices or []), layers=config.layers,
+                optimizer=config.optimizer, momentum=config.momentum, seed=seed,
+                batch_size=config.batch_size, fanouts=list(config.fanouts),
+                normalize_features=config.normalize_features,
+                executor_options=json.loads(json.dumps(config.executor_options, default=str)),
+                **{k: v for k, v in hp.items() if k != "epochs"})
+
+
+def params_digest(params: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for k in sorted(params):
+        h.update(k.encode())
+        h.update(np.ascontiguousarray(params[k]).tobytes())
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- one seed
+
+
+class Trainer:
+    """Trains one model (one seed) through an :class:`Engine`."""
+
+    def __init__(self, config: TrainConfig, data: Prepared, engine: Engine, hp: dict, seed: int,
+                 x_in: np.ndarray, dataset_name: str):
+        self.config, self.data, self.engine, self.hp, self.seed = config, data, engine, hp, seed
+        self.x_in = x_in
+        self.model = make_model(config.model, x_in.shape[1], data.num_classes, hidden=hp["hidden"],
+                                layers=config.layers, dropout=hp["dropout"], seed=seed)
+        self.opt = make_optimizer(config.optimizer, self.model.params, lr=hp["lr"],
+                                  weight_decay=hp["weight_decay"], decay=self.model.decay,
+                                  momentum=config.momentum)
+        self.rng = np.random.default_rng([seed, 0xD0])
+        self.epoch = 0
+        self.history: list[dict] = []
+        self.best = dict(val_acc=-1.0, test_acc=None, epoch=None)
+        self.fingerprint = _fingerprint(config, hp, seed, dataset_name)
+        self.full_layers = [LayerGraph(data.graph, data.graph.num_nodes)] * self.model.hops
+        self.sampler = None
+        if config.batch_size is not None:
+            if config.batch_size < 1:
+                raise ValueError(f"TrainConfig.batch_size = {config.batch_size}: must be >= 1")
+            if self.model.hops:
+                if len(config.fanouts) != self.model.hops:
+                    raise ValueError(f"TrainConfig.fanouts has {len(config.fanouts)} entries, the "
+                                     f"{config.model} model has {self.model.hops} layers")
+                self.sampler = NeighborSampler(data.graph, config.fanouts)
+        self.epoch_seconds: list[float] = []
+        self._committed = self._snapshot()
+
+    # -- state
+
+    def _snapshot(self) -> dict:
+        return dict(epoch=self.epoch, params=dict(self.model.params),
+                    opt=dict(self.opt.state_arrays()), t=self.opt.t,
+                    rng=self.rng.bit_generator.state, history=list(self.history),
+                    best=dict(self.best))
+
+    def checkpoint_path(self) -> Path | None:
+        d = self.config.checkpoint_dir
+        if d is None:
+            return None
+        return Path(d) / f"{self.config.model.lower()}-seed{self.seed}.npz"
+
+    def save(self, snap: dict | None = None) -> Path | None:
+        path = self.checkpoint_path()
+        if path is None:
+            return None
+        snap = snap or self._committed
+        arrays = {f"param:{k}": v for k, v in snap["params"].items()}
+        arrays.update({f"opt:{k}": v for k, v in snap["opt"].items()})
+        meta = dict(epoch=snap["epoch"], opt_t=snap["t"], rng=snap["rng"], history=snap["history"],
+                    best=snap["best"], config=self.fingerprint)
+        return save_checkpoint(path, arrays, meta)
+
+    def restore(self) -> bool:
+        path = self.checkpoint_path()
+        if path is None or not path.is_file():
+            return False
+        arrays, meta = load_checkpoint(path)
+        check_compatible(path, meta.get("config", {}), self.fingerprint)
+        params = {k.split(":", 1)[1]: v for k, v in arrays.items() if k.startswith("param:")}
+        if set(params) != set(self.model.params):
+            raise ValueError(f"{path}: field param has {sorted(params)}, the model needs "
+                             f"{sorted(self.model.params)}")
+        for k, v in params.items():
+            if v.shape != self.model.params[k].shape:
+                raise ValueError(f"{path}: field param:{k} has shape {v.shape}, the model needs "
+                                 f"{self.model.params[k].shape}")
+        self.model.params = params
+        self.opt.load_state({k.split(":", 1)[1]: v for k, v in arrays.items()
+                             if k.startswith("opt:")}, meta["opt_t"])
+        self.rng.bit_generator.state = meta["rng"]
+        self.epoch = int(meta["epoch"])
+        self.history = list(meta["history"])
+        self.best = dict(meta["best"])
+        self._committed = self._snapshot()
+        return True
+
+    # -- steps
+
+    def _step(self, x, layers, labels, rows):
+        eng = self.engine
+        logits, cache = self.model.forward(eng, x, layers, train=True, rng=self.rng)
+        loss, dlogits = softmax_cross_entropy(logits, labels, rows)
+        grads = self.model.backward(eng, dlogits, cache, layers)
+        self.model.params = self.opt.step(self.model.params, grads)
+        return loss
+
+    def _batches(self, epoch: int):
+        """Producer of the epoch's mini-batches: sample, gather, copy to the device."""
+        d = self.data
+        rng = np.random.default_rng([self.seed, epoch, 0x5A])
+        for i, seeds in enumerate(seed_batches(d.train_idx, self.config.batch_size, rng)):
+            if self.sampler is not None:
+                blocks = self.sampler.sample(seeds, rng)
+                nodes = blocks[0].src_nodes
+            else:
+                blocks, nodes = [], seeds
+            xb = self.x_in[nodes]
+            x = self.engine.transfer_in(xb if sp.issparse(xb) else np.ascontiguousarray(xb))
+            yield MiniBatch(i, seeds, blocks, x, d.y[seeds])
+
+    def train_epoch(self, epoch: int) -> float:
+        d = self.data
+        if self.config.batch_size is None:
+            return self._step(self.x_in, self.full_layers, d.y, d.train_idx)
+        losses, weights = [], []
+        producer = self._batches(epoch)
+        source = Prefetcher(producer, self.config.prefetch) if self.config.prefetch > 0 else None
+        try:
+            for mb in (source if source is not None else producer):
+                layers = [LayerGraph(b.graph, b.n_dst) for b in mb.blocks]
+                losses.append(self._step(mb.x, layers, mb.y, None))
+                weights.append(len(mb.seeds))
+        finally:
+            if source is not None:
+                source.close()
+        return float(np.average(losses, weights=weights)) if losses else 0.0
+
+    def evaluate(self) -> dict:
+        d = self.data
+        tl = self.engine.timeline
+        was, tl.enabled = tl.enabled, False
+        try:
+            logits, _ = self.model.forward(self.engine, self.x_in, self.full_layers, train=False,
+                                           rng=None)
+        finally:
+            tl.enabled = was
+        pred = logits.argmax(axis=1)
+        acc = {name: float((pred[idx] == d.y[idx]).mean()) if idx.size else float("nan")
+               for name, idx in (("train_acc", d.train_idx), ("val_acc", d.val_idx),
+                                 ("test_acc", d.test_idx))}
+        acc["val_loss"] = softmax_cross_entropy(logits, d.y, d.val_idx)[0]
+        return acc
+
+    def run(self) -> dict:
+        cfg = self.config
+        epochs = self.hp["epochs"]
+        resumed_from = None
+        if cfg.resume and self.restore():
+            resumed_from = self.epoch
+        interrupted = False
+        from tqdm.auto import tqdm
+        bar = tqdm(total=epochs, initial=self.epoch, desc=f"{cfg.model} seed {self.seed}",
+                   unit="epoch", disable=not cfg.progress, leave=False)
+        try:
+            while self.epoch < epochs:
+                e = self.epoch
+                self.engine.timeline.epoch = e
+                t0 = time.perf_counter()
+                loss = self.train_epoch(e)
+                self.epoch_seconds.append(time.perf_counter() - t0)
+                stats = dict(epoch=e + 1, loss=loss)
+                if (e + 1) % max(cfg.eval_every, 1) == 0 or e + 1 == epochs:
+                    stats.update(self.evaluate())
+                    if stats["val_acc"] > self.best["val_acc"]:
+                        self.best = dict(val_acc=stats["val_acc"], test_acc=stats["test_acc"],
+                                         epoch=e + 1)
+                self.history.append(stats)
+                self.epoch = e + 1
+                self._committed = self._snapshot()
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.3f}", val=f"{stats.get('val_acc', float('nan')):.3f}")
+                if cfg.checkpoint_every and self.epoch % cfg.checkpoint_every == 0:
+                    self.save()
+                if cfg.on_epoch_end is not None:
+                    cfg.on_epoch_end(self.seed, self.epoch, stats)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            bar.close()
+        path = self.save() if (interrupted or self.epoch == epochs) else None
+        if interrupted:
+            # the live state may be mid-step: report (and keep) the last completed epoch
+            snap = self._committed
+            self.model.params, self.epoch, self.history = snap["params"], snap["epoch"], snap["history"]
+            self.best = snap["best"]
+        final = next((h for h in reversed(self.history) if "test_acc" in h), {})
+        test_acc = (self.best["test_acc"] if cfg.select == "best_val" else final.get("test_acc"))
+        return dict(seed=self.seed, test_acc=test_acc, val_acc=final.get("val_acc"),
+                    train_acc=final.get("train_acc"), best_val=self.best,
+                    final_loss=self.history[-1]["loss"] if self.history else None,
+                    epochs_done=self.epoch, resumed_from=resumed_from, interrupted=interrupted,
+                    epoch_seconds=(float(np.mean(self.epoch_seconds)) if self.epoch_seconds
+                                   else None),
+                    params_sha256=params_digest(self.model.params),
+                    checkpoint=str(path) if path else None,
+                    history=self.history)
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def prepare(config: TrainConfig, model_cls) -> Prepared:
+    ds = _load(config.dataset)
+    x = row_normalize(ds.x) if config.normalize_features else np.asarray(ds.x, np.float32)
+    graph = model_cls.norm_graph(ds.graph)
+    y = np.asarray(ds.y, dtype=np.int64)
+    return Prepared(ds, graph, x, y, np.flatnonzero(ds.train_mask), np.flatnonzero(ds.val_mask),
+                    np.flatnonzero(ds.test_mask), int(ds.num_classes))
+
+
+def run_training(config: TrainConfig) -> dict:
+    """Train ``config.model`` once per seed; returns the JSON-ready summary."""
+    from gnnweave.host.models import MODELS
+    key = str(config.model).lower()
+    if key not in MODELS:
+        raise ValueError(f"TrainConfig.model = {config.model!r}: choose one of gcn, sage, sgc")
+    if config.select not in ("last", "best_val"):
+        raise ValueError(f"TrainConfig.select = {config.select!r}: choose 'last' or 'best_val'")
+    model_cls = MODELS[key]
+    hp = _resolved(config, model_cls)
+    data = prepare(config, model_cls)
+    name = getattr(data.dataset, "name", str(config.dataset))
+    executors: dict[str, Executor] = {}
+    dense = _executor_for(config.device, executors, config.executor_options)
+    shares = resolve_shares(config.partition, data.graph, config.device, config.devices)
+    shards = None
+    if shares is not None:
+        shards = {dev: (_executor_for(dev, executors, config.executor_options), r)
+                  for dev, r in shares.items()}
+    cost_model = _cost_model(config.cost_model)
+    engine = Engine(dense, Timeline(), shards=shards, num_nodes=data.graph.num_nodes,
+                    base_graph=data.graph)
+    per_seed, interrupted = [], False
+    timeline = None
+    try:
+        for seed in config.seed_list():
+            engine.timeline = timeline = Timeline()
+            timeline.epoch = -1   # preprocessing (SGC's propagation) is recorded as epoch -1
+            model_proto = make_model(key, data.x.shape[1], data.num_classes, hidden=hp["hidden"],
+                                     layers=config.layers, dropout=hp["dropout"], seed=seed)
+            x_in = model_proto.prepare_features(engine, data.graph, data.x)
+            x_in = _maybe_sparse(x_in, config.sparse_input)
+            trainer = Trainer(config, data, engine, hp, seed, x_in, name)
+            res = trainer.run()
+            per_seed.append(res)
+            if res["interrupted"]:
+                interrupted = True
+                break
+    finally:
+        engine.close()
+        for ex in executors.values():
+            ex.close()
+
+    accs = [r["test_acc"] for r in per_seed if r["test_acc"] is not None]
+    eps = [r["epoch_seconds"] for r in per_seed if r["epoch_seconds"] is not None]
+    last_epoch = max((r.epoch for r in timeline.records), default=None) if timeline else None
+    last_records = timeline.of_epoch(last_epoch) if last_epoch is not None else []
+    share_map = shares or {config.device: (0, data.graph.num_nodes)}
+    measured = {dev: s["compute_s"] + s["transfer_s"]
+                for dev, s in (timeline.summary(last_epoch).items() if timeline else [])}
+    pvm = predicted_vs_measured(last_records, cost_model)
+    table_rows = partition_rows_table(data.graph, share_map, measured,
+                                      {d: v["predicted_s"] for d, v in pvm.items()} if pvm else None)
+    result = dict(
+        dataset=name, model=key, device=config.device,
+        mode="mini-batch" if config.batch_size is not None else "full-batch",
+        hyperparameters=dict(hp, layers=config.layers, optimizer=config.optimizer,
+                             batch_size=config.batch_size,
+                             fanouts=list(config.fanouts) if config.batch_size else None),
+        test_acc_mean=float(np.mean(accs)) if accs else None,
+        test_acc_std=float(np.std(accs)) if accs else None,
+        epoch_seconds=float(np.mean(eps)) if eps else None,
+        shares={d: dict(lo=r["lo"], hi=r["hi"], rows=r["rows"], edges=r["edges"],
+                        edge_share=r["edge_share"]) for d, r in zip(share_map, table_rows)},
+        partition_table=format_partition_table(table_rows),
+        predicted_vs_measured=pvm,
+        busy=busy_fractions(last_records),
+        saturations=sum(r.saturations for r in (timeline.records if timeline else [])),
+        interrupted=interrupted,
+        seeds=[{k: v for k, v in r.items() if k != "history"} for r in per_seed],
+    )
+    if config.batch_size is not None and timeline is not None:
+        xfer = [r for r in last_records if r.category == "transfer"]
+        comp = [r for r in last_records if r.category == "compute"]
+        result["prefetch_overlap_s"] = interval_overlap(xfer, comp)
+    if config.out_dir is not None:
+        out = Path(config.out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        if timeline is not None and timeline.records:
+            epochs_to_plot = sorted({r.epoch for r in timeline.records if r.epoch >= 0})[-2:]
+            result["timeline_png"] = str(plot_timeline(
+                timeline, out / "timeline.png", epochs=epochs_to_plot,
+                title=f"{key} on {name}: epochs {[e + 1 for e in epochs_to_plot]}"))
+        (out / "partition.txt").write_text(result["partition_table"] + "\n")
+        result["histories"] = {r["seed"]: r["history"] for r in per_seed}
+        (out / "result.json").write_text(json.dumps(result, indent=2, default=_json_default))
+        result.pop("histories")
+    return result
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+__all__ = ["TrainConfig", "Trainer", "run_training", "resolve_shares", "predicted_vs_measured",
+           "params_digest"]
