@@ -58,10 +58,13 @@ def load_checkpoint(path) -> tuple[dict[str, np.ndarray], dict]:
                 raise CheckpointError(f"{path}: not a gnnweave checkpoint (no {_META_KEY} field)")
             meta = json.loads(bytes(z[_META_KEY]).decode())
             arrays = {k: z[k] for k in z.files if k != _META_KEY}
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:
-        raise CheckpointError(f"{path}: unreadable checkpoint ({exc})") from None
     except json.JSONDecodeError as exc:
         raise CheckpointError(f"{path}: field {_META_KEY} is not valid JSON ({exc})") from None
+    except CheckpointError:
+        raise
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CheckpointError(f"{path}: unreadable checkpoint ({reason[:120]})") from None
     version = meta.get("format_version")
     if version != FORMAT_VERSION:
         raise CheckpointError(f"{path}: field format_version is {version!r}, "
