@@ -524,4 +524,76 @@ def _json_default(o):
 
 
 __all__ = ["TrainConfig", "Trainer", "run_training", "resolve_shares", "predicted_vs_measured",
-           "params_digest"]
+           "params_digest", "add_train_arguments", "config_from_args", "train_main"]
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _ranges_arg(text: str) -> dict:
+    """'cpu=0:1200,fpga-emu=1200:2708' -> {'cpu': (0, 1200), 'fpga-emu': (1200, 2708)}."""
+    out = {}
+    for part in text.split(","):
+        dev, sep, rng = part.partition("=")
+        lo, sep2, hi = rng.partition(":")
+        if not (sep and sep2):
+            raise ValueError(f"--partition: {part!r} is not DEVICE=LO:HI")
+        out[dev.strip()] = (int(lo), int(hi))
+    return out
+
+
+def add_train_arguments(parser):
+    """The ``gnnweave train`` options (for the CLI to mount on its sub-parser)."""
+    p = parser
+    p.add_argument("--dataset", default="cora", help="cora, citeseer, sbm[:N:C], a path, ...")
+    p.add_argument("--model", default="gcn", choices=["gcn", "sage", "sgc"])
+    p.add_argument("--device", default="cpu", help="executor for dense ops (and aggregation)")
+    p.add_argument("--devices", default=None, help="comma list for --partition even")
+    p.add_argument("--partition", default="none",
+                   help="none | even | DEVICE=LO:HI,DEVICE=LO:HI (destination-row ranges)")
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--hidden", type=int, default=None)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--dropout", type=float, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--weight-decay", type=float, default=None)
+    p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
+    p.add_argument("--seeds", type=int, default=1, help="train seeds 0..N-1")
+    p.add_argument("--batch-size", type=int, default=None, help="mini-batch (default full-batch)")
+    p.add_argument("--fanouts", default="10,10", help="neighbours per hop, e.g. 25,10")
+    p.add_argument("--prefetch", type=int, default=2)
+    p.add_argument("--select", default="last", choices=["last", "best_val"])
+    p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--checkpoint-every", type=int, default=10)
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--out", default=None, help="folder for result.json, timeline.png, partition.txt")
+    p.add_argument("--cost-model", default=None, help="cost model JSON (fills predicted_vs_measured)")
+    p.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def config_from_args(args) -> TrainConfig:
+    part = args.partition
+    if part not in ("none", "even"):
+        part = _ranges_arg(part)
+    return TrainConfig(
+        dataset=args.dataset, model=args.model, device=args.device,
+        devices=[d.strip() for d in args.devices.split(",")] if args.devices else None,
+        partition=part, hidden=args.hidden, layers=args.layers, dropout=args.dropout, lr=args.lr,
+        weight_decay=args.weight_decay, epochs=args.epochs, optimizer=args.optimizer,
+        seeds=args.seeds, batch_size=args.batch_size,
+        fanouts=tuple(int(f) for f in args.fanouts.split(",")), prefetch=args.prefetch,
+        select=args.select, checkpoint_dir=args.checkpoint_dir,
+        checkpoint_every=args.checkpoint_every, resume=args.resume, out_dir=args.out,
+        cost_model=args.cost_model, progress=not args.no_progress)
+
+
+def train_main(argv=None) -> dict:
+    """``gnnweave train``: parse ``argv`` (a list, or an argparse Namespace), train, return
+    the summary dict (the CLI prints it as JSON)."""
+    import argparse
+    if isinstance(argv, argparse.Namespace):
+        args = argv
+    else:
+        args = add_train_arguments(argparse.ArgumentParser(prog="gnnweave train")).parse_args(argv)
+    return run_training(config_from_args(args))

@@ -14,7 +14,7 @@ from gnnweave.host.models import (
     Engine, LayerGraph, check_shares, make_model, mean_norm, softmax_cross_entropy,
 )
 from gnnweave.host.sampling import NeighborSampler
-from gnnweave.host.train import TrainConfig, predicted_vs_measured, run_training
+from gnnweave.host.train import TrainConfig, predicted_vs_measured, run_training, train_main
 
 
 def dataset_or_skip(name):
@@ -248,3 +248,12 @@ def test_config_errors(sbm):
         TrainConfig.from_dict({"lr_decay": 1})
     with pytest.raises(ValueError, match="available: cpu"):
         run_training(TrainConfig(dataset=sbm, device="tpu", epochs=1, progress=False))
+
+
+def test_train_main_parses_the_command_line(tmp_path):
+    r = train_main(["--dataset", "sbm:200:2", "--epochs", "3", "--seeds", "2", "--no-progress",
+                    "--partition", "cpu=0:90,fpga-emu=90:200", "--out", str(tmp_path)])
+    assert len(r["seeds"]) == 2 and r["shares"]["fpga-emu"]["lo"] == 90
+    assert (tmp_path / "result.json").is_file()
+    with pytest.raises(ValueError, match="--partition: 'cpu' is not DEVICE=LO:HI"):
+        train_main(["--dataset", "sbm:200:2", "--partition", "cpu", "--no-progress"])
