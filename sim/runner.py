@@ -277,6 +277,7 @@ def run(built: Build, test_module: str, *, testcase=None, params: dict | None = 
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:60]
     run_dir = built.build_dir / "runs" / f"{safe}-{os.getpid()}-{next(_run_counter)}-{time.time_ns() % 10**6}"
     run_dir.mkdir(parents=True)
+    _prune_runs(run_dir.parent)
     params_file, results_file = run_dir / "params.json", run_dir / "results.json"
     params_file.write_text(json.dumps(params or {}, indent=1))
     env = {PARAMS_ENV: str(params_file), RESULTS_ENV: str(results_file),
@@ -311,6 +312,19 @@ def run(built: Build, test_module: str, *, testcase=None, params: dict | None = 
             raise SimulationFailed(f"{failed} of {tests} cocotb tests failed on {built.sim}:\n{detail}\n"
                                    f"log {log}:\n{_tail(log, 25)}")
     return outcome
+
+
+#: Run folders kept per build (logs, params, results, waves); older ones are deleted.
+KEEP_RUNS = 40
+
+
+def _prune_runs(runs: Path):
+    try:
+        dirs = sorted((d for d in runs.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
+    except OSError:
+        return
+    for old in dirs[:-KEEP_RUNS]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _test_filter(testcase) -> str | None:

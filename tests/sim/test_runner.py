@@ -360,7 +360,7 @@ def test_toy_on_verilator(toy_build):
 def test_failing_cocotb_test_is_reported(toy_build, tmp_path):
     from gnnweave.sim import runner
     first, _, _, _ = toy_build
-    # the monitor test with a wrong expectation: the failure text must name the test
+    # toy_registers fails on purpose with this variable: the failure text must name it
     with pytest.raises(runner.SimulationFailed, match="toy_registers"):
         _run(first, "toy_registers", extra_env={"GNNWEAVE_TOY_BREAK": "1"}, run_name="break")
 
