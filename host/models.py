@@ -84,16 +84,22 @@ class Engine:
                  num_nodes: int | None = None, base_graph: CSRGraph | None = None):
         self.dense = dense
         self.timeline = timeline or Timeline()
-        self.shards = shards if shards and len(shards) > 0 else None
         self.num_nodes = num_nodes
+        self.base_graph = base_graph
+        self.shards = None
         self._pool = None
         self._fractions = None
+        self.set_shards(shards)
+
+    def set_shards(self, shards: dict[str, tuple[Executor, tuple[int, int]]] | None):
+        """Replace the partition (between steps; the rebalancer calls this)."""
+        self.close()
+        self.shards = shards if shards else None
+        self._fractions = None
         if self.shards:
-            if base_graph is not None:
-                self._fractions = [max(int(base_graph.indptr[hi] - base_graph.indptr[lo]), 0)
-                                   for _, (lo, hi) in self.shards.values()]
-            else:
-                self._fractions = [hi - lo for _, (lo, hi) in self.shards.values()]
+            g = self.base_graph
+            self._fractions = [int(g.indptr[hi] - g.indptr[lo]) if g is not None else hi - lo
+                               for _, (lo, hi) in self.shards.values()]
             if len(self.shards) > 1:
                 self._pool = ThreadPoolExecutor(max_workers=len(self.shards),
                                                 thread_name_prefix="gnnweave-shard")

@@ -32,6 +32,7 @@ class OpRecord:
     epoch: int
     sizes: dict = field(default_factory=dict)
     saturations: int = 0
+    cpu_seconds: float | None = None   # CPU time of the calling thread (host executors)
 
     @property
     def category(self) -> str:
@@ -39,9 +40,14 @@ class OpRecord:
 
     @property
     def measured_seconds(self) -> float:
-        """Device time on FPGA kinds (the cycle estimate on fpga-emu), else host wall time."""
+        """The profiler's clock for the kind: device time on FPGA kinds (the cycle estimate
+        on fpga-emu), the calling thread's CPU time on ``cpu`` (shards run in threads
+        that wait on each other for the GIL; their wall times would count the waiting),
+        else host wall time."""
         if self.kind in FPGA_KINDS and self.device_seconds is not None:
             return float(self.device_seconds)
+        if self.kind == "cpu" and self.cpu_seconds is not None:
+            return float(self.cpu_seconds)
         return float(self.wall_seconds)
 
 
@@ -55,7 +61,8 @@ class Timeline:
         self._lock = threading.Lock()
         self.enabled = True
 
-    def record(self, executor, result, start: float, end: float, sizes: dict | None = None):
+    def record(self, executor, result, start: float, end: float, sizes: dict | None = None,
+               cpu_seconds: float | None = None):
         if not self.enabled:
             return
         rec = OpRecord(device=executor.name, kind=executor.kind, op=result.op,
@@ -65,15 +72,18 @@ class Timeline:
                        else float(result.device_seconds),
                        bytes_in=int(result.bytes_in), bytes_out=int(result.bytes_out),
                        epoch=self.epoch, sizes=dict(sizes or {}),
-                       saturations=int(getattr(result, "saturations", 0)))
+                       saturations=int(getattr(result, "saturations", 0)),
+                       cpu_seconds=cpu_seconds)
         with self._lock:
             self.records.append(rec)
 
     def call(self, executor, method: str, *args, sizes: dict | None = None, **kw):
         """Run ``executor.method(*args, **kw)``, record it, return the OpResult."""
+        c0 = time.thread_time()
         t0 = time.perf_counter()
         res = getattr(executor, method)(*args, **kw)
-        self.record(executor, res, t0, time.perf_counter(), sizes)
+        t1 = time.perf_counter()
+        self.record(executor, res, t0, t1, sizes, time.thread_time() - c0)
         return res
 
     def of_epoch(self, epoch: int) -> list[OpRecord]:

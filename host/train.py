@@ -30,7 +30,7 @@ import scipy.sparse as sp
 
 from gnnweave.graph import CSRGraph
 from gnnweave.host.checkpoint import check_compatible, load_checkpoint, save_checkpoint
-from gnnweave.host.executors import Executor, make_executor
+from gnnweave.host.executors import Executor, make_executor, transposed
 from gnnweave.host.models import (
     Engine, LayerGraph, check_shares, cut_rows_by_fractions, make_model, make_optimizer,
     row_normalize, softmax_cross_entropy,
@@ -70,6 +70,7 @@ class TrainConfig:
     resume: bool = False
     out_dir: str | None = None           # timeline.png, partition.txt, result.json
     cost_model: object = None            # CostModel, or a path to its JSON
+    rebalance: bool = False              # re-partition after each epoch from measured shard times
     progress: bool = True
     executor_options: dict = field(default_factory=dict)   # {device kind: {kwarg: value}}
     on_epoch_end: Callable | None = None  # hook(seed, epoch, stats); may raise KeyboardInterrupt
@@ -186,6 +187,36 @@ def predicted_vs_measured(records, cost_model) -> dict | None:
     return out
 
 
+class _EpochRebalancer:
+    """After each epoch: feed each shard device's measured aggregation time of that epoch to
+    :class:`~gnnweave.host.partition.Rebalancer` and move the engine to the partition it
+    returns (if any). Without a cost model every device starts at the same rate."""
+
+    def __init__(self, engine, graph, shares, executors, cost_model, feat_dim, log, seed):
+        from gnnweave.host.partition import Rebalancer
+        costs = cost_model if hasattr(cost_model, "share_cost") else {d: 1.0 for d in shares}
+        self.engine, self.executors, self.log, self.seed = engine, executors, log, seed
+        engine.set_shards({d: (executors[d], r) for d, r in shares.items()})
+        self.rebalancer = Rebalancer(graph, feat_dim, costs, devices=list(shares),
+                                     partition=dict(shares))
+
+    def __call__(self, epoch: int):
+        if epoch == 0:
+            return   # the first epoch builds per-graph caches on each device: not its speed
+        current = self.rebalancer.partition
+        times = {d: 0.0 for d in current}
+        for r in self.engine.timeline.of_epoch(epoch):
+            if r.op == "aggregate" and r.device in times:
+                times[r.device] += r.measured_seconds
+        if any(t <= 0 for t in times.values()):
+            return
+        new = self.rebalancer.update(times)
+        if new is not None:
+            self.engine.set_shards({d: (self.executors[d], r) for d, r in new.items()})
+            self.log.append(dict(seed=self.seed, after_epoch=epoch + 1, measured_s=times,
+                                 shares={d: list(r) for d, r in new.items()}))
+
+
 @dataclass
 class Prepared:
     dataset: object
@@ -248,6 +279,7 @@ class Trainer:
                                      f"{config.model} model has {self.model.hops} layers")
                 self.sampler = NeighborSampler(data.graph, config.fanouts)
         self.epoch_seconds: list[float] = []
+        self.rebalancer = None        # callable(epoch) set by run_training
         self._committed = self._snapshot()
 
     # -- state
@@ -386,6 +418,8 @@ class Trainer:
                 bar.set_postfix(loss=f"{loss:.3f}", val=f"{stats.get('val_acc', float('nan')):.3f}")
                 if cfg.checkpoint_every and self.epoch % cfg.checkpoint_every == 0:
                     self.save()
+                if self.rebalancer is not None:
+                    self.rebalancer(e)
                 if cfg.on_epoch_end is not None:
                     cfg.on_epoch_end(self.seed, self.epoch, stats)
         except KeyboardInterrupt:
@@ -445,8 +479,10 @@ def run_training(config: TrainConfig) -> dict:
     cost_model = _cost_model(config.cost_model)
     engine = Engine(dense, Timeline(), shards=shards, num_nodes=data.graph.num_nodes,
                     base_graph=data.graph)
+    transposed(data.graph)   # built once here, not inside the first shard that needs it
     per_seed, interrupted = [], False
     timeline = None
+    rebalances: list[dict] = []
     try:
         for seed in config.seed_list():
             engine.timeline = timeline = Timeline()
@@ -456,6 +492,10 @@ def run_training(config: TrainConfig) -> dict:
             x_in = model_proto.prepare_features(engine, data.graph, data.x)
             x_in = _maybe_sparse(x_in, config.sparse_input)
             trainer = Trainer(config, data, engine, hp, seed, x_in, name)
+            if config.rebalance and shares is not None:
+                trainer.rebalancer = _EpochRebalancer(engine, data.graph, shares, executors,
+                                                      cost_model, hp["hidden"] or data.num_classes,
+                                                      rebalances, seed)
             res = trainer.run()
             per_seed.append(res)
             if res["interrupted"]:
@@ -470,7 +510,8 @@ def run_training(config: TrainConfig) -> dict:
     eps = [r["epoch_seconds"] for r in per_seed if r["epoch_seconds"] is not None]
     last_epoch = max((r.epoch for r in timeline.records), default=None) if timeline else None
     last_records = timeline.of_epoch(last_epoch) if last_epoch is not None else []
-    share_map = shares or {config.device: (0, data.graph.num_nodes)}
+    share_map = ({d: r for d, (_, r) in engine.shards.items()} if engine.shards
+                 else {config.device: (0, data.graph.num_nodes)})
     measured = {dev: s["compute_s"] + s["transfer_s"]
                 for dev, s in (timeline.summary(last_epoch).items() if timeline else [])}
     pvm = predicted_vs_measured(last_records, cost_model)
@@ -492,6 +533,7 @@ def run_training(config: TrainConfig) -> dict:
         busy=busy_fractions(last_records),
         saturations=sum(r.saturations for r in (timeline.records if timeline else [])),
         interrupted=interrupted,
+        rebalances=rebalances if config.rebalance else None,
         seeds=[{k: v for k, v in r.items() if k != "history"} for r in per_seed],
     )
     if config.batch_size is not None and timeline is not None:

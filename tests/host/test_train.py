@@ -3,6 +3,7 @@ GCN number, the fixed-point path against float, partitioned training against one
 mini-batch training, timeline/partition outputs, config errors."""
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -257,3 +258,39 @@ def test_train_main_parses_the_command_line(tmp_path):
     assert (tmp_path / "result.json").is_file()
     with pytest.raises(ValueError, match="--partition: 'cpu' is not DEVICE=LO:HI"):
         train_main(["--dataset", "sbm:200:2", "--partition", "cpu", "--no-progress"])
+
+
+class _SlowAggregate:
+    """A cpu executor that is really 4x slower at aggregation (it does the work 4 times)."""
+
+    kind = "cpu"
+
+    def __init__(self, name):
+        self.inner, self.name = CpuExecutor(name), name
+
+    def aggregate(self, *a, **k):
+        t0 = time.perf_counter()
+        for _ in range(3):
+            self.inner.aggregate(*a, **k)
+        res = self.inner.aggregate(*a, **k)
+        res.wall_seconds = time.perf_counter() - t0
+        res.executor = self.name
+        return res
+
+    def __getattr__(self, item):
+        return getattr(self.inner, item)
+
+
+def test_rebalance_moves_rows_off_the_slow_device(monkeypatch):
+    import gnnweave.host.train as train_mod
+    real = train_mod.make_executor
+    monkeypatch.setattr(train_mod, "make_executor",
+                        lambda name, **kw: _SlowAggregate(name) if name == "cpu:slow" else real(name, **kw))
+    ds = load_dataset("sbm:2000:4")
+    r = run_training(TrainConfig(dataset=ds, seeds=[0], epochs=10, partition="even",
+                                 devices=["cpu", "cpu:slow"], rebalance=True, progress=False))
+    assert r["rebalances"], "the 4x slower device should lose rows"
+    assert r["shares"]["cpu"]["edge_share"] > 0.6      # ideal: 0.8
+    # float row shards: the partition changes nothing in the numbers
+    plain = run_training(TrainConfig(dataset=ds, seeds=[0], epochs=10, progress=False))
+    assert r["seeds"][0]["params_sha256"] == plain["seeds"][0]["params_sha256"]
