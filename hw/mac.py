@@ -159,25 +159,34 @@ class SkewedBuffer(Elaboratable):
         return m
 
 
-def _round_half_even_shift(value, shift, width):
+def _wire(m: Module, expr, name: str | None = None):
+    """Materialise ``expr`` in a signal: an expression used several times is emitted once
+    (Amaranth would otherwise copy the whole tree into every use)."""
+    sig = Signal(expr.shape(), name=name)
+    m.d.comb += sig.eq(expr)
+    return sig
+
+
+def _round_half_even_shift(m: Module, value, shift, width):
     """``value / 2**shift`` rounded half to even (gnnweave.fixed.shift_round_half_even);
     ``shift`` an unsigned signal. Result is ``width + 1`` bits signed."""
-    value = value.as_signed()
-    kept_expr = value >> shift
+    value = _wire(m, value.as_signed())
+    kept_expr = _wire(m, value >> shift)
     one = Const(1, unsigned(width + 1))
     mask = ((one << shift) - 1)[:width]
-    dropped = value.as_unsigned() & mask
-    half = ((one << shift) >> 1)[:width]
+    dropped = _wire(m, value.as_unsigned() & mask)
+    half = _wire(m, ((one << shift) >> 1)[:width])
     round_up = (shift != 0) & ((dropped > half) | ((dropped == half) & kept_expr[0]))
-    return kept_expr + round_up
+    return _wire(m, kept_expr + round_up)
 
 
-def _saturate(value, width):
+def _saturate(m: Module, value, width):
     lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
-    value = value.as_signed()
+    value = _wire(m, value.as_signed())
     big, small = value > hi, value < lo
-    return Mux(big, Const(hi, signed(width)), Mux(small, Const(lo, signed(width)),
-                                                   value[:width].as_signed())), big | small
+    return (_wire(m, Mux(big, Const(hi, signed(width)), Mux(small, Const(lo, signed(width)),
+                                                             value[:width].as_signed()))),
+            _wire(m, big | small))
 
 
 def operand_request_signature(index_bits: int) -> wiring.Signature:
@@ -360,7 +369,8 @@ class MacCore(wiring.Component):
         out_payload = Signal(output_layout(C, ib, self.out_width))
         m.d.comb += [self.out.valid.eq(out_valid), self.out.payload.eq(out_payload)]
         can_emit = res_full & (~out_valid | self.out.ready)
-        row_sel = Array([Cat(*[res[r][c] for c in range(C)]) for r in range(R)])[drain_row]
+        row_sel = _wire(m, Array([Cat(*[res[r][c] for c in range(C)]) for r in range(R)])[drain_row],
+                        name="row_sel")
         sat_flags = []
         new_payload = Signal.like(out_payload)
         wide = max(AW, self.bias_width + 31) + 2
@@ -369,8 +379,8 @@ class MacCore(wiring.Component):
             with_bias = Signal(signed(wide), name=f"biased{c}")
             m.d.comb += with_bias.eq(Mux(use_bias & (mode == MacMode.FWD),
                                          acc_v + (bias_ports[c].data << bias_shift), acc_v))
-            rounded = _round_half_even_shift(with_bias, shift, wide)
-            value, sat = _saturate(rounded, self.out_width)
+            rounded = _round_half_even_shift(m, with_bias, shift, wide)
+            value, sat = _saturate(m, rounded, self.out_width)
             positive = value > 0
             in_tile = c < res_cols
             m.d.comb += [

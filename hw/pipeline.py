@@ -16,7 +16,7 @@ stashing) and the hyper-parameters are common to all stages; ``start`` starts al
 from __future__ import annotations
 
 from amaranth.hdl import Module, Signal
-from amaranth.lib import enum, wiring
+from amaranth.lib import enum, stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
 from .train_stage import TrainStage
@@ -37,22 +37,46 @@ def bubble_formula(schedule: int, stages: int, microbatches: int) -> float:
     return (stages - 1) / (microbatches + stages - 1)
 
 
+#: Per-stage configuration inputs forwarded from the top as ``s<i>_<name>``.
+STAGE_CONFIG = ("rows", "d_in", "d_out", "relu", "fwd_shift", "dx_shift", "dw_shift", "lr", "wd", "mu")
+#: Per-stage counters exposed as ``s<i>_<name>``.
+STAGE_COUNTERS = ("busy_cycles", "fwd_cycles", "bwd_cycles", "upd_cycles", "wait_cycles", "mac_ops",
+                  "saturations", "ops_done")
+
+
 class Pipeline(wiring.Component):
+    """``num_stages`` stages; every port of the chain is a top-level port (flat names, so the
+    Verilog top is what a bench or a register block drives): the four end streams, per
+    stage ``s<i>_<config>`` inputs, the master-weight access port ``s<i>_w_*``, the counters
+    ``s<i>_<counter>`` and monitor taps of the inner streams (``s<i>_act_fire`` /
+    ``s<i>_act_data``: a segment left stage ``i`` downstream; ``s<i>_grad_*`` upstream)."""
+
     def __init__(self, num_stages: int, **stage_kwargs):
         if not 1 <= num_stages <= 8:
             raise ValueError(f"num_stages must be in 1..8, got {num_stages}")
         self.num_stages = num_stages
         self.stage_list = [TrainStage(**stage_kwargs) for _ in range(num_stages)]
-        first, last = self.stage_list[0], self.stage_list[-1]
+        first = self.stage_list[0]
         sig = first.signature.members
-        ib = first.index_bits
-        super().__init__({
+        members = {
             "start": In(1), "busy": Out(1), "done": Out(1),
             "schedule": In(2), "microbatches": In(8), "steps": In(16),
             "total_stages": In(4), "stage_offset": In(4),
-            "act_in": In(sig["act_in"].signature), "act_out": Out(sig["act_out"].signature),
-            "grad_in": In(sig["grad_in"].signature), "grad_out": Out(sig["grad_out"].signature),
-        })
+        }
+        seg_shape = sig["act_out"].signature.members["payload"].shape
+        seg = stream.Signature(seg_shape)
+        members.update({"act_in": In(seg), "act_out": Out(seg), "grad_in": In(seg), "grad_out": Out(seg)})
+        for i in range(num_stages):
+            for name in STAGE_CONFIG + ("w_wr_en", "w_row", "w_word", "w_wr_data"):
+                members[f"s{i}_{name}"] = In(sig[name].shape)
+            members[f"s{i}_w_rd_data"] = Out(sig["w_rd_data"].shape)
+            for name in STAGE_COUNTERS:
+                members[f"s{i}_{name}"] = Out(sig[name].shape)
+            members[f"s{i}_act_fire"] = Out(1)
+            members[f"s{i}_act_data"] = Out(seg_shape)
+            members[f"s{i}_grad_fire"] = Out(1)
+            members[f"s{i}_grad_data"] = Out(seg_shape)
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -62,9 +86,21 @@ class Pipeline(wiring.Component):
             m.d.comb += [st.start.eq(self.start), st.schedule.eq(self.schedule),
                          st.microbatches.eq(self.microbatches), st.steps.eq(self.steps),
                          st.stages.eq(self.total_stages), st.stage.eq(self.stage_offset + i)]
+            for name in STAGE_CONFIG + ("w_wr_en", "w_row", "w_word", "w_wr_data"):
+                m.d.comb += getattr(st, name).eq(getattr(self, f"s{i}_{name}"))
+            m.d.comb += getattr(self, f"s{i}_w_rd_data").eq(st.w_rd_data)
+            for name in STAGE_COUNTERS:
+                m.d.comb += getattr(self, f"s{i}_{name}").eq(getattr(st, name))
+            m.d.comb += [
+                getattr(self, f"s{i}_act_fire").eq(st.act_out.valid & st.act_out.ready),
+                getattr(self, f"s{i}_act_data").eq(st.act_out.payload),
+                getattr(self, f"s{i}_grad_fire").eq(st.grad_out.valid & st.grad_out.ready),
+                getattr(self, f"s{i}_grad_data").eq(st.grad_out.payload),
+            ]
         for up, down in zip(stages[:-1], stages[1:]):
             connect(m, up.act_out, down.act_in)
             connect(m, down.grad_out, up.grad_in)
+
         def forward(src, dst):
             m.d.comb += [dst.valid.eq(src.valid), dst.payload.eq(src.payload), src.ready.eq(dst.ready)]
         forward(self.act_in, stages[0].act_in)

@@ -36,7 +36,7 @@ from amaranth.lib.wiring import In, Out
 from gnnweave.fixed import FixedFormat
 
 from .mac import (MAC_INPUT_WIDTH, MacCore, MacMode, SkewedBuffer, _log2_exact,
-                  _round_half_even_shift, _saturate, output_layout)
+                  _round_half_even_shift, _saturate, _wire, output_layout)
 
 SCHEDULE_GPIPE, SCHEDULE_1F1B_FLUSH, SCHEDULE_1F1B_ASYNC = 0, 1, 2
 
@@ -45,15 +45,15 @@ class Phase:
     IDLE, DECIDE, F_START, F_RUN, DX_START, DX_RUN, DW_START, DW_RUN, U_RUN, U_DRAIN, DONE = range(11)
 
 
-def _rhe_const(value, shift: int):
+def _rhe_const(m, value, shift: int):
     """Round half to even by a constant shift (shift_round_half_even)."""
-    value = value.as_signed()
+    value = _wire(m, value.as_signed())
     if shift == 0:
         return value
-    kept = value >> shift
+    kept = _wire(m, value >> shift)
     dropped = value.as_unsigned()[:shift]
     half = Const(1 << (shift - 1), shift)
-    return kept + ((dropped > half) | ((dropped == half) & kept[0]))
+    return _wire(m, kept + ((dropped > half) | ((dropped == half) & kept[0])))
 
 
 class TrainStage(wiring.Component):
@@ -302,15 +302,15 @@ class TrainStage(wiring.Component):
         for l in range(L):
             w = ms_rp.data[l]
             g = gs_rp.data[l].as_signed() << grad_align
-            decay = _rhe_const(self.wd * w, f["wd"].frac)
+            decay = _rhe_const(m, self.wd * w, f["wd"].frac)
             d = Signal(signed(mw + 24), name=f"sgd_d{l}")
             m.d.comb += d.eq(g + decay)
-            vel_raw = _rhe_const(self.mu * vl_rp.data[l], f["mu"].frac) + d
-            vel, vsat = _saturate(vel_raw, f["velocity"].width)
-            src = Mux(use_mom, vel, d)
-            step = _rhe_const(self.lr * src, f["lr"].frac)
-            master_new, msat = _saturate(w - step, mw)
-            wq, wsat = _saturate(_rhe_const(master_new, f["master"].frac - f["weight"].frac),
+            vel_raw = _rhe_const(m, self.mu * vl_rp.data[l], f["mu"].frac) + d
+            vel, vsat = _saturate(m, vel_raw, f["velocity"].width)
+            src = _wire(m, Mux(use_mom, vel, d))
+            step = _rhe_const(m, self.lr * src, f["lr"].frac)
+            master_new, msat = _saturate(m, w - step, mw)
+            wq, wsat = _saturate(m, _rhe_const(m, master_new, f["master"].frac - f["weight"].frac),
                                  f["weight"].width)
             m.d.comb += [new_master[l].eq(master_new), new_vel[l].eq(vel), new_w[l].eq(wq)]
             sgd_sat.append((Mux(use_mom, vsat, 0) | msat | wsat) & (u_word_q * L + l < self.d_out))
@@ -318,7 +318,7 @@ class TrainStage(wiring.Component):
         # host weight load: narrowed MAC weights go to the current version slot
         host_w = Signal(data.ArrayLayout(signed(16), L))
         for l in range(L):
-            wq, _ = _saturate(_rhe_const(self.w_wr_data[l], f["master"].frac - f["weight"].frac),
+            wq, _ = _saturate(m, _rhe_const(m, self.w_wr_data[l], f["master"].frac - f["weight"].frac),
                               f["weight"].width)
             m.d.comb += host_w[l].eq(wq)
 

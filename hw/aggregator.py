@@ -1,0 +1,664 @@
+"""The Aggregator: GNN neighbour aggregation over a CSR graph in memory.
+
+``out[v] = reduce_{u in N(v)} w_uv * x[u]`` (sum / mean / max), bit-exact to
+:mod:`gnnweave.golden.aggregate` (read its docstring: it is the specification).
+
+Microarchitecture (one AXI4 manager port, reads and writes in flight at once)::
+
+    indptr ─┐  StreamReader x3 (INCR bursts,          ┌─> row FIFO ──> reduce (2 stages,
+    indices ├─ credits reserved at issue) ──> edge    │   (reads_in_flight    product + accumulate
+    weights ┘                                 control ┤    beats)             into 2 banks)
+                                                      └─> descriptors ─────> drain (narrow, mean)
+                                                          (through the reciprocal     │
+                                                           pipeline, for mean)        v
+                                                                               WritePort (AW/W/B)
+
+* The edge control walks the (clamped) row pointers, range-checks every index against
+  the node count (an index ``>= N`` is skipped and counted: no read is issued for it),
+  and issues one feature-row read per valid edge, so up to ``reads_in_flight`` beats of
+  gathered rows are in flight: memory latency is hidden and the read port, not the
+  control, limits throughput.
+* Each client reads with its own AXI ID, so its beats come back in order; room for every
+  beat is reserved before the request is issued (credits), so R is never stalled.
+* Accumulators are double-banked: node ``k+1`` accumulates while node ``k`` is narrowed
+  and written. ``mean`` multiplies by ``round(2**24 / degree)`` from a pipelined
+  restoring divider on the descriptor path (1 per cycle, no divider per lane).
+* Every burst is checked against its configured buffer by the :class:`~.dma.ReadPort`
+  guard and the configuration is checked before any traffic: no access leaves the
+  buffers the host configured, whatever the memory contents.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal, signed
+from amaranth.lib import data, enum, fifo
+
+from gnnweave.fixed import ACC_GUARD_BITS, MEAN_RECIP_BITS, MEAN_SUM_WIDTH
+
+from .arith import round_half_even_shift, saturate
+from .axi import AXI4Signature
+from .dma import ReadPort, StreamReader, WritePort, beats_to_boundary
+
+
+@dataclass(frozen=True)
+class AggregatorConfig:
+    """Build-time parameters of one Aggregator instance."""
+
+    elem_width: int = 16          # feature / weight / output element width
+    bus_width: int = 128          # AXI data width: 64, 128, 256 or 512
+    max_feat_dim: int = 256       # longest feature row (elements)
+    reads_in_flight: int = 128    # beats of gathered rows that may be outstanding
+    addr_width: int = 64
+    meta_fifo_beats: int = 32     # per metadata stream (indptr, indices, weights)
+    meta_burst_beats: int = 16
+    desc_depth: int = 256         # edge descriptors buffered ahead of the data
+
+    def __post_init__(self):
+        if self.bus_width not in (64, 128, 256, 512):
+            raise ValueError(f"bus_width must be 64, 128, 256 or 512, not {self.bus_width}")
+        if self.elem_width not in (8, 16):
+            raise ValueError(f"elem_width must be 8 or 16, not {self.elem_width}")
+        if not 1 <= self.max_feat_dim or self.max_feat_dim * self.elem_width > 4096 * 8:
+            raise ValueError(f"max_feat_dim={self.max_feat_dim}: a row must fit one 4 KiB page")
+        if self.reads_in_flight < self.max_beats:
+            raise ValueError("reads_in_flight must hold at least one whole row")
+
+    @property
+    def lanes(self) -> int:
+        return self.bus_width // self.elem_width
+
+    @property
+    def bytes_per_beat(self) -> int:
+        return self.bus_width // 8
+
+    @property
+    def max_beats(self) -> int:
+        return -(-self.max_feat_dim // self.lanes)
+
+    @property
+    def acc_width(self) -> int:
+        return 2 * self.elem_width + ACC_GUARD_BITS
+
+
+class ReduceOp(enum.Enum, shape=2):
+    SUM = 0
+    MEAN = 1
+    MAX = 2
+
+
+class Status(enum.IntFlag):
+    """Bits of the ``status`` register (sticky for one run, cleared at start)."""
+
+    CONFIG_ERROR = 1 << 0    # run refused before any memory traffic
+    INDEX_REJECTED = 1 << 1  # an index >= num_nodes was skipped
+    BAD_INDPTR = 1 << 2      # row pointers were clamped
+    ADDR_FAULT = 1 << 3      # a burst outside its buffer was refused (run aborted)
+    AXI_ERROR = 1 << 4       # SLVERR/DECERR on R or B
+
+
+#: Registers the host writes (name, width, doc); order fixes the offsets.
+CONFIG_REGISTERS = (
+    ("num_nodes", 32, "Number of destination nodes N (rows of the CSR and of the output)"),
+    ("num_edges", 32, "Number of entries E of the index (and weight) stream"),
+    ("feat_dim", 32, "Feature elements per row F (1 .. max_feat_dim)"),
+    ("reduce_op", 32, "0 sum, 1 mean, 2 max"),
+    ("use_weights", 32, "1: multiply by per-edge weights; 0: unweighted"),
+    ("shift", 32, "Narrowing shift: feat.frac + weight.frac - out.frac (0 .. 63)"),
+    ("feat_stride", 32, "Bytes between feature rows (multiple of the bus width)"),
+    ("out_stride", 32, "Bytes between output rows (multiple of the bus width)"),
+    ("indptr_addr", 64, "Base of indptr: N+1 little-endian uint32"),
+    ("indptr_size", 64, "Bytes of the indptr buffer"),
+    ("indices_addr", 64, "Base of indices: E uint32 source node ids"),
+    ("indices_size", 64, "Bytes of the indices buffer"),
+    ("weights_addr", 64, "Base of weights: E int16"),
+    ("weights_size", 64, "Bytes of the weights buffer"),
+    ("feat_addr", 64, "Base of the feature rows"),
+    ("feat_size", 64, "Bytes of the feature buffer"),
+    ("out_addr", 64, "Base of the output rows"),
+    ("out_size", 64, "Bytes of the output buffer"),
+)
+
+#: Registers the hardware drives.
+STATUS_REGISTERS = (
+    ("status", 32, "Status bits of the last run: " + ", ".join(
+        f"bit{s.bit_length() - 1} {s.name.lower()}" for s in Status)),
+    ("busy_cycles", 64, "Cycles from start to done"),
+    ("read_beats", 64, "R beats accepted"),
+    ("write_beats", 64, "W beats sent"),
+    ("stall_cycles", 64, "Cycles a manager channel (AR, AW, W) waited for ready"),
+    ("mem_wait_cycles", 64, "Busy cycles with reads outstanding and no R beat"),
+    ("edges", 64, "Edges gathered (valid indices)"),
+    ("rejected_indices", 64, "Indices >= num_nodes skipped"),
+    ("saturations", 64, "Output elements that saturated"),
+)
+
+
+def aggregator_regmap(config: AggregatorConfig | None = None):
+    """The register map of the Aggregator top (the one source of its offsets)."""
+    from .regmap import Access, RegisterBuilder
+
+    builder = RegisterBuilder("gnnweave_aggregator")
+    builder.ap_ctrl()
+    for name, width, doc in CONFIG_REGISTERS:
+        builder.add(name, width, Access.RW, doc)
+    for name, width, doc in STATUS_REGISTERS:
+        builder.add(name, width, Access.RO, doc)
+    return builder.build()
+
+
+class ReciprocalPipe(Elaboratable):
+    """``round(2**MEAN_RECIP_BITS / count)`` (half up), one per cycle, fixed latency.
+
+    A restoring divider unrolled into ``MEAN_RECIP_BITS + 1`` registered stages; the
+    payload travels alongside. Nothing stalls it: the producer must have room for
+    every element in flight (see :attr:`latency`).
+    """
+
+    def __init__(self, payload_layout: data.StructLayout):
+        self.layout = payload_layout
+        self.i_valid = Signal()
+        self.i_payload = data.Signal(payload_layout)
+        self.i_count = Signal(32)
+        self.o_valid = Signal()
+        self.o_payload = data.Signal(payload_layout)
+        self.o_recip = Signal(MEAN_RECIP_BITS + 1)
+        self.latency = MEAN_RECIP_BITS + 1
+
+    def elaborate(self, platform):
+        m = Module()
+        qbits = MEAN_RECIP_BITS + 1      # the quotient < 2**(MEAN_RECIP_BITS + 1)
+        # numerator 2**24 + count//2 < 2**33; quotient bits above qbits are zero, so the
+        # division starts from numerator >> qbits as partial remainder.
+        numerator = Signal(34)
+        m.d.comb += numerator.eq((1 << MEAN_RECIP_BITS) + (self.i_count >> 1))
+        valid, payload, rem, num, quo, div = (self.i_valid, self.i_payload,
+                                              numerator >> qbits, numerator, Const(0, qbits),
+                                              self.i_count)
+        for stage in range(qbits):
+            bit = qbits - 1 - stage
+            trial = Cat(num[bit], rem)                   # (rem << 1) | numerator bit
+            fits = trial >= div
+            n_valid = Signal(name=f"rp{stage}_valid")
+            n_payload = data.Signal(self.layout, name=f"rp{stage}_payload")
+            n_rem = Signal(34, name=f"rp{stage}_rem")
+            n_num = Signal(34, name=f"rp{stage}_num")
+            n_quo = Signal(qbits, name=f"rp{stage}_quo")
+            n_div = Signal(32, name=f"rp{stage}_div")
+            m.d.sync += [
+                n_valid.eq(valid), n_payload.eq(payload), n_num.eq(num), n_div.eq(div),
+                n_rem.eq(Mux(fits, trial - div, trial)),
+                n_quo.eq(quo | (fits << bit)),
+            ]
+            valid, payload, rem, num, quo, div = n_valid, n_payload, n_rem, n_num, n_quo, n_div
+        m.d.comb += [
+            self.o_valid.eq(valid), self.o_payload.eq(payload),
+            self.o_recip.eq(Mux(div == 0, 0, quo)),
+        ]
+        return m
+
+
+class _EdgeState(enum.Enum, shape=3):
+    FIRST_PTR = 0   # read indptr[0]
+    SKIP = 1        # discard stream positions before the next node's first edge
+    NEXT_PTR = 2    # read indptr[v+1]
+    EDGES = 3       # walk node v's edges
+    CLOSE = 4       # emit node v's last descriptor
+    TAIL = 5        # discard positions after the last node
+    DONE = 6
+
+
+class AggregatorCore(Elaboratable):
+    """The engine without its control slave: ``cfg`` signals in, AXI4 ``bus`` out.
+
+    ``start`` (one cycle, while ``idle``) runs one aggregation with the values of
+    ``cfg``; ``done`` pulses when it has finished (results written, all responses in).
+    """
+
+    def __init__(self, config: AggregatorConfig = AggregatorConfig()):
+        self.config = config
+        self.bus = AXI4Signature(addr_width=config.addr_width, data_width=config.bus_width,
+                                 id_width=2).create(path=("m_axi",))
+        self.cfg = {name: Signal(width, name=f"cfg_{name}") for name, width, _ in CONFIG_REGISTERS}
+        self.stat = {name: Signal(width, name=f"stat_{name}") for name, width, _ in STATUS_REGISTERS}
+        self.start = Signal()
+        self.idle = Signal()
+        self.done = Signal()
+
+    def elaborate(self, platform):
+        c = self.config
+        m = Module()
+        lanes, bpb, ew = c.lanes, c.bytes_per_beat, c.elem_width
+        maxb = c.max_beats
+        bank_entries = 1 << max(1, (maxb - 1).bit_length())   # power of two per bank
+        aw = c.addr_width
+
+        # ---- run control -------------------------------------------------------------
+        clear = Signal()        # resets the whole datapath at the start of every run
+        running = Signal()
+        cfg = {name: Signal(len(sig), name=f"run_{name}") for name, sig in self.cfg.items()}
+
+        def on_start():
+            return [cfg[name].eq(sig) for name, sig in self.cfg.items()]
+
+        # ---- datapath (everything under `dp` is cleared at start) ----------------------
+        dp = Module()
+        read_port = ReadPort(self.bus, num_clients=4)     # 0 indptr, 1 indices, 2 weights, 3 rows
+        write_port = WritePort(self.bus, beat_depth=16, address_depth=4)
+        ptr_reader = StreamReader(addr_width=aw, data_width=c.bus_width, elem_width=32,
+                                  fifo_beats=c.meta_fifo_beats, max_burst=c.meta_burst_beats)
+        idx_reader = StreamReader(addr_width=aw, data_width=c.bus_width, elem_width=32,
+                                  fifo_beats=c.meta_fifo_beats, max_burst=c.meta_burst_beats)
+        w_reader = StreamReader(addr_width=aw, data_width=c.bus_width, elem_width=ew,
+                                fifo_beats=c.meta_fifo_beats, max_burst=c.meta_burst_beats)
+        row_fifo = fifo.SyncFIFOBuffered(width=c.bus_width, depth=c.reads_in_flight)
+        row_ids = fifo.SyncFIFOBuffered(width=32, depth=4)
+        desc_layout = data.StructLayout({
+            "weight": signed(ew), "last": 1, "empty": 1, "count": 32})
+        recip_pipe = ReciprocalPipe(desc_layout)
+        desc_full_layout = data.StructLayout({"desc": desc_layout, "recip": MEAN_RECIP_BITS + 1})
+        desc_fifo = fifo.SyncFIFOBuffered(width=desc_full_layout.size, depth=c.desc_depth)
+        for name, sub in [("read_port", read_port), ("write_port", write_port),
+                          ("ptr_reader", ptr_reader), ("idx_reader", idx_reader),
+                          ("w_reader", w_reader), ("row_fifo", row_fifo), ("row_ids", row_ids),
+                          ("recip_pipe", recip_pipe), ("desc_fifo", desc_fifo)]:
+            dp.submodules[name] = sub
+
+        # derived run constants
+        row_beats = Signal(range(maxb + 1))
+        last_lanes = Signal(range(lanes + 1))       # valid lanes in the last beat of a row
+        row_bytes = Signal(32)
+        m.d.comb += [
+            row_beats.eq((cfg["feat_dim"] + lanes - 1) >> (lanes.bit_length() - 1)),
+            last_lanes.eq(cfg["feat_dim"] - (row_beats - 1) * lanes),
+            row_bytes.eq(row_beats * bpb),
+        ]
+        num_nodes, num_edges = cfg["num_nodes"], cfg["num_edges"]
+        use_weights = cfg["use_weights"][0]
+        reduce_op = Signal(ReduceOp)
+        m.d.comb += reduce_op.eq(cfg["reduce_op"][:2])
+
+        # ---- read clients ----------------------------------------------------------------
+        for i, (reader, buf) in enumerate([(ptr_reader, "indptr"), (idx_reader, "indices"),
+                                           (w_reader, "weights")]):
+            dp.d.comb += [
+                read_port.requests[i].valid.eq(reader.request.valid),
+                read_port.requests[i].payload.eq(reader.request.payload),
+                reader.request.ready.eq(read_port.requests[i].ready),
+                reader.response.eq(read_port.responses[i]),
+            ]
+            m.d.comb += [read_port.guard_base[i].eq(cfg[f"{buf}_addr"]),
+                         read_port.guard_size[i].eq(cfg[f"{buf}_size"])]
+        m.d.comb += [read_port.guard_base[3].eq(cfg["feat_addr"]),
+                     read_port.guard_size[3].eq(cfg["feat_size"])]
+        launch = Signal()       # first cycle of a run that passed the checks
+        m.d.comb += [
+            ptr_reader.start.eq(launch), ptr_reader.base.eq(cfg["indptr_addr"]),
+            ptr_reader.count.eq(num_nodes + 1),
+            idx_reader.start.eq(launch), idx_reader.base.eq(cfg["indices_addr"]),
+            idx_reader.count.eq(num_edges),
+            w_reader.start.eq(launch), w_reader.base.eq(cfg["weights_addr"]),
+            w_reader.count.eq(Mux(use_weights, num_edges, 0)),
+        ]
+
+        # ---- row gather: one read burst (two across a 4 KiB boundary) per valid edge ----
+        row_credits = Signal(range(c.reads_in_flight + 1), init=c.reads_in_flight)
+        row_busy = Signal()
+        row_addr = Signal(aw)
+        row_left = Signal(range(maxb + 1))
+        row_req = read_port.requests[3]
+        burst = Signal(range(maxb + 1))
+        dp.d.comb += burst.eq(row_left)
+        to_boundary = beats_to_boundary(row_addr, bpb)
+        with dp.If(to_boundary < row_left):
+            dp.d.comb += burst.eq(to_boundary)
+        dp.d.comb += [
+            row_req.valid.eq(row_busy & (row_credits >= burst)),
+            row_req.payload.addr.eq(row_addr),
+            row_req.payload.len.eq(burst - 1),
+        ]
+        row_issue = row_req.valid & row_req.ready
+        row_pop = Signal()
+        dp.d.sync += row_credits.eq(row_credits - Mux(row_issue, burst, 0) + row_pop)
+        finishing = row_issue & (burst == row_left)
+        load = row_ids.r_rdy & (~row_busy | finishing)
+        with dp.If(row_issue):
+            dp.d.sync += [row_addr.eq(row_addr + burst * bpb), row_left.eq(row_left - burst)]
+            with dp.If(finishing):
+                dp.d.sync += row_busy.eq(0)
+        with dp.If(load):
+            dp.d.sync += [
+                row_busy.eq(1),
+                row_addr.eq(cfg["feat_addr"] + row_ids.r_data * cfg["feat_stride"]),
+                row_left.eq(row_beats),
+            ]
+        dp.d.comb += [row_ids.r_en.eq(load),
+                      row_fifo.w_en.eq(read_port.responses[3].valid),
+                      row_fifo.w_data.eq(read_port.responses[3].data)]
+
+        # ---- edge control ----------------------------------------------------------------
+        state = Signal(_EdgeState)
+        node = Signal(32)
+        pos = Signal(32)
+        target = Signal(32)             # end of the current node (or of the skip)
+        node_count = Signal(32)         # valid edges of the current node
+        held = Signal()                 # a valid edge waiting to learn whether it is last
+        held_weight = Signal(signed(ew))
+        bad_indptr = Signal()
+        rejected_pulse = Signal()
+        edge_pulse = Signal()
+        desc_credits = Signal(range(c.desc_depth + 1), init=c.desc_depth)
+        desc_pop = Signal()
+        emit = Signal()
+        emit_desc = data.Signal(desc_layout)
+
+        ptr = ptr_reader.elements
+        idx = idx_reader.elements
+        wts = w_reader.elements
+        edge_ready = idx.valid & (wts.valid | ~use_weights)
+        weight_in = Mux(use_weights, wts.payload, 1)[:ew].as_signed()
+        index_ok = idx.payload < num_nodes
+        can_emit = desc_credits != 0
+        consume = Signal()
+        dp.d.comb += [idx.ready.eq(consume), wts.ready.eq(consume & use_weights)]
+        clamped = Signal(32)   # min(max(p, pos), E)
+        p = ptr.payload
+        dp.d.comb += clamped.eq(Mux(p < pos, pos, Mux(p > num_edges, num_edges, p)))
+
+        with dp.Switch(state):
+            with dp.Case(_EdgeState.FIRST_PTR):
+                with dp.If(running & ptr.valid):
+                    dp.d.comb += ptr.ready.eq(1)
+                    dp.d.sync += [target.eq(clamped), state.eq(_EdgeState.SKIP)]
+                    with dp.If(p != 0):
+                        dp.d.sync += bad_indptr.eq(1)
+            with dp.Case(_EdgeState.SKIP, _EdgeState.TAIL):
+                with dp.If(pos == target):
+                    with dp.If(state == _EdgeState.TAIL):
+                        dp.d.sync += state.eq(_EdgeState.DONE)
+                    with dp.Elif(num_nodes == 0):
+                        dp.d.sync += [state.eq(_EdgeState.TAIL), target.eq(num_edges)]
+                    with dp.Else():
+                        dp.d.sync += state.eq(_EdgeState.NEXT_PTR)
+                with dp.Elif(edge_ready):
+                    dp.d.comb += consume.eq(1)
+                    dp.d.sync += pos.eq(pos + 1)
+            with dp.Case(_EdgeState.NEXT_PTR):
+                with dp.If(ptr.valid):
+                    dp.d.comb += ptr.ready.eq(1)
+                    dp.d.sync += [target.eq(clamped), node_count.eq(0)]
+                    dp.d.sync += state.eq(Mux(clamped == pos, _EdgeState.CLOSE, _EdgeState.EDGES))
+                    last_ptr = node + 1 == num_nodes
+                    with dp.If((clamped != p) | (last_ptr & (p != num_edges))):
+                        dp.d.sync += bad_indptr.eq(1)
+            with dp.Case(_EdgeState.EDGES):
+                with dp.If(edge_ready & row_ids.w_rdy & can_emit):
+                    dp.d.comb += consume.eq(1)
+                    dp.d.sync += pos.eq(pos + 1)
+                    with dp.If(pos + 1 == target):
+                        dp.d.sync += state.eq(_EdgeState.CLOSE)
+                    with dp.If(index_ok):
+                        dp.d.comb += [row_ids.w_en.eq(1), edge_pulse.eq(1)]
+                        dp.d.sync += [held.eq(1), held_weight.eq(weight_in),
+                                      node_count.eq(node_count + 1)]
+                        with dp.If(held):
+                            dp.d.comb += [emit.eq(1), emit_desc.weight.eq(held_weight)]
+                    with dp.Else():
+                        dp.d.comb += rejected_pulse.eq(1)
+            with dp.Case(_EdgeState.CLOSE):
+                with dp.If(can_emit):
+                    dp.d.comb += [emit.eq(1), emit_desc.weight.eq(held_weight),
+                                  emit_desc.last.eq(1), emit_desc.empty.eq(~held),
+                                  emit_desc.count.eq(node_count)]
+                    dp.d.sync += [held.eq(0), node.eq(node + 1)]
+                    with dp.If(node + 1 == num_nodes):
+                        dp.d.sync += [state.eq(_EdgeState.TAIL), target.eq(num_edges)]
+                    with dp.Else():
+                        dp.d.sync += state.eq(_EdgeState.NEXT_PTR)
+        dp.d.comb += row_ids.w_data.eq(idx.payload)
+        dp.d.comb += [
+            recip_pipe.i_valid.eq(emit), recip_pipe.i_payload.eq(emit_desc),
+            recip_pipe.i_count.eq(emit_desc.count),
+        ]
+        dp.d.sync += desc_credits.eq(desc_credits - emit + desc_pop)
+        out_desc = data.Signal(desc_full_layout)
+        dp.d.comb += [
+            out_desc.desc.eq(recip_pipe.o_payload), out_desc.recip.eq(recip_pipe.o_recip),
+            desc_fifo.w_en.eq(recip_pipe.o_valid), desc_fifo.w_data.eq(out_desc),
+        ]
+
+        # ---- reduce: stage 1 multiplies, stage 2 accumulates ---------------------------
+        acc_w = c.acc_width
+        entry_bits = (bank_entries - 1).bit_length()
+
+        def acc_index(beat, which_bank):
+            return Cat(beat, Const(0, entry_bits - len(beat)), which_bank)
+
+        acc = Array(Signal(lanes * acc_w, name=f"acc{i}") for i in range(2 * bank_entries))
+        bank = Signal()
+        beat_no = Signal(range(maxb))
+        first = Signal(init=1)
+        filled = Signal(2)                        # bank closed, waiting for / in drain
+        bank_count = Array(Signal(32, name=f"bank_count{i}") for i in range(2))
+        bank_recip = Array(Signal(MEAN_RECIP_BITS + 1, name=f"bank_recip{i}") for i in range(2))
+        head = data.View(desc_full_layout, desc_fifo.r_data)
+        other_free = ~(filled.bit_select(~bank, 1))
+        s2_valid = Signal()
+        s2_index = Signal(range(2 * bank_entries))
+        s2_first = Signal()
+        s2_prod = Signal(lanes * 2 * ew)
+        last_beat = beat_no == row_beats - 1
+
+        def close_bank():
+            return [
+                filled.bit_select(bank, 1).eq(1), bank.eq(~bank), first.eq(1),
+                bank_count[bank].eq(head.desc.count), bank_recip[bank].eq(head.recip),
+            ]
+
+        dp.d.sync += s2_valid.eq(0)
+        with dp.If(desc_fifo.r_rdy):
+            with dp.If(head.desc.empty):
+                with dp.If(other_free):
+                    dp.d.comb += desc_pop.eq(1)
+                    dp.d.sync += close_bank()
+            with dp.Elif(row_fifo.r_rdy & (~(last_beat & head.desc.last) | other_free)):
+                dp.d.comb += row_pop.eq(1)
+                products = []
+                for lane in range(lanes):
+                    x = row_fifo.r_data.word_select(lane, ew).as_signed()
+                    products.append((x * head.desc.weight)[:2 * ew])
+                dp.d.sync += [
+                    s2_valid.eq(1), s2_index.eq(acc_index(beat_no, bank)),
+                    s2_first.eq(first), s2_prod.eq(Cat(*products)),
+                    beat_no.eq(beat_no + 1),
+                ]
+                with dp.If(last_beat):
+                    dp.d.comb += desc_pop.eq(1)
+                    dp.d.sync += [beat_no.eq(0), first.eq(0)]
+                    with dp.If(head.desc.last):
+                        dp.d.sync += close_bank()
+        dp.d.comb += [row_fifo.r_en.eq(row_pop), desc_fifo.r_en.eq(desc_pop)]
+
+        old = Signal(lanes * acc_w)
+        new = Signal(lanes * acc_w)
+        dp.d.comb += old.eq(acc[s2_index])
+        for lane in range(lanes):
+            prod = s2_prod.word_select(lane, 2 * ew).as_signed()
+            prev = old.word_select(lane, acc_w).as_signed()
+            summed = (prev + prod)[:acc_w]
+            biggest = Mux(prod > prev, prod, prev)
+            value = Mux(s2_first, prod, Mux(reduce_op == ReduceOp.MAX, biggest, summed))
+            dp.d.comb += new.word_select(lane, acc_w).eq(value)
+        with dp.If(s2_valid):
+            dp.d.sync += acc[s2_index].eq(new)
+
+        # ---- drain: narrow, divide (mean), write ---------------------------------------
+        dbank = Signal()
+        d_beat = Signal(range(maxb))
+        out_node = Signal(32)
+        out_row_addr = Signal(aw)
+        w_credits = Signal(range(17), init=16)
+        first_len = Signal(range(maxb + 1))     # beats of the row before a 4 KiB boundary
+        to_b = beats_to_boundary(out_row_addr, bpb)
+        dp.d.comb += first_len.eq(Mux(to_b < row_beats, to_b, row_beats))
+        ready_bank = filled.bit_select(dbank, 1) & ~(s2_valid & (s2_index[-1] == dbank))
+        d_last = d_beat == row_beats - 1
+        needs_aw = (d_beat == 0) | (d_beat == first_len)
+        d1_go = ready_bank & (w_credits != 0) & (~needs_aw | write_port.address.w_rdy)
+        aw_payload = data.Signal(write_port._aw_layout)
+        dp.d.comb += [
+            aw_payload.addr.eq(out_row_addr + d_beat * bpb),
+            aw_payload.len.eq(Mux(d_beat == 0, first_len, row_beats - first_len) - 1),
+            write_port.address.w_data.eq(aw_payload),
+            write_port.address.w_en.eq(d1_go & needs_aw),
+        ]
+        d1_valid = Signal()
+        d1_acc = Signal(lanes * acc_w)
+        d1_mask = Signal(lanes)
+        d1_last = Signal()
+        d1_zero = Signal()
+        d1_recip = Signal(MEAN_RECIP_BITS + 1)
+        dp.d.sync += d1_valid.eq(d1_go)
+        with dp.If(d1_go):
+            lane_mask = Mux(d_last, (Const(1, lanes + 1) << last_lanes) - 1, (1 << lanes) - 1)
+            dp.d.sync += [
+                d1_acc.eq(acc[acc_index(d_beat, dbank)]),
+                d1_mask.eq(lane_mask), d1_last.eq(d_last | (d_beat == first_len - 1)),
+                d1_zero.eq(bank_count[dbank] == 0), d1_recip.eq(bank_recip[dbank]),
+                d_beat.eq(d_beat + 1),
+            ]
+            with dp.If(d_last):
+                dp.d.sync += [
+                    d_beat.eq(0), filled.bit_select(dbank, 1).eq(0), dbank.eq(~dbank),
+                    out_node.eq(out_node + 1), out_row_addr.eq(out_row_addr + cfg["out_stride"]),
+                ]
+        # stage 2: round by `shift` into 32 bits
+        d2_valid = Signal()
+        d2_sum = Signal(lanes * MEAN_SUM_WIDTH)
+        d2_sat = Signal(lanes)
+        d2_mask, d2_last, d2_zero, d2_recip = (Signal.like(d1_mask), Signal(), Signal(),
+                                               Signal.like(d1_recip))
+        dp.d.sync += [d2_valid.eq(d1_valid), d2_mask.eq(d1_mask), d2_last.eq(d1_last),
+                      d2_zero.eq(d1_zero), d2_recip.eq(d1_recip)]
+        for lane in range(lanes):
+            rounded = round_half_even_shift(d1_acc.word_select(lane, acc_w).as_signed(),
+                                            cfg["shift"][:6])
+            value, sat = saturate(rounded, MEAN_SUM_WIDTH)
+            dp.d.sync += [d2_sum.word_select(lane, MEAN_SUM_WIDTH).eq(value), d2_sat[lane].eq(sat)]
+        # stage 3: mean's reciprocal, saturate to the element width, queue the beat
+        beat_out = data.Signal(write_port._w_layout)
+        sats = []
+        for lane in range(lanes):
+            s = d2_sum.word_select(lane, MEAN_SUM_WIDTH).as_signed()
+            scaled = round_half_even_shift(s * d2_recip, MEAN_RECIP_BITS)
+            chosen = Mux(reduce_op == ReduceOp.MEAN, scaled, s)
+            value, sat = saturate(chosen, ew)
+            dp.d.comb += beat_out.data.word_select(lane, ew).eq(Mux(d2_zero, 0, value))
+            sats.append((sat | d2_sat[lane]) & d2_mask[lane] & ~d2_zero)
+            dp.d.comb += beat_out.strb.word_select(lane, ew // 8).eq(
+                Mux(d2_mask[lane], (1 << (ew // 8)) - 1, 0))
+        dp.d.comb += [beat_out.last.eq(d2_last), write_port.beats.w_data.eq(beat_out),
+                      write_port.beats.w_en.eq(d2_valid)]
+        dp.d.sync += w_credits.eq(w_credits - d1_go + write_port.beat)
+        saturated_now = Signal(range(lanes + 1))
+        dp.d.comb += saturated_now.eq(sum(sats))
+
+        # ---- completion ----------------------------------------------------------------
+        drained = Signal()
+        dp.d.comb += drained.eq((state == _EdgeState.DONE) & (out_node == num_nodes) &
+                                ~d1_valid & ~d2_valid & write_port.idle &
+                                (read_port.outstanding == 0))
+
+        m.submodules.datapath = ResetInserter(clear)(dp)
+
+        # ---- configuration check and run FSM -------------------------------------------
+        status = self.stat["status"]
+        err_config = Signal()
+        align = bpb - 1
+
+        def over(base, size, need):
+            return (need > size) | ((base + size) >> aw != 0)
+
+        n_minus_1 = Signal(32)
+        m.d.comb += n_minus_1.eq(num_nodes - 1)
+        checks = [
+            (cfg["feat_dim"] == 0) | (cfg["feat_dim"] > c.max_feat_dim),
+            cfg["reduce_op"] > 2,
+            cfg["shift"] > 63,
+            (cfg["indptr_addr"] & align) != 0, (cfg["indices_addr"] & align) != 0,
+            (cfg["feat_addr"] & align) != 0, (cfg["out_addr"] & align) != 0,
+            use_weights & ((cfg["weights_addr"] & align) != 0),
+            (cfg["feat_stride"] & align) != 0, (cfg["out_stride"] & align) != 0,
+            over(cfg["indptr_addr"], cfg["indptr_size"], (num_nodes + 1) * 4),
+            over(cfg["indices_addr"], cfg["indices_size"], num_edges * 4),
+            use_weights & over(cfg["weights_addr"], cfg["weights_size"], num_edges * (ew // 8)),
+            (num_nodes != 0) & (cfg["feat_stride"] < row_bytes),
+            (num_nodes != 0) & (cfg["out_stride"] < row_bytes),
+            (num_nodes != 0) & over(cfg["feat_addr"], cfg["feat_size"],
+                                    n_minus_1 * cfg["feat_stride"] + row_bytes),
+            (num_nodes != 0) & over(cfg["out_addr"], cfg["out_size"],
+                                    n_minus_1 * cfg["out_stride"] + row_bytes),
+            num_nodes == 0xFFFF_FFFF,
+        ]
+        m.d.comb += err_config.eq(Cat(*checks).any())
+
+        busy = Signal()
+        counters = {name: self.stat[name] for name in
+                    ("busy_cycles", "read_beats", "write_beats", "stall_cycles",
+                     "mem_wait_cycles", "edges", "rejected_indices", "saturations")}
+        bus = self.bus
+        stall = ((bus.arvalid & ~bus.arready) | (bus.awvalid & ~bus.awready) |
+                 (bus.wvalid & ~bus.wready))
+        increments = {
+            "busy_cycles": 1, "read_beats": read_port.beat, "write_beats": write_port.beat,
+            "stall_cycles": stall,
+            "mem_wait_cycles": (read_port.outstanding != 0) & ~read_port.beat,
+            "edges": edge_pulse, "rejected_indices": rejected_pulse,
+            "saturations": saturated_now,
+        }
+        with m.If(busy):
+            for name, sig in counters.items():
+                m.d.sync += sig.eq(sig + increments[name])
+            with m.If(rejected_pulse):
+                m.d.sync += status.eq(status | Status.INDEX_REJECTED)
+            with m.If(read_port.resp_error | write_port.resp_error):
+                m.d.sync += status.eq(status | Status.AXI_ERROR)
+
+        m.d.comb += [self.idle.eq(~busy), read_port.enable.eq(~(status & Status.ADDR_FAULT).any())]
+        with m.FSM(name="run"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += on_start()
+                    m.d.sync += [busy.eq(1), status.eq(0)]
+                    m.d.sync += [sig.eq(0) for sig in counters.values()]
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.comb += clear.eq(1)
+                with m.If(err_config):
+                    m.d.sync += status.eq(Status.CONFIG_ERROR)
+                    m.next = "FINISH"
+                with m.Else():
+                    m.next = "RUN"
+            with m.State("RUN"):
+                first_cycle = Signal(init=1)
+                m.d.sync += first_cycle.eq(0)
+                m.d.comb += [launch.eq(first_cycle), running.eq(1)]
+                with m.If(read_port.fault):
+                    m.d.sync += status.eq(status | Status.ADDR_FAULT)
+                    m.next = "ABORT"
+                with m.Elif(drained & ~first_cycle):
+                    m.d.sync += status.eq(status | Mux(bad_indptr, Status.BAD_INDPTR, 0))
+                    m.next = "FINISH"
+            with m.State("ABORT"):
+                # nothing new is issued; wait for what is in flight, then finish
+                with m.If((read_port.outstanding == 0) & write_port.idle & ~d1_valid & ~d2_valid
+                          & ~ready_bank):
+                    m.next = "FINISH"
+            with m.State("FINISH"):
+                m.d.sync += [busy.eq(0), first_cycle.eq(1)]
+                m.d.comb += self.done.eq(1)
+                m.next = "IDLE"
+        # the output row pointer starts at the output base in the run's first cycle
+        with dp.If(launch):
+            dp.d.sync += out_row_addr.eq(cfg["out_addr"])
+        return m

@@ -1,0 +1,269 @@
+"""AXI4 memory plumbing shared by the hardware units.
+
+* :class:`ReadPort` — arbitrates read requests of several clients onto one AXI4 AR
+  channel and routes R beats back by ID (each client has its own ID, so each client's
+  beats arrive in its own request order). Every burst is checked against the client's
+  configured buffer before it is issued: a request outside it is never sent, it raises
+  ``fault`` instead.
+* :class:`StreamReader` — reads ``count`` consecutive elements from a buffer with INCR
+  bursts (never across 4 KiB), keeps as many bursts in flight as its FIFO has room for
+  (credits are reserved at issue, so R beats are never back-pressured), and unpacks the
+  beats into a stream of elements.
+* :class:`WritePort` — queues write bursts (AW) and beats (W) and tracks B responses.
+
+All clients see plain valid/ready streams; nothing here knows about graphs.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Elaboratable, Module, Mux, Signal, unsigned
+from amaranth.lib import data, fifo, stream
+
+from .axi import BOUNDARY_BYTES, Burst, Resp, size_code
+
+
+def read_request_layout(addr_width: int) -> data.StructLayout:
+    """One read burst: byte address (beat aligned) and AxLEN (beats - 1)."""
+    return data.StructLayout({"addr": addr_width, "len": 8})
+
+
+def beats_to_boundary(addr, bytes_per_beat: int):
+    """Beats from ``addr`` up to the next 4 KiB boundary (1 .. 4096/bytes_per_beat)."""
+    offset = addr[:12]
+    return (BOUNDARY_BYTES - offset) >> (bytes_per_beat.bit_length() - 1)
+
+
+class ReadPort(Elaboratable):
+    """Fixed-priority AR arbiter (client 0 first) with per-client buffer guards.
+
+    Per client ``i``: ``requests[i]`` (stream of :func:`read_request_layout`),
+    ``responses[i]`` (``valid``/``data``/``last``, no ready: clients reserve room before
+    they request), ``guard_base[i]``/``guard_size[i]`` (the client's buffer).
+    """
+
+    def __init__(self, bus, num_clients: int):
+        self.bus = bus
+        self.num_clients = num_clients
+        aw = len(bus.araddr)
+        dw = len(bus.rdata)
+        self.bytes_per_beat = dw // 8
+        req_sig = stream.Signature(read_request_layout(aw))
+        self.requests = [req_sig.flip().create(path=(f"read_req{i}",)) for i in range(num_clients)]
+        self.responses = [data.Signal(data.StructLayout({"valid": 1, "data": dw, "last": 1}),
+                                      name=f"read_resp{i}") for i in range(num_clients)]
+        self.guard_base = [Signal(aw, name=f"guard_base{i}") for i in range(num_clients)]
+        self.guard_size = [Signal(aw, name=f"guard_size{i}") for i in range(num_clients)]
+        self.enable = Signal(init=1)        # low: issue nothing (abort)
+        self.fault = Signal()               # pulse: a request fell outside its buffer
+        self.resp_error = Signal()          # pulse: an R beat came back with SLVERR/DECERR
+        self.beat = Signal()                # pulse: one R beat accepted
+        self.outstanding = Signal(32)       # beats requested and not yet returned
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.bus
+        bpb = self.bytes_per_beat
+        aw = len(bus.araddr)
+
+        # Fixed priority: the lowest-numbered valid client wins.
+        grant = Signal(range(max(self.num_clients, 2)))
+        any_valid = Signal()
+        for i in reversed(range(self.num_clients)):
+            with m.If(self.requests[i].valid):
+                m.d.comb += [grant.eq(i), any_valid.eq(1)]
+
+        sel_addr = Signal(aw)
+        sel_len = Signal(8)
+        sel_base = Signal(aw)
+        sel_size = Signal(aw)
+        with m.Switch(grant):
+            for i in range(self.num_clients):
+                with m.Case(i):
+                    m.d.comb += [
+                        sel_addr.eq(self.requests[i].payload.addr),
+                        sel_len.eq(self.requests[i].payload.len),
+                        sel_base.eq(self.guard_base[i]),
+                        sel_size.eq(self.guard_size[i]),
+                    ]
+
+        # Guard: [addr, addr + bytes) inside [base, base + size), and no 4 KiB crossing.
+        burst_bytes = (sel_len + 1) * bpb
+        end = Signal(aw + 1)
+        limit = Signal(aw + 1)
+        m.d.comb += [end.eq(sel_addr + burst_bytes), limit.eq(sel_base + sel_size)]
+        crosses = (sel_addr[:12] + burst_bytes) > BOUNDARY_BYTES
+        inside = (sel_addr >= sel_base) & (end <= limit) & ~crosses
+
+        # Registered AR output (one burst per cycle at most).
+        ar_valid = Signal()
+        ar_fire = bus.arvalid & bus.arready
+        take = any_valid & self.enable & inside & (~ar_valid | ar_fire)
+        m.d.comb += [
+            bus.arvalid.eq(ar_valid),
+            bus.arsize.eq(size_code(len(bus.rdata))),
+            bus.arburst.eq(Burst.INCR),
+            self.fault.eq(any_valid & self.enable & ~inside),
+        ]
+        with m.If(ar_fire):
+            m.d.sync += ar_valid.eq(0)
+        with m.If(take):
+            m.d.sync += [ar_valid.eq(1), bus.araddr.eq(sel_addr), bus.arlen.eq(sel_len),
+                         bus.arid.eq(grant)]
+        for i in range(self.num_clients):
+            m.d.comb += self.requests[i].ready.eq(take & (grant == i))
+
+        # R: always ready; route by ID.
+        r_fire = bus.rvalid & bus.rready
+        m.d.comb += [bus.rready.eq(1), self.beat.eq(r_fire)]
+        for i in range(self.num_clients):
+            m.d.comb += [
+                self.responses[i].valid.eq(r_fire & (bus.rid == i)),
+                self.responses[i].data.eq(bus.rdata),
+                self.responses[i].last.eq(bus.rlast),
+            ]
+        m.d.comb += self.resp_error.eq(r_fire & (bus.rresp >= Resp.SLVERR))
+        issued = Mux(take, sel_len + 1, 0)
+        m.d.sync += self.outstanding.eq(self.outstanding + issued - r_fire)
+        return m
+
+
+class StreamReader(Elaboratable):
+    """Streams ``count`` elements of ``elem_width`` bits starting at a beat-aligned ``base``.
+
+    Connect ``request`` to a :class:`ReadPort` client and feed ``response`` from it.
+    ``start`` (one cycle) latches ``base`` and ``count``; ``elements`` then yields exactly
+    ``count`` elements, least significant first within each beat.
+    """
+
+    def __init__(self, *, addr_width: int, data_width: int, elem_width: int,
+                 fifo_beats: int = 32, max_burst: int = 16):
+        if data_width % elem_width:
+            raise ValueError("elem_width must divide data_width")
+        if max_burst > fifo_beats:
+            raise ValueError("max_burst must not exceed fifo_beats")
+        self.addr_width = addr_width
+        self.data_width = data_width
+        self.elem_width = elem_width
+        self.fifo_beats = fifo_beats
+        self.max_burst = max_burst
+        self.start = Signal()
+        self.base = Signal(addr_width)
+        self.count = Signal(32)
+        self.request = stream.Signature(read_request_layout(addr_width)).create(path=("request",))
+        self.response = data.Signal(data.StructLayout({"valid": 1, "data": data_width, "last": 1}))
+        self.elements = stream.Signature(elem_width).create(path=("elements",))
+        self.done = Signal()   # all elements delivered
+
+    def elaborate(self, platform):
+        m = Module()
+        bpb = self.data_width // 8
+        per_beat = self.data_width // self.elem_width
+        elem_bytes = self.elem_width // 8
+        m.submodules.beats = beats = fifo.SyncFIFOBuffered(width=self.data_width, depth=self.fifo_beats)
+
+        next_addr = Signal(self.addr_width)
+        beats_left = Signal(34)
+        elems_left = Signal(32)
+        credits = Signal(range(self.fifo_beats + 1), init=self.fifo_beats)
+        sel = Signal(range(per_beat))
+
+        to_boundary = beats_to_boundary(next_addr, bpb)
+        capped = Signal(range(self.max_burst + 1))   # min(max_burst, beats_left)
+        burst = Signal(range(self.max_burst + 1))    # ... and never across 4 KiB
+        m.d.comb += capped.eq(Mux(beats_left < self.max_burst, beats_left, self.max_burst))
+        m.d.comb += burst.eq(Mux(to_boundary < capped, to_boundary, capped))
+
+        m.d.comb += [
+            self.request.valid.eq((beats_left != 0) & (credits >= burst)),
+            self.request.payload.addr.eq(next_addr),
+            self.request.payload.len.eq(burst - 1),
+        ]
+        issue = self.request.valid & self.request.ready
+        pop = Signal()
+        m.d.sync += credits.eq(credits - Mux(issue, burst, 0) + pop)
+        with m.If(issue):
+            m.d.sync += [next_addr.eq(next_addr + burst * bpb), beats_left.eq(beats_left - burst)]
+
+        m.d.comb += [beats.w_en.eq(self.response.valid), beats.w_data.eq(self.response.data)]
+
+        # Unpack: one element per cycle.
+        m.d.comb += [
+            self.elements.valid.eq(beats.r_rdy & (elems_left != 0)),
+            self.elements.payload.eq(beats.r_data.word_select(sel, self.elem_width)),
+        ]
+        with m.If(self.elements.valid & self.elements.ready):
+            m.d.sync += [elems_left.eq(elems_left - 1), sel.eq(sel + 1)]
+            with m.If((sel == per_beat - 1) | (elems_left == 1)):
+                m.d.comb += pop.eq(1)
+                m.d.sync += sel.eq(0)
+        m.d.comb += [beats.r_en.eq(pop), self.done.eq(elems_left == 0)]
+
+        with m.If(self.start):
+            total_bytes = self.count * elem_bytes
+            m.d.sync += [
+                next_addr.eq(self.base),
+                beats_left.eq((total_bytes + bpb - 1) >> (bpb.bit_length() - 1)),
+                elems_left.eq(self.count),
+                sel.eq(0),
+            ]
+        return m
+
+
+def write_address_layout(addr_width: int) -> data.StructLayout:
+    return data.StructLayout({"addr": addr_width, "len": 8})
+
+
+def write_beat_layout(data_width: int) -> data.StructLayout:
+    return data.StructLayout({"data": data_width, "strb": data_width // 8, "last": 1})
+
+
+class WritePort(Elaboratable):
+    """Drives the AW/W/B channels of ``bus`` from two queues the client fills.
+
+    Push a burst into ``address`` (``w_en``/``w_data``/``w_rdy`` of a FIFO) and its beats
+    into ``beats`` (``last`` on the final beat of each burst); AXI lets W run ahead of AW.
+    """
+
+    def __init__(self, bus, *, beat_depth: int = 16, address_depth: int = 4):
+        self.bus = bus
+        aw = len(bus.awaddr)
+        dw = len(bus.wdata)
+        self._aw_layout = write_address_layout(aw)
+        self._w_layout = write_beat_layout(dw)
+        self.address = fifo.SyncFIFOBuffered(width=self._aw_layout.size, depth=address_depth)
+        self.beats = fifo.SyncFIFOBuffered(width=self._w_layout.size, depth=beat_depth)
+        self.enable = Signal(init=1)
+        self.beat = Signal()          # pulse: one W beat accepted
+        self.resp_error = Signal()    # pulse: B came back with SLVERR/DECERR
+        self.outstanding = Signal(16)  # bursts issued on AW without their B yet
+        self.idle = Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.bus
+        m.submodules.address = self.address
+        m.submodules.beats = self.beats
+        head = data.View(self._aw_layout, self.address.r_data)
+        beat = data.View(self._w_layout, self.beats.r_data)
+        aw_fire = bus.awvalid & bus.awready
+        w_fire = bus.wvalid & bus.wready
+        b_fire = bus.bvalid & bus.bready
+        m.d.comb += [
+            bus.awvalid.eq(self.address.r_rdy),
+            bus.awaddr.eq(head.addr),
+            bus.awlen.eq(head.len),
+            bus.awsize.eq(size_code(len(bus.wdata))),
+            bus.awburst.eq(Burst.INCR),
+            bus.awid.eq(0),
+            self.address.r_en.eq(aw_fire),
+            bus.wvalid.eq(self.beats.r_rdy),
+            bus.wdata.eq(beat.data),
+            bus.wstrb.eq(beat.strb),
+            bus.wlast.eq(beat.last),
+            self.beats.r_en.eq(w_fire),
+            bus.bready.eq(1),
+            self.beat.eq(w_fire),
+            self.resp_error.eq(b_fire & (bus.bresp >= Resp.SLVERR)),
+            self.idle.eq(~self.address.r_rdy & ~self.beats.r_rdy & (self.outstanding == 0)),
+        ]
+        m.d.sync += self.outstanding.eq(self.outstanding + aw_fire - b_fire)
+        return m
