@@ -30,6 +30,7 @@ import math
 import os
 import threading
 import time
+import warnings
 import weakref
 from dataclasses import dataclass
 
@@ -684,23 +685,33 @@ class GpuExecutor(Executor):
 
     kind = "gpu"
 
-    def __init__(self, index: int = 0, name: str | None = None):
+    def __init__(self, index: int = 0, name: str | None = None, *,
+                 torch_device: str | None = None):
+        """``torch_device`` runs the same code on another torch device (the tests use
+        ``'cpu'`` where there is no CUDA); times then come from the host clock."""
         torch = _torch()
         if torch is None:
             raise DeviceUnavailable(
                 "no CUDA device: torch is not installed (pip install 'gnnweave[gpu]'); "
                 f"available: {', '.join(available_devices())}")
-        count = _cuda_count()
-        if index >= count:
-            raise DeviceUnavailable(
-                f"no CUDA device gpu:{index} ({count} visible): "
-                f"available: {', '.join(available_devices())}")
         self.torch = torch
-        self.device = torch.device("cuda", index)
+        if torch_device is not None:
+            self.device = torch.device(torch_device)
+        else:
+            count = _cuda_count()
+            if index >= count:
+                raise DeviceUnavailable(
+                    f"no CUDA device gpu:{index} ({count} visible): "
+                    f"available: {', '.join(available_devices())}")
+            self.device = torch.device("cuda", index)
         self.name = name or f"gpu:{index}"
 
     def _timed(self, fn):
         torch = self.torch
+        if self.device.type != "cuda":
+            t0 = time.perf_counter()
+            out = fn()
+            return out, time.perf_counter() - t0
         start = torch.cuda.Event(enable_timing=True)
         stop = torch.cuda.Event(enable_timing=True)
         start.record()
@@ -741,9 +752,14 @@ class GpuExecutor(Executor):
                 dst = torch.repeat_interleave(torch.arange(hi - lo, device=self.device), deg)
                 prod = xt[indices[s:e]] * w[s:e, None]
                 out = torch.zeros((hi - lo, f), device=self.device)
-                out.index_reduce_(0, dst, prod, "amax", include_self=False)
+                with warnings.catch_warnings():   # "index_reduce() is in beta"
+                    warnings.simplefilter("ignore", UserWarning)
+                    out.index_reduce_(0, dst, prod, "amax", include_self=False)
                 return out
-            a = torch.sparse_csr_tensor(crow, indices[s:e], w[s:e], size=(hi - lo, g.num_nodes))
+            with warnings.catch_warnings():   # "sparse CSR support is in beta"
+                warnings.simplefilter("ignore", UserWarning)
+                a = torch.sparse_csr_tensor(crow, indices[s:e], w[s:e],
+                                            size=(hi - lo, g.num_nodes), check_invariants=False)
             out = a @ xt
             if reduce is Reduce.MEAN:
                 deg = (crow[1:] - crow[:-1]).clamp(min=1).to(out.dtype)
@@ -802,7 +818,8 @@ class GpuExecutor(Executor):
         t0 = time.perf_counter()
         a = np.ascontiguousarray(array)
         on_dev = self.torch.from_numpy(a).to(self.device)
-        self.torch.cuda.synchronize(self.device)
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
         out, dev = self._timed(lambda: on_dev.cpu())
         return OpResult(out.numpy(), time.perf_counter() - t0, dev, 0, a.nbytes,
                         "transfer_out", self.name)
