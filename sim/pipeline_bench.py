@@ -16,6 +16,7 @@ import numpy as np
 
 from gnnweave.fixed import FixedFormat
 from gnnweave.golden.mac import SgdFormat, master_to_weight
+from gnnweave.hw.pipeline import STAGE_COUNTERS
 from gnnweave.golden.pipeline import (GoldenPipeline, OpKind, Schedule, TrainFormat,
                                       bubble_formula, max_in_flight, softmax_xent_grad, stage_ops)
 
@@ -51,203 +52,287 @@ def build_pipeline(stages: int, dims: list[int], rows: int, microbatches: int, s
                     grad_sum=sgd.grad, lr=sgd.lr, wd=sgd.wd, mu=sgd.mu)
 
 
+# ---------------------------------------------------------------- packing of struct ports
+
+def _fields(layout):
+    from amaranth.hdl import Shape
+    out = {}
+    for name, fld in layout:
+        out[name] = (fld.offset, Shape.cast(fld.shape).width)
+    return out
+
+
+class SegmentCodec:
+    """Packs/unpacks the stream payload (``hw.mac.output_layout``) as one integer."""
+
+    def __init__(self, layout, lanes: int):
+        self.f = _fields(layout)
+        self.lanes = lanes
+        off, width = self.f["data"]
+        self.elem = width // lanes
+
+    def pack(self, row, col, values, last) -> int:
+        v = (row << self.f["row"][0]) | (col << self.f["col"][0])
+        v |= len(values) << self.f["count"][0]
+        v |= int(bool(last)) << self.f["last"][0]
+        base = self.f["data"][0]
+        mask = (1 << self.elem) - 1
+        for l, x in enumerate(values):
+            v |= (int(x) & mask) << (base + l * self.elem)
+        return v
+
+    def unpack(self, v: int):
+        get = lambda name: (v >> self.f[name][0]) & ((1 << self.f[name][1]) - 1)
+        base = self.f["data"][0]
+        vals = []
+        for l in range(self.lanes):
+            x = (v >> (base + l * self.elem)) & ((1 << self.elem) - 1)
+            vals.append(x - (1 << self.elem) if x >> (self.elem - 1) else x)
+        return get("row"), get("col"), vals, get("count"), get("last")
+
+
+def pack_words(values, width: int) -> int:
+    v = 0
+    for l, x in enumerate(values):
+        v |= (int(x) & ((1 << width) - 1)) << (l * width)
+    return v
+
+
+def unpack_words(v: int, width: int, n: int) -> list[int]:
+    out = []
+    for l in range(n):
+        x = (v >> (l * width)) & ((1 << width) - 1)
+        out.append(x - (1 << width) if x >> (width - 1) else x)
+    return out
+
+
+# ---------------------------------------------------------------- the host side of the bench
+
+class PipelineHost:
+    """Everything the bench does around the RTL, cycle by cycle, independent of the
+    simulator: ``io.set(name, int)`` / ``io.get(name) -> int`` on the top ports (``a.b``
+    names a member of a stream port)."""
+
+    def __init__(self, masters, inputs, loss_grad, *, schedule, microbatches, relu, lr_q, wd_q,
+                 mu_q, fmt, lanes, seg_layout, master_width):
+        self.schedule = Schedule.parse(schedule)
+        self.p = p = len(masters)
+        self.masters = [np.asarray(w, dtype=np.int64) for w in masters]
+        self.dims = [masters[0].shape[0]] + [w.shape[1] for w in masters]
+        self.rows = inputs[0].shape[0]
+        self.inputs = inputs
+        self.n = len(inputs)
+        self.m = microbatches
+        self.steps = self.n // self.m
+        self.loss_grad = loss_grad
+        self.relu, self.lr_q, self.wd_q, self.mu_q, self.fmt = relu, lr_q, wd_q, mu_q, fmt
+        self.L = lanes
+        self.codec = SegmentCodec(seg_layout, lanes)
+        self.master_width = master_width
+        orders = [stage_ops(self.schedule, p, self.m, s, self.steps) for s in range(p)]
+        self.f_orders = [[o.mb for o in ops if o.kind is OpKind.F] for ops in orders]
+        self.b_orders = [[o.mb for o in ops if o.kind is OpKind.B] for ops in orders]
+        self.outputs = [dict() for _ in range(p)]
+        self.input_grads = [dict() for _ in range(p)]
+        L, rows = lanes, self.rows
+        self.in_segs = [self.codec.pack(r, c0, x[r, c0:c0 + L], r == rows - 1 and c0 + L >= self.dims[0])
+                        for x in (np.asarray(i) for i in inputs)
+                        for r in range(rows) for c0 in range(0, self.dims[0], L)]
+        self.in_pos = 0
+        self.f_pos, self.b_pos = [0] * p, [0] * p
+        self.cur_out = [np.zeros((rows, self.dims[s + 1]), np.int64) for s in range(p)]
+        self.cur_dx = [np.zeros((rows, self.dims[s]), np.int64) for s in range(p)]
+        self.rows_seen = np.zeros(rows, np.int64)
+        self.dy_queue: dict[int, list] = {}
+        self.dy_sent_rows: dict[int, int] = {}
+        self.b_send = 0
+        self.sending = None
+
+    # static configuration and weight loading
+    def config(self) -> list[tuple[str, int]]:
+        cfg = [("schedule", int(self.schedule)), ("microbatches", self.m), ("steps", self.steps),
+               ("total_stages", self.p), ("stage_offset", 0)]
+        for s in range(self.p):
+            cfg += [(f"s{s}_rows", self.rows), (f"s{s}_d_in", self.dims[s]),
+                    (f"s{s}_d_out", self.dims[s + 1]), (f"s{s}_relu", int(self.relu[s])),
+                    (f"s{s}_fwd_shift", self.fmt.fwd_shift_at(s)), (f"s{s}_dx_shift", self.fmt.dx_shift),
+                    (f"s{s}_dw_shift", self.fmt.dw_shift_at(s)), (f"s{s}_lr", self.lr_q),
+                    (f"s{s}_wd", self.wd_q), (f"s{s}_mu", self.mu_q)]
+        return cfg
+
+    def weight_writes(self):
+        """Per cycle: the list of (port, value) that writes one master word."""
+        L = self.L
+        for s, w in enumerate(self.masters):
+            for r in range(w.shape[0]):
+                for c0 in range(0, w.shape[1], L):
+                    chunk = list(w[r, c0:c0 + L]) + [0] * (L - len(w[r, c0:c0 + L]))
+                    yield [(f"s{s}_w_wr_en", 1), (f"s{s}_w_row", r), (f"s{s}_w_word", c0 // L),
+                           (f"s{s}_w_wr_data", pack_words(chunk, self.master_width))]
+            yield [(f"s{s}_w_wr_en", 0)]
+
+    def readback_addresses(self):
+        L = self.L
+        for s, w in enumerate(self.masters):
+            for r in range(w.shape[0]):
+                for c0 in range(0, w.shape[1], L):
+                    yield s, r, c0, [(f"s{s}_w_row", r), (f"s{s}_w_word", c0 // L)]
+
+    def collect_master(self, got, s, r, c0, word):
+        vals = unpack_words(word, self.master_width, self.L)
+        d_out = self.dims[s + 1]
+        for l in range(min(self.L, d_out - c0)):
+            got[s][r, c0 + l] = vals[l]
+
+    # one cycle: drive, then sample the settled handshakes
+    def drive(self, io):
+        if self.in_pos < len(self.in_segs):
+            io.set("act_in.valid", 1)
+            io.set("act_in.payload", self.in_segs[self.in_pos])
+        else:
+            io.set("act_in.valid", 0)
+        io.set("act_out.ready", 1)
+        io.set("grad_out.ready", 1)
+        self.sending = None
+        if self.b_send < len(self.b_orders[-1]):
+            q = self.dy_queue.get(self.b_orders[-1][self.b_send])
+            if q:
+                self.sending = q[0]
+        if self.sending is not None:
+            io.set("grad_in.valid", 1)
+            io.set("grad_in.payload", self.sending[0])
+        else:
+            io.set("grad_in.valid", 0)
+
+    def sample(self, io) -> bool:
+        if self.in_pos < len(self.in_segs) and io.get("act_in.ready"):
+            self.in_pos += 1
+        if self.sending is not None and io.get("grad_in.ready"):
+            self.dy_queue[self.b_orders[-1][self.b_send]].pop(0)
+            if self.sending[1]:
+                self.b_send += 1
+        p = self.p
+        for s in range(p):
+            if io.get(f"s{s}_act_fire"):
+                row, col, vals, count, last = self.codec.unpack(io.get(f"s{s}_act_data"))
+                mb = self.f_orders[s][self.f_pos[s]]
+                self.cur_out[s][row, col:col + count] = vals[:count]
+                if s == p - 1:
+                    self._host_loss(mb, row, count)
+                if last:
+                    self.outputs[s][mb] = self.cur_out[s].copy()
+                    self.f_pos[s] += 1
+            if io.get(f"s{s}_grad_fire"):
+                row, col, vals, count, last = self.codec.unpack(io.get(f"s{s}_grad_data"))
+                mb = self.b_orders[s][self.b_pos[s]]
+                self.cur_dx[s][row, col:col + count] = vals[:count]
+                if last:
+                    self.input_grads[s][mb] = self.cur_dx[s].copy()
+                    self.b_pos[s] += 1
+        return bool(io.get("done"))
+
+    def _host_loss(self, mb, row, count):
+        """Send the loss gradient of every logits row that is complete (rows finish in
+        order, one row block of the MAC array at a time)."""
+        d_out, L, rows = self.dims[-1], self.L, self.rows
+        self.rows_seen[row] += count
+        sent = self.dy_sent_rows.get(mb, 0)
+        upto = sent
+        while upto < rows and self.rows_seen[upto] == d_out:
+            upto += 1
+        if upto > sent:
+            full = np.zeros_like(self.cur_out[-1])
+            full[:upto] = self.cur_out[-1][:upto]
+            dy = np.asarray(self.loss_grad(mb, full))
+            q = self.dy_queue.setdefault(mb, [])
+            for r in range(sent, upto):
+                for c0 in range(0, d_out, L):
+                    last = r == rows - 1 and c0 + L >= d_out
+                    q.append((self.codec.pack(r, c0, dy[r, c0:c0 + L], last), last))
+            self.dy_sent_rows[mb] = upto
+        if upto == rows:
+            self.rows_seen[:] = 0
+
+    def progress(self) -> str:
+        return f"F done {self.f_pos}, B done {self.b_pos}"
+
+
+class AmaranthIO:
+    def __init__(self, dut, ctx):
+        self.dut, self.ctx = dut, ctx
+        self._cache = {}
+
+    def _sig(self, name):
+        sig = self._cache.get(name)
+        if sig is None:
+            obj = self.dut
+            for part in name.split("."):
+                obj = getattr(obj, part)
+            sig = obj.as_value() if hasattr(obj, "as_value") else obj
+            self._cache[name] = sig
+        return sig
+
+    def set(self, name, value):
+        self.ctx.set(self._sig(name), int(value))
+
+    def get(self, name) -> int:
+        return int(self.ctx.get(self._sig(name)))
+
+
 def run_pipeline_rtl(masters, inputs, loss_grad, *, schedule, microbatches: int, relu,
                      lr_q: int, wd_q: int = 0, mu_q: int = 0, fmt: TrainFormat = BENCH_FORMAT,
-                     lanes: int = 4, max_cycles: int = 2_000_000, progress: bool = False) -> RtlRun:
+                     lanes: int = 4, max_cycles: int = 2_000_000) -> RtlRun:
+    """The bench on the Amaranth simulator (no Verilog toolchain; slow: small problems)."""
     from amaranth.sim import Simulator
 
-    schedule = Schedule.parse(schedule)
     p = len(masters)
     dims = [masters[0].shape[0]] + [w.shape[1] for w in masters]
-    rows = inputs[0].shape[0]
-    n = len(inputs)
-    m = microbatches
-    steps = n // m
-    dut = build_pipeline(p, dims, rows, m, schedule, lanes, fmt)
-    L = lanes
-    st = dut.stage_list
-    last_b_order = [op.mb for op in stage_ops(schedule, p, m, p - 1, steps) if op.kind is OpKind.B]
-    outputs = [dict() for _ in range(p)]
-    input_grads = [dict() for _ in range(p)]
+    dut = build_pipeline(p, dims, inputs[0].shape[0], microbatches, schedule, lanes, fmt)
+    host = PipelineHost(masters, inputs, loss_grad, schedule=schedule, microbatches=microbatches,
+                        relu=relu, lr_q=lr_q, wd_q=wd_q, mu_q=mu_q, fmt=fmt, lanes=lanes,
+                        seg_layout=dut.stage_list[0].act_out.payload.shape(),
+                        master_width=fmt.sgd.master.width)
     result = {}
 
-    def segments(mat):
-        for r in range(mat.shape[0]):
-            for c0 in range(0, mat.shape[1], L):
-                yield r, c0, mat[r, c0:c0 + L]
-
     async def bench(ctx):
-        for s, stage in enumerate(st):
-            d_in, d_out = dims[s], dims[s + 1]
-            ctx.set(stage.rows, rows)
-            ctx.set(stage.d_in, d_in)
-            ctx.set(stage.d_out, d_out)
-            ctx.set(stage.relu, int(relu[s]))
-            ctx.set(stage.fwd_shift, fmt.fwd_shift_at(s))
-            ctx.set(stage.dx_shift, fmt.dx_shift)
-            ctx.set(stage.dw_shift, fmt.dw_shift_at(s))
-            ctx.set(stage.lr, lr_q)
-            ctx.set(stage.wd, wd_q)
-            ctx.set(stage.mu, mu_q)
-            master = np.asarray(masters[s], dtype=np.int64)
-            for r in range(d_in):
-                for wd in range(0, d_out, L):
-                    chunk = list(master[r, wd:wd + L]) + [0] * (L - len(master[r, wd:wd + L]))
-                    ctx.set(stage.w_wr_en, 1)
-                    ctx.set(stage.w_row, r)
-                    ctx.set(stage.w_word, wd // L)
-                    for l in range(L):
-                        ctx.set(stage.w_wr_data[l], int(chunk[l]))
-                    await ctx.tick()
-            ctx.set(stage.w_wr_en, 0)
-        ctx.set(dut.schedule, int(schedule))
-        ctx.set(dut.microbatches, m)
-        ctx.set(dut.steps, steps)
-        ctx.set(dut.total_stages, p)
-        ctx.set(dut.stage_offset, 0)
-        ctx.set(dut.start, 1)
+        io = AmaranthIO(dut, ctx)
+        for name, value in host.config():
+            io.set(name, value)
+        for writes in host.weight_writes():
+            for name, value in writes:
+                io.set(name, value)
+            await ctx.tick()
+        io.set("start", 1)
         await ctx.tick()
-        ctx.set(dut.start, 0)
-
-        in_segs = [(i, r, c0, seg, (r == rows - 1 and c0 + L >= dims[0]))
-                   for i in range(n) for r, c0, seg in segments(np.asarray(inputs[i]))]
-        in_pos = 0
-        # per stage, the microbatch currently streaming out of act_out / grad_out
-        f_orders = [[op.mb for op in stage_ops(schedule, p, m, s, steps) if op.kind is OpKind.F]
-                    for s in range(p)]
-        b_orders = [[op.mb for op in stage_ops(schedule, p, m, s, steps) if op.kind is OpKind.B]
-                    for s in range(p)]
-        f_pos, b_pos = [0] * p, [0] * p
-        cur_out = [np.zeros((rows, dims[s + 1]), np.int64) for s in range(p)]
-        cur_dx = [np.zeros((rows, dims[s]), np.int64) for s in range(p)]
-        rows_seen = [np.zeros(rows, np.int64) for _ in range(p)]
-        # host loss: dY segments queued per microbatch, sent in last-stage B order
-        dy_ready: dict[int, list] = {}
-        dy_sent_rows: dict[int, int] = {}
-        b_send = 0
-        g_pos = 0
+        io.set("start", 0)
         cycles = 0
-        bar = None
-        if progress:
-            from tqdm import tqdm
-            bar = tqdm(total=n * p * 2, desc="pipeline RTL", unit="op")
         while True:
-            # drive inputs
-            if in_pos < len(in_segs):
-                i, r, c0, seg, last = in_segs[in_pos]
-                ctx.set(dut.act_in.valid, 1)
-                ctx.set(dut.act_in.payload.row, r)
-                ctx.set(dut.act_in.payload.col, c0)
-                ctx.set(dut.act_in.payload.count, len(seg))
-                ctx.set(dut.act_in.payload.last, int(last))
-                for l, v in enumerate(seg):
-                    ctx.set(dut.act_in.payload.data[l], int(v))
-            else:
-                ctx.set(dut.act_in.valid, 0)
-            ctx.set(dut.act_out.ready, 1)
-            ctx.set(dut.grad_out.ready, 1)
-            # loss gradient stream
-            sending = None
-            if b_send < len(last_b_order):
-                mb = last_b_order[b_send]
-                queue = dy_ready.get(mb)
-                if queue:
-                    sending = queue[0]
-                    r, c0, seg, last = sending
-                    ctx.set(dut.grad_in.valid, 1)
-                    ctx.set(dut.grad_in.payload.row, r)
-                    ctx.set(dut.grad_in.payload.col, c0)
-                    ctx.set(dut.grad_in.payload.count, len(seg))
-                    ctx.set(dut.grad_in.payload.last, int(last))
-                    for l, v in enumerate(seg):
-                        ctx.set(dut.grad_in.payload.data[l], int(v))
-            if sending is None:
-                ctx.set(dut.grad_in.valid, 0)
-            # sample handshakes
-            if in_pos < len(in_segs) and ctx.get(dut.act_in.ready):
-                in_pos += 1
-            if sending is not None and ctx.get(dut.grad_in.ready):
-                dy_ready[last_b_order[b_send]].pop(0)
-                if sending[3]:
-                    b_send += 1
-            for s in range(p):
-                so = st[s].act_out
-                if ctx.get(so.valid) and ctx.get(so.ready):
-                    pl = ctx.get(so.payload)
-                    mb = f_orders[s][f_pos[s]]
-                    for c in range(pl.count):
-                        cur_out[s][pl.row, pl.col + c] = pl.data[c]
-                    rows_seen[s][pl.row] += pl.count
-                    if s == p - 1:
-                        # rows whose logits are complete: send their loss gradient
-                        done_rows = np.flatnonzero(rows_seen[s] == dims[p])
-                        sent = dy_sent_rows.get(mb, 0)
-                        if len(done_rows) and done_rows.max() + 1 > sent and \
-                                np.all(rows_seen[s][:done_rows.max() + 1] == dims[p]):
-                            upto = int(done_rows.max()) + 1
-                            full = np.zeros_like(cur_out[s])
-                            full[:upto] = cur_out[s][:upto]
-                            dy = np.asarray(loss_grad(mb, full))
-                            q = dy_ready.setdefault(mb, [])
-                            for r in range(sent, upto):
-                                for c0 in range(0, dims[p], L):
-                                    q.append((r, c0, dy[r, c0:c0 + L],
-                                              r == rows - 1 and c0 + L >= dims[p]))
-                            dy_sent_rows[mb] = upto
-                    if pl.last:
-                        outputs[s][mb] = cur_out[s].copy()
-                        rows_seen[s][:] = 0
-                        f_pos[s] += 1
-                        if bar is not None:
-                            bar.update(1)
-                go = st[s].grad_out
-                if ctx.get(go.valid) and ctx.get(go.ready):
-                    pl = ctx.get(go.payload)
-                    mb = b_orders[s][b_pos[s]]
-                    for c in range(pl.count):
-                        cur_dx[s][pl.row, pl.col + c] = pl.data[c]
-                    if pl.last:
-                        input_grads[s][mb] = cur_dx[s].copy()
-                        b_pos[s] += 1
-                        if bar is not None:
-                            bar.update(1)
-            done = ctx.get(dut.done)
+            host.drive(io)
+            done = host.sample(io)
             await ctx.tick()
             cycles += 1
             if done:
                 break
             if cycles > max_cycles:
-                raise RuntimeError(f"pipeline RTL did not finish in {max_cycles} cycles "
-                                   f"(F done {f_pos}, B done {b_pos})")
-        if bar is not None:
-            bar.close()
+                raise RuntimeError(f"pipeline RTL did not finish in {max_cycles} cycles ({host.progress()})")
         result["cycles"] = cycles
-        result["counters"] = []
-        for stage in st:
-            result["counters"].append({name: ctx.get(getattr(stage, name)) for name in
-                                       ("busy_cycles", "fwd_cycles", "bwd_cycles", "upd_cycles",
-                                        "wait_cycles", "mac_ops", "saturations", "ops_done")})
-        result["masters"] = []
-        for s, stage in enumerate(st):
-            d_in, d_out = dims[s], dims[s + 1]
-            got = np.zeros((d_in, d_out), np.int64)
-            for r in range(d_in):
-                for wd in range(0, d_out, L):
-                    ctx.set(stage.w_row, r)
-                    ctx.set(stage.w_word, wd // L)
-                    await ctx.tick()
-                    vals = ctx.get(stage.w_rd_data)
-                    for l in range(min(L, d_out - wd)):
-                        got[r, wd + l] = vals[l]
-            result["masters"].append(got)
+        result["counters"] = [{name: io.get(f"s{s}_{name}") for name in STAGE_COUNTERS}
+                              for s in range(p)]
+        got = [np.zeros_like(w) for w in host.masters]
+        for s, r, c0, writes in host.readback_addresses():
+            for name, value in writes:
+                io.set(name, value)
+            await ctx.tick()
+            host.collect_master(got, s, r, c0, io.get(f"s{s}_w_rd_data"))
+        result["masters"] = got
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     t0 = time.time()
     sim.run()
-    return RtlRun(outputs, input_grads, result["masters"], result["counters"], result["cycles"],
-                  time.time() - t0)
+    return RtlRun(host.outputs, host.input_grads, result["masters"], result["counters"],
+                  result["cycles"], time.time() - t0)
 
 
 def measured_bubble(run: RtlRun) -> float:
@@ -299,8 +384,7 @@ def verify_pipeline(stages: int, microbatches: int, schedule, steps: int = 2, *,
     golden = GoldenPipeline(masters, relu=relu, fmt=fmt, lr_q=lr_q, wd_q=wd_q, mu_q=mu_q)
     trace = golden.run(schedule, xs, loss_grad, microbatches=microbatches)
     run = run_pipeline_rtl(masters, xs, loss_grad, schedule=schedule, microbatches=microbatches,
-                           relu=relu, lr_q=lr_q, wd_q=wd_q, mu_q=mu_q, fmt=fmt, lanes=lanes,
-                           progress=progress)
+                           relu=relu, lr_q=lr_q, wd_q=wd_q, mu_q=mu_q, fmt=fmt, lanes=lanes)
     mismatches = []
     n = len(xs)
     for s in range(stages):
@@ -331,3 +415,192 @@ def verify_pipeline(stages: int, microbatches: int, schedule, steps: int = 2, *,
         "golden_saturations": sum(trace.saturations),
         "sim_wall_s": round(run.wall_s, 2),
     }
+
+
+# ---------------------------------------------------------------- Verilator + cocotb
+
+#: Build parameters of the cocotb pipeline (one Verilator build per stage count).
+COCOTB_BUILD = dict(lanes=4, max_dim=8, max_rows=8, slots=16)
+PIPELINE_TOP = "gnnweave_pipeline"
+
+
+def _hw_hash(extra: str) -> str:
+    import hashlib
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256(extra.encode())
+    for f in ("hw/mac.py", "hw/train_stage.py", "hw/pipeline.py", "gnnweave/fixed.py"):
+        h.update((root / f).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cocotb_pipeline(stages: int, fmt: TrainFormat = BENCH_FORMAT, **build):
+    """The Pipeline the cocotb bench simulates (``COCOTB_BUILD`` sizes)."""
+    from gnnweave.hw.pipeline import Pipeline
+    cfg = {**COCOTB_BUILD, **build}
+    sgd = fmt.sgd
+    return Pipeline(stages, lanes=cfg["lanes"], max_dim=cfg["max_dim"], max_rows=cfg["max_rows"],
+                    slots=cfg["slots"], versions=stages + 2, master=sgd.master, weight=sgd.weight,
+                    grad_sum=sgd.grad, lr=sgd.lr, wd=sgd.wd, mu=sgd.mu)
+
+
+def pipeline_verilog(stages: int, **build):
+    """Write (once per content) the Verilog of :func:`cocotb_pipeline`; returns its path."""
+    import json as _json
+    from pathlib import Path
+    from amaranth.back import verilog
+    from gnnweave.sim import runner
+    cfg = {**COCOTB_BUILD, **build}
+    key = _hw_hash(_json.dumps([stages, cfg], sort_keys=True))
+    out = runner.BUILD_ROOT / "verilog" / f"pipeline{stages}-{key}"
+    path = out / f"{PIPELINE_TOP}.v"
+    if path.is_file():
+        return path
+    out.mkdir(parents=True, exist_ok=True)
+    text = verilog.convert(cocotb_pipeline(stages, **build), name=PIPELINE_TOP, emit_src=False)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path
+
+
+def build_pipeline_sim(stages: int, sim: str = "verilator", **build):
+    from gnnweave.sim import runner
+    return runner.build([pipeline_verilog(stages, **build)], PIPELINE_TOP, sim)
+
+
+class CocotbIO:
+    def __init__(self, dut):
+        self.dut = dut
+        self._cache = {}
+
+    def _h(self, name):
+        h = self._cache.get(name)
+        if h is None:
+            h = getattr(self.dut, name.replace(".", "__"))
+            self._cache[name] = h
+        return h
+
+    def set(self, name, value):
+        self._h(name).value = int(value)
+
+    def get(self, name) -> int:
+        v = self._h(name).value
+        try:
+            return v.to_unsigned()
+        except AttributeError:
+            return int(v)
+
+
+def compare_with_golden(host: "PipelineHost", trace, masters_rtl) -> list[str]:
+    bad = []
+    for s in range(host.p):
+        for i in range(host.n):
+            if not np.array_equal(host.outputs[s].get(i), trace.outputs[s][i]):
+                bad.append(f"stage {s} output of microbatch {i}")
+            if not np.array_equal(host.input_grads[s].get(i), trace.input_grads[s][i]):
+                bad.append(f"stage {s} input gradient of microbatch {i}")
+        if not np.array_equal(masters_rtl[s], trace.masters[s]):
+            bad.append(f"stage {s} final master weights")
+    return bad
+
+
+def summarize(schedule, stages, microbatches, steps, counters, cycles, mismatches, lanes,
+              trace_saturations, **extra) -> dict:
+    run = RtlRun([], [], [], counters, cycles)
+    busy = sum(c["busy_cycles"] for c in counters)
+    fb = [c["fwd_cycles"] + c["bwd_cycles"] for c in counters]
+    schedule = Schedule.parse(schedule)
+    return {
+        "unit": "pipeline", "match": not mismatches, "mismatches": mismatches[:20],
+        "stages": stages, "microbatches": microbatches, "schedule": schedule.cli_name,
+        "steps": steps, "lanes": lanes, "cycles": cycles,
+        "mac_utilization": sum(c["mac_ops"] for c in counters) / (busy * lanes * lanes) if busy else 0.0,
+        "bubble_fraction": measured_bubble(run),
+        "bubble_formula": bubble_formula(schedule, stages, microbatches),
+        "stage_utilization": [f / counters[0]["busy_cycles"] for f in fb],
+        "saturations": sum(c["saturations"] for c in counters),
+        "golden_saturations": int(sum(trace_saturations)),
+        "counters": counters, **extra,
+    }
+
+
+try:  # the cocotb test (collected only when cocotb runs this module)
+    import cocotb
+    from cocotb.clock import Clock
+    from cocotb.triggers import ReadOnly, RisingEdge
+except ImportError:  # pragma: no cover - cocotb is in the [sim] extra
+    cocotb = None
+
+if cocotb is not None:
+    @cocotb.test()
+    async def pipeline_run(dut):
+        """Params: stages, microbatches, schedule, steps, dim, rows, seed, lr, wd, momentum,
+        result_key. Trains on the RTL and on golden, stores the comparison summary."""
+        from gnnweave.sim.tb import load_params, store_result
+        prm = load_params()
+        stages, m, steps = prm["stages"], prm["microbatches"], prm["steps"]
+        schedule = Schedule.parse(prm["schedule"])
+        fmt = BENCH_FORMAT
+        masters, xs, loss_grad = make_problem(stages, m, steps, dim=prm.get("dim", 8),
+                                              rows=prm.get("rows", 8), seed=prm.get("seed", 0))
+        relu = [s < stages - 1 for s in range(stages)]
+        lr_q, wd_q, mu_q = fmt.sgd.quantize_hyper(prm.get("lr", 0.25), prm.get("wd", 1e-3),
+                                                  prm.get("momentum", 0.5))
+        golden = GoldenPipeline(masters, relu=relu, fmt=fmt, lr_q=lr_q, wd_q=wd_q, mu_q=mu_q)
+        trace = golden.run(schedule, xs, loss_grad, microbatches=m)
+        from gnnweave.hw.mac import output_layout
+        from gnnweave.hw.train_stage import TrainStage
+        lanes = COCOTB_BUILD["lanes"]
+        seg_layout = output_layout(lanes, TrainStage(lanes=lanes, max_dim=COCOTB_BUILD["max_dim"],
+                                                     max_rows=COCOTB_BUILD["max_rows"]).index_bits, 16)
+        host = PipelineHost(masters, xs, loss_grad, schedule=schedule, microbatches=m, relu=relu,
+                            lr_q=lr_q, wd_q=wd_q, mu_q=mu_q, fmt=fmt, lanes=lanes,
+                            seg_layout=seg_layout, master_width=fmt.sgd.master.width)
+        io = CocotbIO(dut)
+        cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+        dut.rst.value = 1
+        dut.start.value = 0
+        for name in ("act_in.valid", "grad_in.valid"):
+            io.set(name, 0)
+        for s in range(stages):
+            io.set(f"s{s}_w_wr_en", 0)
+        for _ in range(3):
+            await RisingEdge(dut.clk)
+        dut.rst.value = 0
+        for name, value in host.config():
+            io.set(name, value)
+        for writes in host.weight_writes():
+            for name, value in writes:
+                io.set(name, value)
+            await RisingEdge(dut.clk)
+        io.set("start", 1)
+        await RisingEdge(dut.clk)
+        io.set("start", 0)
+        cycles = 0
+        t0 = time.time()
+        while True:
+            host.drive(io)
+            await ReadOnly()
+            done = host.sample(io)
+            await RisingEdge(dut.clk)
+            cycles += 1
+            if done:
+                break
+            assert cycles < prm.get("max_cycles", 2_000_000), host.progress()
+        wall = time.time() - t0
+        counters = [{name: io.get(f"s{s}_{name}") for name in STAGE_COUNTERS} for s in range(stages)]
+        got = [np.zeros_like(w) for w in host.masters]
+        for s, r, c0, writes in host.readback_addresses():
+            for name, value in writes:
+                io.set(name, value)
+            await RisingEdge(dut.clk)
+            await ReadOnly()
+            host.collect_master(got, s, r, c0, io.get(f"s{s}_w_rd_data"))
+            await RisingEdge(dut.clk)
+        mismatches = compare_with_golden(host, trace, got)
+        summary = summarize(schedule, stages, m, steps, counters, cycles, mismatches, lanes,
+                            trace.saturations, sim_wall_s=round(wall, 2),
+                            cycles_per_s=round(cycles / max(wall, 1e-9)))
+        store_result(prm.get("result_key", "pipeline"), summary)
+        assert not mismatches, mismatches[:5]
