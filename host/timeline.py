@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 TRANSFER_OPS = ("transfer_in", "transfer_out")
+HOST_OPS = ("sample",)   # host work recorded on the 'host' row (neighbour sampling)
 FPGA_KINDS = ("fpga", "fpga-sim", "fpga-emu")
 
 
@@ -36,7 +37,9 @@ class OpRecord:
 
     @property
     def category(self) -> str:
-        return "transfer" if self.op in TRANSFER_OPS else "compute"
+        if self.op in TRANSFER_OPS:
+            return "transfer"
+        return "host" if self.op in HOST_OPS else "compute"
 
     @property
     def measured_seconds(self) -> float:
@@ -77,6 +80,16 @@ class Timeline:
         with self._lock:
             self.records.append(rec)
 
+    def record_host(self, op: str, start: float, end: float, sizes: dict | None = None):
+        """Host-side work that is no executor op (sampling a mini-batch), on the 'host' row."""
+        if not self.enabled:
+            return
+        rec = OpRecord(device="host", kind="host", op=op, start=start - self.origin,
+                       end=end - self.origin, wall_seconds=end - start, device_seconds=None,
+                       bytes_in=0, bytes_out=0, epoch=self.epoch, sizes=dict(sizes or {}))
+        with self._lock:
+            self.records.append(rec)
+
     def call(self, executor, method: str, *args, sizes: dict | None = None, **kw):
         """Run ``executor.method(*args, **kw)``, record it, return the OpResult."""
         c0 = time.thread_time()
@@ -104,7 +117,7 @@ class Timeline:
             d = out.setdefault(r.device, dict(kind=r.kind, compute_s=0.0, transfer_s=0.0,
                                               wall_s=0.0, ops=0, bytes_in=0, bytes_out=0,
                                               saturations=0, by_op={}))
-            d["compute_s" if r.category == "compute" else "transfer_s"] += r.measured_seconds
+            d[f"{r.category}_s"] = d.get(f"{r.category}_s", 0.0) + r.measured_seconds
             d["wall_s"] += r.wall_seconds
             d["ops"] += 1
             d["bytes_in"] += r.bytes_in
@@ -138,15 +151,19 @@ def busy_fractions(records: list[OpRecord]) -> dict[str, dict[str, float]]:
     out = {}
     for dev in dict.fromkeys(r.device for r in records):
         mine = [r for r in records if r.device == dev]
-        comp = sum(e - s for s, e in _merge([(r.start, r.end) for r in mine if r.category == "compute"]))
-        xfer = sum(e - s for s, e in _merge([(r.start, r.end) for r in mine if r.category == "transfer"]))
+        frac = {}
+        for cat in ("compute", "transfer", "host"):
+            t = sum(e - s for s, e in _merge([(r.start, r.end) for r in mine if r.category == cat]))
+            if t or cat != "host":
+                frac[cat] = t / span
         busy = sum(e - s for s, e in _merge([(r.start, r.end) for r in mine]))
-        out[dev] = dict(compute=comp / span, transfer=xfer / span, idle=max(0.0, 1 - busy / span))
+        out[dev] = dict(frac, idle=max(0.0, 1 - busy / span))
     return out
 
 
 def plot_timeline(timeline: Timeline | list[OpRecord], path, *, epochs=None, title: str = "") -> Path:
-    """PNG with one row per device: compute (blue), transfer (orange), idle (the gaps).
+    """PNG with one row per device: compute (blue), transfer (orange), idle (the gaps);
+    host-side sampling (green) on a 'host' row when there is any.
 
     Intervals are host-clock wall intervals of the calls, so rows show what ran
     concurrently; the legend gives each device's compute/transfer/idle share of the span.
@@ -167,7 +184,7 @@ def plot_timeline(timeline: Timeline | list[OpRecord], path, *, epochs=None, tit
         t0 = min(r.start for r in records)
         t1 = max(r.end for r in records)
         fr = busy_fractions(records)
-        colors = {"compute": "tab:blue", "transfer": "tab:orange"}
+        colors = {"compute": "tab:blue", "transfer": "tab:orange", "host": "tab:green"}
         for row, dev in enumerate(devices):
             ax.broken_barh([(t0, t1 - t0)], (row - 0.4, 0.8), facecolors="0.92")
             for cat, color in colors.items():
@@ -176,13 +193,17 @@ def plot_timeline(timeline: Timeline | list[OpRecord], path, *, epochs=None, tit
                 if bars:
                     ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=color)
         ax.set_yticks(range(len(devices)))
-        ax.set_yticklabels([f"{d}\n{100 * fr[d]['compute']:.0f}% c / {100 * fr[d]['transfer']:.0f}% t / "
-                            f"{100 * fr[d]['idle']:.0f}% idle" for d in devices], fontsize=8)
+        ax.set_yticklabels([f"{d}\n" + (f"{100 * fr[d]['host']:.0f}% sampling / " if d == "host" else
+                                        f"{100 * fr[d]['compute']:.0f}% c / "
+                                        f"{100 * fr[d]['transfer']:.0f}% t / ")
+                            + f"{100 * fr[d]['idle']:.0f}% idle" for d in devices], fontsize=8)
         ax.set_xlim(t0, t1)
         from matplotlib.patches import Patch
-        ax.legend(handles=[Patch(color="tab:blue", label="compute"),
-                           Patch(color="tab:orange", label="transfer"),
-                           Patch(color="0.92", label="idle")], loc="upper right", fontsize=8)
+        handles = [Patch(color="tab:blue", label="compute"),
+                   Patch(color="tab:orange", label="transfer"), Patch(color="0.92", label="idle")]
+        if "host" in devices:
+            handles.append(Patch(color="tab:green", label="host sampling"))
+        ax.legend(handles=handles, loc="upper right", fontsize=8)
     ax.set_xlabel("host time (s)")
     ax.set_title(title or "device timeline")
     ax.invert_yaxis()
@@ -217,13 +238,15 @@ def format_partition_table(rows: list[dict]) -> str:
     if rows and "predicted_s" in rows[0]:
         cols.append("predicted_s")
 
-    def fmt(v):
+    def fmt(col, v):
         if v is None:
             return "-"
+        if col == "edge_share":
+            return f"{v:.3f}"
         if isinstance(v, float):
-            return f"{v:.4g}" if not 0 <= v <= 1 or v == 0 else f"{v:.3f}"
+            return f"{v:.3g}"
         return str(v)
-    table = [cols] + [[fmt(r.get(c)) for c in cols] for r in rows]
+    table = [cols] + [[fmt(c, r.get(c)) for c in cols] for r in rows]
     widths = [max(len(t[i]) for t in table) for i in range(len(cols))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(t, widths)) for t in table]
     lines.insert(1, "  ".join("-" * w for w in widths))

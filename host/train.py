@@ -347,7 +347,10 @@ class Trainer:
         rng = np.random.default_rng([self.seed, epoch, 0x5A])
         for i, seeds in enumerate(seed_batches(d.train_idx, self.config.batch_size, rng)):
             if self.sampler is not None:
+                t0 = time.perf_counter()
                 blocks = self.sampler.sample(seeds, rng)
+                self.engine.timeline.record_host("sample", t0, time.perf_counter(),
+                                                 dict(seeds=len(seeds)))
                 nodes = blocks[0].src_nodes
             else:
                 blocks, nodes = [], seeds
@@ -512,7 +515,7 @@ def run_training(config: TrainConfig) -> dict:
     last_records = timeline.of_epoch(last_epoch) if last_epoch is not None else []
     share_map = ({d: r for d, (_, r) in engine.shards.items()} if engine.shards
                  else {config.device: (0, data.graph.num_nodes)})
-    measured = {dev: s["compute_s"] + s["transfer_s"]
+    measured = {dev: s.get("compute_s", 0.0) + s.get("transfer_s", 0.0)
                 for dev, s in (timeline.summary(last_epoch).items() if timeline else [])}
     pvm = predicted_vs_measured(last_records, cost_model)
     table_rows = partition_rows_table(data.graph, share_map, measured,
@@ -537,17 +540,20 @@ def run_training(config: TrainConfig) -> dict:
         seeds=[{k: v for k, v in r.items() if k != "history"} for r in per_seed],
     )
     if config.batch_size is not None and timeline is not None:
-        xfer = [r for r in last_records if r.category == "transfer"]
+        prep = [r for r in last_records if r.category in ("transfer", "host")]
         comp = [r for r in last_records if r.category == "compute"]
-        result["prefetch_overlap_s"] = interval_overlap(xfer, comp)
+        # seconds of the last epoch in which preparing a batch (sampling, copying it in)
+        # ran while an op computed: what the prefetcher hides
+        result["prefetch_overlap_s"] = interval_overlap(prep, comp)
     if config.out_dir is not None:
         out = Path(config.out_dir)
         out.mkdir(parents=True, exist_ok=True)
         if timeline is not None and timeline.records:
-            epochs_to_plot = sorted({r.epoch for r in timeline.records if r.epoch >= 0})[-2:]
+            epochs_to_plot = sorted({r.epoch for r in timeline.records if r.epoch >= 0})[-1:]
             result["timeline_png"] = str(plot_timeline(
                 timeline, out / "timeline.png", epochs=epochs_to_plot,
-                title=f"{key} on {name}: epochs {[e + 1 for e in epochs_to_plot]}"))
+                title=f"{key} on {name}: training step of epoch {epochs_to_plot[0] + 1}"
+                      + (" (mini-batches)" if config.batch_size else "")))
         (out / "partition.txt").write_text(result["partition_table"] + "\n")
         result["histories"] = {r["seed"]: r["history"] for r in per_seed}
         (out / "result.json").write_text(json.dumps(result, indent=2, default=_json_default))
