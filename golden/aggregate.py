@@ -119,6 +119,8 @@ def aggregate_raw(indptr, indices, x, *, reduce: Reduce, shift: int, out_width: 
     x = np.asarray(x)
     if x.ndim != 2:
         raise ValueError(f"x must be 2-D [nodes, features], got shape {x.shape}")
+    if x.dtype.kind not in "biu":
+        x = x.astype(np.int64)   # integers are expected; floats truncate as they always did
     n, f = x.shape
     indices = np.asarray(indices).astype(np.int64) & 0xFFFF_FFFF  # as the 32-bit words in memory
     e = indices.shape[0] if num_edges is None else int(num_edges)

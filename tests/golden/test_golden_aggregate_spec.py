@@ -85,6 +85,22 @@ def test_larger_random_graph_matches_naive_model(reduce):
     assert_matches_reference(graph.indptr, graph.indices, x, reduce, 2, 16)
 
 
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_wide_degree_spread_matches_naive_model(reduce):
+    # degrees 0..117 in steps of 3 cross many of the max route's degree buckets, most of
+    # them padded (a row shorter than its bucket); values chosen so padding would show
+    rng = np.random.default_rng(8)
+    n = 40
+    degree = 3 * np.arange(n)
+    dst = np.repeat(np.arange(n), degree)
+    src = rng.integers(0, n, dst.shape[0])
+    graph = CSRGraph.from_edge_index(np.stack([src, dst]), n)
+    x = rng.integers(-30000, 30000, (n, 3))
+    w = rng.integers(-(1 << 15), 1 << 15, graph.num_edges)
+    assert_matches_reference(graph.indptr, graph.indices, x, reduce, 14, 16, weights=w)
+    assert_matches_reference(graph.indptr, graph.indices, x, reduce, 3, 16)
+
+
 # ---------------------------------------------------------------- hand-worked cases
 
 def unweighted(frac_in=0, frac_out=0, width=16):
