@@ -267,3 +267,22 @@ def test_wide_integers_take_exact_routes(reduce):
     w = rng.integers(-(2**15), 2**15, e)
     assert_matches_reference(graph.indptr, graph.indices, x, reduce, 40, 16, weights=w)
     assert_matches_reference(graph.indptr, graph.indices, x, reduce, 30, 16)
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_accumulators_stay_exact_beyond_float64(reduce):
+    # products of ~2**55 do not fit a float64 mantissa: the sum route must notice and
+    # accumulate in int64 (white box: the accumulator before rounding, vs Python ints)
+    from gnnweave.golden.aggregate import Reduce, _segment_reduce
+    rng = np.random.default_rng(6)
+    n, e = 6, 30
+    graph = CSRGraph.from_edge_index(rng.integers(0, n, (2, e)), n)
+    x = rng.integers(2**39, 2**40, (n, 2)) | 1
+    w = rng.integers(2**14, 2**15, e) | 1
+    acc = _segment_reduce(x, graph.indptr, graph.indices, w, Reduce.parse(reduce))
+    for v in range(n):
+        terms = [[int(w[k]) * int(xv) for xv in x[graph.indices[k]]]
+                 for k in range(graph.indptr[v], graph.indptr[v + 1])]
+        want = [0, 0] if not terms else [
+            (max if reduce == "max" else sum)(t[j] for t in terms) for j in range(2)]
+        assert acc[v].tolist() == want, v
