@@ -1,0 +1,168 @@
+"""MacArray bench: the RTL (:class:`~gnnweave.hw.mac.MacUnit`) against ``golden/mac.py``.
+
+:func:`run_mac_rtl` writes the two operand matrices into the unit's skewed buffers (in
+the forward, row-major layout: the transposes happen on chip), optionally the bias,
+runs one operation with optional output back-pressure, and returns the result and the
+counters. :func:`verify_mac` draws a random problem, compares with golden bit for bit
+and returns the JSON fields of ``gnnweave verify mac``.
+
+Simulated with the Amaranth simulator (no toolchain). The AXI4 memory front end of the
+standalone MacArray is not part of this bench yet (see the report of issue 3); the
+counters therefore cover the compute from a loaded buffer (``busy_cycles``) and the
+bench reports the buffer-load beats separately.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from gnnweave.golden.mac import MacMode, mac
+
+
+def _pow2(x: int) -> int:
+    return 1 << max(0, (int(x) - 1).bit_length())
+
+
+def operand_shapes(mode, m: int, n: int, k: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Shapes of the P (A side) and Q (B side) matrices as the host stores them."""
+    mode = MacMode.parse(mode)
+    if mode is MacMode.FWD:
+        return (m, k), (k, n)       # X, W
+    if mode is MacMode.DX:
+        return (m, k), (n, k)       # dY [M, N_out=k], W [K_in=n, N_out=k]
+    return (k, m), (k, n)           # X [rows=k, m], dY [rows=k, n]
+
+
+def run_mac_rtl(mode, p_mat, q_mat, *, shift: int, relu: bool = False, bias=None,
+                bias_shift: int = 0, array_rows: int = 4, array_cols: int = 4,
+                ready_pattern=None, out_width: int = 16, max_cycles: int = 5_000_000) -> dict:
+    from amaranth.sim import Simulator
+
+    from gnnweave.hw.mac import MacMode as HwMode
+    from gnnweave.hw.mac import MacUnit
+
+    mode = MacMode.parse(mode)
+    p_mat, q_mat = np.asarray(p_mat, np.int64), np.asarray(q_mat, np.int64)
+    if mode is MacMode.FWD:
+        mm, nn, kk = p_mat.shape[0], q_mat.shape[1], p_mat.shape[1]
+    elif mode is MacMode.DX:
+        mm, nn, kk = p_mat.shape[0], q_mat.shape[0], p_mat.shape[1]
+    else:
+        mm, nn, kk = p_mat.shape[1], q_mat.shape[1], p_mat.shape[0]
+    max_dim = _pow2(max(mm, nn, kk, p_mat.shape[0], p_mat.shape[1], q_mat.shape[0], q_mat.shape[1],
+                        max(array_rows, array_cols)))
+    unit = MacUnit(rows=array_rows, cols=array_cols, max_dim=max_dim, out_width=out_width)
+    core, lanes = unit.core, unit.core.lanes
+    out = np.full((mm, nn), np.iinfo(np.int64).min, dtype=np.int64)
+    mask = np.zeros((mm, nn), dtype=bool)
+    res: dict = {}
+
+    async def load(ctx, buf, mat):
+        beats = 0
+        for i in range(mat.shape[0]):
+            for j0 in range(0, mat.shape[1], lanes):
+                seg = mat[i, j0:j0 + lanes]
+                ctx.set(buf.wr_en, 1)
+                ctx.set(buf.wr.row, i)
+                ctx.set(buf.wr.col, j0)
+                ctx.set(buf.wr.count, len(seg))
+                for l, v in enumerate(seg):
+                    ctx.set(buf.wr.data[l], int(v))
+                await ctx.tick()
+                beats += 1
+        ctx.set(buf.wr_en, 0)
+        return beats
+
+    async def bench(ctx):
+        res["load_beats"] = await load(ctx, unit.p, p_mat) + await load(ctx, unit.q, q_mat)
+        if bias is not None:
+            ctx.set(core.bias_clear, 1)
+            await ctx.tick()
+            ctx.set(core.bias_clear, 0)
+            for v in bias:
+                ctx.set(core.bias_wr_en, 1)
+                ctx.set(core.bias_wr_data, int(v))
+                await ctx.tick()
+            ctx.set(core.bias_wr_en, 0)
+        for sig, v in ((core.mode, HwMode(int(mode))), (core.m, mm), (core.n, nn), (core.k, kk),
+                       (core.shift, shift), (core.relu, int(relu)),
+                       (core.use_bias, int(bias is not None)), (core.bias_shift, bias_shift)):
+            ctx.set(sig, v)
+        ctx.set(core.start, 1)
+        await ctx.tick()
+        ctx.set(core.start, 0)
+        cycle = 0
+        while True:
+            ready = 1 if ready_pattern is None else ready_pattern[cycle % len(ready_pattern)]
+            ctx.set(core.out.ready, ready)
+            if ctx.get(core.out.valid) and ready:
+                pl = ctx.get(core.out.payload)
+                for c in range(pl.count):
+                    out[pl.row, pl.col + c] = pl.data[c]
+                    mask[pl.row, pl.col + c] = (pl.relu_mask >> c) & 1
+            done = ctx.get(core.done)
+            await ctx.tick()
+            cycle += 1
+            if done:
+                break
+            if cycle > max_cycles:
+                raise RuntimeError(f"MacArray did not finish in {max_cycles} cycles")
+        res["cycles"] = cycle
+        for name in ("busy_cycles", "active_cycles", "mac_ops", "stall_cycles", "saturations"):
+            res[name] = ctx.get(getattr(core, name))
+
+    sim = Simulator(unit)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    t0 = time.time()
+    sim.run()
+    res.update(out=out, relu_mask=mask, cells=array_rows * array_cols, sim_wall_s=time.time() - t0)
+    return res
+
+
+def verify_mac(rows: int, cols: int, depth: int, mode="fwd", *, array_rows: int = 4,
+               array_cols: int = 4, shift: int | None = None, relu: bool = False,
+               bias: bool = False, backpressure: float = 0.0, seed: int = 0,
+               value_bits: int = 16) -> dict:
+    """One random ``rows x cols`` output over ``depth`` in ``mode`` (fwd, dx, dw) on an
+    ``array_rows x array_cols`` MacArray, compared bit for bit with golden.
+
+    Returns ``match``, ``cycles`` (compute from loaded buffers), ``mac_utilization``
+    (useful MACs / (busy cycles x cells)), the counters and the golden saturations.
+    ``backpressure``: probability that the output sink is not ready in a cycle.
+    """
+    mode = MacMode.parse(mode)
+    for name, v in (("rows", rows), ("cols", cols), ("depth", depth)):
+        if not 1 <= v <= 4096:
+            raise ValueError(f"--{name} must be in 1..4096, got {v}")
+    if not 0.0 <= backpressure < 1.0:
+        raise ValueError(f"backpressure must be in [0, 1), got {backpressure}")
+    rng = np.random.default_rng(seed)
+    (pr, pc), (qr, qc) = operand_shapes(mode, rows, cols, depth)
+    lo, hi = -(1 << (value_bits - 1)), 1 << (value_bits - 1)
+    p_mat = rng.integers(lo, hi, size=(pr, pc))
+    q_mat = rng.integers(lo, hi, size=(qr, qc))
+    if shift is None:  # keep most results in range: about half the product bits plus the sum growth
+        shift = min(2 * value_bits - 1 - 15 + (depth - 1).bit_length() // 2 + 1, 62)
+    bias_q = rng.integers(-(1 << 20), 1 << 20, size=cols) if (bias and mode is MacMode.FWD) else None
+    ready = None
+    if backpressure:
+        ready = [int(x) for x in rng.random(97) >= backpressure]
+        ready[0] = 1
+    want = mac(mode, p_mat, q_mat, shift=shift, relu=relu and mode is MacMode.FWD, bias_q=bias_q)
+    got = run_mac_rtl(mode, p_mat, q_mat, shift=shift, relu=relu and mode is MacMode.FWD,
+                      bias=bias_q, array_rows=array_rows, array_cols=array_cols, ready_pattern=ready)
+    match = bool(np.array_equal(got["out"], want.out)) and got["saturations"] == want.saturations
+    if want.relu_mask is not None:
+        match = match and bool(np.array_equal(got["relu_mask"], want.relu_mask))
+    busy = got["busy_cycles"]
+    return {
+        "unit": "mac", "match": match, "mode": mode.name.lower(), "rows": rows, "cols": cols,
+        "depth": depth, "array": [array_rows, array_cols], "shift": shift,
+        "cycles": got["cycles"], "busy_cycles": busy, "active_cycles": got["active_cycles"],
+        "mac_ops": got["mac_ops"], "stall_cycles": got["stall_cycles"],
+        "mac_utilization": got["mac_ops"] / (busy * got["cells"]) if busy else 0.0,
+        "saturations": got["saturations"], "golden_saturations": want.saturations,
+        "load_beats": got["load_beats"], "sim_wall_s": round(got["sim_wall_s"], 2),
+    }
