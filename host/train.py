@@ -65,7 +65,7 @@ class TrainConfig:
     select: str = "last"                 # 'last' epoch or 'best_val' epoch's test accuracy
     normalize_features: bool = True      # row-normalise (Kipf & Welling)
     sparse_input: object = "auto"        # keep input features as CSR: True | False | 'auto' (<10 % non-zero)
-    checkpoint_dir: str | None = None
+    checkpoint_dir: str | None = None     # default: <out_dir>/checkpoints when out_dir is set
     checkpoint_every: int = 10
     resume: bool = False
     out_dir: str | None = None           # timeline.png, partition.txt, result.json
@@ -164,25 +164,48 @@ def _cost_model(cm):
 
 
 def predicted_vs_measured(records, cost_model) -> dict | None:
-    """Per device: the cost model's predicted seconds for the recorded ops vs measured."""
+    """Per device: the cost model's predicted seconds for the recorded ops vs measured.
+
+    ``predicted_s`` sums the ops the device's model covers and ``ratio`` is measured /
+    predicted over those same ops; ops it has no model for (a cpu's no-op transfers, say)
+    are listed with their measured seconds under ``unmodelled``.
+    """
     if cost_model is None:
         return None
     out = {}
+    records = [r for r in records if r.kind != "host"]   # sampling: no device, no model
     for dev in dict.fromkeys(r.device for r in records):
         mine = [r for r in records if r.device == dev]
-        measured = sum(r.measured_seconds for r in mine)
-        predicted, missing = 0.0, None
-        for name in (dev, dev.partition(":")[0]):
+        entry = dict(measured_s=sum(r.measured_seconds for r in mine), predicted_s=None,
+                     ratio=None)
+        name = None
+        for candidate in (dev, dev.partition(":")[0]):
             try:
-                predicted = sum(cost_model.predict(name, r.op, **r.sizes) for r in mine)
-                missing = None
+                cost_model.device(candidate) if hasattr(cost_model, "device") else None
+                name = candidate
                 break
             except (ValueError, KeyError) as exc:
-                missing = str(exc).splitlines()[0]
-        entry = dict(measured_s=measured, predicted_s=None if missing else predicted,
-                     ratio=None if missing or predicted <= 0 else measured / predicted)
-        if missing:
-            entry["error"] = missing
+                entry["error"] = str(exc).splitlines()[0]
+        if name is None:
+            out[dev] = entry
+            continue
+        entry.pop("error", None)
+        predicted, modelled, unmodelled, covered, last_error = 0.0, 0.0, {}, 0, None
+        for r in mine:
+            try:
+                predicted += cost_model.predict(name, r.op, **r.sizes)
+                modelled += r.measured_seconds
+                covered += 1
+            except (ValueError, KeyError) as exc:
+                unmodelled[r.op] = unmodelled.get(r.op, 0.0) + r.measured_seconds
+                last_error = str(exc).splitlines()[0]
+        if covered:
+            entry.update(predicted_s=predicted, measured_modelled_s=modelled,
+                         ratio=modelled / predicted if predicted > 0 else None)
+        elif last_error:
+            entry["error"] = last_error
+        if unmodelled:
+            entry["unmodelled"] = unmodelled
         out[dev] = entry
     return out
 
@@ -292,6 +315,8 @@ class Trainer:
 
     def checkpoint_path(self) -> Path | None:
         d = self.config.checkpoint_dir
+        if d is None and self.config.out_dir is not None:
+            d = Path(self.config.out_dir) / "checkpoints"
         if d is None:
             return None
         return Path(d) / f"{self.config.model.lower()}-seed{self.seed}.npz"

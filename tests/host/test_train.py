@@ -294,3 +294,29 @@ def test_rebalance_moves_rows_off_the_slow_device(monkeypatch):
     # float row shards: the partition changes nothing in the numbers
     plain = run_training(TrainConfig(dataset=ds, seeds=[0], epochs=10, progress=False))
     assert r["seeds"][0]["params_sha256"] == plain["seeds"][0]["params_sha256"]
+
+
+def test_minibatch_partitioned_fixed_point_is_bit_identical(sbm):
+    """Sampled blocks are cut into the partition's edge fractions; fixed point stays exact."""
+    kw = dict(dataset=sbm, model="sage", seeds=[2], epochs=3, batch_size=25, fanouts=(5, 3),
+              device="fpga-emu", progress=False)
+    single = run_training(TrainConfig(**kw))
+    parted = run_training(TrainConfig(partition="even", devices=["fpga-emu", "fpga-emu:1"], **kw))
+    assert parted["seeds"][0]["params_sha256"] == single["seeds"][0]["params_sha256"]
+    assert parted["busy"]["fpga-emu:1"]["compute"] > 0
+
+
+def test_sgc_minibatch_uses_row_batches(sbm):
+    r = run_training(TrainConfig(dataset=sbm, model="sgc", seeds=[0], epochs=30, batch_size=16,
+                                 progress=False))
+    assert r["test_acc_mean"] > 0.6
+
+
+def test_predicted_vs_measured_with_a_fitted_cost_model(sbm):
+    """The op sizes the trainer records are the ones the profiler's cost model takes."""
+    from gnnweave.host.profiler import profile
+    prof = profile(["cpu"], quick=True, progress=False)
+    r = run_training(TrainConfig(dataset=sbm, seeds=[0], epochs=2, batch_size=50,
+                                 cost_model=prof.cost_model, progress=False))
+    pvm = r["predicted_vs_measured"]
+    assert set(pvm) == {"cpu"} and pvm["cpu"]["predicted_s"] > 0 and pvm["cpu"]["ratio"] > 0
