@@ -10,8 +10,9 @@ train/val/test masks.
 =====================================  =====================================================
 ``cora``, ``citeseer`` (any name)      ``data_root()/<name>.npz`` in the shared layout
 ``sbm`` or ``sbm:N:C[:F]``             :func:`gnnweave.generators.sbm` (planted classes)
-``rmat:SCALE:EF[:F[:C]]``              :func:`gnnweave.generators.rmat`, random features and
-                                       labels: for benchmarks, not a learning task
+``rmat:SCALE:EF[:F[:C]]``              :func:`gnnweave.generators.rmat` (directed, as drawn),
+                                       random features (F=64) and labels (C=8): for
+                                       benchmarks, not a learning task
 ``path/to/file.npz``                   :func:`load_npz`
 ``path/to/ogb_folder``                 :func:`load_ogb` (``raw/`` + ``split/`` as ogb lays
                                        out a node-property dataset)
