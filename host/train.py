@@ -48,7 +48,7 @@ class TrainConfig:
     model: str = "gcn"                   # gcn | sage | sgc
     device: str = "cpu"                  # dense ops (and aggregation when not partitioned)
     devices: list | None = None          # devices for partition='even' or a callable
-    partition: object = "none"           # 'none' | 'even' | {device: (lo, hi)} | callable
+    partition: object = "none"           # 'none' | 'even' | 'balanced' | {device: (lo, hi)} | callable
     hidden: int | None = None            # None: the model's published default
     layers: int = 2                      # GCN/SAGE layers; SGC: propagation steps K
     dropout: float | None = None
@@ -69,7 +69,7 @@ class TrainConfig:
     checkpoint_every: int = 10
     resume: bool = False
     out_dir: str | None = None           # timeline.png, partition.txt, result.json
-    cost_model: object = None            # CostModel, or a path to its JSON
+    cost_model: object = None            # CostModel, its JSON path, or {device: rate}
     rebalance: bool = False              # re-partition after each epoch from measured shard times
     progress: bool = True
     executor_options: dict = field(default_factory=dict)   # {device kind: {kwarg: value}}
@@ -126,15 +126,32 @@ def _executor_for(name: str, cache: dict, options: dict) -> Executor:
     return cache[name]
 
 
-def resolve_shares(partition, graph: CSRGraph, device: str, devices) -> dict[str, tuple[int, int]] | None:
-    """The partition as ``{device: (lo, hi)}``, or None for no partition."""
+def resolve_shares(partition, graph: CSRGraph, device: str, devices, *, cost_model=None,
+                   feat_dim: int = 16) -> dict[str, tuple[int, int]] | None:
+    """The partition as ``{device: (lo, hi)}``, or None for no partition.
+
+    ``'balanced'`` asks :func:`gnnweave.host.partition.partition_rows` for the split with the
+    smallest predicted makespan under ``cost_model`` (a fitted CostModel or
+    ``{device: relative rate}``) over ``devices``.
+    """
     n = graph.num_nodes
     if partition is None or (isinstance(partition, str) and partition.lower() in ("none", "")):
         return None
+    if isinstance(partition, str) and partition.lower() == "balanced":
+        if cost_model is None:
+            raise ValueError("TrainConfig.cost_model: partition='balanced' needs a cost model "
+                             "(a profiler CostModel, its JSON path, or {device: rate})")
+        from gnnweave.host.partition import partition_rows
+        names = list(devices) if devices else None
+        if names is None and isinstance(cost_model, dict):
+            names = list(cost_model)
+        if not names:
+            raise ValueError("TrainConfig.devices: partition='balanced' needs the list of devices")
+        return check_shares(partition_rows(graph, feat_dim, cost_model, devices=names), n)
     if isinstance(partition, str):
         if partition.lower() != "even":
             raise ValueError(f"TrainConfig.partition = {partition!r}: choose 'none', 'even', "
-                             f"a {{device: (lo, hi)}} mapping or a callable")
+                             f"'balanced', a {{device: (lo, hi)}} mapping or a callable")
         if not devices:
             raise ValueError("TrainConfig.devices: partition='even' needs the list of devices")
         ranges = cut_rows_by_fractions(graph.indptr, 0, n, [1.0] * len(devices))
@@ -157,7 +174,7 @@ def _maybe_sparse(x, mode):
 
 
 def _cost_model(cm):
-    if cm is None or hasattr(cm, "predict"):
+    if cm is None or hasattr(cm, "predict") or isinstance(cm, dict):
         return cm
     from gnnweave.host.costmodel import CostModel
     return CostModel.load(cm)
@@ -170,8 +187,8 @@ def predicted_vs_measured(records, cost_model) -> dict | None:
     predicted over those same ops; ops it has no model for (a cpu's no-op transfers, say)
     are listed with their measured seconds under ``unmodelled``.
     """
-    if cost_model is None:
-        return None
+    if cost_model is None or not hasattr(cost_model, "predict"):
+        return None   # no model, or bare relative rates
     out = {}
     records = [r for r in records if r.kind != "host"]   # sampling: no device, no model
     for dev in dict.fromkeys(r.device for r in records):
@@ -499,12 +516,13 @@ def run_training(config: TrainConfig) -> dict:
     name = getattr(data.dataset, "name", str(config.dataset))
     executors: dict[str, Executor] = {}
     dense = _executor_for(config.device, executors, config.executor_options)
-    shares = resolve_shares(config.partition, data.graph, config.device, config.devices)
+    cost_model = _cost_model(config.cost_model)
+    shares = resolve_shares(config.partition, data.graph, config.device, config.devices,
+                            cost_model=cost_model, feat_dim=hp["hidden"] or data.num_classes)
     shards = None
     if shares is not None:
         shards = {dev: (_executor_for(dev, executors, config.executor_options), r)
                   for dev, r in shares.items()}
-    cost_model = _cost_model(config.cost_model)
     engine = Engine(dense, Timeline(), shards=shards, num_nodes=data.graph.num_nodes,
                     base_graph=data.graph)
     transposed(data.graph)   # built once here, not inside the first shard that needs it
@@ -623,7 +641,7 @@ def add_train_arguments(parser):
     p.add_argument("--device", default="cpu", help="executor for dense ops (and aggregation)")
     p.add_argument("--devices", default=None, help="comma list for --partition even")
     p.add_argument("--partition", default="none",
-                   help="none | even | DEVICE=LO:HI,DEVICE=LO:HI (destination-row ranges)")
+                   help="none | even | balanced (needs --cost-model) | DEVICE=LO:HI,DEVICE=LO:HI")
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--hidden", type=int, default=None)
     p.add_argument("--layers", type=int, default=2)
@@ -647,7 +665,7 @@ def add_train_arguments(parser):
 
 def config_from_args(args) -> TrainConfig:
     part = args.partition
-    if part not in ("none", "even"):
+    if part not in ("none", "even", "balanced"):
         part = _ranges_arg(part)
     return TrainConfig(
         dataset=args.dataset, model=args.model, device=args.device,

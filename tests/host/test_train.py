@@ -320,3 +320,13 @@ def test_predicted_vs_measured_with_a_fitted_cost_model(sbm):
                                  cost_model=prof.cost_model, progress=False))
     pvm = r["predicted_vs_measured"]
     assert set(pvm) == {"cpu"} and pvm["cpu"]["predicted_s"] > 0 and pvm["cpu"]["ratio"] > 0
+
+
+def test_balanced_partition_from_rates(sbm):
+    r = run_training(TrainConfig(dataset=sbm, seeds=[0], epochs=1, partition="balanced",
+                                 devices=["cpu", "cpu:1"], cost_model={"cpu": 3.0, "cpu:1": 1.0},
+                                 progress=False))
+    assert r["shares"]["cpu"]["edge_share"] == pytest.approx(0.75, abs=0.03)
+    with pytest.raises(ValueError, match="needs a cost model"):
+        run_training(TrainConfig(dataset=sbm, partition="balanced", devices=["cpu"], epochs=1,
+                                 progress=False))
