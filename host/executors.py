@@ -111,11 +111,8 @@ def transposed(graph: CSRGraph) -> CSRGraph:
 
 
 def oriented(graph: CSRGraph, transpose: bool) -> CSRGraph:
-    if transpose:
-        t = transposed(graph)
-        # keep the transpose's own caches alive as long as the graph lives
-        return t
-    return graph
+    """The graph an op walks: ``graph``, or its (cached) transpose for the backward pass."""
+    return transposed(graph) if transpose else graph
 
 
 def check_rows(graph: CSRGraph, rows) -> tuple[int, int]:
@@ -437,7 +434,7 @@ class FpgaEmuExecutor(Executor):
       the result cannot saturate, and every row shard of one aggregation uses the same
       formats -- a partitioned aggregation is bit-identical to the unpartitioned one;
     * dense ops (``dense_range='peak'``, default): from the exact integer result's
-      range (the golden model's int64 accumulators), the largest ``frac`` without
+      range (the MAC array's exact accumulators), the largest ``frac`` without
       saturation -- on a board this is a calibration pass or the previous step's
       range; ``dense_range='bound'`` uses an a-priori bound instead (single pass,
       never saturates, fewer fractional bits).

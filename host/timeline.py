@@ -12,7 +12,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 
 TRANSFER_OPS = ("transfer_in", "transfer_out")
 HOST_OPS = ("sample",)   # host work recorded on the 'host' row (neighbour sampling)
