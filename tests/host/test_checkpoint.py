@@ -83,3 +83,27 @@ def test_resume_of_a_finished_run_trains_no_more(sbm, tmp_path):
     b = run_training(TrainConfig(resume=True, **kw))
     assert b["seeds"][0]["params_sha256"] == a["seeds"][0]["params_sha256"]
     assert b["seeds"][0]["resumed_from"] == 3
+
+
+def test_interrupt_in_the_middle_of_an_epoch_resumes_bit_identically(sbm, tmp_path, monkeypatch):
+    """Ctrl-C during a mini-batch step: the checkpoint holds the last completed epoch (the
+    live state is mid-epoch) and the resumed run replays that epoch exactly."""
+    from gnnweave.host import train as train_mod
+    kw = dict(dataset=sbm, model="sage", seeds=[1], epochs=4, batch_size=16, fanouts=(3, 3),
+              progress=False)
+    straight = run_training(TrainConfig(**kw))
+    real_step = train_mod.Trainer._step
+    calls = {"n": 0}
+
+    def flaky_step(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 10:          # epoch 3 (4 batches of 16 out of 60 train nodes)
+            raise KeyboardInterrupt
+        return real_step(self, *a, **k)
+
+    monkeypatch.setattr(train_mod.Trainer, "_step", flaky_step)
+    first = run_training(TrainConfig(checkpoint_dir=str(tmp_path), **kw))
+    assert first["interrupted"] and first["seeds"][0]["epochs_done"] == 2
+    monkeypatch.setattr(train_mod.Trainer, "_step", real_step)
+    resumed = run_training(TrainConfig(checkpoint_dir=str(tmp_path), resume=True, **kw))
+    assert resumed["seeds"][0]["params_sha256"] == straight["seeds"][0]["params_sha256"]
