@@ -147,8 +147,10 @@ def choose_frac(x, width: int, *, headroom_bits: int = 0) -> int:
     # integer bits needed for the peak (plus sign), the rest are fractional
     int_bits = int(np.floor(np.log2(peak))) + 1
     frac = width - 1 - int_bits - headroom_bits
-    fmt = FixedFormat(width, frac)
+    fmt = FixedFormat(width, max(-64, min(frac, 64)))
     # rounding can push the peak one unit past max_int: give one bit back then
-    if np.rint(peak * 2.0**frac) > fmt.max_int:
+    if np.rint(peak * 2.0 ** (frac + headroom_bits)) > fmt.max_int:
         frac -= 1
+    if frac > 64:
+        raise ValueError(f"values too small for a fixed-point format (max |x| = {peak:g})")
     return frac

@@ -77,6 +77,8 @@ class AggregateFormat:
             raise ValueError("Aggregator inputs are at most 16 bits wide")
         if self.out.width != self.feat.width:
             raise ValueError("Aggregator output width must equal the feature width")
+        if self.shift > 63:
+            raise ValueError(f"shift {self.shift} exceeds the hardware's 63")
         if self.shift < 0:
             raise ValueError(
                 f"output format has more fractional bits ({self.out.frac}) than the products "

@@ -554,7 +554,7 @@ class AggregatorCore(Elaboratable):
             chosen = Mux(reduce_op == ReduceOp.MEAN, scaled, s)
             value, sat = saturate(chosen, ew)
             dp.d.comb += beat_out.data.word_select(lane, ew).eq(Mux(d2_zero, 0, value))
-            sats.append((sat | d2_sat[lane]) & d2_mask[lane] & ~d2_zero)
+            sats.append((sat | d2_sat[lane]) & d2_mask[lane] & ~d2_zero & d2_valid)
             dp.d.comb += beat_out.strb.word_select(lane, ew // 8).eq(
                 Mux(d2_mask[lane], (1 << (ew // 8)) - 1, 0))
         dp.d.comb += [beat_out.last.eq(d2_last), write_port.beats.w_data.eq(beat_out),

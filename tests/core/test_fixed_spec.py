@@ -134,13 +134,8 @@ def interesting_peaks(rng):
     return peaks
 
 
-HEADROOM_BUG = pytest.mark.xfail(
-    strict=True, reason="fixed.choose_frac checks the rounding overflow of the peak without "
-    "its headroom (peak just below a power of two then takes one bit too many); reported")
-
-
 @pytest.mark.parametrize("width", [4, 8, 12, 16, 24, 32])
-@pytest.mark.parametrize("headroom", [0, pytest.param(2, marks=HEADROOM_BUG)])
+@pytest.mark.parametrize("headroom", [0, 2])
 def test_choose_frac_is_the_largest_that_fits(width, headroom):
     rng = np.random.default_rng(width * 10 + headroom)
     for peak in interesting_peaks(rng):
