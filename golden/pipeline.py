@@ -437,10 +437,12 @@ class Timeline:
 
 def schedule_timeline(schedule, stages: int, microbatches: int, *, t_f: float = 1.0,
                       t_b: float = 2.0, t_u: float = 0.0, link: float = 0.0,
-                      host: float = 0.0) -> Timeline:
+                      host: float = 0.0, t_dx: float | None = None) -> Timeline:
     """As-soon-as-possible timing of one step (one run of ``m`` microbatches for async):
     each op starts when its stage is free and its input arrived (``link`` between stages,
-    ``host`` for the loss gradient). The bubble is measured over the F/B part of the step."""
+    ``host`` for the loss gradient). The bubble is measured over the F/B part of the step.
+    ``t_dx``: a backward's input gradient leaves ``t_dx`` after its start (the hardware
+    computes ``dX`` before ``dW``); default: at its end (the textbook model)."""
     schedule = Schedule.parse(schedule)
     p = stages
     ops = [stage_ops(schedule, p, microbatches, s) for s in range(p)]
@@ -471,10 +473,14 @@ def schedule_timeline(schedule, stages: int, microbatches: int, *, t_f: float = 
                         t_in = b_end[s + 1][op.mb] + link
                     t0 = max(free[s], t_in)
                     dur = t_b
+                    out_at = t0 + (t_b if t_dx is None else t_dx)
                 else:
                     t0, dur = free[s], t_u
                 start[s][pc[s]], end[s][pc[s]] = t0, t0 + dur
-                (f_end if op.kind is OpKind.F else b_end if op.kind is OpKind.B else [{}] * p)[s][op.mb] = t0 + dur
+                if op.kind is OpKind.F:
+                    f_end[s][op.mb] = t0 + dur
+                elif op.kind is OpKind.B:
+                    b_end[s][op.mb] = out_at
                 free[s] = t0 + dur
                 pc[s] += 1
                 remaining -= 1

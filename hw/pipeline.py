@@ -38,7 +38,8 @@ def bubble_formula(schedule: int, stages: int, microbatches: int) -> float:
 
 
 #: Per-stage configuration inputs forwarded from the top as ``s<i>_<name>``.
-STAGE_CONFIG = ("rows", "d_in", "d_out", "relu", "fwd_shift", "dx_shift", "dw_shift", "lr", "wd", "mu")
+STAGE_CONFIG = ("rows", "d_in", "d_out", "relu", "fwd_shift", "dx_shift", "dw_shift", "lr", "wd", "mu",
+                "dx_first")
 #: Per-stage counters exposed as ``s<i>_<name>``.
 STAGE_COUNTERS = ("busy_cycles", "fwd_cycles", "bwd_cycles", "upd_cycles", "wait_cycles", "mac_ops",
                   "saturations", "ops_done")
@@ -68,7 +69,7 @@ class Pipeline(wiring.Component):
         members.update({"act_in": In(seg), "act_out": Out(seg), "grad_in": In(seg), "grad_out": Out(seg)})
         for i in range(num_stages):
             for name in STAGE_CONFIG + ("w_wr_en", "w_row", "w_word", "w_wr_data"):
-                members[f"s{i}_{name}"] = In(sig[name].shape)
+                members[f"s{i}_{name}"] = In(sig[name].shape, init=sig[name].init)
             members[f"s{i}_w_rd_data"] = Out(sig["w_rd_data"].shape)
             for name in STAGE_COUNTERS:
                 members[f"s{i}_{name}"] = Out(sig[name].shape)

@@ -22,7 +22,10 @@ The op sequencer implements the per-stage op order of
 2 async 1F1B); receivers fill stash slots independently of the compute so transfers
 overlap computation. ``F``: ``Y = X W`` (ReLU, mask stashed); ``B``: ``dX = (dY*mask) W^T``
 then ``dW = X^T (dY*mask)`` added into the gradient sum (the mask is applied as ``dY``
-is written into its buffer); ``U``: SGD over the weight words, one word (``lanes``
+is written into its buffer); with ``dx_first`` (default) ``dX`` leaves before ``dW`` is
+computed, so the upstream stage's backward overlaps this stage's ``dW`` (a shorter
+backward critical path than the textbook model, where a backward's output is ready
+only when the whole backward ends; ``dx_first = 0`` gives the textbook order); ``U``: SGD over the weight words, one word (``lanes``
 elements) per cycle, into the next version slot. The numerics are those of
 ``gnnweave.golden.mac.sgd_update`` / ``mac_*`` bit for bit.
 """
@@ -90,7 +93,7 @@ class TrainStage(wiring.Component):
             # configuration
             "schedule": In(2), "stages": In(4), "stage": In(4), "microbatches": In(8),
             "steps": In(16), "rows": In(ib), "d_in": In(ib), "d_out": In(ib), "relu": In(1),
-            "fwd_shift": In(7), "dx_shift": In(7), "dw_shift": In(7),
+            "fwd_shift": In(7), "dx_shift": In(7), "dw_shift": In(7), "dx_first": In(1, init=1),
             "lr": In(lr.width), "wd": In(wd.width), "mu": In(mu.width),
             # streams
             "act_in": In(stream.Signature(seg)), "act_out": Out(stream.Signature(seg)),
@@ -360,6 +363,17 @@ class TrainStage(wiring.Component):
                          busy_c.eq(0), fwd_c.eq(0), bwd_c.eq(0), upd_c.eq(0), wait_c.eq(0),
                          mac_ops.eq(0), sats.eq(0), ops_done.eq(0)]
         gpipe = sched == SCHEDULE_GPIPE
+
+        def mb_slot_of(mb):
+            return mb[:max(S.bit_length() - 1, 1)] if S > 1 else Const(0, 1)
+
+        def finish_backward():
+            m.d.sync += [b_loc.eq(b_loc + 1), ops_done.eq(ops_done + 1)]
+            with m.If(is_async):
+                m.d.sync += [phase.eq(Phase.U_RUN), u_row.eq(0), u_word.eq(0)]
+            with m.Else():
+                m.d.sync += [phase.eq(Phase.DECIDE), b_done.eq(b_done + 1)]
+
         with m.Switch(phase):
             with m.Case(Phase.DECIDE):
                 want_f = Signal()
@@ -382,7 +396,9 @@ class TrainStage(wiring.Component):
                 with m.Elif(b_left):
                     with m.If(rx_b_written > b_done):
                         mb = Mux(gpipe, base + mbs - 1 - b_loc, base + b_loc)
-                        m.d.sync += [op_mb.eq(mb), op_yslot.eq(b_done[0]), phase.eq(Phase.DX_START)]
+                        m.d.sync += [op_mb.eq(mb), op_yslot.eq(b_done[0]),
+                                     op_ver.eq(Mux(is_async, ver_of_slot[mb_slot_of(mb)], cur_ver)),
+                                     phase.eq(Mux(self.dx_first, Phase.DX_START, Phase.DW_START))]
                     with m.Else():
                         m.d.sync += wait_c.eq(wait_c + 1)
                 with m.Else():
@@ -396,21 +412,23 @@ class TrainStage(wiring.Component):
                     m.d.sync += [phase.eq(Phase.DECIDE), f_loc.eq(f_loc + 1), ops_done.eq(ops_done + 1),
                                  mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
             with m.Case(Phase.DX_START):
-                m.d.sync += [phase.eq(Phase.DX_RUN), op_ver.eq(Mux(is_async, ver_of_slot[op_slot], cur_ver))]
+                m.d.sync += phase.eq(Phase.DX_RUN)
             with m.Case(Phase.DX_RUN):
                 with m.If(core.done):
-                    m.d.sync += [phase.eq(Phase.DW_START), mac_ops.eq(mac_ops + core.mac_ops),
-                                 sats.eq(sats + core.saturations)]
+                    m.d.sync += [mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
+                    with m.If(self.dx_first):
+                        m.d.sync += phase.eq(Phase.DW_START)
+                    with m.Else():
+                        finish_backward()
             with m.Case(Phase.DW_START):
                 m.d.sync += phase.eq(Phase.DW_RUN)
             with m.Case(Phase.DW_RUN):
                 with m.If(core.done):
-                    m.d.sync += [mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations),
-                                 b_loc.eq(b_loc + 1), ops_done.eq(ops_done + 1)]
-                    with m.If(is_async):
-                        m.d.sync += [phase.eq(Phase.U_RUN), u_row.eq(0), u_word.eq(0)]
+                    m.d.sync += [mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
+                    with m.If(self.dx_first):
+                        finish_backward()
                     with m.Else():
-                        m.d.sync += [phase.eq(Phase.DECIDE), b_done.eq(b_done + 1)]
+                        m.d.sync += phase.eq(Phase.DX_START)
             with m.Case(Phase.U_RUN):
                 m.d.comb += u_issue.eq(~dw_q)
                 with m.If(~dw_q):

@@ -114,7 +114,8 @@ class PipelineHost:
     names a member of a stream port)."""
 
     def __init__(self, masters, inputs, loss_grad, *, schedule, microbatches, relu, lr_q, wd_q,
-                 mu_q, fmt, lanes, seg_layout, master_width):
+                 mu_q, fmt, lanes, seg_layout, master_width, dx_first: bool = True):
+        self.dx_first = dx_first
         self.schedule = Schedule.parse(schedule)
         self.p = p = len(masters)
         self.masters = [np.asarray(w, dtype=np.int64) for w in masters]
@@ -159,7 +160,8 @@ class PipelineHost:
                     (f"s{s}_d_out", self.dims[s + 1]), (f"s{s}_relu", int(self.relu[s])),
                     (f"s{s}_fwd_shift", self.fmt.fwd_shift_at(s)), (f"s{s}_dx_shift", self.fmt.dx_shift),
                     (f"s{s}_dw_shift", self.fmt.dw_shift_at(s)), (f"s{s}_lr", self.lr_q),
-                    (f"s{s}_wd", self.wd_q), (f"s{s}_mu", self.mu_q)]
+                    (f"s{s}_wd", self.wd_q), (f"s{s}_mu", self.mu_q),
+                    (f"s{s}_dx_first", int(self.dx_first))]
         return cfg
 
     def weight_writes(self):
@@ -599,7 +601,8 @@ if cocotb is not None:
                                                      max_rows=bcfg["max_rows"]).index_bits, 16)
         host = PipelineHost(masters, xs, loss_grad, schedule=schedule, microbatches=m, relu=relu,
                             lr_q=lr_q, wd_q=wd_q, mu_q=mu_q, fmt=fmt, lanes=lanes,
-                            seg_layout=seg_layout, master_width=fmt.sgd.master.width)
+                            seg_layout=seg_layout, master_width=fmt.sgd.master.width,
+                            dx_first=prm.get("dx_first", True))
         io = CocotbIO(dut)
         cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
         dut.rst.value = 1
