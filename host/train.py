@@ -659,24 +659,31 @@ def add_train_arguments(parser):
     p.add_argument("--resume", action="store_true")
     p.add_argument("--out", default=None, help="folder for result.json, timeline.png, partition.txt")
     p.add_argument("--cost-model", default=None, help="cost model JSON (fills predicted_vs_measured)")
+    p.add_argument("--rebalance", action="store_true",
+                   help="re-partition after each epoch from the measured shard times")
     p.add_argument("--no-progress", action="store_true")
     return parser
 
 
 def config_from_args(args) -> TrainConfig:
-    part = args.partition
+    """TrainConfig from parsed ``gnnweave train`` options; options a caller's parser does
+    not define take the defaults of :func:`add_train_arguments`."""
+    import argparse
+    defaults = vars(add_train_arguments(argparse.ArgumentParser()).parse_args([]))
+    a = {k: getattr(args, k, v) for k, v in defaults.items()}
+    part = a["partition"]
     if part not in ("none", "even", "balanced"):
         part = _ranges_arg(part)
     return TrainConfig(
-        dataset=args.dataset, model=args.model, device=args.device,
-        devices=[d.strip() for d in args.devices.split(",")] if args.devices else None,
-        partition=part, hidden=args.hidden, layers=args.layers, dropout=args.dropout, lr=args.lr,
-        weight_decay=args.weight_decay, epochs=args.epochs, optimizer=args.optimizer,
-        seeds=args.seeds, batch_size=args.batch_size,
-        fanouts=tuple(int(f) for f in args.fanouts.split(",")), prefetch=args.prefetch,
-        select=args.select, checkpoint_dir=args.checkpoint_dir,
-        checkpoint_every=args.checkpoint_every, resume=args.resume, out_dir=args.out,
-        cost_model=args.cost_model, progress=not args.no_progress)
+        dataset=a["dataset"], model=a["model"], device=a["device"],
+        devices=[d.strip() for d in a["devices"].split(",")] if a["devices"] else None,
+        partition=part, hidden=a["hidden"], layers=a["layers"], dropout=a["dropout"], lr=a["lr"],
+        weight_decay=a["weight_decay"], epochs=a["epochs"], optimizer=a["optimizer"],
+        seeds=a["seeds"], batch_size=a["batch_size"],
+        fanouts=tuple(int(f) for f in str(a["fanouts"]).split(",")), prefetch=a["prefetch"],
+        select=a["select"], checkpoint_dir=a["checkpoint_dir"],
+        checkpoint_every=a["checkpoint_every"], resume=a["resume"], out_dir=a["out"],
+        cost_model=a["cost_model"], rebalance=a["rebalance"], progress=not a["no_progress"])
 
 
 def train_main(argv=None) -> dict:

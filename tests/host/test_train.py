@@ -350,3 +350,11 @@ def test_balanced_partition_from_rates(sbm):
     with pytest.raises(ValueError, match="needs a cost model"):
         run_training(TrainConfig(dataset=sbm, partition="balanced", devices=["cpu"], epochs=1,
                                  progress=False))
+
+
+def test_config_from_a_foreign_namespace_uses_defaults():
+    import argparse
+    from gnnweave.host.train import config_from_args
+    cfg = config_from_args(argparse.Namespace(dataset="citeseer", seeds=5))
+    assert cfg.dataset == "citeseer" and cfg.seed_list() == [0, 1, 2, 3, 4]
+    assert cfg.partition == "none" and cfg.fanouts == (10, 10) and cfg.progress
