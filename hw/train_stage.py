@@ -64,6 +64,7 @@ class TrainStage(wiring.Component):
     keep them steady from ``start`` to ``done``."""
 
     def __init__(self, *, lanes: int = 4, max_dim: int = 16, max_rows: int = 16, slots: int = 4,
+                 max_in: int | None = None, max_out: int | None = None,
                  versions: int = 4, master: FixedFormat = FixedFormat(32, 24),
                  weight: FixedFormat = FixedFormat(16, 12), grad_sum: FixedFormat = FixedFormat(32, 12),
                  lr: FixedFormat = FixedFormat(16, 16), wd: FixedFormat = FixedFormat(16, 20),
@@ -71,6 +72,12 @@ class TrainStage(wiring.Component):
         _log2_exact("lanes", lanes)
         self.lanes = lanes
         self.max_dim = max(max_dim, lanes)
+        # input / output feature capacity (default: max_dim both; a wide, short layer such
+        # as a classifier over bag-of-words features needs only max_in large)
+        self.max_in = max(max_in or self.max_dim, lanes)
+        self.max_out = max(max_out or self.max_dim, lanes)
+        _log2_exact("max_in", self.max_in)
+        _log2_exact("max_out", self.max_out)
         self.max_rows = max_rows
         self.slots = slots
         self.versions = versions
@@ -81,12 +88,12 @@ class TrainStage(wiring.Component):
                         velocity=velocity or master)
         if weight.width > MAC_INPUT_WIDTH or master.frac < weight.frac or master.frac < grad_sum.frac:
             raise ValueError("TrainStage formats: weight <= 16 bits, master.frac >= weight.frac, grad_sum.frac")
-        self.core = MacCore(rows=lanes, cols=lanes, max_dim=max(self.max_dim, max_rows),
-                            max_depth=max(self.max_dim, max_rows))
+        big = max(self.max_in, self.max_out, max_rows)
+        self.core = MacCore(rows=lanes, cols=lanes, max_dim=big, max_depth=big)
         ib = self.core.index_bits
         self.index_bits = ib
         seg = output_layout(lanes, ib, 16)
-        words = self.max_dim // lanes
+        words = self.max_out // lanes
         self.word_bits = (words - 1).bit_length() if words > 1 else 0
         super().__init__({
             "start": In(1), "busy": Out(1), "done": Out(1),
@@ -111,15 +118,14 @@ class TrainStage(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         L, ib, S, V = self.lanes, self.index_bits, self.slots, self.versions
-        D, RM = self.max_dim, self.max_rows
+        DI, DO, RM = self.max_in, self.max_out, self.max_rows
         f = self.fmt
         lb = L.bit_length() - 1
         wbits = max(self.word_bits, 1)
         m.submodules.core = core = self.core
-        m.submodules.wbuf = wbuf = SkewedBuffer(lanes=L, rows=V * D if (V * D) & (V * D - 1) == 0
-                                                else 1 << (V * D - 1).bit_length(), cols=D)
-        m.submodules.xbuf = xbuf = SkewedBuffer(lanes=L, rows=S * RM, cols=D)
-        m.submodules.ybuf = ybuf = SkewedBuffer(lanes=L, rows=2 * RM, cols=D)
+        m.submodules.wbuf = wbuf = SkewedBuffer(lanes=L, rows=1 << (V * DI - 1).bit_length(), cols=DO)
+        m.submodules.xbuf = xbuf = SkewedBuffer(lanes=L, rows=S * RM, cols=DI)
+        m.submodules.ybuf = ybuf = SkewedBuffer(lanes=L, rows=2 * RM, cols=DO)
 
         running = Signal()
         phase = Signal(4)
@@ -164,7 +170,7 @@ class TrainStage(wiring.Component):
             m.d.sync += rx_f.eq(rx_f + 1)
 
         # ---------------------------------------------------------------- mask stash
-        mask_words = S * RM * (D // L)
+        mask_words = S * RM * (DO // L)
         mask_mem = Memory(shape=L, depth=mask_words, init=[])
         m.submodules.mask = mask_mem
         mask_wp = mask_mem.write_port()
@@ -208,7 +214,7 @@ class TrainStage(wiring.Component):
         m.d.sync += rx_b_written.eq(rx_b)
 
         # ---------------------------------------------------------------- master/velocity/grad
-        n_words = D * D // L
+        n_words = DI * DO // L
         mw = f["master"].width
         masters = Memory(shape=data.ArrayLayout(signed(mw), L), depth=n_words, init=[])
         velocity = Memory(shape=data.ArrayLayout(signed(f["velocity"].width), L), depth=n_words, init=[])
@@ -220,7 +226,7 @@ class TrainStage(wiring.Component):
 
         def word_addr(row, col_word):
             return Cat(col_word[:self.word_bits] if self.word_bits else Const(0, 0),
-                       row[:D.bit_length() - 1])
+                       row[:DI.bit_length() - 1])
 
         # ---------------------------------------------------------------- current op
         op_mb = Signal(24)
@@ -229,7 +235,7 @@ class TrainStage(wiring.Component):
         op_ver = Signal(range(V))
         op_yslot = Signal()
         rows_shift = RM.bit_length() - 1
-        d_shift = D.bit_length() - 1
+        d_shift = DI.bit_length() - 1
 
         # core operand routing (offsets are multiples of lanes: banks are unchanged)
         def route(req, buf, off):
