@@ -202,7 +202,7 @@ def plot_timeline(timeline: Timeline | list[OpRecord], path, *, epochs=None, tit
                    Patch(color="tab:orange", label="transfer"), Patch(color="0.92", label="idle")]
         if "host" in devices:
             handles.append(Patch(color="tab:green", label="host sampling"))
-        ax.legend(handles=handles, loc="upper right", fontsize=8)
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8)
     ax.set_xlabel("host time (s)")
     ax.set_title(title or "device timeline")
     ax.invert_yaxis()
