@@ -237,6 +237,7 @@ def test_outputs_timeline_and_partition_table(sbm, tmp_path):
     assert "fpga-emu" in table and "120" in table
     assert set(r["busy"]) == {"cpu", "fpga-emu"}
     assert r["test_acc_std"] >= 0
+    assert json.loads(json.dumps(r))["shares"]["fpga-emu"]["lo"] == 120   # plain JSON types
 
 
 class _FakeCostModel:
