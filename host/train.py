@@ -234,7 +234,10 @@ class _EpochRebalancer:
 
     def __init__(self, engine, graph, shares, executors, cost_model, feat_dim, log, seed):
         from gnnweave.host.partition import Rebalancer
-        costs = cost_model if hasattr(cost_model, "share_cost") else {d: 1.0 for d in shares}
+        if hasattr(cost_model, "share_cost") or isinstance(cost_model, dict):
+            costs = cost_model
+        else:
+            costs = {d: 1.0 for d in shares}
         self.engine, self.executors, self.log, self.seed = engine, executors, log, seed
         engine.set_shards({d: (executors[d], r) for d, r in shares.items()})
         self.rebalancer = Rebalancer(graph, feat_dim, costs, devices=list(shares),
