@@ -1,0 +1,264 @@
+"""``gnnweave``: the command line.
+
+Subcommands import their rooms lazily, so ``gnnweave --help`` works with only the
+core installed and each command loads just what it needs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed as one line, exit status 2."""
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=1, default=_json_default))
+
+
+def _json_default(o):
+    import numpy as np
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _emit(report: dict, as_json: bool, summary_keys=()) -> None:
+    if as_json:
+        _print_json(report)
+    else:
+        for key in summary_keys or report:
+            if key in report:
+                print(f"{key:>24}: {report[key]}")
+
+
+# ---- verify ------------------------------------------------------------------------------
+def cmd_verify_aggregate(a) -> int:
+    from gnnweave.sim.verify import verify_aggregate
+    if a.feat_dim < 1:
+        raise CommandError(f"--feat-dim must be >= 1, got {a.feat_dim}")
+    if a.latency < 0:
+        raise CommandError(f"--latency must be >= 0, got {a.latency}")
+    report = verify_aggregate(a.graph, a.feat_dim, a.reduce, a.sim, a.latency, a.seed, a.config,
+                              a.weighted, a.backpressure)
+    _emit(report, a.json, ("match", "mismatches", "nodes", "edges", "cycles", "read_beats",
+                           "port_utilization", "ideal_cycles", "sim_seconds",
+                           "sim_cycles_per_second", "error"))
+    return 0 if report.get("match") else 1
+
+
+def cmd_verify_mac(a) -> int:
+    from gnnweave.sim.mac_bench import verify_mac
+    report = verify_mac(rows=a.rows, cols=a.cols, depth=a.depth, mode=a.mode, seed=a.seed)
+    _emit(report, a.json)
+    return 0 if report.get("match") else 1
+
+
+def cmd_verify_pipeline(a) -> int:
+    from gnnweave.sim.pipeline_bench import verify_pipeline
+    report = verify_pipeline(stages=a.stages, microbatches=a.microbatches, schedule=a.schedule,
+                             steps=a.steps, seed=a.seed)
+    _emit(report, a.json)
+    return 0 if report.get("match") else 1
+
+
+# ---- host runtime ------------------------------------------------------------------------
+def cmd_train(a) -> int:
+    from gnnweave.host.train import run_training, config_from_args
+    if a.partition == "auto":
+        # adaptive: start from equal edge shares and rebalance from measured times
+        a.partition, a.rebalance = "even", True
+    if a.devices and a.partition == "none" and len(a.devices.split(",")) > 1:
+        a.partition = "even"
+    report = run_training(config_from_args(a))
+    _emit(report, a.json, ("test_acc_mean", "test_acc_std", "epoch_seconds", "shares",
+                           "predicted_vs_measured"))
+    return 0
+
+
+def cmd_profile(a) -> int:
+    from gnnweave.host.profiler import profile_main
+    devices = [d for d in a.devices.split(",") if d]
+    report = profile_main(devices, a.out, a.quick)
+    _emit(report, a.json, ("devices", "heldout_median_rel_err", "heldout_p90_rel_err",
+                           "meets_target", "seconds"))
+    return 0
+
+
+def cmd_plan(a) -> int:
+    from gnnweave.host.planner import plan_main
+    report = plan_main(a.model, a.devices, dataset=a.dataset, hidden=a.hidden, layers=a.layers,
+                       bandwidth_gbps=a.bandwidth_gbps, latency_us=a.latency_us,
+                       cost_model=a.cost_model, out=a.out)
+    if a.json:
+        _print_json({k: v for k, v in report.items() if k != "text"})
+    else:
+        print(report.get("text", ""))
+    return 0
+
+
+# ---- build -------------------------------------------------------------------------------
+def cmd_build_verilog(a) -> int:
+    from gnnweave.hw.verilog import write_aggregator_verilog
+    out = Path(a.out or f"build/verilog/{a.config}")
+    path = write_aggregator_verilog(a.config, out, debug_names=a.debug_names)
+    print(f"wrote {path} (+ register map JSON and C header in {out})")
+    return 0
+
+
+def cmd_build_lint(a) -> int:
+    from gnnweave.hw.verilog import write_aggregator_verilog
+    from gnnweave.sim.lint import lint_verilog
+    out = Path(a.out or f"build/verilog/{a.config}")
+    path = write_aggregator_verilog(a.config, out)
+    report = lint_verilog(path, "gnnweave_aggregator")
+    _emit(report, a.json, ("clean", "warnings", "waived", "waiver_file"))
+    if not report["clean"]:
+        print(report["log"], file=sys.stderr)
+    return 0 if report["clean"] else 1
+
+
+# ---- demo --------------------------------------------------------------------------------
+def cmd_demo(a) -> int:
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print("== 1/2  Aggregator RTL (Verilator) against the golden model, R-MAT scale 9, F=16")
+    from gnnweave.sim.verify import verify_aggregate
+    rep = verify_aggregate("rmat:9:8", 16, "mean", "verilator", 32, 0, "small")
+    print(f"   match={rep.get('match')} mismatches={rep.get('mismatches')} "
+          f"edges={rep.get('edges')} cycles={rep.get('cycles')} "
+          f"port_utilization={rep.get('port_utilization')} "
+          f"sim={rep.get('sim_cycles_per_second')} cycles/s")
+    (out / "verify.json").write_text(json.dumps(rep, indent=1, default=_json_default))
+    if not rep.get("match"):
+        print(f"   RTL does not match golden: {rep.get('error')}", file=sys.stderr)
+        return 1
+    print("== 2/2  GCN on Cora, aggregation split across fpga-emu and cpu")
+    from gnnweave.host.train import TrainConfig, run_training
+    cfg = TrainConfig(dataset=a.dataset, model="gcn", device="cpu",
+                      devices=["fpga-emu", "cpu"], partition="even", rebalance=True,
+                      seeds=1, out_dir=str(out / "train"))
+    res = run_training(cfg)
+    print(f"   test accuracy {100 * res['test_acc_mean']:.1f} % "
+          f"(Kipf & Welling report 81.5 %), {res['epoch_seconds']:.3f} s/epoch")
+    print("   partition (destination-node rows per device):")
+    table = res.get("partition_table") or res.get("shares")
+    print("   " + (table if isinstance(table, str) else json.dumps(table)).replace("\n", "\n   "))
+    print(f"   timeline: {out / 'train' / 'timeline.png'}   metrics: {out / 'train' / 'result.json'}")
+    return 0
+
+
+# ---- parser ------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gnnweave", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    verify = sub.add_parser("verify", help="run RTL in simulation against the golden model")
+    vsub = verify.add_subparsers(dest="unit", required=True)
+    agg = vsub.add_parser("aggregate", help="the Aggregator on a graph")
+    agg.add_argument("--graph", required=True,
+                     help="cora | citeseer | rmat:SCALE:EDGEFACTOR | PATH.npz")
+    agg.add_argument("--feat-dim", type=int, required=True)
+    agg.add_argument("--reduce", default="sum", choices=["sum", "mean", "max"])
+    agg.add_argument("--sim", default="verilator", choices=["verilator", "icarus"])
+    agg.add_argument("--latency", type=int, default=32, help="memory read latency in cycles")
+    agg.add_argument("--seed", type=int, default=0)
+    agg.add_argument("--config", default="default", help="hardware configuration (hw/configs.py)")
+    agg.add_argument("--weighted", action="store_true", help="GCN-normalised edge weights")
+    agg.add_argument("--backpressure", type=float, default=None,
+                     help="probability of a pause on each AXI channel per cycle")
+    agg.add_argument("--json", action="store_true")
+    agg.set_defaults(func=cmd_verify_aggregate)
+    mac = vsub.add_parser("mac", help="the MacArray")
+    mac.add_argument("--rows", type=int, required=True)
+    mac.add_argument("--cols", type=int, required=True)
+    mac.add_argument("--depth", type=int, required=True)
+    mac.add_argument("--mode", choices=["fwd", "dx", "dw"], default="fwd")
+    mac.add_argument("--seed", type=int, default=0)
+    mac.add_argument("--json", action="store_true")
+    mac.set_defaults(func=cmd_verify_mac)
+    pipe = vsub.add_parser("pipeline", help="the training pipeline")
+    pipe.add_argument("--stages", type=int, required=True)
+    pipe.add_argument("--microbatches", type=int, required=True)
+    pipe.add_argument("--schedule", choices=["gpipe", "1f1b-flush", "1f1b-async"], default="gpipe")
+    pipe.add_argument("--steps", type=int, default=2)
+    pipe.add_argument("--seed", type=int, default=0)
+    pipe.add_argument("--json", action="store_true")
+    pipe.set_defaults(func=cmd_verify_pipeline)
+
+    from gnnweave.host.train import add_train_arguments
+    train = sub.add_parser("train", help="train a GNN across devices")
+    add_train_arguments(train)
+    for action in train._actions:
+        if action.dest == "partition":
+            action.help = "auto (adaptive) | none | even | balanced | DEVICE=LO:HI,..."
+    train.add_argument("--json", action="store_true")
+    train.set_defaults(func=cmd_train)
+
+    prof = sub.add_parser("profile", help="measure devices and fit the cost model")
+    prof.add_argument("--devices", required=True, help="comma list, e.g. cpu,fpga-emu")
+    prof.add_argument("--out", default=None, help="cost model JSON to write (PNG beside it)")
+    prof.add_argument("--quick", action="store_true")
+    prof.add_argument("--json", action="store_true")
+    prof.set_defaults(func=cmd_profile)
+
+    plan = sub.add_parser("plan", help="plan pipeline stages / op placement / row split")
+    src = plan.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="PipeDream profile name (vgg16, resnet50, ...) or path")
+    src.add_argument("--dataset", help="GNN dataset (cora, citeseer, sbm, path)")
+    plan.add_argument("--devices", nargs="+", required=True, help="NAME[=SPEED[:MEM_GB]] ...")
+    plan.add_argument("--hidden", type=int, default=16)
+    plan.add_argument("--layers", type=int, default=2)
+    plan.add_argument("--bandwidth-gbps", type=float, default=10.0)
+    plan.add_argument("--latency-us", type=float, default=0.0)
+    plan.add_argument("--cost-model", default=None)
+    plan.add_argument("--out", default=None)
+    plan.add_argument("--json", action="store_true")
+    plan.set_defaults(func=cmd_plan)
+
+    build = sub.add_parser("build", help="generate hardware")
+    bsub = build.add_subparsers(dest="what", required=True)
+    ver = bsub.add_parser("verilog", help="Verilog + register map for a configuration")
+    ver.add_argument("--config", default="default")
+    ver.add_argument("--out", default=None)
+    ver.add_argument("--debug-names", action="store_true", help="keep source locations")
+    ver.set_defaults(func=cmd_build_verilog)
+    lint = bsub.add_parser("lint", help="verilator --lint-only -Wall on the generated Verilog")
+    lint.add_argument("--config", default="default")
+    lint.add_argument("--out", default=None)
+    lint.add_argument("--json", action="store_true")
+    lint.set_defaults(func=cmd_build_lint)
+
+    demo = sub.add_parser("demo", help="verify the RTL, then train a GCN split across devices")
+    demo.add_argument("--dataset", default="cora")
+    demo.add_argument("--out", default="build/demo")
+    demo.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except CommandError as exc:
+        print(f"gnnweave: error: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        # bad arguments, bad files, missing optional parts: one line, no traceback
+        print(f"gnnweave {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("gnnweave: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
