@@ -73,7 +73,7 @@ def edge_case_jobs(name: str, rng) -> list[AggregateJob]:
 
     if name == "empty":            # N > 0, no edges: every output 0
         return every_op(lambda r, w: job([0] * 6, [], random_features(rng, 5, 8), r, w, rng))
-    if name == "single_node":      # N = 1 with a self loop
+    if name == "one_node":      # N = 1 with a self loop
         return every_op(lambda r, w: job([0, 1], [0], random_features(rng, 1, 5), r, w, rng))
     if name == "isolated":         # nodes without edges in between nodes with edges
         rows = [[1, 2], [], [], [0], [], [4, 4, 1], []]
@@ -115,7 +115,7 @@ def edge_case_jobs(name: str, rng) -> list[AggregateJob]:
                 for s in (0, 4)]
         jobs.append(job(ip, ix, x, MEAN, True, rng, shift=0))  # |sum| > 2**31 in mean's S
         return jobs
-    if name == "out_of_range":     # indices >= N are skipped, counted, never read
+    if name == "bad_index":     # indices >= N are skipped, counted, never read
         n = 9
         rows = [[0, 9, 3], [0xFFFF_FFFF, 1], [10, 11, 12], [], [2, 8, 1 << 31], [4]]
         rows += [[n]] * 3
@@ -135,8 +135,10 @@ def edge_case_jobs(name: str, rng) -> list[AggregateJob]:
     raise ValueError(f"unknown edge case {name!r}")
 
 
-EDGE_CASES = ("empty", "single_node", "isolated", "self_loops", "duplicates", "hub", "feat_dims",
-              "saturate", "out_of_range", "bad_indptr")
+#: names are identifiers of at most 10 characters: cocotb then uses them in test names
+#: (``edge_cases/case=hub``) instead of indices
+EDGE_CASES = ("empty", "one_node", "isolated", "self_loops", "duplicates", "hub", "feat_dims",
+              "saturate", "bad_index", "bad_indptr")
 
 
 def config_error_jobs(rng, max_feat_dim: int) -> list[tuple[str, AggregateJob]]:
