@@ -1,0 +1,54 @@
+"""The command line: help, argument errors as one line, JSON output of quick commands."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gnnweave import cli
+
+
+def run_cli(*args):
+    proc = subprocess.run([sys.executable, "-m", "gnnweave.cli", *args], capture_output=True,
+                          text=True, timeout=600)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_help_lists_the_commands():
+    rc, out, _ = run_cli("--help")
+    assert rc == 0
+    for command in ("verify", "train", "profile", "plan", "build", "demo"):
+        assert command in out
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["verify", "aggregate", "--graph", "cora", "--feat-dim", "0", "--json"], "--feat-dim must be >= 1"),
+    (["verify", "aggregate", "--graph", "nosuchfile.npz", "--feat-dim", "4", "--json"], "nosuchfile.npz"),
+    (["verify", "aggregate", "--graph", "rmat:x:2", "--feat-dim", "4", "--json"], "rmat"),
+    (["plan", "--model", "vgg16", "--devices", "a", "a", "--json"], "repeat"),
+    (["build", "verilog", "--config", "nonesuch"], "unknown configuration 'nonesuch'"),
+])
+def test_bad_arguments_give_one_line_errors(args, needle):
+    rc, out, err = run_cli(*args)
+    assert rc == 2, (rc, out, err)
+    assert needle in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_plan_prints_json(tmp_path):
+    rc, out, err = run_cli("plan", "--model", "vgg16", "--devices", "g0=1:16", "g1=1:16",
+                           "fpga=0.3:4", "--json")
+    if rc == 2 and "profiles" in err:
+        pytest.skip("shared profiles not present")
+    assert rc == 0, err
+    report = json.loads(out)
+    assert report["bottleneck"] is not None or report.get("stages")
+
+
+def test_parser_builds_without_running():
+    parser = cli.build_parser()
+    ns = parser.parse_args(["verify", "aggregate", "--graph", "cora", "--feat-dim", "16"])
+    assert ns.func is cli.cmd_verify_aggregate and ns.latency == 32
