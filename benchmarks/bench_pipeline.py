@@ -1,6 +1,6 @@
 """Pipeline bubble and utilization on the RTL (Verilator + cocotb) against the formulas.
 
-Balanced stages (32 -> 32 features, 16-row microbatches, 4 x 4 MAC array per stage).
+Balanced stages (64 -> 64 features, 16-row microbatches, 4 x 4 MAC array per stage).
 For GPipe and 1F1B-flush the idle share measured from the stage counters is reported
 beside ``(p-1)/(m+p-1)``: with ``dx_first = 0`` (a backward's gradient leaves when the
 backward ends: the textbook model) and with the default ``dx_first = 1`` (``dX`` leaves
@@ -23,8 +23,8 @@ from tqdm import tqdm
 from gnnweave.golden.pipeline import schedule_timeline
 from gnnweave.sim.pipeline_bench import run_cocotb_pipeline
 
-BUILD = {"max_dim": 32, "max_rows": 16}
-DIM, ROWS = 32, 16
+BUILD = {"max_dim": 64, "max_rows": 16}
+DIM, ROWS = 64, 16
 SYNC_CASES = [(2, 4), (4, 8), (4, 16)]
 ASYNC_CASES = [(4, 16)]
 BUBBLE_TOLERANCE = 0.01
