@@ -53,6 +53,7 @@ class AggregatorConfig:
     meta_fifo_beats: int = 32     # per metadata stream (indptr, indices, weights)
     meta_burst_beats: int = 16
     desc_depth: int = 256         # edge descriptors buffered ahead of the data
+    reduce_ops: tuple = ("sum", "mean", "max")  # reductions built in (others: config error)
 
     def __post_init__(self):
         if self.bus_width not in (64, 128, 256, 512):
@@ -61,6 +62,9 @@ class AggregatorConfig:
             raise ValueError(f"elem_width must be 8 or 16, not {self.elem_width}")
         if not 1 <= self.max_feat_dim or self.max_feat_dim * self.elem_width > 4096 * 8:
             raise ValueError(f"max_feat_dim={self.max_feat_dim}: a row must fit one 4 KiB page")
+        unknown = set(self.reduce_ops) - {"sum", "mean", "max"}
+        if unknown or not self.reduce_ops:
+            raise ValueError(f"reduce_ops must be a non-empty subset of sum, mean, max; got {self.reduce_ops}")
         if self.reads_in_flight < self.max_beats:
             raise ValueError("reads_in_flight must hold at least one whole row")
 
@@ -255,14 +259,16 @@ class AggregatorCore(Elaboratable):
         row_ids = fifo.SyncFIFOBuffered(width=32, depth=4)
         desc_layout = data.StructLayout({
             "weight": signed(ew), "last": 1, "empty": 1, "count": 32})
-        recip_pipe = ReciprocalPipe(desc_layout)
+        # without `mean` the descriptors skip the divider (and its latency)
+        recip_pipe = ReciprocalPipe(desc_layout) if "mean" in c.reduce_ops else None
         desc_full_layout = data.StructLayout({"desc": desc_layout, "recip": MEAN_RECIP_BITS + 1})
         desc_fifo = fifo.SyncFIFOBuffered(width=desc_full_layout.size, depth=c.desc_depth)
         for name, sub in [("read_port", read_port), ("write_port", write_port),
                           ("ptr_reader", ptr_reader), ("idx_reader", idx_reader),
                           ("w_reader", w_reader), ("row_fifo", row_fifo), ("row_ids", row_ids),
                           ("recip_pipe", recip_pipe), ("desc_fifo", desc_fifo)]:
-            dp.submodules[name] = sub
+            if sub is not None:
+                dp.submodules[name] = sub
 
         # derived run constants
         row_beats = Signal(range(maxb + 1))
@@ -416,16 +422,18 @@ class AggregatorCore(Elaboratable):
                     with dp.Else():
                         dp.d.sync += state.eq(_EdgeState.NEXT_PTR)
         dp.d.comb += row_ids.w_data.eq(idx.payload)
-        dp.d.comb += [
-            recip_pipe.i_valid.eq(emit), recip_pipe.i_payload.eq(emit_desc),
-            recip_pipe.i_count.eq(emit_desc.count),
-        ]
         dp.d.sync += desc_credits.eq(desc_credits - emit + desc_pop)
         out_desc = data.Signal(desc_full_layout)
-        dp.d.comb += [
-            out_desc.desc.eq(recip_pipe.o_payload), out_desc.recip.eq(recip_pipe.o_recip),
-            desc_fifo.w_en.eq(recip_pipe.o_valid), desc_fifo.w_data.eq(out_desc),
-        ]
+        if recip_pipe is not None:
+            dp.d.comb += [
+                recip_pipe.i_valid.eq(emit), recip_pipe.i_payload.eq(emit_desc),
+                recip_pipe.i_count.eq(emit_desc.count),
+                out_desc.desc.eq(recip_pipe.o_payload), out_desc.recip.eq(recip_pipe.o_recip),
+                desc_fifo.w_en.eq(recip_pipe.o_valid),
+            ]
+        else:
+            dp.d.comb += [out_desc.desc.eq(emit_desc), desc_fifo.w_en.eq(emit)]
+        dp.d.comb += desc_fifo.w_data.eq(out_desc)
 
         # ---- reduce: stage 1 multiplies, stage 2 accumulates ---------------------------
         acc_w = c.acc_width
@@ -487,7 +495,10 @@ class AggregatorCore(Elaboratable):
             prev = old.word_select(lane, acc_w).as_signed()
             summed = (prev + prod)[:acc_w]
             biggest = Mux(prod > prev, prod, prev)
-            value = Mux(s2_first, prod, Mux(reduce_op == ReduceOp.MAX, biggest, summed))
+            if "max" in c.reduce_ops:
+                value = Mux(s2_first, prod, Mux(reduce_op == ReduceOp.MAX, biggest, summed))
+            else:
+                value = Mux(s2_first, prod, summed)
             dp.d.comb += new.word_select(lane, acc_w).eq(value)
         with dp.If(s2_valid):
             dp.d.sync += acc[s2_index].eq(new)
@@ -551,7 +562,7 @@ class AggregatorCore(Elaboratable):
         for lane in range(lanes):
             s = d2_sum.word_select(lane, MEAN_SUM_WIDTH).as_signed()
             scaled = round_half_even_shift(s * d2_recip, MEAN_RECIP_BITS)
-            chosen = Mux(reduce_op == ReduceOp.MEAN, scaled, s)
+            chosen = Mux(reduce_op == ReduceOp.MEAN, scaled, s) if recip_pipe is not None else s
             value, sat = saturate(chosen, ew)
             dp.d.comb += beat_out.data.word_select(lane, ew).eq(Mux(d2_zero, 0, value))
             sats.append((sat | d2_sat[lane]) & d2_mask[lane] & ~d2_zero & d2_valid)
@@ -583,7 +594,7 @@ class AggregatorCore(Elaboratable):
         m.d.comb += n_minus_1.eq(num_nodes - 1)
         checks = [
             (cfg["feat_dim"] == 0) | (cfg["feat_dim"] > c.max_feat_dim),
-            cfg["reduce_op"] > 2,
+            ~Cat(*[cfg["reduce_op"] == ReduceOp[op.upper()].value for op in c.reduce_ops]).any(),
             cfg["shift"] > 63,
             (cfg["indptr_addr"] & align) != 0, (cfg["indices_addr"] & align) != 0,
             (cfg["feat_addr"] & align) != 0, (cfg["out_addr"] & align) != 0,

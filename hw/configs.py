@@ -6,6 +6,9 @@ from .aggregator import AggregatorConfig
 CONFIGS: dict[str, AggregatorConfig] = {
     # fast to build and simulate: the unit tests' configuration
     "small": AggregatorConfig(bus_width=128, max_feat_dim=64, reads_in_flight=64, desc_depth=128),
+    # a sum-only build (no divider, no comparator): mean/max are refused as config errors
+    "small-sum": AggregatorConfig(bus_width=128, max_feat_dim=64, reads_in_flight=64, desc_depth=128,
+                                  reduce_ops=("sum",)),
     # the default: 128-bit HP port (Zynq UltraScale+), rows of up to 256 16-bit features
     "default": AggregatorConfig(bus_width=128, max_feat_dim=256, reads_in_flight=128),
     # board-sized: a 128-bit HP port of ZCU104 / KV260 / Ultra96-V2
