@@ -1,0 +1,499 @@
+// Native simulated device: the Verilated Aggregator top with a C++ memory model and an
+// AXI4-Lite master, behind a small C ABI (loaded from Python with ctypes; see
+// gnnweave/sim/simdevice.py).
+//
+// Timing model. The test bench parts are registered processes, exactly as the cocotb
+// bench (sim/tb.py: cocotbext-axi AxiRam + DelayedReadAddress, no pause generators)
+// behaves: at every rising edge each process samples the pre-edge handshake signals and
+// drives new values that the DUT sees from the next edge on.
+//   * AR/AW/W sinks: a queue of 2; READY for the next cycle = queue not full after the
+//     edge's transfer. A pump moves AR bursts from the sink queue into the latency line
+//     while fewer than `max_outstanding` bursts wait there.
+//   * A burst taken at edge k is due at edge k + latency (the bench's Timer); the read
+//     process then queues its beats (queue of 2) for the R source, which drives one beat
+//     per edge. `r_lead` says whether a burst due at edge t is seen by the R source at
+//     edge t itself (1: the bench's Timer fires before the clock edge of the same time
+//     step) or at t + 1 (0). With latency 0 the bench has no Timer: the beats follow the
+//     edge after the AR transfer.
+//   * The write process takes AW, then its W beats (honouring WSTRB), then queues B
+//     (queue of 2) for the B source.
+// Memory is a byte buffer owned by the caller (numpy) at physical address `base`; every
+// beat outside [base, base + size) is refused (read: zeros + SLVERR, write: dropped +
+// SLVERR) and recorded, as are bursts that are not INCR, not full width, unaligned or
+// crossing a 4 KiB boundary.
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <string>
+#include <type_traits>
+
+#include "verilated.h"
+#include "Vgnnweave_sim_top.h"
+
+#ifndef BUS_BYTES
+#error "BUS_BYTES must be defined (AXI data width in bytes)"
+#endif
+
+double sc_time_stamp() { return 0; }
+
+namespace {
+
+constexpr uint32_t kBusBytes = BUS_BYTES;
+constexpr uint64_t kBoundary = 4096;
+constexpr int kQueueLimit = 2;  // cocotbext-axi queue_occupancy_limit of every channel
+
+template <typename T>
+inline void wide_to_bytes(const T& v, uint8_t* out) {
+    if constexpr (std::is_integral_v<T>) {
+        std::memcpy(out, &v, kBusBytes);
+    } else {
+        std::memcpy(out, v.data(), kBusBytes);
+    }
+}
+
+template <typename T>
+inline void bytes_to_wide(T& v, const uint8_t* in) {
+    if constexpr (std::is_integral_v<T>) {
+        T x = 0;
+        std::memcpy(&x, in, kBusBytes);
+        v = x;
+    } else {
+        std::memcpy(v.data(), in, kBusBytes);
+    }
+}
+
+struct Burst {
+    uint64_t addr;
+    uint32_t beats;
+    uint32_t id;
+    uint64_t due;     // edge from which the read process may answer it
+};
+
+struct RBeat {
+    uint8_t data[kBusBytes];
+    uint32_t id;
+    bool last;
+    uint32_t resp;
+};
+
+struct Sim {
+    std::unique_ptr<VerilatedContext> ctx;
+    std::unique_ptr<Vgnnweave_sim_top> top;
+    uint8_t* mem = nullptr;
+    uint64_t size = 0, base = 0;
+    uint32_t latency = 0, max_outstanding = 64;
+    int r_lead = 1;
+    bool stall_reads = false;
+    uint64_t cycle = 0;
+
+    // read side
+    bool ar_ready = false;
+    int ar_sink = 0;                 // bursts in the AR sink queue (not yet pumped)
+    std::deque<Burst> ar_sink_q;
+    std::deque<Burst> line;          // pumped, waiting for their latency / the read process
+    uint32_t in_flight = 0;          // bursts in `line` (the bench's _in_flight)
+    Burst cur_r{};
+    uint32_t cur_r_left = 0, cur_r_beat = 0;
+    std::deque<RBeat> r_q;
+    bool r_valid = false;
+
+    // write side
+    bool aw_ready = false, w_ready = false;
+    std::deque<Burst> aw_q;
+    struct WBeat { uint8_t data[kBusBytes]; uint64_t strb; bool last; };
+    std::deque<WBeat> w_q;
+    bool w_active = false;
+    Burst cur_w{};
+    uint32_t cur_w_beat = 0;
+    uint32_t cur_w_resp = 0;
+    bool b_waiting = false;          // a B response waits for room in the B queue
+    uint32_t b_waiting_id = 0, b_waiting_resp = 0;
+    std::deque<std::pair<uint32_t, uint32_t>> b_q;  // (id, resp)
+    bool b_valid = false;
+
+    // statistics and faults
+    uint64_t ar_bursts = 0, aw_bursts = 0, r_beats = 0, w_beats = 0;
+    uint64_t faults = 0, protocol_errors = 0;
+    std::string first_fault;
+
+    void note_fault(const char* what, uint64_t addr, uint64_t nbytes) {
+        ++faults;
+        if (first_fault.empty()) {
+            char buf[200];
+            std::snprintf(buf, sizeof buf, "%s at 0x%llx (%llu bytes) outside memory [0x%llx, 0x%llx) at cycle %llu",
+                          what, (unsigned long long)addr, (unsigned long long)nbytes,
+                          (unsigned long long)base, (unsigned long long)(base + size),
+                          (unsigned long long)cycle);
+            first_fault = buf;
+        }
+    }
+
+    void note_protocol(const char* what, uint64_t addr, uint32_t beats, uint32_t sz, uint32_t burst) {
+        ++protocol_errors;
+        if (first_fault.empty()) {
+            char buf[200];
+            std::snprintf(buf, sizeof buf, "%s burst at 0x%llx, %u beats, size %u, type %u at cycle %llu",
+                          what, (unsigned long long)addr, beats, sz, burst, (unsigned long long)cycle);
+            first_fault = buf;
+        }
+    }
+
+    bool in_memory(uint64_t addr, uint64_t n) const {
+        return addr >= base && addr - base <= size && n <= size - (addr - base);
+    }
+
+    void check_burst(const char* kind, uint64_t addr, uint32_t beats, uint32_t sz, uint32_t burst) {
+        uint64_t nbytes = uint64_t(beats) * kBusBytes;
+        if (burst != 1 || (1u << sz) != kBusBytes || addr % kBusBytes ||
+            (addr % kBoundary) + nbytes > kBoundary)
+            note_protocol(kind, addr, beats, sz, burst);
+    }
+
+    void apply_inputs() {
+        auto* t = top.get();
+        t->m_axi_gmem_arready = ar_ready;
+        t->m_axi_gmem_awready = aw_ready;
+        t->m_axi_gmem_wready = w_ready;
+        t->m_axi_gmem_rvalid = r_valid;
+        t->m_axi_gmem_bvalid = b_valid;
+    }
+
+    // One clock cycle: sample pre-edge values, rising edge, run the bench processes,
+    // drive their outputs, settle the DUT's combinational logic.
+    inline void tick() {
+        auto* t = top.get();
+        const bool ar_fire = ar_ready && t->m_axi_gmem_arvalid;
+        Burst ar{};
+        if (ar_fire) {
+            ar.addr = t->m_axi_gmem_araddr;
+            ar.beats = uint32_t(t->m_axi_gmem_arlen) + 1;
+            ar.id = t->m_axi_gmem_arid;
+            check_burst("read", ar.addr, ar.beats, t->m_axi_gmem_arsize, t->m_axi_gmem_arburst);
+        }
+        const bool aw_fire = aw_ready && t->m_axi_gmem_awvalid;
+        Burst aw{};
+        if (aw_fire) {
+            aw.addr = t->m_axi_gmem_awaddr;
+            aw.beats = uint32_t(t->m_axi_gmem_awlen) + 1;
+            aw.id = t->m_axi_gmem_awid;
+            check_burst("write", aw.addr, aw.beats, t->m_axi_gmem_awsize, t->m_axi_gmem_awburst);
+        }
+        const bool w_fire = w_ready && t->m_axi_gmem_wvalid;
+        WBeat wb;
+        if (w_fire) {
+            wide_to_bytes(t->m_axi_gmem_wdata, wb.data);
+            wb.strb = t->m_axi_gmem_wstrb;
+            wb.last = t->m_axi_gmem_wlast;
+        }
+        const bool r_fire = r_valid && t->m_axi_gmem_rready;
+        const bool b_fire = b_valid && t->m_axi_gmem_bready;
+
+        t->ap_clk = 1;
+        t->eval();
+        const uint64_t e = ++cycle;
+
+        // --- sinks (ready for the next cycle: queue not full after this edge's transfer)
+        if (ar_fire) { ar_sink_q.push_back(ar); ++ar_bursts; }
+        ar_ready = int(ar_sink_q.size()) < kQueueLimit;
+        if (aw_fire) { aw_q.push_back(aw); ++aw_bursts; }
+        aw_ready = int(aw_q.size()) < kQueueLimit;
+        if (w_fire) { w_q.push_back(wb); ++w_beats; }
+        w_ready = int(w_q.size()) < kQueueLimit;
+
+        // --- R source (timer-first bursts were queued before this edge's step)
+        if (r_fire || !r_valid) {
+            if (!r_q.empty()) {
+                const RBeat& b = r_q.front();
+                bytes_to_wide(t->m_axi_gmem_rdata, b.data);
+                t->m_axi_gmem_rid = b.id;
+                t->m_axi_gmem_rlast = b.last;
+                t->m_axi_gmem_rresp = b.resp;
+                r_q.pop_front();
+                r_valid = true;
+                ++r_beats;
+            } else {
+                r_valid = false;
+            }
+        }
+        // --- B source
+        if (b_fire || !b_valid) {
+            if (!b_q.empty()) {
+                t->m_axi_gmem_bid = b_q.front().first;
+                t->m_axi_gmem_bresp = b_q.front().second;
+                b_q.pop_front();
+                b_valid = true;
+            } else {
+                b_valid = false;
+            }
+        }
+
+        // --- processes woken in this time step (after the edge callbacks)
+        // pump: sink queue -> latency line
+        while (!ar_sink_q.empty() && in_flight < max_outstanding) {
+            Burst b = ar_sink_q.front();
+            ar_sink_q.pop_front();
+            b.due = latency == 0 ? e : e + latency - uint64_t(r_lead);
+            line.push_back(b);
+            ++in_flight;
+        }
+        fill_r(e);
+        run_write();
+
+        apply_inputs();
+        t->ap_clk = 0;
+        t->eval();
+    }
+
+    // Read process: answer due bursts in order into the R queue (limit 2). Bursts due at
+    // e + 1 whose Timer fires before that edge are queued here already (r_lead).
+    inline void fill_r(uint64_t e) {
+        while (int(r_q.size()) < kQueueLimit) {
+            if (cur_r_left == 0) {
+                if (stall_reads || line.empty() || line.front().due > e) return;
+                cur_r = line.front();
+                line.pop_front();
+                --in_flight;
+                cur_r_left = cur_r.beats;
+                cur_r_beat = 0;
+            }
+            RBeat b;
+            const uint64_t a = cur_r.addr + uint64_t(cur_r_beat) * kBusBytes;
+            if (in_memory(a, kBusBytes)) {
+                std::memcpy(b.data, mem + (a - base), kBusBytes);
+                b.resp = 0;
+            } else {
+                std::memset(b.data, 0, kBusBytes);
+                b.resp = 2;  // SLVERR
+                note_fault("read", a, kBusBytes);
+            }
+            b.id = cur_r.id;
+            ++cur_r_beat;
+            --cur_r_left;
+            b.last = cur_r_left == 0;
+            r_q.push_back(b);
+        }
+    }
+
+    inline void run_write() {
+        for (;;) {
+            if (b_waiting) {
+                if (int(b_q.size()) >= kQueueLimit) return;
+                b_q.emplace_back(b_waiting_id, b_waiting_resp);
+                b_waiting = false;
+            }
+            if (!w_active) {
+                if (aw_q.empty()) return;
+                cur_w = aw_q.front();
+                aw_q.pop_front();
+                w_active = true;
+                cur_w_beat = 0;
+                cur_w_resp = 0;
+            }
+            if (w_q.empty()) return;
+            const WBeat& wb = w_q.front();
+            const uint64_t a = cur_w.addr + uint64_t(cur_w_beat) * kBusBytes;
+            if (in_memory(a, kBusBytes)) {
+                uint8_t* dst = mem + (a - base);
+                for (uint32_t i = 0; i < kBusBytes; ++i)
+                    if (wb.strb >> i & 1) dst[i] = wb.data[i];
+            } else if (wb.strb) {
+                note_fault("write", a, kBusBytes);
+                cur_w_resp = 2;
+            }
+            const bool last = wb.last;
+            w_q.pop_front();
+            ++cur_w_beat;
+            if (last != (cur_w_beat == cur_w.beats)) {
+                note_protocol("write (WLAST)", cur_w.addr, cur_w.beats, 0, 1);
+            }
+            if (cur_w_beat == cur_w.beats) {
+                w_active = false;
+                b_waiting = true;
+                b_waiting_id = cur_w.id;
+                b_waiting_resp = cur_w_resp;
+            }
+        }
+    }
+
+    void clear_bench() {
+        ar_sink_q.clear(); line.clear(); in_flight = 0; cur_r_left = 0; r_q.clear();
+        aw_q.clear(); w_q.clear(); w_active = false; b_waiting = false; b_q.clear();
+        r_valid = b_valid = ar_ready = aw_ready = w_ready = false;
+        ctl_aw = ctl_w = ctl_b = ctl_ar = ctl_r = false;
+    }
+
+    // AXI4-Lite master (registered, like the memory side)
+    bool ctl_aw = false, ctl_w = false, ctl_b = false, ctl_ar = false, ctl_r = false;
+
+    void apply_ctl() {
+        auto* t = top.get();
+        t->s_axi_control_awvalid = ctl_aw;
+        t->s_axi_control_wvalid = ctl_w;
+        t->s_axi_control_bready = ctl_b;
+        t->s_axi_control_arvalid = ctl_ar;
+        t->s_axi_control_rready = ctl_r;
+        t->eval();
+    }
+
+    bool reg_write(uint32_t addr, uint32_t value, uint32_t strb, uint64_t timeout) {
+        auto* t = top.get();
+        t->s_axi_control_awaddr = addr;
+        t->s_axi_control_wdata = value;
+        t->s_axi_control_wstrb = strb;
+        ctl_aw = ctl_w = true;
+        ctl_b = true;
+        apply_ctl();
+        for (uint64_t i = 0; i < timeout; ++i) {
+            const bool awf = ctl_aw && t->s_axi_control_awready;
+            const bool wf = ctl_w && t->s_axi_control_wready;
+            const bool bf = ctl_b && t->s_axi_control_bvalid && !ctl_aw && !ctl_w;
+            tick();
+            if (awf) ctl_aw = false;
+            if (wf) ctl_w = false;
+            if (bf) { ctl_b = false; apply_ctl(); return true; }
+            apply_ctl();
+        }
+        ctl_aw = ctl_w = ctl_b = false;
+        apply_ctl();
+        return false;
+    }
+
+    bool reg_read(uint32_t addr, uint32_t* value, uint64_t timeout) {
+        auto* t = top.get();
+        t->s_axi_control_araddr = addr;
+        ctl_ar = true;
+        ctl_r = true;
+        apply_ctl();
+        for (uint64_t i = 0; i < timeout; ++i) {
+            const bool arf = ctl_ar && t->s_axi_control_arready;
+            const bool rf = ctl_r && t->s_axi_control_rvalid && !ctl_ar;
+            const uint32_t data = t->s_axi_control_rdata;
+            tick();
+            if (arf) ctl_ar = false;
+            if (rf) { *value = data; ctl_r = false; apply_ctl(); return true; }
+            apply_ctl();
+        }
+        ctl_ar = ctl_r = false;
+        apply_ctl();
+        return false;
+    }
+
+    void reset(uint32_t cycles) {
+        auto* t = top.get();
+        clear_bench();
+        t->ap_rst_n = 0;
+        apply_inputs();
+        apply_ctl();
+        for (uint32_t i = 0; i < cycles; ++i) tick();
+        clear_bench();
+        t->ap_rst_n = 1;
+        apply_inputs();
+        apply_ctl();
+        tick();   // the wrapper's reset flop
+        tick();
+    }
+};
+
+}  // namespace
+
+extern "C" {
+
+void* gw_create(uint8_t* mem, uint64_t size, uint64_t base, uint32_t latency,
+                uint32_t max_outstanding, int r_lead) {
+    auto* s = new Sim();
+    s->ctx = std::make_unique<VerilatedContext>();
+    s->ctx->debug(0);
+    s->top = std::make_unique<Vgnnweave_sim_top>(s->ctx.get(), "top");
+    s->mem = mem;
+    s->size = size;
+    s->base = base;
+    s->latency = latency;
+    s->max_outstanding = max_outstanding ? max_outstanding : 1;
+    s->r_lead = r_lead ? 1 : 0;
+    s->top->ap_clk = 0;
+    s->top->eval();
+    s->reset(8);
+    return s;
+}
+
+void gw_destroy(void* h) {
+    auto* s = static_cast<Sim*>(h);
+    if (!s) return;
+    s->top->final();
+    delete s;
+}
+
+void gw_set_memory(void* h, uint8_t* mem, uint64_t size, uint64_t base) {
+    auto* s = static_cast<Sim*>(h);
+    s->mem = mem; s->size = size; s->base = base;
+}
+
+void gw_set_latency(void* h, uint32_t latency, uint32_t max_outstanding) {
+    auto* s = static_cast<Sim*>(h);
+    s->latency = latency;
+    s->max_outstanding = max_outstanding ? max_outstanding : 1;
+}
+
+void gw_set_read_stall(void* h, int stall) { static_cast<Sim*>(h)->stall_reads = stall != 0; }
+
+void gw_reset(void* h, uint32_t cycles) { static_cast<Sim*>(h)->reset(cycles); }
+
+// Returns 0 on success, -1 when the slave did not answer within `timeout` cycles.
+int gw_reg_read(void* h, uint32_t addr, uint32_t* value, uint64_t timeout) {
+    return static_cast<Sim*>(h)->reg_read(addr, value, timeout) ? 0 : -1;
+}
+
+int gw_reg_write(void* h, uint32_t addr, uint32_t value, uint32_t strb, uint64_t timeout) {
+    return static_cast<Sim*>(h)->reg_write(addr, value, strb, timeout) ? 0 : -1;
+}
+
+uint64_t gw_step(void* h, uint64_t n) {
+    auto* s = static_cast<Sim*>(h);
+    for (uint64_t i = 0; i < n; ++i) s->tick();
+    return n;
+}
+
+// Runs until the `interrupt` output is high (checked before each cycle) or `max_cycles`
+// have passed; returns the cycles run.
+uint64_t gw_run_until_interrupt(void* h, uint64_t max_cycles) {
+    auto* s = static_cast<Sim*>(h);
+    uint64_t i = 0;
+    while (i < max_cycles && !s->top->__SYM__interrupt) { s->tick(); ++i; }
+    return i;
+}
+
+int gw_interrupt(void* h) { return static_cast<Sim*>(h)->top->__SYM__interrupt ? 1 : 0; }
+
+uint64_t gw_cycles(void* h) { return static_cast<Sim*>(h)->cycle; }
+
+// stats: cycles, ar_bursts, aw_bursts, r_beats, w_beats, faults, protocol_errors,
+// bursts in flight (AR line + current), B responses pending
+int gw_stats(void* h, uint64_t* out, int n) {
+    auto* s = static_cast<Sim*>(h);
+    const uint64_t v[] = {s->cycle, s->ar_bursts, s->aw_bursts, s->r_beats, s->w_beats,
+                          s->faults, s->protocol_errors,
+                          uint64_t(s->line.size() + s->ar_sink_q.size() + (s->cur_r_left ? 1 : 0)),
+                          uint64_t(s->b_q.size() + (s->b_waiting ? 1 : 0))};
+    const int k = int(sizeof v / sizeof v[0]);
+    for (int i = 0; i < n && i < k; ++i) out[i] = v[i];
+    return k;
+}
+
+int gw_first_fault(void* h, char* buf, int len) {
+    auto* s = static_cast<Sim*>(h);
+    if (len <= 0) return 0;
+    std::snprintf(buf, size_t(len), "%s", s->first_fault.c_str());
+    return int(s->first_fault.size());
+}
+
+void gw_clear_faults(void* h) {
+    auto* s = static_cast<Sim*>(h);
+    s->faults = s->protocol_errors = 0;
+    s->first_fault.clear();
+}
+
+uint32_t gw_bus_bytes() { return kBusBytes; }
+
+}  // extern "C"

@@ -1,0 +1,743 @@
+"""The simulated device: the Aggregator RTL, Verilated into a C++ harness, as a PYNQ device.
+
+Two layers:
+
+* :class:`NativeAggregator` -- the Verilated top with a C++ memory model (a numpy byte
+  buffer used in place, no copies) and an AXI4-Lite master, loaded with ctypes from
+  ``sim/native/harness.cpp`` (built once per content under
+  ``build/native/<hash>/``; :func:`build_native`). The clock runs in C++; Python only
+  touches registers. Its memory timing is the cocotb bench's (see the comment at the top
+  of ``harness.cpp``), so ``busy_cycles`` are the same for the same job and latency.
+* :class:`SimDevice` -- a ``pynq.Device`` (when pynq is importable, else a plain object
+  with the same methods) whose ``read_registers``/``write_registers`` reach the native
+  AXI4-Lite slave and whose allocator hands out numpy arrays that *are* the simulated
+  memory. :func:`write_overlay` writes a ``.hwh`` (from the register map) and a dummy
+  ``.bit`` so ``pynq.Overlay(path, device=SimDevice(...))`` binds the driver.
+"""
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+NATIVE_DIR = Path(__file__).resolve().parent / "native"
+#: Where native builds are cached; ``$GNNWEAVE_BUILD`` overrides ``<repo>/build``.
+BUILD_ROOT = Path(os.environ.get("GNNWEAVE_BUILD", REPO_ROOT / "build")) / "native"
+
+#: Verilator options. Lint waivers: the same named classes as gnnweave.sim.runner (style
+#: warnings Amaranth's Verilog trips by construction), no blanket -Wno-fatal.
+VERILATOR_ARGS = (
+    "--x-assign", "fast", "--x-initial", "fast", "-O3",
+    "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNUSEDSIGNAL", "-Wno-UNUSEDPARAM",
+    "-Wno-CASEINCOMPLETE", "-Wno-UNOPTFLAT", "-Wno-PINCONNECTEMPTY", "-Wno-DECLFILENAME",
+    "-Wno-SYMRSVDWORD",
+)
+#: The harness answers a burst due at edge t at edge t (the cocotb bench's Timer fires
+#: before the clock edge of the same time step); checked against the bench by the tests.
+R_LEAD = 1
+TOP = "gnnweave_aggregator"
+#: The harness's top: the Aggregator with its reset taken through a register (see
+#: :func:`sim_top_verilog`).
+SIM_TOP = "gnnweave_sim_top"
+#: Physical address where a SimDevice's memory starts (above 4 GiB: upper address bits used).
+DEFAULT_MEM_BASE = 0x1_0000_0000
+
+# stats order of gw_stats
+_STATS = ("cycles", "ar_bursts", "aw_bursts", "r_beats", "w_beats", "faults",
+          "protocol_errors", "reads_in_flight", "writes_in_flight")
+
+
+class NativeBuildError(RuntimeError):
+    """The native harness could not be built (the message has the log tail)."""
+
+
+class DeviceTimeout(TimeoutError):
+    """The simulated AXI4-Lite slave did not answer."""
+
+
+@contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@dataclass(frozen=True)
+class NativeBuild:
+    library: Path
+    config: str
+    bus_bytes: int
+    key: str
+    cached: bool
+    build_seconds: float
+
+
+def sim_top_verilog(verilog_text: str) -> str:
+    """A wrapper with the Aggregator's ports whose ``ap_rst_n`` reaches the core through
+    a flip-flop (one cycle later).
+
+    Why: Amaranth folds the synchronous reset into every register's next-state logic, so
+    with ``ap_rst_n`` a top-level input Verilator re-evaluates all of that logic in its
+    input-combinational phase on every ``eval()``; from a register it is evaluated once
+    per clock edge (several times faster). The harness holds reset long enough for the
+    extra cycle; nothing else changes timing.
+    """
+    import re
+    head = verilog_text[verilog_text.index(f"module {TOP}("):]
+    head = head[:head.index("endmodule")]
+    ports = re.findall(r"^\s*(input|output)\s*(\[[^\]]+\])?\s*(\w+);", head, re.M)
+    decls, conns = [], []
+    for direction, width, name in ports:
+        decls.append(f"  {direction} {width or ''} {name};")
+        conns.append(f"    .{name}({'rst_n_q' if name == 'ap_rst_n' else name})")
+    names = ", ".join(n for _, _, n in ports)
+    return (f"module {SIM_TOP}({names});\n" + "\n".join(decls) + "\n"
+            "  reg rst_n_q = 1'b0;\n"
+            "  always @(posedge ap_clk) rst_n_q <= ap_rst_n;\n"
+            f"  {TOP} dut (\n" + ",\n".join(conns) + "\n  );\nendmodule\n")
+
+
+def _bus_bytes(config: str) -> int:
+    from gnnweave.hw.configs import get_config
+    return get_config(config).bytes_per_beat
+
+
+def build_native(config: str = "small", *, force: bool = False,
+                 build_root: Path | None = None) -> NativeBuild:
+    """Build (or find cached) ``libgnnweave_sim.so`` for a named hardware config."""
+    from gnnweave.sim import runner, toolchain
+
+    tool = toolchain.setup_verilator()
+    verilog = runner.aggregator_verilog(config)
+    bus_bytes = _bus_bytes(config)
+    sources = sorted(NATIVE_DIR.glob("*.cpp")) + sorted(NATIVE_DIR.glob("*.h"))
+    cflags = f"-O2 -fPIC -DBUS_BYTES={bus_bytes}"
+    h = hashlib.sha256()
+    for part in (TOP, json.dumps(VERILATOR_ARGS), cflags, tool.version):
+        h.update(part.encode() + b"\0")
+    verilog_text = Path(verilog).read_text()
+    wrapper = sim_top_verilog(verilog_text)
+    h.update(verilog_text.encode())
+    h.update(wrapper.encode())
+    for s in sources:
+        h.update(s.name.encode() + b"\0" + s.read_bytes() + b"\0")
+    key = h.hexdigest()[:16]
+    root = Path(build_root) if build_root is not None else BUILD_ROOT
+    out = root / f"{config}-{key}"
+    lib = out / "libgnnweave_sim.so"
+    stamp = out / "build.json"
+    with _locked(root / f".{config}-{key}.lock"):
+        if stamp.is_file() and lib.is_file() and not force:
+            info = json.loads(stamp.read_text())
+            return NativeBuild(lib, config, bus_bytes, key, True, info["build_seconds"])
+        if out.exists():
+            shutil.rmtree(out)
+        (out / "src").mkdir(parents=True)
+        shutil.copy2(verilog, out / "src" / f"{TOP}.v")
+        (out / "src" / f"{SIM_TOP}.v").write_text(wrapper)
+        copies = []
+        for s in sources:
+            shutil.copy2(s, out / "src" / s.name)
+            if s.suffix == ".cpp":
+                copies.append(str(out / "src" / s.name))
+        cmd = [str(tool.executable), "--cc", "--exe", "--build", "-j", "2",
+               *VERILATOR_ARGS, "--top-module", SIM_TOP, "--Mdir", str(out / "obj"),
+               "-CFLAGS", cflags, "-LDFLAGS", "-shared",
+               "-MAKEFLAGS", "OPT_FAST=-O2 OPT_SLOW=-O2 OPT_GLOBAL=-O2", "-o", str(lib),
+               str(out / "src" / f"{SIM_TOP}.v"), str(out / "src" / f"{TOP}.v"), *copies]
+        log = out / "build.log"
+        start = time.perf_counter()
+        with open(log, "w") as fh:
+            fh.write(" ".join(cmd) + "\n")
+            fh.flush()
+            proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=out)
+        seconds = time.perf_counter() - start
+        if proc.returncode != 0 or not lib.is_file():
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+            raise NativeBuildError(f"native harness build failed (exit {proc.returncode}); "
+                                   f"log {log}:\n{tail}")
+        stamp.write_text(json.dumps({"config": config, "build_seconds": seconds,
+                                     "verilog": str(verilog), "cmd": cmd}, indent=1))
+        return NativeBuild(lib, config, bus_bytes, key, False, seconds)
+
+
+_LIBS: dict[str, ctypes.CDLL] = {}
+_LIBS_LOCK = threading.Lock()
+
+
+def _load(path: Path) -> ctypes.CDLL:
+    with _LIBS_LOCK:
+        lib = _LIBS.get(str(path))
+        if lib is not None:
+            return lib
+        lib = ctypes.CDLL(str(path))
+        vp, u8p, u32, u64, i32 = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32,
+                                  ctypes.c_uint64, ctypes.c_int)
+        sigs = {
+            "gw_create": (vp, [u8p, u64, u64, u32, u32, i32]),
+            "gw_destroy": (None, [vp]),
+            "gw_set_memory": (None, [vp, u8p, u64, u64]),
+            "gw_set_latency": (None, [vp, u32, u32]),
+            "gw_set_read_stall": (None, [vp, i32]),
+            "gw_reset": (None, [vp, u32]),
+            "gw_reg_read": (i32, [vp, u32, ctypes.POINTER(u32), u64]),
+            "gw_reg_write": (i32, [vp, u32, u32, u32, u64]),
+            "gw_step": (u64, [vp, u64]),
+            "gw_run_until_interrupt": (u64, [vp, u64]),
+            "gw_interrupt": (i32, [vp]),
+            "gw_cycles": (u64, [vp]),
+            "gw_stats": (i32, [vp, ctypes.POINTER(u64), i32]),
+            "gw_first_fault": (i32, [vp, ctypes.c_char_p, i32]),
+            "gw_clear_faults": (None, [vp]),
+            "gw_bus_bytes": (u32, []),
+        }
+        for name, (res, args) in sigs.items():
+            fn = getattr(lib, name)
+            fn.restype = res
+            fn.argtypes = args
+        _LIBS[str(path)] = lib
+        return lib
+
+
+#: AXI4-Lite answers within a few cycles; more than this means the slave is broken.
+REG_TIMEOUT_CYCLES = 1000
+
+
+class NativeAggregator:
+    """One simulated Aggregator with its memory: ``memory`` (uint8 numpy, used in place)
+    at physical ``base``. ``latency``: read latency in cycles, defined as in the cocotb
+    bench (``DelayedReadAddress``); ``max_outstanding``: bursts the memory accepts before
+    ARREADY drops (the bench's default 64)."""
+
+    def __init__(self, memory: np.ndarray, base: int = DEFAULT_MEM_BASE, *, latency: int = 32,
+                 max_outstanding: int = 64, config: str = "small"):
+        self.build = build_native(config)
+        self.config = config
+        self._lib = _load(self.build.library)
+        self._handle = None
+        self._check_memory(memory)
+        self.memory = memory
+        self.base = int(base)
+        self.latency = int(latency)
+        self.max_outstanding = int(max_outstanding)
+        self._lock = threading.RLock()
+        self._handle = self._lib.gw_create(memory.ctypes.data, memory.nbytes, self.base,
+                                           self.latency, self.max_outstanding, R_LEAD)
+        if not self._handle:
+            raise RuntimeError("gw_create failed")
+
+    @staticmethod
+    def _check_memory(memory):
+        if not isinstance(memory, np.ndarray) or memory.dtype != np.uint8 or memory.ndim != 1 \
+                or not memory.flags.c_contiguous or not memory.flags.writeable:
+            raise ValueError("memory must be a writeable, contiguous 1-D uint8 numpy array")
+
+    # -- lifetime
+    def close(self):
+        if self._handle:
+            self._lib.gw_destroy(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def _h(self):
+        if not self._handle:
+            raise RuntimeError("the simulated device is closed")
+        return self._handle
+
+    # -- configuration
+    def set_memory(self, memory: np.ndarray, base: int):
+        self._check_memory(memory)
+        with self._lock:
+            self.memory, self.base = memory, int(base)
+            self._lib.gw_set_memory(self._h(), memory.ctypes.data, memory.nbytes, self.base)
+
+    def set_latency(self, latency: int, max_outstanding: int | None = None):
+        with self._lock:
+            self.latency = int(latency)
+            if max_outstanding is not None:
+                self.max_outstanding = int(max_outstanding)
+            self._lib.gw_set_latency(self._h(), self.latency, self.max_outstanding)
+
+    def set_read_stall(self, stall: bool):
+        """``True``: the memory accepts reads but never answers (a hung device)."""
+        with self._lock:
+            self._lib.gw_set_read_stall(self._h(), int(bool(stall)))
+
+    # -- registers (32-bit words)
+    def reg_read(self, offset: int) -> int:
+        value = ctypes.c_uint32()
+        with self._lock:
+            if self._lib.gw_reg_read(self._h(), int(offset), ctypes.byref(value),
+                                     REG_TIMEOUT_CYCLES) != 0:
+                raise DeviceTimeout(f"AXI4-Lite read of offset 0x{offset:x} got no answer in "
+                                    f"{REG_TIMEOUT_CYCLES} cycles")
+        return value.value
+
+    def reg_write(self, offset: int, value: int, strb: int = 0xF):
+        with self._lock:
+            if self._lib.gw_reg_write(self._h(), int(offset), int(value) & 0xFFFF_FFFF,
+                                      int(strb), REG_TIMEOUT_CYCLES) != 0:
+                raise DeviceTimeout(f"AXI4-Lite write of offset 0x{offset:x} got no answer in "
+                                    f"{REG_TIMEOUT_CYCLES} cycles")
+
+    # -- the clock
+    def step(self, cycles: int) -> int:
+        with self._lock:
+            return int(self._lib.gw_step(self._h(), int(cycles)))
+
+    def run_until_interrupt(self, max_cycles: int) -> int:
+        """Clock until the ``interrupt`` output is high (GIE/IER must enable it) or
+        ``max_cycles`` have passed; returns the cycles run."""
+        with self._lock:
+            return int(self._lib.gw_run_until_interrupt(self._h(), int(max_cycles)))
+
+    @property
+    def interrupt(self) -> bool:
+        return bool(self._lib.gw_interrupt(self._h()))
+
+    def reset(self, cycles: int = 8):
+        with self._lock:
+            self._lib.gw_reset(self._h(), int(cycles))
+
+    @property
+    def cycles(self) -> int:
+        return int(self._lib.gw_cycles(self._h()))
+
+    def stats(self) -> dict:
+        buf = (ctypes.c_uint64 * len(_STATS))()
+        self._lib.gw_stats(self._h(), buf, len(_STATS))
+        return dict(zip(_STATS, (int(v) for v in buf)))
+
+    def first_fault(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        self._lib.gw_first_fault(self._h(), buf, 256)
+        return buf.value.decode()
+
+    def clear_faults(self):
+        self._lib.gw_clear_faults(self._h())
+
+
+# ----------------------------------------------------------------------------- one job
+@dataclass
+class NativeJobResult:
+    out: np.ndarray           # [N, F] int64 from the output rows
+    counters: dict            # every status register of the map, by name
+    status: int
+    cycles: int               # harness cycles from the ap_start write to the interrupt
+    wall_seconds: float       # host time of the run (start to done)
+    memory: np.ndarray        # the image after the run
+    faults: int
+    first_fault: str
+    timed_out: bool = False
+
+
+def _regmap(config: str):
+    from gnnweave.hw.aggregator import aggregator_regmap
+    from gnnweave.hw.configs import get_config
+    return aggregator_regmap(get_config(config))
+
+
+def write_register(sim: NativeAggregator, reg, value: int):
+    """A register of the map (32 or 64 bits, low word first)."""
+    for word in range(reg.words):
+        sim.reg_write(reg.offset + 4 * word, (int(value) >> (32 * word)) & 0xFFFF_FFFF)
+
+
+def read_register(sim: NativeAggregator, reg) -> int:
+    value = 0
+    for word in range(reg.words):
+        value |= sim.reg_read(reg.offset + 4 * word) << (32 * word)
+    return value
+
+
+def run_job(job, *, latency: int = 32, config: str = "small", max_cycles: int | None = None,
+            sim: NativeAggregator | None = None, max_outstanding: int = 64) -> NativeJobResult:
+    """Run one :class:`~gnnweave.layout.AggregateJob` on the native device (a fresh one
+    unless ``sim`` is given; its memory is replaced by the job's image)."""
+    from gnnweave.hw.regmap import CTRL_OFFSET, GIE_OFFSET, IER_OFFSET, ISR_OFFSET, CtrlBit
+    regmap = _regmap(config)
+    image = job.memory_image()
+    if sim is None:
+        sim = NativeAggregator(image, job.base_addr, latency=latency, config=config,
+                               max_outstanding=max_outstanding)
+    else:
+        sim.set_memory(image, job.base_addr)
+        sim.set_latency(latency, max_outstanding)
+    for name, value in job.registers().items():
+        write_register(sim, regmap[name], value)
+    sim.reg_write(GIE_OFFSET, 1)
+    sim.reg_write(IER_OFFSET, 1)
+    if max_cycles is None:
+        beats = job.num_edges * -(-job.row_bytes // sim.build.bus_bytes) + job.num_nodes * 4
+        max_cycles = 20_000 + 20 * beats * max(1, latency // 8)
+    t0 = time.perf_counter()
+    c0 = sim.cycles
+    sim.reg_write(CTRL_OFFSET, 1 << CtrlBit.AP_START)
+    sim.run_until_interrupt(max_cycles)
+    wall = time.perf_counter() - t0
+    cycles = sim.cycles - c0
+    timed_out = not sim.interrupt
+    sim.reg_write(ISR_OFFSET, 1)       # toggle ap_done back off
+    sim.reg_read(CTRL_OFFSET)          # clear-on-read ap_done
+    counters = {r.name: read_register(sim, r) for r in regmap if r.access.name == "RO"}
+    return NativeJobResult(out=job.read_output(image), counters=counters,
+                           status=int(counters["status"]), cycles=cycles, wall_seconds=wall,
+                           memory=image, faults=sim.stats()["faults"],
+                           first_fault=sim.first_fault(), timed_out=timed_out)
+
+
+# ----------------------------------------------------------------------------- overlay files
+#: The VLNV the .hwh gives the accelerator; gnnweave.host.driver binds to it.
+VLNV = "gnnweave:hls:gnnweave_aggregator:1.0"
+#: Where the control slave sits in the PS address map (an M_AXI_HPM0_LPD-like window).
+CONTROL_BASE = 0xA000_0000
+IP_NAME = "gnnweave_aggregator_0"
+
+
+def hwh_text(regmap, *, control_base: int = CONTROL_BASE, instance: str = IP_NAME,
+             vlnv: str = VLNV, mem_base: int = DEFAULT_MEM_BASE, mem_size: int = 1 << 28) -> str:
+    """A Vivado-style ``.hwh``: a Zynq UltraScale+ PS whose master maps ``instance``'s
+    ``s_axi_control`` at ``control_base`` (registers from ``regmap``), and the
+    accelerator's ``m_axi_gmem`` master reaching the PS's HP slave port."""
+    import xml.etree.ElementTree as ET
+    high = control_base + regmap.size - 1
+    root = ET.Element("EDKSYSTEM", EDWVERSION="1.2", TIMESTAMP="0", VIVADOVERSION="2022.1")
+    ET.SubElement(root, "SYSTEMINFO", ARCH="zynquplus", DEVICE="xczu7ev", NAME="gnnweave_sim",
+                  PACKAGE="ffvc1156", SPEEDGRADE="-2")
+    ET.SubElement(root, "EXTERNALPORTS")
+    modules = ET.SubElement(root, "MODULES")
+    ps = ET.SubElement(modules, "MODULE", COREREVISION="0", FULLNAME="/zynq_ultra_ps_e_0",
+                       HWVERSION="3.4", INSTANCE="zynq_ultra_ps_e_0", IPTYPE="PERIPHERAL",
+                       IS_ENABLE="1", IS_PL="FALSE", MODCLASS="PROCESSOR",
+                       MODTYPE="zynq_ultra_ps_e", VLNV="xilinx.com:ip:zynq_ultra_ps_e:3.4")
+    ET.SubElement(ps, "PARAMETERS")
+    mm = ET.SubElement(ps, "MEMORYMAP")
+    ET.SubElement(mm, "MEMRANGE", ADDRESSBLOCK="Reg", BASENAME="C_S_AXI_CONTROL_BASEADDR",
+                  BASEVALUE=f"0x{control_base:08X}", HIGHNAME="C_S_AXI_CONTROL_HIGHADDR",
+                  HIGHVALUE=f"0x{high:08X}", INSTANCE=instance, IS_DATA="TRUE",
+                  IS_INSTRUCTION="TRUE", MASTERBUSINTERFACE="M_AXI_HPM0_FPD", MEMTYPE="REGISTER",
+                  SLAVEBUSINTERFACE="s_axi_control")
+    ET.SubElement(ps, "PORTS")
+    bifs = ET.SubElement(ps, "BUSINTERFACES")
+    ET.SubElement(bifs, "BUSINTERFACE", BUSNAME="ps_M_AXI_HPM0_FPD", DATAWIDTH="128",
+                  NAME="M_AXI_HPM0_FPD", TYPE="MASTER", VLNV="xilinx.com:interface:aximm:1.0")
+    ET.SubElement(bifs, "BUSINTERFACE", BUSNAME="gmem_S_AXI_HP0_FPD", DATAWIDTH="128",
+                  NAME="S_AXI_HP0_FPD", TYPE="SLAVE", VLNV="xilinx.com:interface:aximm:1.0")
+
+    ip = ET.SubElement(modules, "MODULE", COREREVISION="1", FULLNAME=f"/{instance}",
+                       HWVERSION="1.0", INSTANCE=instance, IPTYPE="PERIPHERAL", IS_ENABLE="1",
+                       MODCLASS="PERIPHERAL", MODTYPE=vlnv.split(":")[2], VLNV=vlnv)
+    docs = ET.SubElement(ip, "DOCUMENTS")
+    del docs
+    params = ET.SubElement(ip, "PARAMETERS")
+    for name, value in (("C_S_AXI_CONTROL_BASEADDR", f"0x{control_base:08X}"),
+                        ("C_S_AXI_CONTROL_HIGHADDR", f"0x{high:08X}"),
+                        ("C_S_AXI_CONTROL_ADDR_WIDTH", str(regmap.addr_width)),
+                        ("C_S_AXI_CONTROL_DATA_WIDTH", "32")):
+        ET.SubElement(params, "PARAMETER", NAME=name, VALUE=value)
+    abs_ = ET.SubElement(ip, "ADDRESSBLOCKS")
+    block = ET.SubElement(abs_, "ADDRESSBLOCK", ACCESS="read-write", INTERFACE="s_axi_control",
+                          NAME="Reg", RANGE=str(regmap.size), USAGE="register")
+    block.append(regmap.to_hwh_element())
+    mm = ET.SubElement(ip, "MEMORYMAP")
+    ET.SubElement(mm, "MEMRANGE", ADDRESSBLOCK="HP0_DDR_LOW", BASENAME="C_BASEADDR",
+                  BASEVALUE=f"0x{mem_base:08X}", HIGHNAME="C_HIGHADDR",
+                  HIGHVALUE=f"0x{mem_base + mem_size - 1:08X}", INSTANCE="zynq_ultra_ps_e_0",
+                  IS_DATA="TRUE", IS_INSTRUCTION="TRUE", MASTERBUSINTERFACE="m_axi_gmem",
+                  MEMTYPE="MEMORY", SLAVEBUSINTERFACE="S_AXI_HP0_FPD")
+    ports = ET.SubElement(ip, "PORTS")
+    ET.SubElement(ports, "PORT", DIR="I", NAME="ap_clk", SIGIS="clk")
+    ET.SubElement(ports, "PORT", DIR="I", NAME="ap_rst_n", SIGIS="rst")
+    ET.SubElement(ports, "PORT", DIR="O", NAME="interrupt", SIGIS="INTERRUPT")
+    bifs = ET.SubElement(ip, "BUSINTERFACES")
+    ET.SubElement(bifs, "BUSINTERFACE", BUSNAME="ps_M_AXI_HPM0_FPD", DATAWIDTH="32",
+                  NAME="s_axi_control", TYPE="SLAVE", VLNV="xilinx.com:interface:aximm:1.0")
+    ET.SubElement(bifs, "BUSINTERFACE", BUSNAME="gmem_S_AXI_HP0_FPD", DATAWIDTH="128",
+                  NAME="m_axi_gmem", TYPE="MASTER", VLNV="xilinx.com:interface:aximm:1.0")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8" standalone="no" ?>\n' + \
+        ET.tostring(root, encoding="unicode") + "\n"
+
+
+def write_overlay(out_dir, config: str = "small", name: str = "gnnweave_sim", **kw) -> Path:
+    """Write ``<out_dir>/<name>.hwh`` and a dummy ``<name>.bit``; returns the .bit path
+    (what ``pynq.Overlay`` takes)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{name}.hwh").write_text(hwh_text(_regmap(config), **kw))
+    bit = out_dir / f"{name}.bit"
+    # never programmed: the simulated device ignores it (and a real board would refuse it)
+    bit.write_bytes(b"gnnweave simulated device: not a bitstream\n")
+    return bit
+
+
+# ----------------------------------------------------------------------------- memory
+class SimMemoryError(MemoryError):
+    """The simulated memory cannot hold the requested buffer."""
+
+
+class _Allocator:
+    """First-fit allocation of page-aligned blocks in ``[0, size)`` of the memory array."""
+
+    ALIGN = 4096
+
+    def __init__(self, size: int):
+        self.size = size
+        self._blocks: dict[int, int] = {}   # offset -> bytes
+        self._lock = threading.Lock()
+
+    def alloc(self, nbytes: int) -> int:
+        want = -(-max(int(nbytes), 1) // self.ALIGN) * self.ALIGN
+        with self._lock:
+            cursor = 0
+            for off in sorted(self._blocks):
+                if off - cursor >= want:
+                    break
+                cursor = off + -(-self._blocks[off] // self.ALIGN) * self.ALIGN
+            if cursor + want > self.size:
+                raise SimMemoryError(
+                    f"simulated memory full: {nbytes} bytes requested, "
+                    f"{self.size - sum(self._blocks.values())} of {self.size} free "
+                    f"(make the SimDevice with a larger mem_size)")
+            self._blocks[cursor] = want
+            return cursor
+
+    def free(self, offset: int):
+        with self._lock:
+            self._blocks.pop(offset, None)
+
+    @property
+    def used(self) -> int:
+        return sum(self._blocks.values())
+
+
+def _buffer_class():
+    try:
+        from pynq.buffer import PynqBuffer
+        return PynqBuffer
+    except ImportError:
+        return None
+
+
+class SimBuffer(np.ndarray):
+    """Stand-in for ``pynq.buffer.PynqBuffer`` without pynq: a numpy view into the
+    simulated memory with ``physical_address`` / ``device_address``."""
+
+    def __new__(cls, shape, dtype, buffer, offset, device_address, device):
+        obj = super().__new__(cls, shape, dtype, buffer=buffer, offset=offset)
+        obj.device_address = device_address
+        obj.physical_address = device_address
+        obj.device = device
+        obj.coherent = True
+        obj.bo = device_address
+        return obj
+
+    def __array_finalize__(self, obj):
+        if obj is None:
+            return
+        for name in ("device_address", "physical_address", "device", "coherent", "bo"):
+            setattr(self, name, getattr(obj, name, None))
+
+    def flush(self):
+        pass
+
+    def invalidate(self):
+        pass
+
+    sync_to_device = flush
+    sync_from_device = invalidate
+
+    def freebuffer(self):
+        if self.device is not None and self.base is not None:
+            self.device._free(self.device_address)
+
+    close = freebuffer
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.freebuffer()
+        return False
+
+
+class _SimMemory:
+    """``device.default_memory``: what ``pynq.allocate`` calls ``allocate`` on."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def allocate(self, shape, dtype, **kwargs):
+        return self.device.allocate(shape, dtype, **kwargs)
+
+
+# ----------------------------------------------------------------------------- the device
+def _device_base():
+    try:
+        from pynq.pl_server.device import Device
+        return Device
+    except ImportError:
+        return object
+
+
+class SimDevice(_device_base()):
+    """The simulated PYNQ device (see the module docstring).
+
+    ``mem_size`` bytes of simulated DDR at physical ``mem_base``; ``latency`` read latency
+    in cycles (the cocotb bench's definition); ``config`` the hardware configuration.
+    Register space: the accelerator's control slave at :data:`CONTROL_BASE`.
+
+    Time: the device clock advances when the host waits -- on every read of the CTRL
+    register (the polling read) the simulation runs until the ``interrupt`` output rises
+    or ``poll_cycles`` cycles pass (if the interrupt is already pending, it just runs
+    ``poll_cycles``); :meth:`advance` does the same on request.
+    """
+
+    _probe_priority_ = None   # never enumerated: a SimDevice is made explicitly
+
+    def __init__(self, mem_size: int = 1 << 26, *, mem_base: int = DEFAULT_MEM_BASE,
+                 latency: int = 32, config: str = "small", poll_cycles: int = 1 << 14,
+                 max_outstanding: int = 64, tag: str = "gnnweave-sim"):
+        if int(mem_size) <= 0 or int(mem_size) % 4096:
+            raise ValueError(f"mem_size must be a positive multiple of 4096, not {mem_size}")
+        if int(mem_base) % 4096:
+            raise ValueError(f"mem_base must be 4 KiB aligned, not 0x{int(mem_base):x}")
+        if _device_base() is not object:
+            super().__init__(tag)
+        self.name = tag
+        self.tag = tag
+        self.config = config
+        self.regmap = _regmap(config)
+        self.mem_base = int(mem_base)
+        self.memory = np.zeros(int(mem_size), dtype=np.uint8)
+        self.control_base = CONTROL_BASE
+        self.poll_cycles = int(poll_cycles)
+        self._alloc = _Allocator(self.memory.nbytes)
+        self.sim = NativeAggregator(self.memory, self.mem_base, latency=latency, config=config,
+                                    max_outstanding=max_outstanding)
+        self.default_memory = _SimMemory(self)
+        self._buffer_cls = _buffer_class()
+        self._bitfile = None
+
+    # -- pynq.Device interface --------------------------------------------------------
+    @property
+    def capabilities(self):
+        return {"REGISTER_RW": True, "MEMORY_MAPPED": False, "CALLABLE": False}
+
+    def _control_offset(self, address: int, length: int) -> int:
+        off = int(address) - self.control_base
+        if off < 0 or off + int(length) > self.regmap.size or off % 4 or int(length) % 4:
+            raise ValueError(
+                f"register access at 0x{int(address):x} ({length} bytes) is outside the "
+                f"control slave [0x{self.control_base:x}, "
+                f"0x{self.control_base + self.regmap.size:x}) or not word aligned")
+        return off
+
+    def read_registers(self, address, length):
+        off = self._control_offset(address, length)
+        words = []
+        for i in range(0, int(length), 4):
+            if off + i == 0:          # the CTRL poll: let time pass first
+                self.advance()
+            words.append(self.sim.reg_read(off + i).to_bytes(4, "little"))
+        return b"".join(words)
+
+    def write_registers(self, address, data):
+        data = bytes(data)
+        off = self._control_offset(address, len(data))
+        for i in range(0, len(data), 4):
+            self.sim.reg_write(off + i, int.from_bytes(data[i:i + 4], "little"))
+
+    def allocate(self, shape, dtype, **kwargs):
+        shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        offset = self._alloc.alloc(nbytes)
+        addr = self.mem_base + offset
+        if self._buffer_cls is not None:
+            buf = self._buffer_cls(shape, dtype, buffer=self.memory, offset=offset,
+                                   device_address=addr, bo=addr, device=self, coherent=True)
+        else:
+            buf = SimBuffer(shape, dtype, self.memory, offset, addr, self)
+        return buf
+
+    def _free(self, device_address: int):
+        self._alloc.free(int(device_address) - self.mem_base)
+
+    # PynqBuffer calls these with its bo; the simulated memory is coherent
+    def flush(self, bo, offset, ptr, size):
+        pass
+
+    def invalidate(self, bo, offset, ptr, size):
+        pass
+
+    def free(self, bo):
+        self._free(bo)
+
+    def close(self):
+        self.sim.close()
+
+    def download(self, bitstream, parser=None):
+        self._bitfile = getattr(bitstream, "bitfile_name", bitstream)
+
+    def get_bitfile_metadata(self, bitfile_name, partial=False):
+        from pynq.pl_server.hwh_parser import HWH  # noqa: F401 - pynq 3.x/4.0 name
+        from pynqmetadata.frontends import Metadata
+        from pynq.metadata.runtime_metadata_parser import RuntimeMetadataParser
+        hwh = Path(bitfile_name).with_suffix(".hwh")
+        if not hwh.is_file():
+            raise FileNotFoundError(f"{hwh}: no .hwh next to the bitstream")
+        return RuntimeMetadataParser(Metadata(input=str(hwh)))
+
+    # -- simulation controls ------------------------------------------------------------
+    def advance(self, cycles: int | None = None) -> int:
+        """Let ``cycles`` (default ``poll_cycles``) pass, stopping early when the
+        interrupt rises; returns the cycles run."""
+        cycles = self.poll_cycles if cycles is None else int(cycles)
+        if self.sim.interrupt:
+            return self.sim.step(cycles)
+        return self.sim.run_until_interrupt(cycles)
+
+    def reset_accelerator(self):
+        """Pulse ``ap_rst_n`` (what a PL reset from the PS does on a board)."""
+        self.sim.reset()
+
+    def set_latency(self, latency: int):
+        self.sim.set_latency(latency)
+
+    def set_read_stall(self, stall: bool):
+        self.sim.set_read_stall(stall)
+
+    @property
+    def cycles(self) -> int:
+        return self.sim.cycles
+
+    def memory_faults(self) -> tuple[int, str]:
+        """(number of beats outside the memory or malformed bursts, first description)."""
+        st = self.sim.stats()
+        return st["faults"] + st["protocol_errors"], self.sim.first_fault()
+
+    def __repr__(self):
+        return (f"<SimDevice {self.tag}: {self.memory.nbytes >> 20} MiB at 0x{self.mem_base:x}, "
+                f"config {self.config}, latency {self.sim.latency}>")

@@ -1,0 +1,168 @@
+"""The native simulated device (Verilated Aggregator + C++ memory model): bit-exact
+against the golden model, the same cycle counts as the cocotb bench, memory safety,
+faults, reset.
+
+The harness is built once per content under build/native (first build: a few minutes;
+cached after that).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from gnnweave.golden.aggregate import Reduce, aggregate_raw
+from gnnweave.layout import AggregateJob
+from gnnweave.sim import simdevice
+from gnnweave.sim.aggregate_bench import (
+    EDGE_CASES, MAX, MEAN, SUM, config_error_jobs, edge_case_jobs, random_graph_job)
+
+CONFIG = "small"
+MAX_FEAT = 64
+REQUIRE = os.environ.get("GNNWEAVE_REQUIRE_DATA") == "1"
+
+
+@pytest.fixture(scope="module")
+def native():
+    simdevice.build_native(CONFIG)
+    sim = simdevice.NativeAggregator(np.zeros(4096, np.uint8), 0x1000_0000, latency=16,
+                                     config=CONFIG)
+    yield sim
+    sim.close()
+
+
+def golden(job: AggregateJob):
+    return aggregate_raw(job.indptr, job.indices, job.x, reduce=Reduce(int(job.reduce)),
+                         shift=int(job.shift), out_width=16, weights=job.weights,
+                         num_edges=int(job.num_edges))
+
+
+def check(job: AggregateJob, res: simdevice.NativeJobResult, label: str = ""):
+    """The contract: golden output words and counters, status bits, nothing written
+    outside the output rows, no access outside the memory."""
+    where = f"{label} (N={job.num_nodes}, E={job.num_edges}, F={job.feat_dim}, reduce={job.reduce}, " \
+            f"weighted={job.use_weights})"
+    assert not res.timed_out, f"{where}: no interrupt"
+    assert res.faults == 0, f"{where}: {res.first_fault}"
+    assert len(job.stray_writes(res.memory)) == 0, f"{where}: bytes written outside the output rows"
+    flags = {name: bool(res.status >> bit & 1) for name, bit in
+             (("config_error", 0), ("index_rejected", 1), ("bad_indptr", 2), ("addr_fault", 3),
+              ("axi_error", 4))}
+    assert not flags["addr_fault"] and not flags["axi_error"], f"{where}: status 0x{res.status:x}"
+    if job.config_error_expected(MAX_FEAT):
+        assert flags["config_error"], f"{where}: config error expected"
+        assert res.counters["read_beats"] == 0 and res.counters["write_beats"] == 0
+        return
+    gold = golden(job)
+    assert not flags["config_error"], f"{where}: unexpected config error"
+    bad = np.argwhere(res.out != gold.out)
+    assert bad.size == 0, f"{where}: {bad.shape[0]} words differ, first {tuple(bad[0])}"
+    assert res.counters["edges"] == gold.edges
+    assert res.counters["rejected_indices"] == gold.rejected
+    assert res.counters["saturations"] == gold.saturations
+    assert flags["bad_indptr"] == gold.bad_indptr
+    assert flags["index_rejected"] == (gold.rejected > 0)
+
+
+@pytest.mark.parametrize("reduce", [SUM, MEAN, MAX])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_random_graphs_bit_exact(native, reduce, weighted):
+    rng = np.random.default_rng(100 + 3 * reduce + weighted)
+    for n, deg, f in ((50, 4.0, 16), (80, 2.5, 9), (30, 8.0, 24), (64, 3.0, 64)):
+        job = random_graph_job(rng, n, deg, f, reduce, weighted)
+        check(job, simdevice.run_job(job, latency=int(rng.integers(0, 40)), sim=native,
+                                     config=CONFIG), "random")
+
+
+@pytest.mark.parametrize("case", EDGE_CASES)
+def test_edge_cases(native, case):
+    rng = np.random.default_rng(EDGE_CASES.index(case))
+    for i, job in enumerate(edge_case_jobs(case, rng)):
+        check(job, simdevice.run_job(job, latency=8, sim=native, config=CONFIG), f"{case}[{i}]")
+
+
+def test_config_errors_then_a_good_run(native):
+    rng = np.random.default_rng(7)
+    for name, job in config_error_jobs(rng, MAX_FEAT):
+        before = native.stats()
+        res = simdevice.run_job(job, latency=8, sim=native, config=CONFIG)
+        check(job, res, name)
+        after = native.stats()
+        assert after["ar_bursts"] == before["ar_bursts"], f"{name}: memory read after a config error"
+        assert after["aw_bursts"] == before["aw_bursts"], f"{name}: memory written after a config error"
+    good = random_graph_job(rng, 20, 3, 16, SUM, False)
+    check(good, simdevice.run_job(good, latency=8, sim=native, config=CONFIG), "after")
+
+
+def test_cora_bit_exact(native):
+    from gnnweave.datasets import load_dataset
+    try:
+        graph = load_dataset("cora").graph
+    except (FileNotFoundError, OSError, ValueError) as exc:
+        if REQUIRE:
+            raise
+        pytest.skip(f"cora not available: {exc}")
+    from gnnweave.sim.verify import make_job
+    for reduce, weighted in (("sum", True), ("mean", False), ("max", False)):
+        job = make_job(graph, 16, reduce, weighted=weighted, seed=1)
+        check(job, simdevice.run_job(job, latency=32, sim=native, config=CONFIG), f"cora {reduce}")
+
+
+def test_memory_outside_the_buffer_is_recorded(native):
+    """The job's output rows lie beyond the end of the simulated memory: every beat there
+    is refused and recorded, nothing is written past the array."""
+    rng = np.random.default_rng(3)
+    job = random_graph_job(rng, 40, 3.0, 16, SUM, False)
+    image = job.memory_image()
+    out_off = job.regions["out"].addr - job.base_addr
+    backing = np.full(image.size + 64, 0x5A, np.uint8)
+    short = backing[:out_off + 32]          # the memory ends two beats into the output
+    short[:] = image[:short.size]
+    native.clear_faults()
+    native.set_memory(short, job.base_addr)
+    for name, value in job.registers().items():
+        simdevice.write_register(native, simdevice._regmap(CONFIG)[name], value)
+    native.reg_write(0x04, 1)
+    native.reg_write(0x08, 1)
+    native.reg_write(0x00, 1)
+    native.run_until_interrupt(200_000)
+    assert native.interrupt
+    native.reg_write(0x0C, 1)
+    faults = native.stats()["faults"]
+    assert faults > 0 and "write" in native.first_fault() and "outside memory" in native.first_fault()
+    assert np.all(backing[short.size:] == 0x5A), "the harness wrote past the memory array"
+    status = simdevice.read_register(native, simdevice._regmap(CONFIG)["status"])
+    assert status & (1 << 4), "SLVERR on B must raise status.axi_error"
+    native.clear_faults()
+
+
+def test_hung_memory_then_reset_and_rerun(native):
+    rng = np.random.default_rng(4)
+    job = random_graph_job(rng, 60, 4.0, 16, MEAN, True)
+    native.set_read_stall(True)
+    res = simdevice.run_job(job, latency=8, sim=native, config=CONFIG, max_cycles=20_000)
+    assert res.timed_out
+    ctrl = native.reg_read(0x00)
+    assert not ctrl & 0x4, "a hung run must leave the engine busy (not idle)"
+    native.set_read_stall(False)
+    native.reset()
+    assert native.reg_read(0x00) & 0x4, "idle after reset"
+    job2 = random_graph_job(rng, 50, 3.0, 12, SUM, False, base_addr=0x2_0000_0000)
+    check(job2, simdevice.run_job(job2, latency=8, sim=native, config=CONFIG), "after reset")
+
+
+def test_harness_latency_definition_matches_cocotb_bench():
+    """Same job, same latency, no backpressure: busy_cycles of the native device equal the
+    cocotb bench's (sim/tb.py DelayedReadAddress + cocotbext-axi AxiRam)."""
+    from gnnweave.sim.verify import load_graph, make_job, verify_aggregate
+    for latency, reduce, weighted in ((32, "sum", True), (0, "mean", False)):
+        rep = verify_aggregate("rmat:6:4", 16, reduce, "verilator", latency=latency,
+                               config=CONFIG, weighted=weighted)
+        assert rep["match"], rep.get("error")
+        job = make_job(load_graph("rmat:6:4"), 16, reduce, weighted=weighted)
+        native = simdevice.run_job(job, latency=latency, config=CONFIG)
+        check(job, native, "rmat:6:4")
+        assert native.counters["busy_cycles"] == rep["cycles"], (latency, reduce)
+        assert native.counters["read_beats"] == rep["read_beats"]
+        assert native.counters["mem_wait_cycles"] == rep["counters"]["mem_wait_cycles"]
