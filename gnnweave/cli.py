@@ -143,7 +143,7 @@ def cmd_demo(a) -> int:
     print("== 2/2  GCN on Cora, aggregation split across fpga-emu and cpu")
     from gnnweave.host.train import TrainConfig, run_training
     cfg = TrainConfig(dataset=a.dataset, model="gcn", device="cpu",
-                      devices=["fpga-emu", "cpu"], partition="even", rebalance=True,
+                      devices=["fpga-emu", "cpu"], partition="even",
                       seeds=1, out_dir=str(out / "train"))
     res = run_training(cfg)
     print(f"   test accuracy {100 * res['test_acc_mean']:.1f} % "
