@@ -52,11 +52,24 @@ def default_shift(weighted: bool) -> int:
     return 14 if weighted else 0
 
 
+#: Layout defaults for the configuration under test (bus width, an address the port can
+#: reach); :func:`layout_for` fills it in the simulator before any job is made.
+LAYOUT: dict = {}
+
+
+def layout_for(config) -> dict:
+    """Job layout that fits an ``AggregatorConfig``: its bus alignment, and the image
+    above 4 GiB only where the address port is wider than 32 bits."""
+    return {"bus_bytes": config.bus_width // 8,
+            "base_addr": 0x1_2340_0000 if config.addr_width > 32 else 0x1234_0000}
+
+
 def job(indptr, indices, x, reduce=SUM, weighted=False, rng=None, shift=None, **layout) -> AggregateJob:
     rng = rng if rng is not None else np.random.default_rng(0)
     weights = random_weights(rng, len(indices)) if weighted else None
     return AggregateJob(indptr=indptr, indices=indices, x=x, reduce=reduce, weights=weights,
-                        shift=default_shift(weighted) if shift is None else shift, **layout)
+                        shift=default_shift(weighted) if shift is None else shift,
+                        **{**LAYOUT, **layout})
 
 
 def random_graph_job(rng, n, avg_degree, f, reduce, weighted, **layout) -> AggregateJob:
@@ -101,7 +114,8 @@ def edge_case_jobs(name: str, rng) -> list[AggregateJob]:
             ip, ix = csr_from_lists(rows)
             for r in (SUM, MEAN, MAX):
                 jobs.append(job(ip, ix, random_features(rng, n, f), r, f % 2 == 1, rng))
-            pad = -(-2 * f // 16) * 16 + 32
+            bus = LAYOUT.get("bus_bytes", 16)
+            pad = -(-2 * f // bus) * bus + 2 * bus
             jobs.append(job(ip, ix, random_features(rng, n, f), SUM, False, rng,
                             feat_stride=pad, out_stride=pad + 16))
         return jobs
@@ -156,11 +170,11 @@ def config_error_jobs(rng, max_feat_dim: int) -> list[tuple[str, AggregateJob]]:
                                 sizes={"feat": 3 * stride_big, "out": 3 * stride_big})),
         ("reduce_op_3", mk(registers_override={"reduce_op": 3})),
         ("indptr_misaligned", mk(addr_offsets={"indptr": 4})),
-        ("indices_misaligned", mk(addr_offsets={"indices": 8})),
+        ("indices_misaligned", mk(addr_offsets={"indices": 4})),
         ("feat_misaligned", mk(addr_offsets={"feat": 2})),
-        ("out_misaligned", mk(addr_offsets={"out": 8})),
+        ("out_misaligned", mk(addr_offsets={"out": 6})),
         ("weights_misaligned", mk(addr_offsets={"weights": 4}, weighted=True)),
-        ("feat_stride_unaligned", mk(feat_stride=40)),
+        ("feat_stride_unaligned", mk(feat_stride=36)),
         ("out_stride_too_small", mk(out_stride=16)),
         ("indptr_small", mk(sizes={"indptr": 4 * 4 - 4})),
         ("indices_small", mk(sizes={"indices": 4 * 5})),
@@ -186,7 +200,7 @@ def job_from_npz(path) -> AggregateJob:
     with np.load(path, allow_pickle=False) as z:
         return AggregateJob(indptr=z["indptr"], indices=z["indices"], x=z["x"], reduce=int(z["reduce"]),
                             shift=int(z["shift"]), num_edges=int(z["num_edges"]),
-                            weights=z["weights"] if "weights" in z.files else None)
+                            weights=z["weights"] if "weights" in z.files else None, **LAYOUT)
 
 
 # ------------------------------------------------------------------ cocotb tests
@@ -198,6 +212,8 @@ if cocotb is not None:
         from gnnweave.hw.configs import CONFIGS
         name = params.get("config", "default")
         cfg = CONFIGS[name]
+        LAYOUT.clear()
+        LAYOUT.update(layout_for(cfg))
         return cfg, aggregator_regmap(cfg)
 
     async def _bench(dut, latency=None, backpressure=None):
@@ -286,7 +302,8 @@ if cocotb is not None:
         await tb.reset()
         ctrl = await tb.read_reg("ap_ctrl")
         assert ctrl & 4, f"not idle after reset (ap_ctrl=0x{ctrl:x})"
-        second = random_graph_job(rng, 120, 5.0, 12, MEAN, False, base_addr=0x2_0000_0000)
+        second = random_graph_job(rng, 120, 5.0, 12, MEAN, False,
+                                  base_addr=LAYOUT["base_addr"] + 0x1000_0000)
         result, _ = await _run_checked(tb, second, "after reset")
         assert all(b.addr >= second.base_addr for b in result.bursts), "stale burst after reset"
         store_result("reset_mid_run", {"bursts_before_reset": bursts_before,

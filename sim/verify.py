@@ -15,9 +15,6 @@ import numpy as np
 
 from gnnweave.layout import AggregateJob
 
-BUS_BYTES = 16
-
-
 def load_graph(spec: str, seed: int = 0):
     """``cora`` | ``citeseer`` | ``rmat:SCALE:EF`` | a dataset path -> CSRGraph."""
     parts = str(spec).split(":")
@@ -33,7 +30,7 @@ def load_graph(spec: str, seed: int = 0):
 
 
 def make_job(graph, feat_dim: int, reduce: str = "sum", *, weighted: bool = False, seed: int = 0,
-             feat_range: int = 600) -> AggregateJob:
+             feat_range: int = 600, layout: dict | None = None) -> AggregateJob:
     """A job on ``graph`` with random features (``|x| <= feat_range``) and weights."""
     from gnnweave.sim.aggregate_bench import REDUCES, default_shift
     if reduce not in REDUCES:
@@ -44,12 +41,12 @@ def make_job(graph, feat_dim: int, reduce: str = "sum", *, weighted: bool = Fals
     x = rng.integers(-feat_range, feat_range + 1, size=(graph.num_nodes, feat_dim), dtype=np.int64)
     w = rng.integers(-32768, 32768, size=graph.num_edges, dtype=np.int64) if weighted else None
     return AggregateJob(indptr=graph.indptr, indices=graph.indices, x=x, reduce=REDUCES[reduce],
-                        shift=default_shift(weighted), weights=w)
+                        shift=default_shift(weighted), weights=w, **(layout or {}))
 
 
 def ideal_read_beats(job: AggregateJob, edges: int) -> int:
     """Read beats the job needs at least: the metadata streams plus one row per valid edge."""
-    beats = lambda nbytes: -(-nbytes // BUS_BYTES)  # noqa: E731
+    beats = lambda nbytes: -(-nbytes // job.bus_bytes)  # noqa: E731
     total = beats((job.num_nodes + 1) * 4) + beats(int(job.num_edges) * 4)
     if job.use_weights:
         total += beats(int(job.num_edges) * 2)
@@ -68,10 +65,12 @@ def verify_aggregate(graph: str, feat_dim: int, reduce: str = "sum", sim: str = 
     sim_cycles_per_second, build_seconds, build_cached, the counters, violations, error.
     """
     from gnnweave.sim import runner
-    from gnnweave.sim.aggregate_bench import job_to_npz
+    from gnnweave.hw.configs import get_config
+    from gnnweave.sim.aggregate_bench import job_to_npz, layout_for
 
+    layout = layout_for(get_config(config))
     g = load_graph(graph, seed=seed)
-    job = make_job(g, feat_dim, reduce, weighted=weighted, seed=seed)
+    job = make_job(g, feat_dim, reduce, weighted=weighted, seed=seed, layout=layout)
     t0 = time.perf_counter()
     built = runner.build_aggregator(config, sim, waves=waves)
     build_wall = time.perf_counter() - t0
