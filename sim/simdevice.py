@@ -127,7 +127,11 @@ def build_native(config: str = "small", *, force: bool = False,
     verilog = runner.aggregator_verilog(config)
     bus_bytes = _bus_bytes(config)
     sources = sorted(NATIVE_DIR.glob("*.cpp")) + sorted(NATIVE_DIR.glob("*.h"))
-    cflags = f"-O2 -fPIC -DBUS_BYTES={bus_bytes}"
+    # $GNNWEAVE_NATIVE_OPT: C++ optimisation flags (default -O2; e.g. "-O3 -march=native"
+    # for a build that only runs on this machine)
+    opt = os.environ.get("GNNWEAVE_NATIVE_OPT", "-O2")
+    cflags = f"{opt} -fPIC -DBUS_BYTES={bus_bytes}"
+    level = opt.split()[0] if opt.split() else "-O2"
     h = hashlib.sha256()
     for part in (TOP, json.dumps(VERILATOR_ARGS), cflags, tool.version):
         h.update(part.encode() + b"\0")
@@ -159,7 +163,8 @@ def build_native(config: str = "small", *, force: bool = False,
         cmd = [str(tool.executable), "--cc", "--exe", "--build", "-j", "2",
                *VERILATOR_ARGS, "--top-module", SIM_TOP, "--Mdir", str(out / "obj"),
                "-CFLAGS", cflags, "-LDFLAGS", "-shared",
-               "-MAKEFLAGS", "OPT_FAST=-O2 OPT_SLOW=-O2 OPT_GLOBAL=-O2", "-o", str(lib),
+               "-MAKEFLAGS", f"OPT_FAST={level} OPT_SLOW={level} OPT_GLOBAL={level}",
+               "-o", str(lib),
                str(out / "src" / f"{SIM_TOP}.v"), str(out / "src" / f"{TOP}.v"), *copies]
         log = out / "build.log"
         start = time.perf_counter()
@@ -701,6 +706,7 @@ class SimDevice(_device_base()):
                                    device_address=addr, bo=addr, device=self, coherent=True)
             # PynqBuffer frees through memory/pointer/return_to (also when collected)
             buf.memory, buf.pointer, buf.return_to = self.memory, offset + 1, self
+            buf.freed = True      # never munmap: the block is numpy memory, not a mapping
         else:
             buf = SimBuffer(shape, dtype, self.memory, offset, addr, self)
         return buf

@@ -1,0 +1,127 @@
+"""The native simulated device against the cocotb bench: simulated cycles per second.
+
+The same job (same graph, features, latency, no backpressure) runs on the cocotb bench
+(:func:`gnnweave.sim.verify.verify_aggregate`: Verilator driven per cycle from Python by
+cocotbext-axi) and on the native device (:mod:`gnnweave.sim.simdevice`: the clock in
+C++). Reported per graph: the busy cycles of both (they must be identical), simulated
+cycles per wall second of both and their ratio, and the native device's cycles per CPU
+second of its own thread (the wall figure depends on the machine's load). Target for the
+native device: >= 1,000,000 cycles/s. Every native run is also checked bit-exact against
+the golden model.
+
+    python -m benchmarks.bench_device [OUT_DIR]    # writes OUT_DIR/bench_device.json
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+TARGET_CYCLES_PER_SECOND = 1_000_000
+LATENCY = 32
+FEAT_DIM = 16
+GRAPHS = ("cora", "rmat:12:8")
+
+
+def native_run(graph: str, feat_dim: int, reduce: str, latency: int, config: str,
+               weighted: bool = False, repeats: int = 3) -> dict:
+    """Best of ``repeats`` runs of one job on the native device."""
+    from gnnweave.golden.aggregate import Reduce, aggregate_raw
+    from gnnweave.sim import simdevice
+    from gnnweave.sim.verify import load_graph, make_job
+    job = make_job(load_graph(graph), feat_dim, reduce, weighted=weighted)
+    gold = aggregate_raw(job.indptr, job.indices, job.x, reduce=Reduce.parse(reduce),
+                         shift=job.shift, out_width=16, weights=job.weights)
+    timing = {}
+    orig = simdevice.NativeAggregator.run_until_interrupt
+
+    def timed(self, max_cycles):
+        cpu, wall = time.thread_time(), time.perf_counter()
+        ran = orig(self, max_cycles)
+        timing.update(cpu=time.thread_time() - cpu, wall=time.perf_counter() - wall, cycles=ran)
+        return ran
+
+    best = None
+    simdevice.NativeAggregator.run_until_interrupt = timed
+    try:
+        for _ in range(repeats):
+            res = simdevice.run_job(job, latency=latency, config=config)
+            if not np.array_equal(res.out, gold.out) or res.faults or res.timed_out:
+                raise AssertionError(f"native device on {graph}: wrong result "
+                                     f"(faults {res.faults}, timed out {res.timed_out})")
+            run = {"busy_cycles": int(res.counters["busy_cycles"]),
+                   "cycles": int(timing["cycles"]),
+                   "wall_seconds": timing["wall"], "cpu_seconds": timing["cpu"]}
+            if best is None or run["wall_seconds"] < best["wall_seconds"]:
+                best = run
+    finally:
+        simdevice.NativeAggregator.run_until_interrupt = orig
+    best["cycles_per_second"] = round(best["cycles"] / max(best["wall_seconds"], 1e-9), 1)
+    best["cycles_per_cpu_second"] = round(best["cycles"] / max(best["cpu_seconds"], 1e-9), 1)
+    return best
+
+
+def run(out_dir, graphs=GRAPHS, feat_dim: int = FEAT_DIM, latency: int = LATENCY,
+        config: str = "small", reduce: str = "sum") -> dict:
+    from gnnweave.sim import simdevice
+    from gnnweave.sim.verify import verify_aggregate
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    steps = tqdm(total=1 + 2 * len(graphs), desc="bench_device", unit="step", leave=False)
+    t0 = time.perf_counter()
+    build = simdevice.build_native(config)
+    build_info = {"cached": build.cached, "build_seconds": round(build.build_seconds, 1),
+                  "wall_seconds": round(time.perf_counter() - t0, 1)}
+    steps.update()
+    runs = {}
+    for graph in graphs:
+        native = native_run(graph, feat_dim, reduce, latency, config)
+        steps.update()
+        rep = verify_aggregate(graph, feat_dim, reduce, "verilator", latency=latency,
+                               config=config)
+        steps.update()
+        cocotb_cps = float(rep.get("sim_cycles_per_second") or 0.0)
+        runs[graph] = {
+            "native": native,
+            "cocotb": {"busy_cycles": rep.get("cycles"), "match": rep.get("match"),
+                       "cycles_per_second": cocotb_cps, "sim_seconds": rep.get("sim_seconds")},
+            "identical_cycle_counts": native["busy_cycles"] == rep.get("cycles"),
+            "speedup_vs_cocotb": round(native["cycles_per_second"] / cocotb_cps, 1)
+            if cocotb_cps else None,
+            "meets_target": native["cycles_per_second"] >= TARGET_CYCLES_PER_SECOND,
+        }
+    steps.close()
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
+    result = {
+        "benchmark": "bench_device",
+        "config": config, "feat_dim": feat_dim, "latency": latency, "reduce": reduce,
+        "target_cycles_per_second": TARGET_CYCLES_PER_SECOND,
+        "native_build": build_info,
+        "runs": runs,
+        "identical_cycle_counts": all(r["identical_cycle_counts"] for r in runs.values()),
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                    "load_average_1min": load},
+    }
+    (out_dir / "bench_device.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    out = Path(argv[0]) if argv else Path("benchmarks/results")
+    res = run(out)
+    print(json.dumps(res, indent=1))
+    return 0 if res["identical_cycle_counts"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
