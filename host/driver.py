@@ -538,11 +538,12 @@ class _SimOwner:
             self.tmpdir.cleanup()
 
 
-def open_sim_accel(*, config: str = "small", latency: int = 32, mem_size: int = 1 << 26,
+def open_sim_accel(*, config: str = "small", latency: int = 32, mem_size: int = 1 << 30,
                    use_pynq: bool | None = None):
     """A driver on a fresh SimDevice -> ``(accel, device, owner)``: through genuine pynq
     (``Overlay`` + ``GnnweaveAccel``) when pynq is importable (or ``use_pynq``), else
-    :class:`SimAccel`."""
+    :class:`SimAccel`. The simulated memory costs nothing until touched (zero pages), so
+    the default is large."""
     from gnnweave.sim.simdevice import SimDevice, write_overlay
     device = SimDevice(mem_size, latency=latency, config=config)
     pynq = _pynq()

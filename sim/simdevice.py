@@ -634,10 +634,10 @@ class SimDevice(_device_base()):
     in cycles (the cocotb bench's definition); ``config`` the hardware configuration.
     Register space: the accelerator's control slave at :data:`CONTROL_BASE`.
 
-    Time: the device clock advances when the host waits -- on every read of the CTRL
-    register (the polling read) the simulation runs until the ``interrupt`` output rises
-    or ``poll_cycles`` cycles pass (if the interrupt is already pending, it just runs
-    ``poll_cycles``); :meth:`advance` does the same on request.
+    Time: the device clock advances when the host waits -- a read of the CTRL register
+    (the polling read) that finds the engine busy (neither done nor idle) runs the
+    simulation until the ``interrupt`` output rises or ``poll_cycles`` cycles pass, then
+    reads CTRL again; :meth:`advance` does the same on request.
     """
 
     _probe_priority_ = None   # never enumerated: a SimDevice is made explicitly
@@ -684,9 +684,12 @@ class SimDevice(_device_base()):
         off = self._control_offset(address, length)
         words = []
         for i in range(0, int(length), 4):
-            if off + i == 0:          # the CTRL poll: let time pass first
+            value = self.sim.reg_read(off + i)
+            if off + i == 0 and not value & 0x6:
+                # the CTRL poll of a busy engine (neither done nor idle): time passes
                 self.advance()
-            words.append(self.sim.reg_read(off + i).to_bytes(4, "little"))
+                value |= self.sim.reg_read(off + i)   # ap_ready is clear-on-read too
+            words.append(value.to_bytes(4, "little"))
         return b"".join(words)
 
     def write_registers(self, address, data):
