@@ -97,6 +97,10 @@ def sim_top_verilog(verilog_text: str) -> str:
     input-combinational phase on every ``eval()``; from a register it is evaluated once
     per clock edge (several times faster). The harness holds reset long enough for the
     extra cycle; nothing else changes timing.
+
+    Likewise ``s_axi_control_araddr`` (the register read multiplexer hangs on it) reaches
+    the core one cycle late: the harness's AXI4-Lite master presents the address a
+    cycle before ARVALID (control-port timing only; the memory side is unchanged).
     """
     import re
     head = verilog_text[verilog_text.index(f"module {TOP}("):]
@@ -105,11 +109,15 @@ def sim_top_verilog(verilog_text: str) -> str:
     decls, conns = [], []
     for direction, width, name in ports:
         decls.append(f"  {direction} {width or ''} {name};")
-        conns.append(f"    .{name}({'rst_n_q' if name == 'ap_rst_n' else name})")
+        inner = {"ap_rst_n": "rst_n_q", "s_axi_control_araddr": "araddr_q"}.get(name, name)
+        conns.append(f"    .{name}({inner})")
     names = ", ".join(n for _, _, n in ports)
+    araddr_width = next(w for _, w, n in ports if n == "s_axi_control_araddr")
     return (f"module {SIM_TOP}({names});\n" + "\n".join(decls) + "\n"
             "  reg rst_n_q = 1'b0;\n"
             "  always @(posedge ap_clk) rst_n_q <= ap_rst_n;\n"
+            f"  reg {araddr_width} araddr_q = 0;\n"
+            "  always @(posedge ap_clk) araddr_q <= s_axi_control_araddr;\n"
             f"  {TOP} dut (\n" + ",\n".join(conns) + "\n  );\nendmodule\n")
 
 

@@ -363,6 +363,8 @@ struct Sim {
     bool reg_read(uint32_t addr, uint32_t* value, uint64_t timeout) {
         auto* t = top.get();
         t->s_axi_control_araddr = addr;
+        apply_ctl();
+        tick();   // the wrapper registers ARADDR: present it a cycle before ARVALID
         ctl_ar = true;
         ctl_r = true;
         apply_ctl();
