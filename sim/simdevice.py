@@ -360,8 +360,8 @@ class NativeJobResult:
     cycles: int               # harness cycles from the ap_start write to the interrupt
     wall_seconds: float       # host time of the run (start to done)
     memory: np.ndarray        # the image after the run
-    faults: int
-    first_fault: str
+    faults: int               # beats outside the memory + malformed bursts in this run
+    first_fault: str          # the first of the device's lifetime (clear_faults resets)
     timed_out: bool = False
 
 
@@ -397,6 +397,7 @@ def run_job(job, *, latency: int = 32, config: str = "small", max_cycles: int | 
     else:
         sim.set_memory(image, job.base_addr)
         sim.set_latency(latency, max_outstanding)
+    before = sim.stats()
     for name, value in job.registers().items():
         write_register(sim, regmap[name], value)
     sim.reg_write(GIE_OFFSET, 1)
@@ -414,9 +415,12 @@ def run_job(job, *, latency: int = 32, config: str = "small", max_cycles: int | 
     sim.reg_write(ISR_OFFSET, 1)       # toggle ap_done back off
     sim.reg_read(CTRL_OFFSET)          # clear-on-read ap_done
     counters = {r.name: read_register(sim, r) for r in regmap if r.access.name == "RO"}
+    after = sim.stats()
+    faults = (after["faults"] - before["faults"]) + \
+        (after["protocol_errors"] - before["protocol_errors"])
     return NativeJobResult(out=job.read_output(image), counters=counters,
                            status=int(counters["status"]), cycles=cycles, wall_seconds=wall,
-                           memory=image, faults=sim.stats()["faults"],
+                           memory=image, faults=faults,
                            first_fault=sim.first_fault(), timed_out=timed_out)
 
 
