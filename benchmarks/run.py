@@ -1,7 +1,7 @@
 """``make bench``: run every benchmark, one JSON per benchmark under benchmarks/results/.
 
-``python -m benchmarks.run [NAME ...]`` runs a subset (names: golden, aggregator, train,
-partition, planner, mac, pipeline). Each benchmark measures its figures side by side in
+``python -m benchmarks.run [NAME ...]`` runs a subset (names: golden, aggregator, device,
+train, partition, planner, mac, pipeline). Each benchmark measures its figures side by side in
 one run and reports them with the target it is compared with.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-BENCHMARKS = ["golden", "planner", "partition", "train", "aggregator", "mac", "pipeline"]
+BENCHMARKS = ["golden", "planner", "partition", "train", "aggregator", "device", "mac", "pipeline"]
 RESULTS = Path(__file__).resolve().parent / "results"
 
 

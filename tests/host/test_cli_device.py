@@ -1,0 +1,17 @@
+"""`gnnweave device run aggregate`: the driver on the simulated device, from the command line."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_device_run_aggregate_matches_golden():
+    proc = subprocess.run([sys.executable, "-m", "gnnweave.cli", "device", "run", "aggregate",
+                           "--graph", "rmat:8:8", "--feat-dim", "12", "--reduce", "max", "--json"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["match"] and report["mismatches"] == 0
+    assert report["edges"] == 8 * 256 and report["cycles"] > report["read_beats"] > 0
+    assert report["sim_cycles_per_second"] > 0 and report["wall_seconds"] > 0
