@@ -121,7 +121,8 @@ def _hash_key(sim: str, toplevel: str, texts: list[tuple[str, bytes]], args: lis
 
 
 @contextmanager
-def _locked(path: Path):
+def file_lock(path: Path):
+    """Exclusive lock on ``path`` (created) for the duration of the block: one builder per cache folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -170,7 +171,7 @@ def build(sources, toplevel: str, sim: str = "verilator", *, waves: bool | None 
     root = Path(build_root) if build_root is not None else BUILD_ROOT
     build_dir = root / f"{sim}-{key}"
     stamp = build_dir / "build.json"
-    with _locked(root / f".{sim}-{key}.lock"):
+    with file_lock(root / f".{sim}-{key}.lock"):
         if stamp.is_file() and not force:
             info = json.loads(stamp.read_text())
             return Build(sim, toplevel, build_dir, info["sources"], waves, key, cached=True,
@@ -390,7 +391,7 @@ def aggregator_verilog(config: str = "default", *, debug_names: bool = False,
     from gnnweave.hw.verilog import write_aggregator_verilog
     root = Path(out_root) if out_root is not None else BUILD_ROOT / "verilog"
     out_dir = root / f"{config}-{'named' if debug_names else 'fast'}-{_hw_fingerprint()}"
-    with _locked(root / f".{out_dir.name}.lock"):
+    with file_lock(root / f".{out_dir.name}.lock"):
         done = out_dir / "verilog.json"
         if done.is_file():
             return Path(json.loads(done.read_text())["path"])

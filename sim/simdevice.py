@@ -17,7 +17,6 @@ Two layers:
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import hashlib
 import json
 import os
@@ -25,7 +24,6 @@ import shutil
 import subprocess
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,17 +63,6 @@ class NativeBuildError(RuntimeError):
 
 class DeviceTimeout(TimeoutError):
     """The simulated AXI4-Lite slave did not answer."""
-
-
-@contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)
@@ -154,7 +141,7 @@ def build_native(config: str = "small", *, force: bool = False,
     out = root / f"{config}-{key}"
     lib = out / "libgnnweave_sim.so"
     stamp = out / "build.json"
-    with _locked(root / f".{config}-{key}.lock"):
+    with runner.file_lock(root / f".{config}-{key}.lock"):
         if stamp.is_file() and lib.is_file() and not force:
             info = json.loads(stamp.read_text())
             return NativeBuild(lib, config, bus_bytes, key, True, info["build_seconds"])
