@@ -323,12 +323,20 @@ def profile_main(devices: list[str], out: str | None, quick: bool) -> dict:
     held = [s for s in prof.samples if s.heldout]
     errs = [abs(cm.predict(s.device, s.op, **s.sizes) - s.seconds) / s.seconds for s in held]
     overall = float(np.median(errs)) if errs else None
+    # judged per device: a device whose times are a formula (fpga-emu's cycle model) is
+    # predicted exactly and would hide a poorly modelled device in a pooled median
+    per_device = {}
+    for dev in cm.devices:
+        dev_errs = [e for s, e in zip(held, errs) if s.device == dev]
+        per_device[dev] = float(np.median(dev_errs)) if dev_errs else None
+    worst = max((v for v in per_device.values() if v is not None), default=None)
     report = {
         "devices": list(cm.devices), "quick": quick, "seconds": prof.seconds,
         "heldout_median_rel_err": overall,
+        "heldout_median_rel_err_per_device": per_device,
         "heldout_p90_rel_err": float(np.percentile(errs, 90)) if errs else None,
         "target_median_rel_err": TARGET_MEDIAN_REL_ERR,
-        "meets_target": overall is not None and overall <= TARGET_MEDIAN_REL_ERR,
+        "meets_target": worst is not None and worst <= TARGET_MEDIAN_REL_ERR,
         "per_op": per_op,
         "links": {dev: dm.link for dev, dm in cm.devices.items()},
         "cost_model": cm.to_dict(),
