@@ -250,10 +250,10 @@ class AggregateJob:
         regs = self.registers()
         n, e, f = regs["num_nodes"], regs["num_edges"], regs["feat_dim"]
         row = 2 * f
-        need = {
-            "indptr": (n + 1) * 4,
-            "indices": e * 4,
-            "weights": e * 2 if regs["use_weights"] else 0,
+        need = {   # the index streams are read in whole bus beats
+            "indptr": round_up((n + 1) * 4, self.bus_bytes),
+            "indices": round_up(e * 4, self.bus_bytes),
+            "weights": round_up(e * 2, self.bus_bytes) if regs["use_weights"] else 0,
             "feat": (n - 1) * regs["feat_stride"] + row if n else 0,
             "out": (n - 1) * regs["out_stride"] + row if n else 0,
         }

@@ -590,6 +590,11 @@ class AggregatorCore(Elaboratable):
         def over(base, size, need):
             return (need > size) | ((base + size) >> aw != 0)
 
+        def whole_beats(nbytes):
+            # the streams are read in whole beats: the buffer must hold the last one entirely
+            beat_bits = bpb.bit_length() - 1
+            return ((nbytes + align) >> beat_bits) << beat_bits
+
         n_minus_1 = Signal(32)
         m.d.comb += n_minus_1.eq(num_nodes - 1)
         checks = [
@@ -600,9 +605,10 @@ class AggregatorCore(Elaboratable):
             (cfg["feat_addr"] & align) != 0, (cfg["out_addr"] & align) != 0,
             use_weights & ((cfg["weights_addr"] & align) != 0),
             (cfg["feat_stride"] & align) != 0, (cfg["out_stride"] & align) != 0,
-            over(cfg["indptr_addr"], cfg["indptr_size"], (num_nodes + 1) * 4),
-            over(cfg["indices_addr"], cfg["indices_size"], num_edges * 4),
-            use_weights & over(cfg["weights_addr"], cfg["weights_size"], num_edges * (ew // 8)),
+            over(cfg["indptr_addr"], cfg["indptr_size"], whole_beats((num_nodes + 1) * 4)),
+            over(cfg["indices_addr"], cfg["indices_size"], whole_beats(num_edges * 4)),
+            use_weights & over(cfg["weights_addr"], cfg["weights_size"],
+                               whole_beats(num_edges * (ew // 8))),
             (num_nodes != 0) & (cfg["feat_stride"] < row_bytes),
             (num_nodes != 0) & (cfg["out_stride"] < row_bytes),
             (num_nodes != 0) & over(cfg["feat_addr"], cfg["feat_size"],

@@ -181,6 +181,9 @@ def config_error_jobs(rng, max_feat_dim: int) -> list[tuple[str, AggregateJob]]:
         ("weights_small", mk(sizes={"weights": 2 * 5}, weighted=True)),
         ("feat_small", mk(sizes={"feat": 2 * 32 + 16})),
         ("out_small", mk(sizes={"out": 2 * 32})),
+        # the streams are read in whole beats: a size that ends inside the last beat is refused
+        ("indices_part_beat", mk(sizes={"indices": 4 * 6})),
+        ("weights_part_beat", mk(sizes={"weights": 2 * 6}, weighted=True)),
     ]
     for name, j in cases:
         if not j.config_error_expected(max_feat_dim):

@@ -385,8 +385,8 @@ def aggregator_verilog(config: str = "default", *, debug_names: bool = False,
                        out_root: Path | None = None) -> Path:
     """Generated Verilog of one Aggregator configuration, cached by :func:`_hw_fingerprint`.
 
-    ``debug_names`` keeps Amaranth's internal names (for waveforms); the default hides
-    them, which keeps Verilator's ``--public-flat-rw`` build fast.
+    ``debug_names`` adds source locations (for waveforms). Verilator builds stay fast
+    because the runner keeps internals private (``--public-depth 1``).
     """
     from gnnweave.hw.verilog import write_aggregator_verilog
     root = Path(out_root) if out_root is not None else BUILD_ROOT / "verilog"

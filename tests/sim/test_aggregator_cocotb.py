@@ -51,7 +51,7 @@ def test_edge_cases(verilator_build):
 def test_config_errors_and_fast_path(verilator_build):
     result = _run(verilator_build, "config_errors,no_backpressure_fast_path")
     assert result.failed == 0 and result.tests == 2
-    assert len(result.results["config_errors"]) == 15
+    assert len(result.results["config_errors"]) == 17
 
 
 def test_random_graphs_under_backpressure_and_latency(verilator_build):
