@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from .boards import Board, get_board
@@ -116,3 +117,32 @@ def run(board, out_dir=None, *, vivado: str = "vivado") -> Path:
     subprocess.run([exe, "-mode", "batch", "-nojournal", "-source", str(script)],
                    cwd=out_dir, check=True, env=os.environ.copy())
     return BITSTREAMS_DIR / board.key / "gnnweave.bit"
+
+
+def main(argv=None) -> int:
+    """``python -m gnnweave.hw.bitstream BOARD [--out DIR] [--script-only]``"""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m gnnweave.hw.bitstream",
+                                 description="Vivado project and bitstream for a board")
+    ap.add_argument("board")
+    ap.add_argument("--out", help="project folder (default build/bitstream/<board>)")
+    ap.add_argument("--script-only", action="store_true", help="write the script, do not run Vivado")
+    args = ap.parse_args(argv)
+    try:
+        board = get_board(args.board)
+        out = Path(args.out) if args.out else REPO_ROOT / "build" / "bitstream" / board.key
+        if args.script_only:
+            print(write_project(board, out))
+        else:
+            print(run(board, out))
+    except (ValueError, VivadoNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except subprocess.CalledProcessError as e:
+        print(f"error: vivado failed with exit status {e.returncode} (log in {out})", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

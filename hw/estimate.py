@@ -111,8 +111,9 @@ def run_yosys(rtlil_text: str) -> dict:
         return json.loads(Path(tmp, "design.json").read_text())
 
 
-def estimate_design(rtlil_text: str, top: str, *, dsp_tile=(27, 18)) -> dict:
-    """Per-unit and total resources of an RTLIL design whose top module is ``top``."""
+def estimate_design(rtlil_text: str, top: str, *, dsp_tile=(27, 18), depth: int = 2) -> dict:
+    """Per-unit and total resources of an RTLIL design whose top module is ``top``; units are
+    the submodules below the top wrapper, ``depth`` levels down (``unit/subunit``)."""
     modules = run_yosys(rtlil_text)["modules"]
     if top not in modules:
         raise ValueError(f"top module {top!r} not in the design ({', '.join(modules)})")
@@ -139,14 +140,28 @@ def estimate_design(rtlil_text: str, top: str, *, dsp_tile=(27, 18)) -> dict:
         if len(children) != 1:
             break
         parent = children[0]["type"]
-    units = {c["type"].rsplit(".", 1)[-1]: total(c["type"])
-             for c in modules[parent]["cells"].values() if c["type"] in modules}
+    def children(name):
+        return [c["type"] for c in modules[name]["cells"].values() if c["type"] in modules]
+
+    def short(name):
+        return name.rsplit(".", 1)[-1]
+
+    units = {}
+    for child in children(parent):
+        grand = children(child) if depth > 1 else []
+        if not grand:
+            units[short(child)] = total(child)
+            continue
+        for g in grand:
+            units[f"{short(child)}/{short(g)}"] = total(g)
+        if any(own[child][0].values()):
+            units[f"{short(child)}/(own)"] = dict(own[child][0])
     if any(glue.values()):
         units["(glue)"] = glue
     return {"units": units, "total": total(top)}
 
 
-def estimate(config_name: str, *, family: str = "ultrascale+") -> dict:
+def estimate(config_name: str, *, family: str = "ultrascale+", depth: int = 2) -> dict:
     """Generic resource estimate of a named configuration (see the module docstring)."""
     from .top import AggregatorTop
     from .verilog import VitisWrapper
@@ -155,7 +170,7 @@ def estimate(config_name: str, *, family: str = "ultrascale+") -> dict:
     text = rtlil.convert(wrapper, name="gnnweave_aggregator", ports=wrapper.ports(),
                          emit_src=False)
     dsp_tile = (25, 18) if family == "7series" else (27, 18)
-    result = estimate_design(text, "gnnweave_aggregator", dsp_tile=dsp_tile)
+    result = estimate_design(text, "gnnweave_aggregator", dsp_tile=dsp_tile, depth=depth)
     return {"config": config_name, "family": family, "method": METHOD, "timing": NO_TIMING,
             **result}
 
@@ -192,3 +207,30 @@ def check_fits(board, est: dict) -> dict:
         raise DoesNotFitError(f"configuration {est.get('config')!r} does not fit board {board.key!r}: "
                               + ", ".join(over))
     return util
+
+
+def main(argv=None) -> int:
+    """``python -m gnnweave.hw.estimate CONFIG [--json] [--board BOARD]``"""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m gnnweave.hw.estimate", description=__doc__.split("\n")[0])
+    ap.add_argument("config")
+    ap.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    ap.add_argument("--board", help="also check that the configuration fits this board")
+    args = ap.parse_args(argv)
+    try:
+        board = get_board(args.board) if args.board else None
+        est = estimate(args.config, family="7series" if board and board.ps_type == "processing_system7"
+                       else "ultrascale+")
+        if board is not None:
+            est["utilisation"] = {board.key: check_fits(board, est)}
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(est, indent=2) if args.json else format_table(est))
+    if board is not None and not args.json:
+        print(f"fits {board.key}: " + ", ".join(f"{k} {v:.0%}" for k, v in est["utilisation"][board.key].items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -142,3 +142,13 @@ def test_run_without_vivado_names_script(tmp_path, monkeypatch):
 def test_unknown_board():
     with pytest.raises(ValueError, match="unknown board"):
         bitstream.write_project("zcu999", "/nonexistent")
+
+
+def test_cli_without_vivado_names_script(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(bitstream, "write_aggregator_verilog", _fake_verilog)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert bitstream.main(["kv260", "--out", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: vivado is not on PATH") and "build_kv260.tcl" in err
+    assert bitstream.main(["zcu999"]) == 2
+    assert "unknown board 'zcu999'" in capsys.readouterr().err
