@@ -9,6 +9,11 @@ file copy -force [file join $ip_src gnnweave_aggregator.v] $ip_repo
 ipx::infer_core -vendor gnnweave -library hls -name gnnweave_aggregator -version 1.0 -taxonomy /UserIP $ip_repo
 ipx::open_core [file join $ip_repo component.xml]
 set core [ipx::current_core]
+# infer_core may ignore -name/-version: set the VLNV the driver matches explicitly
+set_property vendor gnnweave $core
+set_property library hls $core
+set_property name gnnweave_aggregator $core
+set_property version 1.0 $core
 set_property display_name "gnnweave aggregator (@CONFIG@)" $core
 ipx::infer_bus_interfaces xilinx.com:interface:aximm_rtl:1.0 $core
 ipx::infer_bus_interfaces xilinx.com:signal:clock_rtl:1.0 $core

@@ -117,6 +117,10 @@ def test_dry_run_zynq_block_design(scripts, key, tmp_path):
     assert f"C_MAX_FEAT_DIM" in text and f"set_property value {cfg.max_feat_dim}" in text
     assert "launch_runs impl_1 -to_step write_bitstream" in text
     assert "ipx::associate_bus_interfaces -busif s_axi_control -clock ap_clk" in text
+    # the VLNV the driver and sim/simdevice.py's .hwh use
+    for prop in ("vendor gnnweave", "library hls", "name gnnweave_aggregator", "version 1.0"):
+        assert f"set_property {prop} handle_ipx_current_core" in text
+    assert "create_bd_cell -type ip -vlnv gnnweave:hls:gnnweave_aggregator:1.0 gnnweave_aggregator" in text
     # the register map reaches the IP (hence the .hwh): every register of hw/regmap.py
     from gnnweave.hw.aggregator import aggregator_regmap
     for reg in aggregator_regmap(cfg):
