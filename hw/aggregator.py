@@ -32,7 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal, signed
+from amaranth.hdl import unsigned
 from amaranth.lib import data, enum, fifo
+from amaranth.lib.memory import Memory
 
 from gnnweave.fixed import ACC_GUARD_BITS, MEAN_RECIP_BITS, MEAN_SUM_WIDTH
 
@@ -442,7 +444,13 @@ class AggregatorCore(Elaboratable):
         def acc_index(beat, which_bank):
             return Cat(beat, Const(0, entry_bits - len(beat)), which_bank)
 
-        acc = Array(Signal(lanes * acc_w, name=f"acc{i}") for i in range(2 * bank_entries))
+        # a RAM, not registers: distributed RAM on the FPGA, and an indexed array (instead of
+        # a wide multiplexer evaluated every cycle) in Verilator's model
+        acc = Memory(shape=unsigned(lanes * acc_w), depth=2 * bank_entries, init=[])
+        dp.submodules.acc = acc
+        acc_update = acc.read_port(domain="comb")
+        acc_drain = acc.read_port(domain="comb")
+        acc_write = acc.write_port()
         bank = Signal()
         beat_no = Signal(range(maxb))
         first = Signal(init=1)
@@ -489,7 +497,7 @@ class AggregatorCore(Elaboratable):
 
         old = Signal(lanes * acc_w)
         new = Signal(lanes * acc_w)
-        dp.d.comb += old.eq(acc[s2_index])
+        dp.d.comb += [acc_update.addr.eq(s2_index), old.eq(acc_update.data)]
         for lane in range(lanes):
             prod = s2_prod.word_select(lane, 2 * ew).as_signed()
             prev = old.word_select(lane, acc_w).as_signed()
@@ -500,8 +508,8 @@ class AggregatorCore(Elaboratable):
             else:
                 value = Mux(s2_first, prod, summed)
             dp.d.comb += new.word_select(lane, acc_w).eq(value)
-        with dp.If(s2_valid):
-            dp.d.sync += acc[s2_index].eq(new)
+        dp.d.comb += [acc_write.addr.eq(s2_index), acc_write.data.eq(new),
+                      acc_write.en.eq(s2_valid)]
 
         # ---- drain: narrow, divide (mean), write ---------------------------------------
         dbank = Signal()
@@ -525,6 +533,7 @@ class AggregatorCore(Elaboratable):
         ]
         d1_valid = Signal()
         d1_acc = Signal(lanes * acc_w)
+        dp.d.comb += acc_drain.addr.eq(acc_index(d_beat, dbank))
         d1_mask = Signal(lanes)
         d1_last = Signal()
         d1_zero = Signal()
@@ -533,7 +542,7 @@ class AggregatorCore(Elaboratable):
         with dp.If(d1_go):
             lane_mask = Mux(d_last, (Const(1, lanes + 1) << last_lanes) - 1, (1 << lanes) - 1)
             dp.d.sync += [
-                d1_acc.eq(acc[acc_index(d_beat, dbank)]),
+                d1_acc.eq(acc_drain.data),
                 d1_mask.eq(lane_mask), d1_last.eq(d_last | (d_beat == first_len - 1)),
                 d1_zero.eq(bank_count[dbank] == 0), d1_recip.eq(bank_recip[dbank]),
                 d_beat.eq(d_beat + 1),
