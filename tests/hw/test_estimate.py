@@ -105,3 +105,14 @@ def test_cli_unknown_config_is_one_line_error(capsys):
     assert est_mod.main(["nope"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: unknown configuration 'nope'") and err.count("\n") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("board", ["pynqz2", "ultra96v2", "kv260", "zcu104", "alveo-u250"])
+def test_board_config_fits_its_board(board):
+    # each board's catalogue configuration must fit it (FF/DSP/BRAM36; LUT is an upper bound)
+    from gnnweave.hw.boards import get_board
+    b = get_board(board)
+    est = estimate(b.config, family="7series" if b.ps_type == "processing_system7" else "ultrascale+")
+    util = check_fits(b, est)
+    assert all(util[k] <= 1 for k in ("ff", "dsp", "bram36"))
