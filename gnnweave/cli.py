@@ -169,6 +169,18 @@ def cmd_build_lint(a) -> int:
     return 0 if report["clean"] else 1
 
 
+def cmd_build_estimate(a) -> int:
+    from gnnweave.hw.estimate import main as estimate_main
+    argv = [a.config] + (["--json"] if a.json else []) + (["--board", a.board] if a.board else [])
+    return estimate_main(argv)
+
+
+def cmd_build_bitstream(a) -> int:
+    from gnnweave.hw.bitstream import main as bitstream_main
+    argv = [a.board] + (["--out", a.out] if a.out else []) + (["--script-only"] if a.script_only else [])
+    return bitstream_main(argv)
+
+
 # ---- demo --------------------------------------------------------------------------------
 def cmd_demo(a) -> int:
     out = Path(a.out)
@@ -293,6 +305,17 @@ def build_parser() -> argparse.ArgumentParser:
     lint.add_argument("--out", default=None)
     lint.add_argument("--json", action="store_true")
     lint.set_defaults(func=cmd_build_lint)
+
+    est = bsub.add_parser("estimate", help="resource estimate per unit (generic Yosys flow)")
+    est.add_argument("--config", default="default")
+    est.add_argument("--board", default=None, help="also check the configuration fits this board")
+    est.add_argument("--json", action="store_true")
+    est.set_defaults(func=cmd_build_estimate)
+    bit = bsub.add_parser("bitstream", help="Vivado project script, and the bitstream where Vivado is on PATH")
+    bit.add_argument("--board", required=True, help="zcu104 | kv260 | ultra96v2 | pynqz2 | alveo-u250")
+    bit.add_argument("--out", default=None)
+    bit.add_argument("--script-only", action="store_true")
+    bit.set_defaults(func=cmd_build_bitstream)
 
     demo = sub.add_parser("demo", help="verify the RTL, then train a GCN split across devices")
     demo.add_argument("--dataset", default="cora")

@@ -29,6 +29,8 @@ def test_help_lists_the_commands():
     (["verify", "aggregate", "--graph", "rmat:x:2", "--feat-dim", "4", "--json"], "rmat"),
     (["plan", "--model", "vgg16", "--devices", "a", "a", "--json"], "repeat"),
     (["build", "verilog", "--config", "nonesuch"], "unknown configuration 'nonesuch'"),
+    (["build", "estimate", "--config", "nonesuch"], "unknown configuration 'nonesuch'"),
+    (["build", "bitstream", "--board", "nosuch"], "unknown board 'nosuch'"),
 ])
 def test_bad_arguments_give_one_line_errors(args, needle):
     rc, out, err = run_cli(*args)
