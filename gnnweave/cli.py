@@ -158,10 +158,13 @@ def cmd_build_verilog(a) -> int:
 
 
 def cmd_build_lint(a) -> int:
-    from gnnweave.hw.verilog import write_aggregator_verilog
     from gnnweave.sim.lint import lint_verilog
-    out = Path(a.out or f"build/verilog/{a.config}")
-    path = write_aggregator_verilog(a.config, out)
+    if a.out:
+        from gnnweave.hw.verilog import write_aggregator_verilog
+        path = write_aggregator_verilog(a.config, Path(a.out))
+    else:   # the simulators' cached Verilog: regenerated only when the RTL changed
+        from gnnweave.sim.runner import aggregator_verilog
+        path = aggregator_verilog(a.config)
     report = lint_verilog(path, "gnnweave_aggregator")
     _emit(report, a.json, ("clean", "warnings", "waived", "waiver_file"))
     if not report["clean"]:
