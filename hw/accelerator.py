@@ -1,0 +1,222 @@
+"""The accelerator top: every unit of a build behind one AXI4-Lite control slave and one
+AXI4 manager port.
+
+Units (:class:`Unit`) are engines with the same small contract as
+:class:`~gnnweave.hw.aggregator.AggregatorCore`: an AXI4 manager ``bus``, dicts ``cfg``
+(register name -> signal the unit reads) and ``stat`` (register name -> signal the unit
+drives), and ``start`` / ``idle`` / ``done``. Each unit module declares its registers as
+``CONFIG_REGISTERS`` / ``STATUS_REGISTERS`` tuples ``(name, width, doc)``.
+
+Register map (:func:`accelerator_regmap`, built once with
+:class:`~gnnweave.hw.regmap.RegisterBuilder`): the ``ap_ctrl_hs`` block, ``unit`` (which
+unit ``ap_start`` runs), ``units_present`` (a bit per unit in this build), then the union of
+the units' registers. A name that several units declare is one register: a configuration
+register feeds every unit that has it (``shift`` is the narrowing shift of whichever unit
+runs), a status register shows the value of the unit that ran last, so counters such as
+``busy_cycles`` read the same whatever unit ran. ``unit`` and ``units_present`` sit at 0x10
+and 0x14 in every build; hosts take every other offset from the exported map.
+
+Bus sharing: the unit of the last accepted start owns ``gmem`` until the next start; a
+start is accepted only while every unit is idle, and a unit is idle only once all its
+responses are in, so ownership never changes with a transaction in flight. A start of a
+unit that is not in the build finishes at once with ``status`` = CONFIG_ERROR (bit 0 in
+every unit) and no memory traffic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.lib import enum, wiring
+from amaranth.lib.wiring import In, Out
+
+from .axi import AXI4LiteSignature, AXI4Signature
+from .control import AxiLiteControl
+from .regmap import Access, RegisterBuilder, RegisterMap
+
+#: ``status`` bit every unit uses for "run refused before any memory traffic".
+STATUS_CONFIG_ERROR = 1 << 0
+
+
+class Unit(enum.Enum, shape=8):
+    """Value of the ``unit`` register."""
+
+    AGGREGATOR = 0
+    MAC_ARRAY = 1
+    PIPELINE = 2
+
+
+@dataclass(frozen=True)
+class UnitRegisters:
+    """A unit's register declarations (``(name, width, doc)`` tuples)."""
+
+    unit: Unit
+    config: tuple
+    status: tuple
+
+
+def _merge(sets: list[UnitRegisters], which: str) -> list[tuple[str, int, str, list[Unit]]]:
+    """Union by name, in order of first appearance; width is the widest declaration."""
+    merged: dict[str, list] = {}
+    for regs in sets:
+        for name, width, doc in getattr(regs, which):
+            if name in merged:
+                entry = merged[name]
+                entry[1] = max(entry[1], width)
+                entry[3].append(regs.unit)
+            else:
+                merged[name] = [name, width, doc, [regs.unit]]
+    return [tuple(e) for e in merged.values()]
+
+
+def accelerator_regmap(sets: list[UnitRegisters], name: str = "gnnweave") -> RegisterMap:
+    """The register map of a build holding the units of ``sets`` (the one source of offsets)."""
+    units = [s.unit for s in sets]
+    if not units:
+        raise ValueError("an accelerator needs at least one unit")
+    if len(set(units)) != len(units):
+        raise ValueError(f"unit listed twice: {[u.name for u in units]}")
+    cfg_names = {n for n, *_ in _merge(sets, "config")}
+    for n, *_ in _merge(sets, "status"):
+        if n in cfg_names:
+            raise ValueError(f"register {n!r} is a configuration register of one unit and a "
+                             f"status register of another")
+    builder = RegisterBuilder(name)
+    builder.ap_ctrl()
+    builder.add("unit", 8, Access.RW, "Unit that ap_start runs: " +
+                ", ".join(f"{u.value} {u.name.lower()}" for u in Unit))
+    builder.add("units_present", 8, Access.RO,
+                "Bit u set: unit u is in this build (see the unit register)")
+    for reg_name, width, doc, owners in _merge(sets, "config"):
+        builder.add(reg_name, width, Access.RW, _owned(doc, owners, len(units)))
+    for reg_name, width, doc, owners in _merge(sets, "status"):
+        builder.add(reg_name, width, Access.RO, _owned(doc, owners, len(units)))
+    return builder.build()
+
+
+def _owned(doc: str, owners: list[Unit], n_units: int) -> str:
+    if n_units == 1:
+        return doc
+    return f"{doc} [{', '.join(u.name.lower() for u in owners)}]"
+
+
+@dataclass
+class UnitInstance:
+    """A unit's core and its register declarations."""
+
+    registers: UnitRegisters
+    core: object
+
+    @property
+    def unit(self) -> Unit:
+        return self.registers.unit
+
+
+def _bus_shape(core) -> AXI4Signature:
+    sig = core.bus.signature
+    if not isinstance(sig, AXI4Signature):
+        raise TypeError(f"unit bus must be an AXI4 manager interface, not {sig!r}")
+    return sig
+
+
+class AcceleratorTop(wiring.Component):
+    """``control`` (AXI4-Lite slave, ``ap_ctrl_hs`` at 0x00), ``gmem`` (AXI4 manager),
+    ``interrupt``; the units of ``units`` (a list of :class:`UnitInstance`) inside."""
+
+    def __init__(self, units: list[UnitInstance], *, name: str = "gnnweave"):
+        self.units = list(units)
+        self.regmap = accelerator_regmap([u.registers for u in self.units], name)
+        sigs = [_bus_shape(u.core) for u in self.units]
+        addr_width = {s.addr_width for s in sigs}
+        data_width = {s.data_width for s in sigs}
+        if len(addr_width) != 1 or len(data_width) != 1:
+            raise ValueError("all units of one accelerator need the same AXI address and data "
+                             f"widths, got {[(s.addr_width, s.data_width) for s in sigs]}")
+        self.gmem_signature = AXI4Signature(addr_width=addr_width.pop(), data_width=data_width.pop(),
+                                            id_width=max(s.id_width for s in sigs))
+        super().__init__({
+            "control": In(AXI4LiteSignature(addr_width=self.regmap.addr_width)),
+            "gmem": Out(self.gmem_signature),
+            "interrupt": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.control = ctrl = AxiLiteControl(self.regmap)
+        wiring.connect(m, wiring.flipped(self.control), ctrl.bus)
+        units = self.units
+        for u in units:
+            m.submodules[u.unit.name.lower()] = u.core
+
+        # configuration registers fan out to every unit that declares them
+        for u in units:
+            for name, sig in u.core.cfg.items():
+                m.d.comb += sig.eq(getattr(ctrl.rw, name))
+
+        selected = ctrl.rw.unit
+        present = Signal()
+        m.d.comb += present.eq(sum(selected == u.unit.value for u in units) != 0)
+        all_idle = Signal()
+        m.d.comb += all_idle.eq(sum(~u.core.idle for u in units) == 0)
+        # ownership of gmem and of the status registers: the unit of the last start
+        owner = Signal(8, init=units[0].unit.value)
+        refused = Signal()          # the last start named a unit not in this build
+        refuse_done = Signal()      # its done pulse, the cycle after the start
+        take = Signal()
+        m.d.comb += take.eq(ctrl.start & all_idle & ~refuse_done)
+        m.d.sync += refuse_done.eq(0)
+        with m.If(take):
+            m.d.sync += owner.eq(selected)
+            with m.If(~present):
+                m.d.sync += [refused.eq(1), refuse_done.eq(1)]
+            with m.Else():
+                m.d.sync += refused.eq(0)
+        for u in units:
+            m.d.comb += u.core.start.eq(take & (selected == u.unit.value))
+        m.d.comb += [
+            ctrl.accepted.eq(take),
+            ctrl.done.eq(refuse_done | (sum(u.core.done for u in units) != 0)),
+            ctrl.idle.eq(all_idle & ~refuse_done),
+            self.interrupt.eq(ctrl.interrupt),
+        ]
+
+        # status registers: the owner's value (0 from a unit that does not declare one)
+        ctrl_ro = ctrl.ro
+        m.d.comb += ctrl_ro.units_present.eq(sum(1 << u.unit.value for u in units))
+        for reg in self.regmap:
+            if reg.access is not Access.RO or reg.name == "units_present":
+                continue
+            value = Const(0, reg.width)
+            for u in units:
+                if reg.name in u.core.stat:
+                    value = Mux(owner == u.unit.value, u.core.stat[reg.name], value)
+            if reg.name == "status":
+                value = Mux(refused, STATUS_CONFIG_ERROR, value)
+            m.d.comb += getattr(ctrl_ro, reg.name).eq(value)
+
+        # gmem: manager outputs from the owner; responses and readies only to the owner
+        gmem = self.gmem
+        for path, member, _ in self.gmem_signature.flatten(gmem):
+            (port,) = path
+            out = getattr(gmem, port)
+            if member.flow == Out:
+                value = Const(0, len(out))
+                for u in units:
+                    value = Mux(owner == u.unit.value, getattr(u.core.bus, port), value)
+                m.d.comb += out.eq(value)
+            else:
+                for u in units:
+                    mine = owner == u.unit.value
+                    dst = getattr(u.core.bus, port)
+                    if port.endswith(("valid", "ready")):
+                        m.d.comb += dst.eq(out & mine)
+                    else:
+                        m.d.comb += dst.eq(out)
+        return m
+
+
+def aggregator_unit(config) -> UnitInstance:
+    from . import aggregator
+    return UnitInstance(UnitRegisters(Unit.AGGREGATOR, aggregator.CONFIG_REGISTERS,
+                                      aggregator.STATUS_REGISTERS),
+                        aggregator.AggregatorCore(config))
