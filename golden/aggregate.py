@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from gnnweave.enums import parse_enum
 from gnnweave.fixed import (
     MEAN_RECIP_BITS,
     MEAN_SUM_WIDTH,
@@ -55,13 +56,7 @@ class Reduce(enum.IntEnum):
 
     @classmethod
     def parse(cls, value) -> "Reduce":
-        if isinstance(value, Reduce):
-            return value
-        try:
-            return cls[str(value).upper()]
-        except KeyError:
-            names = ", ".join(r.name.lower() for r in cls)
-            raise ValueError(f"unknown reduce {value!r}; choose one of {names}") from None
+        return parse_enum(cls, value, "reduce")
 
 
 @dataclass(frozen=True)

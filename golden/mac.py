@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gnnweave.enums import parse_enum
 from gnnweave.fixed import FixedFormat, narrow, shift_round_half_even
 
 #: Widest operand the MAC cells take (one DSP multiply per cell per cycle).
@@ -53,18 +54,7 @@ class MacMode(enum.IntEnum):
 
     @classmethod
     def parse(cls, value) -> "MacMode":
-        if isinstance(value, MacMode):
-            return value
-        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-            try:
-                return cls(int(value))
-            except ValueError:
-                pass
-        try:
-            return cls[str(value).upper()]
-        except KeyError:
-            names = ", ".join(m.name.lower() for m in cls)
-            raise ValueError(f"unknown MAC mode {value!r}; choose one of {names}") from None
+        return parse_enum(cls, value, "MAC mode")
 
 
 @dataclass

@@ -44,6 +44,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from gnnweave.enums import parse_enum
 from gnnweave.fixed import FixedFormat
 from gnnweave.golden.mac import (
     SgdFormat,
@@ -76,19 +77,7 @@ class Schedule(enum.IntEnum):
 
     @classmethod
     def parse(cls, value) -> "Schedule":
-        if isinstance(value, Schedule):
-            return value
-        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-            try:
-                return cls(int(value))
-            except ValueError:
-                pass
-        text = str(value).lower().replace("_", "-")
-        for s in cls:
-            if text in (s.cli_name, s.name.lower().replace("_", "-")):
-                return s
-        names = ", ".join(s.cli_name for s in cls)
-        raise ValueError(f"unknown schedule {value!r}; choose one of {names}")
+        return parse_enum(cls, value, "schedule", lambda s: (s.cli_name,))
 
 
 class OpKind(enum.IntEnum):
