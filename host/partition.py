@@ -18,6 +18,14 @@ counts instead.
 after every epoch (exponentially smoothed) and re-partitions only when the re-partition is
 predicted to cut the makespan by more than ``threshold`` (hysteresis: noise of a few percent
 on a balanced split predicts a gain below the threshold, so the split stays put).
+
+:func:`fit_share_cost` is the per-graph calibration (profiling on the workload, as HyScale-GNN
+and Poplar do): from a device's measured times on a few row ranges of the graph that will be
+split, either *rescale* a prior model (one factor: the median of measured / predicted) or
+*refit* ``fixed, per_edge, per_row`` (non-negative least squares on relative residuals); with
+``method="auto"`` the one with the smaller leave-one-out error is kept, so three free
+coefficients are only used where the samples support them.
+:func:`gnnweave.host.profiler.calibrate_shares` takes those measurements.
 """
 from __future__ import annotations
 
@@ -240,3 +248,115 @@ class Rebalancer:
             self.partition = candidate
             return dict(candidate)
         return None
+
+
+@dataclass(frozen=True)
+class ShareFit:
+    """A device's :class:`ShareCost` calibrated on measured shares of one graph."""
+
+    cost: ShareCost
+    method: str                      # 'refit' | 'scale'
+    scale: float | None              # median measured / prior-predicted; None without a prior
+    loo_median_rel_err: float | None  # leave-one-out median relative error of ``method``
+    fit_median_rel_err: float        # on the samples themselves
+    samples: tuple = ()              # ((edges, rows, seconds), ...)
+
+    def to_dict(self) -> dict:
+        return {"fixed_s": self.cost.fixed_s, "per_edge_s": self.cost.per_edge_s,
+                "per_row_s": self.cost.per_row_s, "method": self.method, "scale": self.scale,
+                "loo_median_rel_err": self.loo_median_rel_err,
+                "fit_median_rel_err": self.fit_median_rel_err,
+                "samples": [list(s) for s in self.samples]}
+
+
+def _check_samples(samples) -> np.ndarray:
+    arr = []
+    for i, s in enumerate(samples):
+        try:
+            e, r, t = (float(v) for v in s)
+        except (TypeError, ValueError):
+            raise ValueError(f"samples[{i}] = {s!r}: expected (edges, rows, seconds)") from None
+        if not (math.isfinite(e) and e >= 0 and math.isfinite(r) and r >= 1):
+            raise ValueError(f"samples[{i}]: edges={e}, rows={r}: need edges >= 0 and rows >= 1")
+        if not (math.isfinite(t) and t > 0):
+            raise ValueError(f"samples[{i}]: seconds={t}: must be finite and > 0")
+        arr.append((e, r, t))
+    if not arr:
+        raise ValueError("samples: no measured shares to calibrate on")
+    return np.array(arr)
+
+
+def _refit(s: np.ndarray) -> ShareCost | None:
+    from scipy.optimize import nnls
+    A = np.column_stack([np.ones(len(s)), s[:, 0], s[:, 1]]) / s[:, 2:3]
+    norms = np.linalg.norm(A, axis=0)
+    norms[norms == 0] = 1.0
+    sol, _ = nnls(A / norms, np.ones(len(s)), maxiter=200)
+    fixed, per_edge, per_row = (float(v) for v in sol / norms)
+    if per_edge == 0 and per_row == 0:
+        return None
+    return ShareCost(fixed, per_edge, per_row)
+
+
+def _rescale(s: np.ndarray, prior: ShareCost) -> tuple[ShareCost, float]:
+    pred = prior(s[:, 0], s[:, 1])
+    factor = float(np.median(s[:, 2] / pred))
+    return prior.scaled(factor), factor
+
+
+def _rel_err(cost: ShareCost, s: np.ndarray) -> np.ndarray:
+    return np.abs(cost(s[:, 0], s[:, 1]) - s[:, 2]) / s[:, 2]
+
+
+def _loo(s: np.ndarray, fit) -> float | None:
+    """Median relative error on each sample of a model fitted without it."""
+    if len(s) < 2:
+        return None
+    errs = []
+    for i in range(len(s)):
+        model = fit(np.delete(s, i, axis=0))
+        if model is None:
+            return None
+        errs.append(float(_rel_err(model, s[i:i + 1])[0]))
+    return float(np.median(errs))
+
+
+def fit_share_cost(samples, prior: ShareCost | None = None, *, method: str = "auto") -> ShareFit:
+    """Calibrate a device's :class:`ShareCost` on measured shares of one graph.
+
+    ``samples``: ``[(edges, rows, seconds), ...]`` measured on row ranges of the graph;
+    ``prior``: the device's model before calibration (e.g. from the profiler's size sweep).
+    ``method``: ``'scale'`` (the prior times the median measured/predicted ratio; needs a
+    prior), ``'refit'`` (new ``fixed, per_edge, per_row`` by NNLS on relative residuals;
+    needs 3 samples) or ``'auto'`` (of those possible, the one with the smaller
+    leave-one-out median relative error).
+    """
+    s = _check_samples(samples)
+    if method not in ("auto", "scale", "refit"):
+        raise ValueError(f"method={method!r}: choose 'auto', 'scale' or 'refit'")
+    if method == "scale" and prior is None:
+        raise ValueError("method='scale' needs a prior ShareCost to rescale")
+    if method == "refit" and len(s) < 3:
+        raise ValueError(f"method='refit' needs >= 3 samples (got {len(s)})")
+    options = {}
+    if prior is not None and method in ("auto", "scale"):
+        options["scale"] = lambda sub: _rescale(sub, prior)[0]
+    if len(s) >= 3 and method in ("auto", "refit"):
+        options["refit"] = _refit
+    if not options:
+        raise ValueError(f"fit_share_cost: {len(s)} sample(s) and no prior: need >= 3 "
+                         "samples to fit a model")
+    loo = {name: _loo(s, fit) for name, fit in options.items()}
+    if len(options) == 1:
+        chosen = next(iter(options))
+    else:   # both possible: the smaller held-out error (a missing LOO loses)
+        chosen = min(options, key=lambda k: math.inf if loo[k] is None else loo[k])
+    cost = options[chosen](s)
+    if cost is None:   # a refit with no work term: fall back to the prior
+        if prior is None:
+            raise ValueError("fit_share_cost: the samples give no per-edge or per-row cost")
+        chosen, cost = "scale", _rescale(s, prior)[0]
+    scale = _rescale(s, prior)[1] if prior is not None else None
+    return ShareFit(cost, chosen, scale, loo[chosen] if chosen in loo else None,
+                    float(np.median(_rel_err(cost, s))),
+                    tuple(tuple(float(v) for v in row) for row in s))

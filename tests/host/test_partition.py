@@ -9,6 +9,7 @@ from gnnweave.graph import CSRGraph
 from gnnweave.host.partition import (
     Rebalancer,
     ShareCost,
+    fit_share_cost,
     ideal_makespan,
     partition_rows,
     predict_times,
@@ -156,3 +157,56 @@ def test_rebalancer_does_not_oscillate_under_noise():
     naive_changes = sum(naive.update(sim2.run_epoch(naive.partition)) is not None
                         for _ in range(100))
     assert naive_changes >= 50
+
+
+# -- per-graph calibration ------------------------------------------------------------------
+
+def share_samples(graph, truth, ranges, noise=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for lo, hi in ranges:
+        e = int(graph.indptr[hi] - graph.indptr[lo])
+        out.append((e, hi - lo, float(truth(e, hi - lo)) * (1 + noise * rng.standard_normal())))
+    return out
+
+
+RANGES = [(0, 4000), (0, 2000), (2000, 4000), (0, 1000), (1000, 2000), (2000, 3000),
+          (3000, 4000), (0, 400)]
+
+
+def test_fit_share_cost_refits_a_wrong_shape_and_rescales_a_right_one():
+    g = powerlaw_graph(4000, 12, 6)
+    truth = ShareCost(fixed_s=2e-3, per_edge_s=3e-8, per_row_s=4e-7)
+    samples = share_samples(g, truth, RANGES)
+    # prior with the wrong shape (no fixed cost, all per edge): the refit wins on held-out error
+    fit = fit_share_cost(samples, ShareCost(per_edge_s=1e-7))
+    assert fit.method == "refit" and fit.loo_median_rel_err < 1e-6
+    assert fit.cost.fixed_s == pytest.approx(truth.fixed_s, rel=1e-4)
+    for lo, hi in [(123, 3456), (3900, 4000)]:
+        e = g.indptr[hi] - g.indptr[lo]
+        assert float(fit.cost(e, hi - lo)) == pytest.approx(float(truth(e, hi - lo)), rel=1e-4)
+    # the right shape, 2.5x too fast (as a sweep on other graphs gives): one factor fixes it
+    scaled = fit_share_cost(samples, truth.scaled(1 / 2.5), method="scale")
+    assert scaled.scale == pytest.approx(2.5, rel=1e-9)
+    assert scaled.cost.per_edge_s == pytest.approx(truth.per_edge_s, rel=1e-9)
+    # noisy samples and a right-shaped prior: auto keeps the single factor (fewer free
+    # coefficients generalise better from 8 noisy samples)
+    noisy = share_samples(g, truth, RANGES, noise=0.08, seed=3)
+    auto = fit_share_cost(noisy, truth.scaled(0.5))
+    assert auto.method == "scale" and auto.scale == pytest.approx(2.0, rel=0.1)
+
+
+def test_fit_share_cost_errors_name_the_sample():
+    good = [(100, 10, 1e-3), (200, 20, 2e-3), (400, 40, 4e-3)]
+    with pytest.raises(ValueError, match=r"samples\[1\]: seconds=0.0"):
+        fit_share_cost([good[0], (5, 5, 0.0), good[2]])
+    with pytest.raises(ValueError, match=r"samples\[0\] = 7"):
+        fit_share_cost([7])
+    with pytest.raises(ValueError, match="needs a prior"):
+        fit_share_cost(good, method="scale")
+    with pytest.raises(ValueError, match="needs >= 3 samples"):
+        fit_share_cost(good[:2], method="refit")
+    with pytest.raises(ValueError, match="no measured shares"):
+        fit_share_cost([])
+    with pytest.raises(ValueError, match="method='best'"):
+        fit_share_cost(good, method="best")
