@@ -19,6 +19,15 @@ rounds (the least-disturbed run; fpga-emu's modelled time needs one round). Whic
 * gpu and the rest: the host wall clock (``OpResult.wall_seconds``).
 
 ``clock="wall"`` forces the wall clock everywhere. Devices working in host memory (cpu) have no transfer model.
+
+Calibration on the workload (:func:`calibrate_shares`): a size sweep on uniform synthetic
+graphs misses what the real graph does to a device (measured on the partition benchmark's
+Zipf-skewed graph: the sweep model's CPU predictions were 1.5x off). So before a split is
+sized, each device runs whole shares (features in, aggregate a row range, rows out:
+:func:`share_seconds`) on a few row ranges of the graph to be split, with its own clock, in
+rounds of random order; a range's time is the *median* over rounds (robust to a burst of load
+from other processes in either direction, where a minimum keeps only the luckiest run), and
+:func:`~gnnweave.host.partition.fit_share_cost` rescales or refits the device's share model.
 """
 from __future__ import annotations
 
@@ -354,3 +363,95 @@ def profile_main(devices: list[str], out: str | None, quick: bool) -> dict:
             report["plot_error"] = f"{type(e).__name__}: {e}"
         path.write_text(json.dumps(report, indent=1))
     return report
+
+
+#: Row ranges (fractions of N) measured by :func:`calibrate_shares`: sizes over a 10x range
+#: (so a fixed cost separates from the work) and both halves and all quarters of the rows.
+CALIBRATION_FRACTIONS = ((0.0, 1.0), (0.0, 0.5), (0.5, 1.0), (0.0, 0.25), (0.25, 0.5),
+                         (0.5, 0.75), (0.75, 1.0), (0.0, 0.1))
+
+
+def _deterministic(executor) -> bool:
+    """fpga-emu's device time is a formula of the sizes: one measurement is enough."""
+    return getattr(executor, "kind", "") == "fpga-emu"
+
+
+def share_seconds(executor, graph, x, rows, *, reduce: str = "sum", clock: str = "auto") -> float:
+    """Device time of one share as a partitioned aggregation runs it: ``x`` in, aggregate
+    destination rows ``rows = (lo, hi)``, the result rows out (each timed by
+    :func:`device_time`'s rules and summed). An empty range costs 0."""
+    lo, hi = rows
+    if hi <= lo:
+        return 0.0
+    t_in, _, res_in = device_time(executor, lambda: executor.transfer_in(x), clock)
+    t_agg, _, res = device_time(executor, lambda: executor.aggregate(
+        graph, res_in.value, reduce, rows=(lo, hi)), clock)
+    t_out, _, _ = device_time(executor, lambda: executor.transfer_out(res.value), clock)
+    return t_in + t_agg + t_out
+
+
+def measure_shares(tasks, graph, x, *, rounds: int = 5, seed: int = 0, reduce: str = "sum",
+                   clock: str = "auto", warmup: bool = True) -> dict:
+    """Median device time of each ``(executor, (lo, hi))`` in ``tasks`` over ``rounds``
+    rounds, each round in a fresh random order (so drifting load hits all tasks alike); a
+    warm-up run of the aggregation precedes each timed one (caches warm, as in every epoch
+    after the first). Deterministic (modelled) devices are measured once.
+    Returns ``{task index: seconds}``."""
+    if rounds < 1:
+        raise ValueError(f"rounds={rounds}: must be >= 1")
+    rng = np.random.default_rng(seed)
+    times: dict[int, list[float]] = {i: [] for i in range(len(tasks))}
+    for r in range(rounds):
+        for i in rng.permutation(len(tasks)):
+            ex, (lo, hi) = tasks[i]
+            if r > 0 and _deterministic(ex):
+                continue
+            if warmup and hi > lo and not _deterministic(ex):
+                ex.aggregate(graph, x, reduce, rows=(lo, hi))
+            times[int(i)].append(share_seconds(ex, graph, x, (lo, hi), reduce=reduce,
+                                               clock=clock))
+    return {i: float(np.median(v)) for i, v in times.items()}
+
+
+def calibrate_shares(executors, graph, x, priors=None, *, fractions=CALIBRATION_FRACTIONS,
+                     rounds: int = 5, seed: int = 0, method: str = "auto", reduce: str = "sum",
+                     clock: str = "auto") -> dict:
+    """Calibrate each executor's share model on the graph that will be split.
+
+    ``priors``: ``{device name: ShareCost}`` before calibration (e.g. ``share_costs`` of a
+    profiled CostModel), or None to fit from the samples alone. Returns
+    ``{device name: ShareFit}``; pass ``{d: f.cost for d, f in fits.items()}`` to
+    :func:`~gnnweave.host.partition.partition_rows` or a ``Rebalancer``."""
+    from gnnweave.host.partition import fit_share_cost
+
+    n = graph.num_nodes
+    if n == 0:
+        raise ValueError("calibrate_shares: the graph has no nodes")
+    x = np.asarray(x)
+    if x.ndim != 2 or x.shape[0] != n:
+        raise ValueError(f"calibrate_shares: x has shape {x.shape}, expected ({n}, F)")
+    ranges = []
+    for i, (a, b) in enumerate(fractions):
+        if not (0.0 <= a < b <= 1.0):
+            raise ValueError(f"fractions[{i}] = {(a, b)}: need 0 <= lo < hi <= 1")
+        lo = min(int(a * n), n - 1)
+        ranges.append((lo, max(int(round(b * n)), lo + 1)))
+    ranges = list(dict.fromkeys(ranges))   # small graphs can round two fractions together
+    names = [getattr(ex, "name", str(ex)) for ex in executors]
+    if len(set(names)) != len(names):
+        raise ValueError(f"calibrate_shares: executor names repeat: {names}")
+    tasks = [(ex, r) for ex in executors for r in ranges]
+    med = measure_shares(tasks, graph, x, rounds=rounds, seed=seed, reduce=reduce, clock=clock)
+    fits = {}
+    for name, ex in zip(names, executors):
+        samples = [(int(graph.indptr[hi] - graph.indptr[lo]), hi - lo, med[i])
+                   for i, (e, (lo, hi)) in enumerate(tasks) if e is ex]
+        prior = None if priors is None else priors.get(name)
+        if priors is not None and prior is None:
+            raise ValueError(f"priors: no entry for device {name!r} (have {sorted(priors)})")
+        bad = [s for s in samples if not s[2] > 0]
+        if bad:
+            raise ValueError(f"calibrate_shares: device {name!r} measured {bad[0][2]} s on "
+                             f"{bad[0][1]} rows (its clock reports no time)")
+        fits[name] = fit_share_cost(samples, prior, method=method)
+    return fits

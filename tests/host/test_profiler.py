@@ -1,10 +1,14 @@
 """Profiler on the real executors: fpga-emu (device time) and cpu (CPU time)."""
 import json
 
+import numpy as np
 import pytest
 
+from gnnweave.graph import CSRGraph
 from gnnweave.host.costmodel import CostModel
-from gnnweave.host.profiler import QUICK, SweepSizes, profile, profile_main
+from gnnweave.host.partition import ShareCost, partition_rows, predict_times, share_costs
+from gnnweave.host.profiler import (QUICK, SweepSizes, calibrate_shares, measure_shares,
+                                    profile, profile_main)
 
 executors = pytest.importorskip("gnnweave.host.executors")
 
@@ -59,3 +63,117 @@ def test_cpu_quick_profile_meets_heldout_target():
     errs = {op: m.heldout_median_rel_err for op, m in prof.cost_model.devices["cpu"].ops.items()}
     assert all(e <= 0.15 for e in errs.values()), errs
     assert QUICK.graphs
+
+
+# -- calibration on the workload ------------------------------------------------------------
+
+class HubExecutor:
+    """A device with a known cost the size features cannot see: a row's first ``knee`` edges
+    cost ``per_edge`` each, the rest of a hub row 4x less (its output row stays on chip);
+    plus ``per_row`` per row and ``fixed`` per launch. Reports that as device time, and now
+    and then (``burst`` of the calls) a 2.5x longer time, as a busy shared host would."""
+
+    kind = "fpga"
+
+    def __init__(self, name, per_edge, *, knee=16, per_row=1e-7, fixed=1e-4, burst=0.0, seed=0):
+        self.name, self.per_edge, self.knee = name, per_edge, knee
+        self.per_row, self.fixed, self.burst = per_row, fixed, burst
+        self.rng = np.random.default_rng(seed)
+
+    def true_seconds(self, graph, lo, hi):
+        deg = np.diff(graph.indptr[lo:hi + 1])
+        cheap = np.maximum(deg - self.knee, 0)
+        return (self.fixed + self.per_row * (hi - lo)
+                + self.per_edge * (np.sum(deg - cheap) + 0.25 * np.sum(cheap)))
+
+    def aggregate(self, graph, x, reduce="sum", *, rows=None):
+        lo, hi = rows
+        t = self.true_seconds(graph, lo, hi)
+        if self.rng.random() < self.burst:
+            t *= 2.5
+        value = np.zeros((hi - lo, x.shape[1]), np.float32)
+        return executors.OpResult(value, 0.0, t, 0, 0, "aggregate", self.name)
+
+    def transfer_in(self, a):
+        return executors.OpResult(a, 0.0, 0.0, 0, 0, "transfer_in", self.name)
+
+    transfer_out = transfer_in
+
+
+def zipf_graph(n, avg_degree, seed):
+    rng = np.random.default_rng(seed)
+    w = 1.0 / np.arange(1, n + 1) ** 0.9
+    rng.shuffle(w)
+    dst = rng.choice(n, size=n * avg_degree, p=w / w.sum())
+    src = rng.integers(0, n, size=n * avg_degree)
+    return CSRGraph.from_edge_index(np.stack([src, dst]), n)
+
+
+def true_optimum(graph, devs):
+    """Brute force over the cut of a two-device split, with the devices' true costs."""
+    a, b = devs
+    n = graph.num_nodes
+    return min(max(a.true_seconds(graph, 0, c) if c else 0.0,
+                   b.true_seconds(graph, c, n) if c < n else 0.0) for c in range(n + 1))
+
+
+def test_calibration_on_the_workload_predicts_a_split_the_sweep_model_misses():
+    graph = zipf_graph(3000, 24, seed=3)
+    x = np.zeros((graph.num_nodes, 8), np.float32)
+    devs = [HubExecutor("fast", 2e-7, burst=0.2, seed=1),
+            HubExecutor("slow", 3e-7, knee=10**9, burst=0.2, seed=2)]   # no hub discount
+    # the prior: a size sweep on uniform graphs (every row below the knee)
+    sweep = SweepSizes(graphs=[(500, 2), (2000, 4), (2000, 12)], feats=[8],
+                       heldout_graphs=[(1000, 8)], heldout_feats=[8])
+    cm = profile(devs, sizes=sweep, repeats=5, ops=("aggregate",), progress=False).cost_model
+    prior = share_costs(cm, ["fast", "slow"], feat_dim=8, num_nodes=graph.num_nodes)
+    fits = calibrate_shares(devs, graph, x, prior, rounds=5)
+    calibrated = {d: f.cost for d, f in fits.items()}
+
+    def judged(costs):
+        """(worst per-device prediction error, true makespan) of the split sized from costs"""
+        part = partition_rows(graph, 8, costs)
+        predicted = predict_times(graph, part, costs)
+        true = {dev.name: dev.true_seconds(graph, *part[dev.name]) for dev in devs
+                if dev.name in part}
+        return max(abs(predicted[d] - t) / t for d, t in true.items()), max(true.values())
+
+    err_cal, true_cal = judged(calibrated)
+    err_prior, true_prior = judged(prior)
+    optimum = true_optimum(graph, devs)
+    assert err_cal < 0.05 and true_cal <= 1.03 * optimum, (err_cal, true_cal, optimum)
+    # the sweep model, blind to the hub rows, is far off and sizes a worse split
+    assert err_prior > 0.25 and true_prior > 1.10 * optimum, (err_prior, true_prior, optimum)
+    # the degree-blind device keeps its prior's shape: rescaling is enough for it
+    assert fits["slow"].scale == pytest.approx(1.0, rel=0.02)
+
+
+def test_measure_shares_median_ignores_bursts_and_calibration_errors():
+    graph = zipf_graph(400, 6, seed=0)
+    x = np.zeros((400, 4), np.float32)
+    dev = HubExecutor("d", 1e-6, burst=0.25, seed=5)
+    tasks = [(dev, (0, 400)), (dev, (100, 300))]
+    med = measure_shares(tasks, graph, x, rounds=9, seed=1)
+    for i, (_, (lo, hi)) in enumerate(tasks):
+        assert med[i] == pytest.approx(dev.true_seconds(graph, lo, hi), rel=1e-9)
+    with pytest.raises(ValueError, match="rounds=0"):
+        measure_shares(tasks, graph, x, rounds=0)
+    with pytest.raises(ValueError, match=r"fractions\[1\]"):
+        calibrate_shares([dev], graph, x, fractions=((0.0, 1.0), (0.5, 0.5)))
+    with pytest.raises(ValueError, match=r"x has shape \(3, 4\)"):
+        calibrate_shares([dev], graph, x[:3])
+    with pytest.raises(ValueError, match="priors: no entry for device 'd'"):
+        calibrate_shares([dev], graph, x, {"other": ShareCost(per_edge_s=1.0)})
+
+
+def test_calibrate_shares_on_real_executors():
+    graph = zipf_graph(2000, 8, seed=4)
+    x = np.random.default_rng(0).uniform(-1, 1, (2000, 16)).astype(np.float32)
+    fits = calibrate_shares([executors.make_executor("fpga-emu"),
+                             executors.make_executor("cpu")], graph, x, rounds=3)
+    emu = fits["fpga-emu"]
+    # fpga-emu's device time is its cycle model: a linear formula, fitted exactly
+    assert emu.fit_median_rel_err < 1e-6
+    cm = executors.CycleModel()
+    assert emu.cost.per_edge_s == pytest.approx(cm.aggregate_seconds(1, 16), rel=1e-6)
+    assert fits["cpu"].cost.per_edge_s > 0 and len(fits["cpu"].samples) == 8
