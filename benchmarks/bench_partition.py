@@ -1,14 +1,18 @@
 """Partition quality: a split aggregation on devices of different speeds, measured.
 
-For each device set: profile every device (cost model), split the rows of a skewed graph
-with :func:`~gnnweave.host.partition.partition_rows`, run each device's share (features in,
-aggregate its rows, result rows out) and take the makespan = the slowest device's time.
-Compared with
+For each device set (see :func:`run_config` for the phases): profile every device on a size
+sweep (the prior cost model), calibrate each device's share model on row ranges of the
+benchmark's skewed graph (profiling on the workload), split the rows with
+:func:`~gnnweave.host.partition.partition_rows` from the calibrated model, refine the split
+once from its measured shard times (the runtime's ``Rebalancer``), then -- a separate
+measurement -- run each device's share of that final split (features in, aggregate its rows,
+result rows out) and take the makespan = the slowest device's time. Compared with
 
 * the ideal ``1 / sum_d (1 / T_d)`` where ``T_d`` is the measured time of device ``d`` doing
   the whole aggregation alone (total work over summed rates), target: within 10 %;
-* the makespan the cost model predicted for that split, target: within 10 %;
-* an even split (equal edges), for contrast.
+* the makespan the model predicted for that split before it was run, target: within 10 %;
+* for contrast: the split sized from the sweep model alone (no calibration), the calibrated
+  split before refinement, and an even split (equal edges).
 
 Devices and clocks (the same rules as the profiler): ``cpu`` = the numpy/scipy executor, CPU
 time of the call; ``cpu-slow3`` = the same executor doing every aggregation 3 times (a real,
@@ -17,7 +21,9 @@ its cycle-model device time (an estimate of the RTL, deterministic); ``fpga-emu:
 same with the cycle model clocked at 100 MHz (a slower board). The shares run one after
 another on the host (the emulated devices share its two cores); each share's time is its
 device's time, and devices run concurrently in the system modelled, so the makespan is the
-maximum.
+maximum. Every time is the median over ``ROUNDS`` rounds in random order (CPU time still
+moves with other processes' cache and memory traffic on a shared host; the median ignores a
+disturbed round either way).
 
 Run: ``python -m benchmarks.bench_partition [out_dir]``; writes partition.json and .png.
 """
@@ -85,53 +91,70 @@ def make_devices(names):
 
 def share_time_once(ex, graph, x, lo, hi) -> float:
     """Device time of one share: x in, aggregate rows [lo, hi), rows out."""
-    from gnnweave.host.profiler import device_time
-    if hi <= lo:
-        return 0.0
-    t_in, _, res_in = device_time(ex, lambda: ex.transfer_in(x))
-    t_agg, _, res = device_time(ex, lambda: ex.aggregate(graph, res_in.value, "sum",
-                                                         rows=(lo, hi)))
-    t_out, _, _ = device_time(ex, lambda: ex.transfer_out(res.value))
-    return t_in + t_agg + t_out
+    from gnnweave.host.profiler import share_seconds
+    return share_seconds(ex, graph, x, (lo, hi))
 
 
-def run_config(names, graph, x, cost_model, rounds=ROUNDS, seed=0):
-    """All measurements of one device set, interleaved in random order over ``rounds``
-    rounds (min per task), so that load changes on the shared host hit them alike."""
-    from gnnweave.host.partition import partition_rows, predict_times, share_costs
-    devs = {ex.name: ex for ex in make_devices(names)}
-    n = graph.num_nodes
-    costs = share_costs(cost_model, names, feat_dim=x.shape[1], num_nodes=n)
-    parts = {m: partition_rows(graph, x.shape[1], costs, devices=names, method=m)
-             for m in ("balanced", "even")}
-    tasks = [("alone", d, 0, n) for d in names]
-    tasks += [(m, d, lo, hi) for m, p in parts.items() for d, (lo, hi) in p.items()]
-    best = {}
-    rng = np.random.default_rng(seed)
-    for r in range(rounds):
-        for i in rng.permutation(len(tasks)):
-            what, d, lo, hi = tasks[i]
-            if devs[d].kind == "fpga-emu":
-                if r > 0:
-                    continue        # modelled device time: the same every run
-            else:
-                devs[d].aggregate(graph, x, "sum", rows=(lo, hi))   # warm caches of this share
-            t = share_time_once(devs[d], graph, x, lo, hi)
-            best[tasks[i]] = min(best.get(tasks[i], float("inf")), t)
-    alone = {d: best[("alone", d, 0, n)] for d in names}
-    ideal = 1.0 / sum(1.0 / t for t in alone.values())
-    result = {"devices": names, "alone_s": alone, "ideal_s": ideal}
-    for method, part in parts.items():
-        measured = {d: best[(method, d, lo, hi)] for d, (lo, hi) in part.items()}
-        predicted = predict_times(graph, part, costs)
-        mk, pmk = max(measured.values()), max(predicted.values())
-        result[method] = {
-            "partition": {d: list(r) for d, r in part.items()},
+def _makespans(graph, part, measured, predicted, ideal):
+    mk, pmk = max(measured.values()), max(predicted.values())
+    return {"partition": {d: list(r) for d, r in part.items()},
             "edges": {d: int(graph.indptr[hi] - graph.indptr[lo]) for d, (lo, hi) in part.items()},
             "measured_s": measured, "predicted_s": predicted,
             "makespan_s": mk, "predicted_makespan_s": pmk,
             "vs_ideal": mk / ideal - 1.0, "vs_predicted": abs(mk - pmk) / pmk}
-    b = result["balanced"]
+
+
+def run_config(names, graph, x, cost_model, rounds=ROUNDS, seed=0):
+    """One device set, in three phases, each a median over rounds of random order:
+
+    1. calibrate: every device runs shares on CALIBRATION_FRACTIONS row ranges of the graph;
+       its share model (prior: the profiler's size sweep) is rescaled or refitted on them;
+    2. split from the calibrated model, run that split (``rounds`` rounds) and let the
+       runtime's :class:`Rebalancer` correct it once from the measured shard times;
+    3. judged, a separate measurement: each device alone on the whole graph (the ideal),
+       the final split, and for contrast the calibrated split before refinement, the split
+       sized from the sweep model alone, and an even split; interleaved.
+
+    Every prediction is fixed before the measurement it is compared with."""
+    from gnnweave.host.partition import (Rebalancer, partition_rows, predict_times,
+                                         share_costs)
+    from gnnweave.host.profiler import calibrate_shares, measure_shares
+    devs = {ex.name: ex for ex in make_devices(names)}
+    n, feat = graph.num_nodes, x.shape[1]
+    prior = share_costs(cost_model, names, feat_dim=feat, num_nodes=n)
+    fits = calibrate_shares([devs[d] for d in names], graph, x, prior, rounds=rounds,
+                            seed=seed)
+    calibrated = {d: f.cost for d, f in fits.items()}
+    split = partition_rows(graph, feat, calibrated, devices=names)
+    step = measure_shares([(devs[d], r) for d, r in split.items()], graph, x, rounds=rounds,
+                          seed=seed + 1)
+    rb = Rebalancer(graph, feat, calibrated, devices=names, partition=split)
+    rb.update({d: step[i] for i, d in enumerate(split)})
+    final = dict(rb.partition)
+    plans = {   # method -> (partition, predicted seconds per device)
+        "final": (final, predict_times(graph, final, rb.corrected_costs())),
+        "calibrated": (split, predict_times(graph, split, calibrated)),
+    }
+    sweep_split = partition_rows(graph, feat, prior, devices=names)
+    plans["sweep"] = (sweep_split, predict_times(graph, sweep_split, prior))
+    even = partition_rows(graph, feat, names, method="even")
+    plans["even"] = (even, predict_times(graph, even, calibrated))
+    tasks = [("alone", d, (0, n)) for d in names]
+    tasks += [(m, d, r) for m, (p, _) in plans.items() for d, r in p.items()]
+    uniq = list(dict.fromkeys((d, r) for _, d, r in tasks))   # a split may repeat another
+    med = measure_shares([(devs[d], r) for d, r in uniq], graph, x, rounds=rounds,
+                         seed=seed + 2)
+    t = {key: med[i] for i, key in enumerate(uniq)}
+    alone = {d: t[(d, (0, n))] for d in names}
+    ideal = 1.0 / sum(1.0 / v for v in alone.values())
+    result = {"devices": names, "alone_s": alone, "ideal_s": ideal, "rounds": rounds,
+              "calibration": {d: f.to_dict() for d, f in fits.items()},
+              "refinement": {"step_measured_s": {d: step[i] for i, d in enumerate(split)},
+                             **{k: v for k, v in rb.history[-1].items() if k != "measured"}}}
+    for method, (part, predicted) in plans.items():
+        measured = {d: t[(d, r)] for d, r in part.items()}
+        result[method] = _makespans(graph, part, measured, predicted, ideal)
+    b = result["final"]
     result["meets_targets"] = bool(b["vs_ideal"] <= 0.10 and b["vs_predicted"] <= 0.10)
     return result
 
@@ -144,16 +167,17 @@ def plot(results, png: Path):
     for ax, r in zip(axes[0], results):
         names = r["devices"]
         xs = np.arange(len(names))
-        for off, method, color in ((-0.2, "even", "C7"), (0.2, "balanced", "C0")):
+        for off, method, color in ((-0.27, "even", "C7"), (0.0, "sweep", "C1"),
+                                   (0.27, "final", "C0")):
             vals = [r[method]["measured_s"].get(d, 0.0) * 1e3 for d in names]
-            ax.bar(xs + off, vals, 0.4, color=color, label=f"{method} (measured)")
-        pred = [r["balanced"]["predicted_s"].get(d, 0.0) * 1e3 for d in names]
-        ax.scatter(xs + 0.2, pred, color="k", marker="_", s=300, label="balanced (predicted)",
+            ax.bar(xs + off, vals, 0.27, color=color, label=f"{method} (measured)")
+        pred = [r["final"]["predicted_s"].get(d, 0.0) * 1e3 for d in names]
+        ax.scatter(xs + 0.27, pred, color="k", marker="_", s=200, label="final (predicted)",
                    zorder=3)
         ax.axhline(r["ideal_s"] * 1e3, color="C3", ls="--", lw=1, label="ideal")
         ax.set_xticks(xs, names)
         ax.set_ylabel("share time [ms]")
-        ax.set_title(f"{'+'.join(names)}\nbalanced {r['balanced']['vs_ideal']:+.1%} vs ideal",
+        ax.set_title(f"{'+'.join(names)}\nfinal {r['final']['vs_ideal']:+.1%} vs ideal",
                      fontsize=9)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
@@ -177,10 +201,9 @@ def run(out_dir) -> dict:
     configs = [["cpu", "cpu-slow3"], ["cpu", "fpga-emu"], ["cpu", "cpu-slow3", "fpga-emu"],
                ["fpga-emu", "fpga-emu:100MHz"]]
     all_names = sorted({n for c in configs for n in c})
-    # calibrated on row ranges of this graph (other ranges than the partitions measured)
+    # the prior: a size sweep on uniform graphs; run_config calibrates it on this graph
     prof = profile(make_devices(all_names), sizes=sweep, repeats=5,
-                   ops=("aggregate", "transfer_in", "transfer_out"), progress=False,
-                   workload=[(graph, FEAT)])
+                   ops=("aggregate", "transfer_in", "transfer_out"), progress=False)
     results = [run_config(c, graph, x, prof.cost_model) for c in configs]
     report = {
         "benchmark": "partition", "graph": {"nodes": graph.num_nodes, "edges": graph.num_edges,
@@ -189,8 +212,10 @@ def run(out_dir) -> dict:
         "targets": {"vs_ideal": 0.10, "vs_predicted": 0.10},
         "configs": results,
         "all_meet_targets": all(r["meets_targets"] for r in results),
-        "cost_model": "aggregation calibrated on row ranges of the benchmark graph "
-                      "(profiler workload=...), transfers from the size sweep",
+        "cost_model": "prior from the profiler's size sweep; per device set calibrated on "
+                      "row ranges of the benchmark graph (profiler.calibrate_shares), split, "
+                      "refined once by Rebalancer from measured shard times; judged on a "
+                      "separate measurement",
         "cost_model_heldout_median_rel_err": {
             d: {op: m.heldout_median_rel_err for op, m in dm.ops.items()}
             for d, dm in prof.cost_model.devices.items()},
@@ -206,9 +231,10 @@ def run(out_dir) -> dict:
 if __name__ == "__main__":
     rep = run(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results")
     for r in rep["configs"]:
-        b, e = r["balanced"], r["even"]
-        print(f"{'+'.join(r['devices']):28s} balanced {b['makespan_s'] * 1e3:8.2f} ms "
-              f"(ideal {r['ideal_s'] * 1e3:.2f}, {b['vs_ideal']:+.1%}; predicted "
-              f"{b['predicted_makespan_s'] * 1e3:.2f}, off {b['vs_predicted']:.1%})  "
-              f"even {e['makespan_s'] * 1e3:8.2f} ms")
+        print(f"{'+'.join(r['devices'])}: ideal {r['ideal_s'] * 1e3:.2f} ms")
+        for m in ("final", "calibrated", "sweep", "even"):
+            b = r[m]
+            print(f"  {m:10s} {b['makespan_s'] * 1e3:8.2f} ms  vs ideal {b['vs_ideal']:+6.1%}  "
+                  f"predicted {b['predicted_makespan_s'] * 1e3:8.2f} ms, off "
+                  f"{b['vs_predicted']:6.1%}")
     print("all targets met:", rep["all_meet_targets"], f"({rep['seconds']:.0f} s)")
