@@ -277,7 +277,38 @@ class Model:
         return x
 
 
-class GCN(Model):
+class _MessagePassing(Model):
+    """The layer loop GCN and SAGE share: dropout, the layer's transform + aggregation,
+    ReLU between layers; subclasses give one layer's forward and backward."""
+
+    def forward(self, eng: Engine, x, layers: list[LayerGraph], *, train, rng):
+        cache = []
+        h = x
+        L = self.num_layers
+        for i in range(L):
+            hd, keep = _dropout(h, self.dropout, rng, train)
+            a = self._layer_forward(eng, i, hd, layers[i])
+            cache.append((hd, keep, a))
+            h = np.maximum(a, 0) if i < L - 1 else a
+        return h, cache
+
+    def backward(self, eng: Engine, dout, cache, layers: list[LayerGraph]):
+        grads = {}
+        da = dout
+        for i in reversed(range(self.num_layers)):
+            hd, keep, a = cache[i]
+            if i < self.num_layers - 1:
+                da = da * (a > 0)
+            grads[f"b{i}"] = da.sum(axis=0)
+            dh = self._layer_backward(eng, i, hd, da, layers[i], grads, input_grad=i > 0)
+            if i > 0:
+                da = _dropout_back(dh, keep, self.dropout)
+        return grads
+
+
+class GCN(_MessagePassing):
+    """``a = S (h W) + b`` (transform first: the aggregation runs on the narrower width)."""
+
     name = "gcn"
     defaults = dict(hidden=16, dropout=0.5, lr=0.01, weight_decay=5e-4, epochs=200)
 
@@ -288,37 +319,19 @@ class GCN(Model):
         self.decay = ["W0"]
         self.hops = self.num_layers
 
-    def forward(self, eng: Engine, x, layers: list[LayerGraph], *, train, rng):
-        cache = []
-        h = x
-        L = self.num_layers
-        for i in range(L):
-            lg = layers[i]
-            hd, keep = _dropout(h, self.dropout, rng, train)
-            z = eng.dense_forward(hd, self.params[f"W{i}"])
-            a = eng.aggregate(lg.graph, z, rows=(0, lg.n_dst)) + self.params[f"b{i}"]
-            cache.append((hd, keep, a))
-            h = np.maximum(a, 0) if i < L - 1 else a
-        return h, cache
+    def _layer_forward(self, eng, i, hd, lg):
+        z = eng.dense_forward(hd, self.params[f"W{i}"])
+        return eng.aggregate(lg.graph, z, rows=(0, lg.n_dst)) + self.params[f"b{i}"]
 
-    def backward(self, eng: Engine, dout, cache, layers: list[LayerGraph]):
-        grads = {}
-        da = dout
-        for i in reversed(range(self.num_layers)):
-            hd, keep, a = cache[i]
-            lg = layers[i]
-            if i < self.num_layers - 1:
-                da = da * (a > 0)
-            grads[f"b{i}"] = da.sum(axis=0)
-            dz = eng.aggregate(lg.graph, _pad_rows(da, lg.n_src), transpose=True)
-            grads[f"W{i}"] = eng.dense_weight_grad(hd, dz)
-            if i > 0:
-                dh = eng.dense_input_grad(dz, self.params[f"W{i}"])
-                da = _dropout_back(dh, keep, self.dropout)
-        return grads
+    def _layer_backward(self, eng, i, hd, da, lg, grads, *, input_grad):
+        dz = eng.aggregate(lg.graph, _pad_rows(da, lg.n_src), transpose=True)
+        grads[f"W{i}"] = eng.dense_weight_grad(hd, dz)
+        return eng.dense_input_grad(dz, self.params[f"W{i}"]) if input_grad else None
 
 
-class SAGE(Model):
+class SAGE(_MessagePassing):
+    """``a = h_dst Ws + b + mean_N(h Wn)`` (GraphSAGE, mean aggregator)."""
+
     name = "sage"
     defaults = dict(hidden=16, dropout=0.5, lr=0.01, weight_decay=5e-4, epochs=200)
 
@@ -334,37 +347,20 @@ class SAGE(Model):
     def norm_graph(cls, graph):
         return mean_norm(graph)
 
-    def forward(self, eng, x, layers, *, train, rng):
-        cache = []
-        h = x
-        L = self.num_layers
-        for i in range(L):
-            lg = layers[i]
-            hd, keep = _dropout(h, self.dropout, rng, train)
-            zs = eng.dense_forward(hd[: lg.n_dst], self.params[f"Ws{i}"], self.params[f"b{i}"])
-            zn = eng.dense_forward(hd, self.params[f"Wn{i}"])
-            a = zs + eng.aggregate(lg.graph, zn, rows=(0, lg.n_dst))
-            cache.append((hd, keep, a))
-            h = np.maximum(a, 0) if i < L - 1 else a
-        return h, cache
+    def _layer_forward(self, eng, i, hd, lg):
+        zs = eng.dense_forward(hd[: lg.n_dst], self.params[f"Ws{i}"], self.params[f"b{i}"])
+        zn = eng.dense_forward(hd, self.params[f"Wn{i}"])
+        return zs + eng.aggregate(lg.graph, zn, rows=(0, lg.n_dst))
 
-    def backward(self, eng, dout, cache, layers):
-        grads = {}
-        da = dout
-        for i in reversed(range(self.num_layers)):
-            hd, keep, a = cache[i]
-            lg = layers[i]
-            if i < self.num_layers - 1:
-                da = da * (a > 0)
-            grads[f"b{i}"] = da.sum(axis=0)
-            grads[f"Ws{i}"] = eng.dense_weight_grad(hd[: lg.n_dst], da)
-            dzn = eng.aggregate(lg.graph, _pad_rows(da, lg.n_src), transpose=True)
-            grads[f"Wn{i}"] = eng.dense_weight_grad(hd, dzn)
-            if i > 0:
-                dh = eng.dense_input_grad(dzn, self.params[f"Wn{i}"])
-                dh += _pad_rows(eng.dense_input_grad(da, self.params[f"Ws{i}"]), lg.n_src)
-                da = _dropout_back(dh, keep, self.dropout)
-        return grads
+    def _layer_backward(self, eng, i, hd, da, lg, grads, *, input_grad):
+        grads[f"Ws{i}"] = eng.dense_weight_grad(hd[: lg.n_dst], da)
+        dzn = eng.aggregate(lg.graph, _pad_rows(da, lg.n_src), transpose=True)
+        grads[f"Wn{i}"] = eng.dense_weight_grad(hd, dzn)
+        if not input_grad:
+            return None
+        dh = eng.dense_input_grad(dzn, self.params[f"Wn{i}"])
+        dh += _pad_rows(eng.dense_input_grad(da, self.params[f"Ws{i}"]), lg.n_src)
+        return dh
 
 
 class SGC(Model):
