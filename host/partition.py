@@ -288,14 +288,15 @@ def _check_samples(samples) -> np.ndarray:
 
 def _refit(s: np.ndarray) -> ShareCost | None:
     from scipy.optimize import nnls
-    A = np.column_stack([np.ones(len(s)), s[:, 0], s[:, 1]]) / s[:, 2:3]
-    norms = np.linalg.norm(A, axis=0)
-    norms[norms == 0] = 1.0
-    sol, _ = nnls(A / norms, np.ones(len(s)), maxiter=200)
-    fixed, per_edge, per_row = (float(v) for v in sol / norms)
-    if per_edge == 0 and per_row == 0:
-        return None
-    return ShareCost(fixed, per_edge, per_row)
+    for columns in ((0, 1, 2), (1, 2)):   # without a work term: no fixed cost, so rows cost
+        A = np.column_stack([np.ones(len(s)), s[:, 0], s[:, 1]])[:, columns] / s[:, 2:3]
+        norms = np.linalg.norm(A, axis=0)
+        norms[norms == 0] = 1.0
+        sol, _ = nnls(A / norms, np.ones(len(s)), maxiter=200)
+        coef = dict(zip(columns, (float(v) for v in sol / norms)))
+        if coef.get(1, 0.0) > 0 or coef.get(2, 0.0) > 0:
+            return ShareCost(coef.get(0, 0.0), coef.get(1, 0.0), coef.get(2, 0.0))
+    return None
 
 
 def _rescale(s: np.ndarray, prior: ShareCost) -> tuple[ShareCost, float]:

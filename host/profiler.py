@@ -376,13 +376,18 @@ def _deterministic(executor) -> bool:
     return getattr(executor, "kind", "") == "fpga-emu"
 
 
-def share_seconds(executor, graph, x, rows, *, reduce: str = "sum", clock: str = "auto") -> float:
+def share_seconds(executor, graph, x, rows, *, reduce: str = "sum", clock: str = "auto",
+                  transfers: bool = True) -> float:
     """Device time of one share as a partitioned aggregation runs it: ``x`` in, aggregate
     destination rows ``rows = (lo, hi)``, the result rows out (each timed by
-    :func:`device_time`'s rules and summed). An empty range costs 0."""
+    :func:`device_time`'s rules and summed; ``transfers=False``: the aggregation only). An
+    empty range costs 0."""
     lo, hi = rows
     if hi <= lo:
         return 0.0
+    if not transfers:
+        return device_time(executor, lambda: executor.aggregate(graph, x, reduce, rows=(lo, hi)),
+                           clock)[0]
     t_in, _, res_in = device_time(executor, lambda: executor.transfer_in(x), clock)
     t_agg, _, res = device_time(executor, lambda: executor.aggregate(
         graph, res_in.value, reduce, rows=(lo, hi)), clock)
@@ -391,7 +396,7 @@ def share_seconds(executor, graph, x, rows, *, reduce: str = "sum", clock: str =
 
 
 def measure_shares(tasks, graph, x, *, rounds: int = 5, seed: int = 0, reduce: str = "sum",
-                   clock: str = "auto", warmup: bool = True) -> dict:
+                   clock: str = "auto", warmup: bool = True, transfers: bool = True) -> dict:
     """Median device time of each ``(executor, (lo, hi))`` in ``tasks`` over ``rounds``
     rounds, each round in a fresh random order (so drifting load hits all tasks alike); a
     warm-up run of the aggregation precedes each timed one (caches warm, as in every epoch
@@ -409,13 +414,13 @@ def measure_shares(tasks, graph, x, *, rounds: int = 5, seed: int = 0, reduce: s
             if warmup and hi > lo and not _deterministic(ex):
                 ex.aggregate(graph, x, reduce, rows=(lo, hi))
             times[int(i)].append(share_seconds(ex, graph, x, (lo, hi), reduce=reduce,
-                                               clock=clock))
+                                               clock=clock, transfers=transfers))
     return {i: float(np.median(v)) for i, v in times.items()}
 
 
 def calibrate_shares(executors, graph, x, priors=None, *, fractions=CALIBRATION_FRACTIONS,
                      rounds: int = 5, seed: int = 0, method: str = "auto", reduce: str = "sum",
-                     clock: str = "auto") -> dict:
+                     clock: str = "auto", transfers: bool = True) -> dict:
     """Calibrate each executor's share model on the graph that will be split.
 
     ``priors``: ``{device name: ShareCost}`` before calibration (e.g. ``share_costs`` of a
@@ -441,7 +446,8 @@ def calibrate_shares(executors, graph, x, priors=None, *, fractions=CALIBRATION_
     if len(set(names)) != len(names):
         raise ValueError(f"calibrate_shares: executor names repeat: {names}")
     tasks = [(ex, r) for ex in executors for r in ranges]
-    med = measure_shares(tasks, graph, x, rounds=rounds, seed=seed, reduce=reduce, clock=clock)
+    med = measure_shares(tasks, graph, x, rounds=rounds, seed=seed, reduce=reduce, clock=clock,
+                         transfers=transfers)
     fits = {}
     for name, ex in zip(names, executors):
         samples = [(int(graph.indptr[hi] - graph.indptr[lo]), hi - lo, med[i])
@@ -455,3 +461,23 @@ def calibrate_shares(executors, graph, x, priors=None, *, fractions=CALIBRATION_
                              f"{bad[0][1]} rows (its clock reports no time)")
         fits[name] = fit_share_cost(samples, prior, method=method)
     return fits
+
+
+def calibrated_partition(executors, graph, feat_dim: int, *, rounds: int = 3, seed: int = 0,
+                         transfers: bool = False):
+    """Split ``graph``'s rows over ``executors`` (``{name: executor}``) with no prior model:
+    calibrate each on row ranges of the graph (random features of width ``feat_dim``; the
+    cost does not depend on the values) and size the split from the calibrated models.
+    ``transfers=False`` times the aggregation alone, as the training runtime's rebalancer
+    measures shards. Returns ``(partition, {name: ShareCost}, {name: ShareFit})``."""
+    from gnnweave.host.partition import partition_rows
+
+    if feat_dim < 1:
+        raise ValueError(f"feat_dim={feat_dim}: must be >= 1")
+    names = list(executors)
+    x = np.random.default_rng(seed).uniform(-1, 1, (graph.num_nodes, feat_dim)).astype(np.float32)
+    fits = calibrate_shares([executors[d] for d in names], graph, x, rounds=rounds, seed=seed,
+                            transfers=transfers)
+    fits = dict(zip(names, fits.values()))   # keyed as the caller named them
+    costs = {d: f.cost for d, f in fits.items()}
+    return partition_rows(graph, feat_dim, costs, devices=names), costs, fits

@@ -230,17 +230,24 @@ def predicted_vs_measured(records, cost_model) -> dict | None:
 class _EpochRebalancer:
     """After each epoch: feed each shard device's measured aggregation time of that epoch to
     :class:`~gnnweave.host.partition.Rebalancer` and move the engine to the partition it
-    returns (if any). Without a cost model every device starts at the same rate."""
+    returns (if any). Without a cost model the first split is calibrated on the graph
+    (:func:`~gnnweave.host.profiler.calibrated_partition`) and logged as ``after_epoch=0``."""
 
     def __init__(self, engine, graph, shares, executors, cost_model, feat_dim, log, seed):
         from gnnweave.host.partition import Rebalancer
+        devices = list(shares)
         if hasattr(cost_model, "share_cost") or isinstance(cost_model, dict):
             costs = cost_model
-        else:
-            costs = {d: 1.0 for d in shares}
+        else:   # no cost model: start from a split calibrated on this graph (profiler)
+            from gnnweave.host.profiler import calibrated_partition
+            shares, costs, fits = calibrated_partition({d: executors[d] for d in devices},
+                                                       graph, feat_dim, seed=seed)
+            log.append(dict(seed=seed, after_epoch=0, calibrated={
+                d: {k: v for k, v in f.to_dict().items() if k != "samples"}
+                for d, f in fits.items()}, shares={d: list(r) for d, r in shares.items()}))
         self.engine, self.executors, self.log, self.seed = engine, executors, log, seed
         engine.set_shards({d: (executors[d], r) for d, r in shares.items()})
-        self.rebalancer = Rebalancer(graph, feat_dim, costs, devices=list(shares),
+        self.rebalancer = Rebalancer(graph, feat_dim, costs, devices=devices,
                                      partition=dict(shares))
 
     def __call__(self, epoch: int):

@@ -210,3 +210,12 @@ def test_fit_share_cost_errors_name_the_sample():
         fit_share_cost([])
     with pytest.raises(ValueError, match="method='best'"):
         fit_share_cost(good, method="best")
+
+
+def test_fit_share_cost_keeps_a_work_term_when_overhead_dominates():
+    # times that do not grow with the share (a launch overhead hides the work): the refit
+    # still charges rows, so the partitioner never sees a device that works for free
+    samples = [(1000, 100, 1e-4), (500, 50, 1e-4), (100, 10, 1e-4), (2000, 200, 1e-4)]
+    fit = fit_share_cost(samples)
+    assert fit.cost.per_edge_s > 0 or fit.cost.per_row_s > 0
+    assert fit.cost.fixed_s == 0.0

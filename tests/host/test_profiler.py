@@ -7,8 +7,8 @@ import pytest
 from gnnweave.graph import CSRGraph
 from gnnweave.host.costmodel import CostModel
 from gnnweave.host.partition import ShareCost, partition_rows, predict_times, share_costs
-from gnnweave.host.profiler import (QUICK, SweepSizes, calibrate_shares, measure_shares,
-                                    profile, profile_main)
+from gnnweave.host.profiler import (QUICK, SweepSizes, calibrate_shares, calibrated_partition,
+                                    measure_shares, profile, profile_main)
 
 executors = pytest.importorskip("gnnweave.host.executors")
 
@@ -176,4 +176,20 @@ def test_calibrate_shares_on_real_executors():
     assert emu.fit_median_rel_err < 1e-6
     cm = executors.CycleModel()
     assert emu.cost.per_edge_s == pytest.approx(cm.aggregate_seconds(1, 16), rel=1e-6)
-    assert fits["cpu"].cost.per_edge_s > 0 and len(fits["cpu"].samples) == 8
+    # cpu (CPU time): one sample per calibration range, the whole graph costs more than a tenth
+    cpu = fits["cpu"]
+    assert [(e, r) for e, r, _ in cpu.samples] == [(e, r) for e, r, _ in emu.samples]
+    assert len(cpu.samples) == 8 and (graph.num_edges, 2000) == cpu.samples[0][:2]
+    tenth = int(graph.indptr[200])
+    assert float(cpu.cost(graph.num_edges, 2000)) > float(cpu.cost(tenth, 200))
+
+
+def test_calibrated_partition_without_a_prior_balances_true_times():
+    graph = zipf_graph(2000, 16, seed=7)
+    devs = {"a": HubExecutor("a", 1e-7, seed=1), "b": HubExecutor("b", 4e-7, knee=4, seed=2)}
+    part, costs, fits = calibrated_partition(devs, graph, 8, rounds=3)
+    assert set(costs) == set(fits) == {"a", "b"} and all(f.scale is None for f in fits.values())
+    true = [devs[d].true_seconds(graph, lo, hi) for d, (lo, hi) in part.items()]
+    assert max(true) <= 1.03 * true_optimum(graph, list(devs.values()))
+    with pytest.raises(ValueError, match="feat_dim=0"):
+        calibrated_partition(devs, graph, 0)
