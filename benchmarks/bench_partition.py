@@ -23,7 +23,9 @@ another on the host (the emulated devices share its two cores); each share's tim
 device's time, and devices run concurrently in the system modelled, so the makespan is the
 maximum. Every time is the median over ``ROUNDS`` rounds in random order (CPU time still
 moves with other processes' cache and memory traffic on a shared host; the median ignores a
-disturbed round either way).
+disturbed round either way). It does not remove a change of load between the phases: under
+a load of 7-8 on the 2 cores, the same share's median CPU time was measured at 133 ms and,
+a few seconds later, 74 ms; each device set therefore records the load average it ran at.
 
 Run: ``python -m benchmarks.bench_partition [out_dir]``; writes partition.json and .png.
 """
@@ -119,6 +121,7 @@ def run_config(names, graph, x, cost_model, rounds=ROUNDS, seed=0):
     from gnnweave.host.partition import (Rebalancer, partition_rows, predict_times,
                                          share_costs)
     from gnnweave.host.profiler import calibrate_shares, measure_shares
+    load_before = os.getloadavg()[0]
     devs = {ex.name: ex for ex in make_devices(names)}
     n, feat = graph.num_nodes, x.shape[1]
     prior = share_costs(cost_model, names, feat_dim=feat, num_nodes=n)
@@ -148,6 +151,7 @@ def run_config(names, graph, x, cost_model, rounds=ROUNDS, seed=0):
     alone = {d: t[(d, (0, n))] for d in names}
     ideal = 1.0 / sum(1.0 / v for v in alone.values())
     result = {"devices": names, "alone_s": alone, "ideal_s": ideal, "rounds": rounds,
+              "load_average_1min": [load_before, os.getloadavg()[0]],
               "calibration": {d: f.to_dict() for d, f in fits.items()},
               "refinement": {"step_measured_s": {d: step[i] for i, d in enumerate(split)},
                              **{k: v for k, v in rb.history[-1].items() if k != "measured"}}}
@@ -231,7 +235,8 @@ def run(out_dir) -> dict:
 if __name__ == "__main__":
     rep = run(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results")
     for r in rep["configs"]:
-        print(f"{'+'.join(r['devices'])}: ideal {r['ideal_s'] * 1e3:.2f} ms")
+        print(f"{'+'.join(r['devices'])}: ideal {r['ideal_s'] * 1e3:.2f} ms "
+              f"(load {r['load_average_1min'][0]:.1f} -> {r['load_average_1min'][1]:.1f})")
         for m in ("final", "calibrated", "sweep", "even"):
             b = r[m]
             print(f"  {m:10s} {b['makespan_s'] * 1e3:8.2f} ms  vs ideal {b['vs_ideal']:+6.1%}  "
