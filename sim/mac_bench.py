@@ -1,15 +1,18 @@
-"""MacArray bench: the RTL (:class:`~gnnweave.hw.mac.MacUnit`) against ``golden/mac.py``.
+"""MacArray bench: the RTL against ``golden/mac.py``, through two front ends.
 
-:func:`run_mac_rtl` writes the two operand matrices into the unit's skewed buffers (in
-the forward, row-major layout: the transposes happen on chip), optionally the bias,
-runs one operation with optional output back-pressure, and returns the result and the
-counters. :func:`verify_mac` draws a random problem, compares with golden bit for bit
-and returns the JSON fields of ``gnnweave verify mac``.
+``front_end="axi"`` (what ``gnnweave verify mac`` runs): the whole AXI top
+(:class:`~gnnweave.hw.mac_array.MacArrayTop`: control slave, operand loads from memory,
+tiling, write-back) on Verilator under cocotb (:mod:`gnnweave.sim.mac_array_bench`); the
+counters cover the run from ap_start to done, loads included.
 
-Simulated with the Amaranth simulator (no toolchain). The AXI4 memory front end of the
-standalone MacArray is not part of this bench yet (see the report of issue 3); the
-counters therefore cover the compute from a loaded buffer (``busy_cycles``) and the
-bench reports the buffer-load beats separately.
+``front_end="unit"``: :func:`run_mac_rtl` writes the two operand matrices straight into
+the :class:`~gnnweave.hw.mac.MacUnit`'s skewed buffers (forward, row-major layout; the
+transposes happen on chip), optionally the bias, runs one operation with optional output
+back-pressure in the Amaranth simulator (no toolchain), and returns the result and the
+compute counters (from loaded buffers).
+
+:func:`verify_mac` draws a random problem, compares with golden bit for bit and returns
+the JSON fields of ``gnnweave verify mac``.
 """
 from __future__ import annotations
 
@@ -124,13 +127,19 @@ def run_mac_rtl(mode, p_mat, q_mat, *, shift: int, relu: bool = False, bias=None
 def verify_mac(rows: int, cols: int, depth: int, mode="fwd", *, array_rows: int = 4,
                array_cols: int = 4, shift: int | None = None, relu: bool = False,
                bias: bool = False, backpressure: float = 0.0, seed: int = 0,
-               value_bits: int = 16) -> dict:
+               value_bits: int = 16, front_end: str = "unit", max_dim: int = 64,
+               max_depth: int | None = None, bus_width: int = 128, latency: int = 8) -> dict:
     """One random ``rows x cols`` output over ``depth`` in ``mode`` (fwd, dx, dw) on an
     ``array_rows x array_cols`` MacArray, compared bit for bit with golden.
 
-    Returns ``match``, ``cycles`` (compute from loaded buffers), ``mac_utilization``
+    ``front_end``: ``"axi"`` runs the AXI top on Verilator (``max_dim``, ``max_depth``
+    (default ``max(64, depth)`` rounded to a power of two), ``bus_width`` pick the build;
+    ``backpressure`` pauses every AXI channel with that probability, ``latency`` delays
+    reads); ``"unit"`` runs the compute unit in the Amaranth simulator (``backpressure``:
+    probability that the output sink is not ready in a cycle).
+
+    Returns ``match``, ``cycles`` (busy cycles), ``mac_utilization``
     (useful MACs / (busy cycles x cells)), the counters and the golden saturations.
-    ``backpressure``: probability that the output sink is not ready in a cycle.
     """
     mode = MacMode.parse(mode)
     for name, v in (("rows", rows), ("cols", cols), ("depth", depth)):
@@ -138,6 +147,8 @@ def verify_mac(rows: int, cols: int, depth: int, mode="fwd", *, array_rows: int 
             raise ValueError(f"--{name} must be in 1..4096, got {v}")
     if not 0.0 <= backpressure < 1.0:
         raise ValueError(f"backpressure must be in [0, 1), got {backpressure}")
+    if front_end not in ("axi", "unit"):
+        raise ValueError(f"front_end must be 'axi' or 'unit', got {front_end!r}")
     rng = np.random.default_rng(seed)
     (pr, pc), (qr, qc) = operand_shapes(mode, rows, cols, depth)
     lo, hi = -(1 << (value_bits - 1)), 1 << (value_bits - 1)
@@ -146,23 +157,82 @@ def verify_mac(rows: int, cols: int, depth: int, mode="fwd", *, array_rows: int 
     if shift is None:  # keep most results in range: about half the product bits plus the sum growth
         shift = min(2 * value_bits - 1 - 15 + (depth - 1).bit_length() // 2 + 1, 62)
     bias_q = rng.integers(-(1 << 20), 1 << 20, size=cols) if (bias and mode is MacMode.FWD) else None
+    relu = relu and mode is MacMode.FWD
+    if front_end == "axi":
+        return _verify_mac_axi(mode, p_mat, q_mat, bias_q, rows=rows, cols=cols, depth=depth,
+                               shift=shift, relu=relu, array_rows=array_rows,
+                               array_cols=array_cols, max_dim=max_dim, max_depth=max_depth,
+                               bus_width=bus_width, latency=latency, backpressure=backpressure,
+                               seed=seed)
     ready = None
     if backpressure:
         ready = [int(x) for x in rng.random(97) >= backpressure]
         ready[0] = 1
-    want = mac(mode, p_mat, q_mat, shift=shift, relu=relu and mode is MacMode.FWD, bias_q=bias_q)
-    got = run_mac_rtl(mode, p_mat, q_mat, shift=shift, relu=relu and mode is MacMode.FWD,
+    want = mac(mode, p_mat, q_mat, shift=shift, relu=relu, bias_q=bias_q)
+    got = run_mac_rtl(mode, p_mat, q_mat, shift=shift, relu=relu,
                       bias=bias_q, array_rows=array_rows, array_cols=array_cols, ready_pattern=ready)
     match = bool(np.array_equal(got["out"], want.out)) and got["saturations"] == want.saturations
     if want.relu_mask is not None:
         match = match and bool(np.array_equal(got["relu_mask"], want.relu_mask))
     busy = got["busy_cycles"]
     return {
-        "unit": "mac", "match": match, "mode": mode.name.lower(), "rows": rows, "cols": cols,
-        "depth": depth, "array": [array_rows, array_cols], "shift": shift,
+        "unit": "mac", "front_end": "unit", "match": match, "mode": mode.name.lower(), "rows": rows,
+        "cols": cols, "depth": depth, "array": [array_rows, array_cols], "shift": shift,
         "cycles": got["cycles"], "busy_cycles": busy, "active_cycles": got["active_cycles"],
         "mac_ops": got["mac_ops"], "stall_cycles": got["stall_cycles"],
         "mac_utilization": got["mac_ops"] / (busy * got["cells"]) if busy else 0.0,
         "saturations": got["saturations"], "golden_saturations": want.saturations,
         "load_beats": got["load_beats"], "sim_wall_s": round(got["sim_wall_s"], 2),
     }
+
+
+def _verify_mac_axi(mode, p_mat, q_mat, bias_q, *, rows, cols, depth, shift, relu, array_rows,
+                    array_cols, max_dim, max_depth, bus_width, latency, backpressure, seed) -> dict:
+    import tempfile
+    from dataclasses import asdict
+
+    from gnnweave.hw.mac_array import MacArrayConfig
+    from gnnweave.sim import runner
+    from gnnweave.sim.mac_array_bench import BENCH_MODULE, MacJob, build_mac_array, job_to_npz
+
+    if max_depth is None:
+        max_depth = max(64, _pow2(depth))
+    if depth > max_depth:
+        raise ValueError(f"--depth {depth} is over the build's max_depth {max_depth} "
+                         f"(the MacArray does not split the depth)")
+    config = MacArrayConfig(rows=array_rows, cols=array_cols, max_dim=max_dim,
+                            max_depth=max_depth, bus_width=bus_width)
+    job = MacJob(mode=int(mode), p=p_mat, q=q_mat, shift=shift, bias=bias_q, relu=relu,
+                 bus_bytes=bus_width // 8)
+    t0 = time.time()
+    built = build_mac_array(config)
+    build_s = time.time() - t0
+    with tempfile.TemporaryDirectory(prefix="gnnweave-mac-") as tmp:
+        path = f"{tmp}/job.npz"
+        job_to_npz(job, path)
+        res = runner.run(built, BENCH_MODULE, testcase="job_from_file", check=False,
+                         params={"config": asdict(config), "job_file": path, "latency": latency,
+                                 "backpressure": backpressure or None, "seed": seed},
+                         run_name="verify_mac")
+    rep = res.results.get("job")
+    report = {"unit": "mac", "front_end": "axi", "mode": mode.name.lower(), "rows": rows,
+              "cols": cols, "depth": depth, "array": [array_rows, array_cols],
+              "max_dim": max_dim, "max_depth": max_depth, "bus_width": bus_width, "shift": shift}
+    if rep is None:
+        return report | {"match": False, "error": f"simulation produced no result; log {res.log}"}
+    cnt = rep["counters"]
+    busy = cnt["busy_cycles"]
+    report.update({
+        "match": res.failed == 0 and rep["mismatches"] == 0 and cnt["saturations"] == rep["golden_saturations"],
+        "mismatches": rep["mismatches"], "cycles": busy, "busy_cycles": busy,
+        "mac_active_cycles": cnt["mac_active_cycles"], "mac_ops": cnt["mac_ops"],
+        "stall_cycles": cnt["stall_cycles"], "load_cycles": cnt["load_cycles"],
+        "mac_utilization": cnt["mac_ops"] / (busy * config.cells) if busy else 0.0,
+        "read_beats": cnt["read_beats"], "write_beats": cnt["write_beats"],
+        "saturations": cnt["saturations"], "golden_saturations": rep["golden_saturations"],
+        "status": rep["status"], "violations": rep["violations"], "stray_writes": rep["stray_writes"],
+        "sim_seconds": round(rep["sim_seconds"], 2), "build_seconds": round(build_s, 2),
+    })
+    if res.failed:
+        report["error"] = "; ".join(res.failures)[:2000]
+    return report

@@ -1,0 +1,579 @@
+"""The standalone MacArray: :class:`~.mac.MacCore` behind an AXI4 memory front end.
+
+``MacArrayCore`` reads both operand matrices (and the bias) from memory through the
+Aggregator's AXI4 building blocks (:class:`~.dma.ReadPort` with one guarded client per
+buffer, :class:`~.dma.StreamReader` for the bias, :class:`~.dma.WritePort` for the
+result), runs the array, and writes the narrowed result back. Numerics are
+:mod:`gnnweave.golden.mac` bit for bit (``mac(mode, P, Q, ...)``).
+
+Memory layout (the host never re-lays out anything)
+---------------------------------------------------
+Every matrix is int16, row-major, in its *forward* layout, rows ``stride`` bytes apart
+(a multiple of the bus width, at least the row's bytes rounded up to whole beats), every
+base bus-aligned. The bias is int32, ``n`` entries. Per mode (``P`` is the A side,
+``Q`` the B side; the output is always ``[m, n]``):
+
+=====  ==================  ==================  ================================
+mode   P                   Q                   output
+=====  ==================  ==================  ================================
+fwd 0  ``X  [m, k]``       ``W  [k, n]``       ``Y  = X W (+ b) (ReLU)``
+dx  1  ``dY [m, k]``       ``W  [n, k]``       ``dX = dY W^T``
+dw  2  ``X  [k, m]``       ``dY [k, n]``       ``dW = X^T dY``
+=====  ==================  ==================  ================================
+
+Tiling
+------
+The output is cut into blocks of ``max_dim x max_dim``; for block ``(bi, bj)`` the front
+end loads the ``P`` block of ``bi`` (only when ``bi`` changes) and the ``Q`` block of ``bj``
+(both in parallel on the one read port, each row in INCR bursts that never cross 4 KiB,
+every R beat written straight into a :class:`~.mac.SkewedBuffer`, so R is never
+stalled), loads the block's biases, and runs :class:`~.mac.MacCore` over the block
+(which tiles it over the ``rows x cols`` array). Result row segments go out as
+single-beat writes with WSTRB covering only the real bytes. ``m`` and ``n`` may be any
+size (up to 2**32 - 1); the depth ``k`` is limited to ``max_depth`` (a depth split would
+need the exact sum across blocks: a ``k`` over the limit is refused with CONFIG_ERROR).
+Loads are not overlapped with compute (no double buffering yet): the utilization loss
+is the load time of one ``Q`` block per ``max_dim x max_dim`` output block (about
+``4 / max_dim`` of the compute at 16-bit operands on a 128-bit bus and a 4 x 4 array).
+
+Limits and refused configurations (CONFIG_ERROR, before any memory traffic)
+----------------------------------------------------------------------------
+``mode > 2``; ``m``, ``n`` or ``k`` zero; ``k > max_depth``; ``shift > 63``;
+``bias_shift > 31``; ``relu`` or ``use_bias`` outside ``fwd`` (the ReLU mask of ``dY`` is
+the host's to apply); any base not bus-aligned; a stride not a multiple of the bus width
+or shorter than its row; a buffer smaller than its matrix (last row in whole beats; the
+bias in whole beats) or reaching past the address space. A read burst outside its
+buffer is refused by the port guard and a write outside the output buffer is dropped
+(ADDR_FAULT, run aborted), so no access leaves the configured buffers whatever the
+register values.
+
+Build limits: ``cols`` a power of two; ``pow2(max(rows, cols))`` and ``cols`` at most the
+16-bit elements per bus beat (so one beat fills one buffer row segment and a result row
+segment fits one beat); ``max_dim`` and ``max_depth`` powers of two with
+``max_dim * 4`` a multiple of the bus bytes (block offsets stay beat-aligned).
+
+Status bits share the Aggregator's positions: bit0 config_error, bit3 addr_fault,
+bit4 axi_error.
+"""
+from __future__ import annotations
+
+import enum as py_enum
+from dataclasses import dataclass
+from pathlib import Path
+
+from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .axi import AXI4LiteSignature, AXI4Signature
+from .control import AxiLiteControl
+from .dma import ReadPort, StreamReader, WritePort, beats_to_boundary
+from .mac import MAC_INPUT_WIDTH, MacCore, MacMode, SkewedBuffer
+
+ELEM_BYTES = MAC_INPUT_WIDTH // 8
+BIAS_BYTES = 4
+
+
+def _pow2(x: int) -> int:
+    return 1 << max(0, (int(x) - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class MacArrayConfig:
+    """Build-time parameters of one MacArray instance."""
+
+    rows: int = 4              # array rows (output rows per tile)
+    cols: int = 4              # array columns (output columns per tile), a power of two
+    max_dim: int = 64          # output block edge held in the on-chip buffers
+    max_depth: int = 64        # largest k (depth) of a run
+    bus_width: int = 128       # AXI data width: 64, 128, 256 or 512
+    addr_width: int = 64
+    max_burst: int = 16        # beats per read burst
+
+    def __post_init__(self):
+        if self.bus_width not in (64, 128, 256, 512):
+            raise ValueError(f"MacArrayConfig.bus_width must be 64, 128, 256 or 512, not {self.bus_width}")
+        if not 1 <= self.rows <= 64 or not 1 <= self.cols <= 64:
+            raise ValueError(f"MacArrayConfig.rows/cols must be in 1..64, got {self.rows}x{self.cols}")
+        if self.cols & (self.cols - 1):
+            raise ValueError(f"MacArrayConfig.cols must be a power of two, got {self.cols}")
+        if _pow2(max(self.rows, self.cols)) > self.elems_per_beat:
+            raise ValueError(f"MacArrayConfig: a {self.rows}x{self.cols} array needs a bus of at least "
+                             f"{_pow2(max(self.rows, self.cols)) * 16} bits, not {self.bus_width}")
+        for name in ("max_dim", "max_depth"):
+            v = getattr(self, name)
+            if v < 1 or v & (v - 1):
+                raise ValueError(f"MacArrayConfig.{name} must be a power of two, got {v}")
+        if (self.max_dim * BIAS_BYTES) % self.bytes_per_beat or self.max_dim < self.rows \
+                or self.max_dim < self.cols:
+            raise ValueError(f"MacArrayConfig.max_dim={self.max_dim}: must be >= rows, cols and "
+                             f"a multiple of {self.bytes_per_beat // BIAS_BYTES} (bus bytes / 4)")
+        if self.max_depth > 4096:
+            raise ValueError(f"MacArrayConfig.max_depth must be <= 4096, got {self.max_depth}")
+        if not 1 <= self.max_burst <= 256:
+            raise ValueError(f"MacArrayConfig.max_burst must be in 1..256, got {self.max_burst}")
+        if not 32 <= self.addr_width <= 64:
+            raise ValueError(f"MacArrayConfig.addr_width must be in 32..64, got {self.addr_width}")
+
+    @property
+    def bytes_per_beat(self) -> int:
+        return self.bus_width // 8
+
+    @property
+    def elems_per_beat(self) -> int:
+        return self.bus_width // MAC_INPUT_WIDTH
+
+    @property
+    def cells(self) -> int:
+        return self.rows * self.cols
+
+    @property
+    def buffer_dim(self) -> int:
+        return max(self.max_dim, self.max_depth)
+
+
+class Status(py_enum.IntFlag):
+    """Bits of the ``status`` register (cleared at start); positions as the Aggregator's."""
+
+    CONFIG_ERROR = 1 << 0    # run refused before any memory traffic
+    ADDR_FAULT = 1 << 3      # a burst outside its buffer was refused (run aborted)
+    AXI_ERROR = 1 << 4       # SLVERR/DECERR on R or B
+
+
+#: Registers the host writes (name, width, doc); order fixes the offsets.
+CONFIG_REGISTERS = (
+    ("mode", 32, "0 fwd (Y = X W + b), 1 dx (dX = dY W^T), 2 dw (dW = X^T dY)"),
+    ("m", 32, "Output rows (1 .. 2**32-1)"),
+    ("n", 32, "Output columns (1 .. 2**32-1)"),
+    ("k", 32, "Depth: the contracted dimension (1 .. max_depth)"),
+    ("shift", 32, "Narrowing shift frac(P) + frac(Q) - frac(out) (0 .. 63)"),
+    ("relu", 32, "1: fused ReLU on the output (fwd only)"),
+    ("use_bias", 32, "1: add bias << bias_shift before narrowing (fwd only)"),
+    ("bias_shift", 32, "Left shift aligning the bias into the product fraction (0 .. 31)"),
+    ("p_addr", 64, "Base of P (fwd X [m,k], dx dY [m,k], dw X [k,m]); int16 rows"),
+    ("p_size", 64, "Bytes of the P buffer"),
+    ("p_stride", 64, "Bytes between P rows (multiple of the bus width)"),
+    ("q_addr", 64, "Base of Q (fwd W [k,n], dx W [n,k], dw dY [k,n]); int16 rows"),
+    ("q_size", 64, "Bytes of the Q buffer"),
+    ("q_stride", 64, "Bytes between Q rows (multiple of the bus width)"),
+    ("bias_addr", 64, "Base of the bias: n int32"),
+    ("bias_size", 64, "Bytes of the bias buffer"),
+    ("out_addr", 64, "Base of the output [m,n]; int16 rows"),
+    ("out_size", 64, "Bytes of the output buffer"),
+    ("out_stride", 64, "Bytes between output rows (multiple of the bus width)"),
+)
+
+#: Registers the hardware drives.
+STATUS_REGISTERS = (
+    ("status", 32, "Status bits of the last run: " + ", ".join(
+        f"bit{s.bit_length() - 1} {s.name.lower()}" for s in Status)),
+    ("busy_cycles", 64, "Cycles from start to done"),
+    ("mac_active_cycles", 64, "Cycles the array accumulated"),
+    ("mac_ops", 64, "Useful multiply-accumulates (m * n * k for a complete run)"),
+    ("stall_cycles", 64, "Cycles the array was frozen by its drain or by write back-pressure"),
+    ("load_cycles", 64, "Busy cycles spent loading operand blocks (array idle)"),
+    ("read_beats", 64, "R beats accepted"),
+    ("write_beats", 64, "W beats sent"),
+    ("saturations", 64, "Output elements that saturated"),
+)
+
+
+def mac_array_regmap(config: MacArrayConfig | None = None):
+    """The register map of the MacArray top (the one source of its offsets)."""
+    from .regmap import Access, RegisterBuilder
+
+    builder = RegisterBuilder("gnnweave_mac_array")
+    builder.ap_ctrl()
+    for name, width, doc in CONFIG_REGISTERS:
+        builder.add(name, width, Access.RW, doc)
+    for name, width, doc in STATUS_REGISTERS:
+        builder.add(name, width, Access.RO, doc)
+    return builder.build()
+
+
+class BlockLoader:
+    """Reads ``nrows`` rows of ``ncols`` int16 (``stride`` bytes apart, from ``base``) through
+    one :class:`~.dma.ReadPort` client into a :class:`~.mac.SkewedBuffer` at ``(0, 0)``.
+
+    Each row is read in whole beats with INCR bursts (at most ``max_burst``, never across
+    4 KiB); beats come back in order (one ID per client) and each is written into the
+    buffer in the cycle it arrives, so no credits are needed. ``start`` latches the job;
+    ``done`` is high when every beat has arrived.
+    """
+
+    def __init__(self, *, request, response, buffer: SkewedBuffer, addr_width: int,
+                 bus_width: int, max_burst: int, max_rows: int):
+        self.request, self.response, self.buffer = request, response, buffer
+        self.addr_width, self.bus_width, self.max_burst = addr_width, bus_width, max_burst
+        self.max_rows = max_rows
+        self.start = Signal()
+        self.base = Signal(addr_width)
+        self.stride = Signal(addr_width)
+        self.nrows = Signal(range(max_rows + 1))
+        self.ncols = Signal(range(max_rows + 1))
+        self.done = Signal()
+
+    def elaborate(self, m: Module):
+        bpb = self.bus_width // 8
+        epb = self.bus_width // MAC_INPUT_WIDTH
+        maxr = self.max_rows
+        row_beats = Signal(range(maxr + 1))
+        ncols = Signal(range(maxr + 1))
+        m.d.comb += row_beats.eq((ncols + epb - 1) >> (epb.bit_length() - 1))
+        # issue side
+        row_addr = Signal(self.addr_width)
+        stride = Signal(self.addr_width)
+        issue_beat = Signal(range(maxr + 1))
+        rows_to_issue = Signal(range(maxr + 1))
+        addr = Signal(self.addr_width)
+        m.d.comb += addr.eq(row_addr + issue_beat * bpb)
+        remain = Signal(range(maxr + 1))
+        m.d.comb += remain.eq(row_beats - issue_beat)
+        capped = Mux(remain < self.max_burst, remain, self.max_burst)
+        to_boundary = beats_to_boundary(addr, bpb)
+        burst = Signal(range(max(self.max_burst, maxr) + 1))
+        m.d.comb += burst.eq(Mux(to_boundary < capped, to_boundary, capped))
+        m.d.comb += [self.request.valid.eq(rows_to_issue != 0),
+                     self.request.payload.addr.eq(addr),
+                     self.request.payload.len.eq(burst - 1)]
+        with m.If(self.request.valid & self.request.ready):
+            m.d.sync += issue_beat.eq(issue_beat + burst)
+            with m.If(issue_beat + burst == row_beats):
+                m.d.sync += [issue_beat.eq(0), row_addr.eq(row_addr + stride),
+                             rows_to_issue.eq(rows_to_issue - 1)]
+        # receive side: beats in request order, straight into the buffer
+        recv_row = Signal(range(maxr + 1))
+        recv_beat = Signal(range(maxr + 1))
+        rows_to_recv = Signal(range(maxr + 1))
+        buf = self.buffer
+        left = Signal(range(maxr + 1))
+        m.d.comb += left.eq(ncols - recv_beat * epb)
+        m.d.comb += [
+            buf.wr_en.eq(self.response.valid),
+            buf.wr.row.eq(recv_row),
+            buf.wr.col.eq(recv_beat * epb),
+            buf.wr.count.eq(Mux(left < epb, left, epb)),
+        ]
+        for lane in range(buf.lanes):
+            m.d.comb += buf.wr.data[lane].eq(self.response.data.word_select(lane, MAC_INPUT_WIDTH))
+        with m.If(self.response.valid):
+            m.d.sync += recv_beat.eq(recv_beat + 1)
+            with m.If(recv_beat + 1 == row_beats):
+                m.d.sync += [recv_beat.eq(0), recv_row.eq(recv_row + 1),
+                             rows_to_recv.eq(rows_to_recv - 1)]
+        m.d.comb += self.done.eq((rows_to_recv == 0) & (rows_to_issue == 0))
+        with m.If(self.start):
+            empty = (self.nrows == 0) | (self.ncols == 0)
+            m.d.sync += [row_addr.eq(self.base), stride.eq(self.stride), issue_beat.eq(0),
+                         ncols.eq(self.ncols), recv_row.eq(0), recv_beat.eq(0),
+                         rows_to_issue.eq(Mux(empty, 0, self.nrows)),
+                         rows_to_recv.eq(Mux(empty, 0, self.nrows))]
+
+
+class MacArrayCore(Elaboratable):
+    """The MacArray without its control slave: ``cfg`` signals in, AXI4 ``bus`` out.
+
+    Same interface as :class:`~.aggregator.AggregatorCore`: ``bus``, ``cfg`` (one signal
+    per :data:`CONFIG_REGISTERS` entry), ``stat`` (one per :data:`STATUS_REGISTERS`
+    entry), ``start`` (one cycle, while ``idle``), ``idle``, ``done`` (pulse at the end).
+    """
+
+    def __init__(self, config: MacArrayConfig = MacArrayConfig()):
+        self.config = config
+        self.bus = AXI4Signature(addr_width=config.addr_width, data_width=config.bus_width,
+                                 id_width=2).create(path=("m_axi",))
+        self.cfg = {name: Signal(width, name=f"cfg_{name}") for name, width, _ in CONFIG_REGISTERS}
+        self.stat = {name: Signal(width, name=f"stat_{name}") for name, width, _ in STATUS_REGISTERS}
+        self.start = Signal()
+        self.idle = Signal()
+        self.done = Signal()
+
+    def elaborate(self, platform):
+        c = self.config
+        m = Module()
+        aw, bpb, epb, D = c.addr_width, c.bytes_per_beat, c.elems_per_beat, c.max_dim
+        BD = c.buffer_dim
+        align = bpb - 1
+        beat_bits = bpb.bit_length() - 1
+
+        clear = Signal()
+        cfg = {name: Signal(len(sig), name=f"run_{name}") for name, sig in self.cfg.items()}
+        mode = cfg["mode"]
+        is_dx = mode == MacMode.DX.value
+        is_dw = mode == MacMode.DW.value
+        use_bias = cfg["use_bias"][0]
+
+        # ---- datapath (reset at the start of every run) ----------------------------------
+        dp = Module()
+        core = MacCore(rows=c.rows, cols=c.cols, max_dim=D, max_depth=c.max_depth)
+        lanes = max(core.lanes, epb)
+        p_buf = SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes))
+        q_buf = SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes))
+        read_port = ReadPort(self.bus, num_clients=3)     # 0 bias, 1 P, 2 Q
+        write_port = WritePort(self.bus, beat_depth=16, address_depth=16)
+        bias_reader = StreamReader(addr_width=aw, data_width=c.bus_width, elem_width=32,
+                                   fifo_beats=16, max_burst=min(16, c.max_burst))
+        p_load = BlockLoader(request=read_port.requests[1], response=read_port.responses[1],
+                             buffer=p_buf, addr_width=aw, bus_width=c.bus_width,
+                             max_burst=c.max_burst, max_rows=BD)
+        q_load = BlockLoader(request=read_port.requests[2], response=read_port.responses[2],
+                             buffer=q_buf, addr_width=aw, bus_width=c.bus_width,
+                             max_burst=c.max_burst, max_rows=BD)
+        for name, sub in [("core", core), ("p_buf", p_buf), ("q_buf", q_buf),
+                          ("read_port", read_port), ("write_port", write_port),
+                          ("bias_reader", bias_reader)]:
+            dp.submodules[name] = sub
+        p_load.elaborate(dp)
+        q_load.elaborate(dp)
+        for req, buf, data_in in ((core.a_req, p_buf, core.a_data), (core.b_req, q_buf, core.b_data)):
+            dp.d.comb += [buf.rd_en.eq(req.en), buf.rd_fixed.eq(req.fixed), buf.rd_start.eq(req.start),
+                          buf.rd_rowwise.eq(req.rowwise), buf.rd_extent.eq(req.extent)]
+            dp.d.comb += [data_in[i].eq(buf.rd_data[i]) for i in range(core.lanes)]
+        dp.d.comb += [
+            read_port.requests[0].valid.eq(bias_reader.request.valid),
+            read_port.requests[0].payload.eq(bias_reader.request.payload),
+            bias_reader.request.ready.eq(read_port.requests[0].ready),
+            bias_reader.response.eq(read_port.responses[0]),
+            bias_reader.elements.ready.eq(1),
+            core.bias_wr_en.eq(bias_reader.elements.valid),
+            core.bias_wr_data.eq(bias_reader.elements.payload),
+        ]
+        for i, buf in enumerate(("bias", "p", "q")):
+            m.d.comb += [read_port.guard_base[i].eq(cfg[f"{buf}_addr"]),
+                         read_port.guard_size[i].eq(cfg[f"{buf}_size"])]
+
+        # block position
+        i0, j0 = Signal(32), Signal(32)
+        bm, bn = Signal(range(D + 1)), Signal(range(D + 1))
+        m.d.comb += [bm.eq(Mux(cfg["m"] - i0 >= D, D, cfg["m"] - i0)),
+                     bn.eq(Mux(cfg["n"] - j0 >= D, D, cfg["n"] - j0))]
+        kdim = cfg["k"][:len(core.k)]
+        m.d.comb += [
+            core.mode.as_value().eq(mode[:2]), core.m.eq(bm), core.n.eq(bn), core.k.eq(kdim),
+            core.shift.eq(cfg["shift"][:7]), core.relu.eq(cfg["relu"][0]),
+            core.use_bias.eq(use_bias), core.bias_shift.eq(cfg["bias_shift"][:5]),
+        ]
+        # P block of bi: fwd/dx rows i0.. of [m,k]; dw columns i0.. of [k,m]
+        m.d.comb += [
+            p_load.base.eq(cfg["p_addr"] + Mux(is_dw, i0 * ELEM_BYTES, i0 * cfg["p_stride"])),
+            p_load.stride.eq(cfg["p_stride"]),
+            p_load.nrows.eq(Mux(is_dw, kdim, bm)), p_load.ncols.eq(Mux(is_dw, bm, kdim)),
+            # Q block of bj: dx rows j0.. of [n,k]; fwd/dw columns j0.. of [k,n]
+            q_load.base.eq(cfg["q_addr"] + Mux(is_dx, j0 * cfg["q_stride"], j0 * ELEM_BYTES)),
+            q_load.stride.eq(cfg["q_stride"]),
+            q_load.nrows.eq(Mux(is_dx, bn, kdim)), q_load.ncols.eq(Mux(is_dx, kdim, bn)),
+            bias_reader.base.eq(cfg["bias_addr"] + j0 * BIAS_BYTES),
+            bias_reader.count.eq(bn),
+        ]
+
+        # ---- result: one row segment of the array -> one single-beat write ---------------
+        status = self.stat["status"]
+        out = core.out.payload
+        grow = Signal(33)
+        gcol = Signal(33)
+        m.d.comb += [grow.eq(i0 + out.row), gcol.eq(j0 + out.col)]
+        col_bytes = Signal(34)
+        m.d.comb += col_bytes.eq(gcol * ELEM_BYTES)
+        # wide enough that no register value can wrap the guard's arithmetic
+        beat_addr = Signal(aw + 72)
+        m.d.comb += beat_addr.eq(cfg["out_addr"] + grow * cfg["out_stride"]
+                                 + (col_bytes & ~Const(align, 34)))
+        lane_off = Signal(range(epb))
+        m.d.comb += lane_off.eq(gcol[:max(1, (epb - 1).bit_length())] if epb > 1 else 0)
+        out_end = Signal(aw + 72)
+        m.d.comb += out_end.eq(cfg["out_addr"] + cfg["out_size"])
+        out_inside = (beat_addr >= cfg["out_addr"]) & (beat_addr + bpb <= out_end)
+        write_fault = Signal()
+        can_push = write_port.address.w_rdy & write_port.beats.w_rdy
+        push = core.out.valid & can_push & out_inside & ~write_fault
+        aw_payload = Signal(write_port._aw_layout)
+        w_payload = Signal(write_port._w_layout)
+        seg_bits = c.cols * MAC_INPUT_WIDTH
+        seg = Signal(seg_bits)
+        m.d.comb += seg.eq(Cat(*[out.data[i] for i in range(c.cols)]))
+        strb_unit = Signal(2 * c.cols)
+        m.d.comb += strb_unit.eq((Const(1, 2 * c.cols + 1) << (out.count * ELEM_BYTES)) - 1)
+        m.d.comb += [
+            aw_payload.addr.eq(beat_addr[:aw]), aw_payload.len.eq(0),
+            w_payload.data.eq(seg << (lane_off * MAC_INPUT_WIDTH)),
+            w_payload.strb.eq(strb_unit << (lane_off * ELEM_BYTES)),
+            w_payload.last.eq(1),
+        ]
+        dp.d.comb += [
+            core.out.ready.eq(can_push | write_fault),
+            write_port.address.w_data.eq(aw_payload), write_port.address.w_en.eq(push),
+            write_port.beats.w_data.eq(w_payload), write_port.beats.w_en.eq(push),
+        ]
+        with dp.If(core.out.valid & ~out_inside & ~write_fault):
+            dp.d.sync += write_fault.eq(1)
+
+        m.submodules.datapath = ResetInserter(clear)(dp)
+
+        # ---- configuration check -------------------------------------------------------
+        def whole_beats(nbytes):
+            return ((nbytes + align) >> beat_bits) << beat_bits
+
+        def over(base, size, need):
+            return (need > size) | ((base + size) >> aw != 0)
+
+        dim_m, dim_n, dim_k = cfg["m"], cfg["n"], cfg["k"]
+        p_rows, p_cols = Mux(is_dw, dim_k, dim_m), Mux(is_dw, dim_m, dim_k)
+        q_rows, q_cols = Mux(is_dx, dim_n, dim_k), Mux(is_dx, dim_k, dim_n)
+        fwd = mode == MacMode.FWD.value
+        checks = [
+            mode > 2, dim_m == 0, dim_n == 0, dim_k == 0, dim_k > c.max_depth,
+            cfg["shift"] > 63, cfg["bias_shift"] > 31,
+            cfg["relu"] > 1, cfg["use_bias"] > 1,
+            ~fwd & (cfg["relu"] != 0), ~fwd & (cfg["use_bias"] != 0),
+        ]
+        for buf, rows, cols in (("p", p_rows, p_cols), ("q", q_rows, q_cols),
+                                ("out", dim_m, dim_n)):
+            row_bytes = whole_beats(cols * ELEM_BYTES)
+            stride = cfg[f"{buf}_stride"]
+            checks += [
+                (cfg[f"{buf}_addr"] & align) != 0, (stride & align) != 0, stride < row_bytes,
+                over(cfg[f"{buf}_addr"], cfg[f"{buf}_size"], (rows - 1) * stride + row_bytes),
+            ]
+        checks += [
+            use_bias & ((cfg["bias_addr"] & align) != 0),
+            use_bias & over(cfg["bias_addr"], cfg["bias_size"], whole_beats(dim_n * BIAS_BYTES)),
+        ]
+        err_config = Signal()
+        m.d.comb += err_config.eq(Cat(*checks).any())
+
+        # ---- counters ------------------------------------------------------------------
+        busy = Signal()
+        loading = Signal()
+        counters = {name: self.stat[name] for name, _, _ in STATUS_REGISTERS if name != "status"}
+        core_done = Signal()
+        m.d.comb += core_done.eq(core.done)
+        increments = {
+            "busy_cycles": 1, "read_beats": read_port.beat, "write_beats": write_port.beat,
+            "load_cycles": loading,
+            "mac_active_cycles": Mux(core_done, core.active_cycles, 0),
+            "mac_ops": Mux(core_done, core.mac_ops, 0),
+            "stall_cycles": Mux(core_done, core.stall_cycles, 0),
+            "saturations": Mux(core_done, core.saturations, 0),
+        }
+        fault = Signal()
+        m.d.comb += fault.eq((status & Status.ADDR_FAULT) != 0)
+        with m.If(busy):
+            for name, sig in counters.items():
+                m.d.sync += sig.eq(sig + increments[name])
+            with m.If(read_port.resp_error | write_port.resp_error):
+                m.d.sync += status.eq(status | Status.AXI_ERROR)
+            with m.If(read_port.fault | write_fault):
+                m.d.sync += status.eq(status | Status.ADDR_FAULT)
+        m.d.comb += [self.idle.eq(~busy), read_port.enable.eq(~fault)]
+
+        # ---- run FSM: per output block load P (new bi) and Q (+ bias), compute --------------
+        # WritePort.idle looks at the FIFOs' r_rdy, which lags a push by a cycle or two:
+        # count what is queued instead, so done never precedes the last write
+        writes_idle = Signal()
+        m.d.comb += writes_idle.eq((write_port.address.level == 0) & (write_port.beats.level == 0) &
+                                   (write_port.outstanding == 0))
+        last_bj = j0 + D >= cfg["n"]
+        last_bi = i0 + D >= cfg["m"]
+        quiet = (read_port.outstanding == 0) & writes_idle & ~core.busy
+        with m.FSM(name="run"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [cfg[name].eq(sig) for name, sig in self.cfg.items()]
+                    m.d.sync += [busy.eq(1), status.eq(0), i0.eq(0), j0.eq(0)]
+                    m.d.sync += [sig.eq(0) for sig in counters.values()]
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.comb += clear.eq(1)
+                with m.If(err_config):
+                    m.d.sync += status.eq(Status.CONFIG_ERROR)
+                    m.next = "FINISH"
+                with m.Else():
+                    m.next = "LOAD"
+            with m.State("LOAD"):
+                m.d.comb += [loading.eq(1), p_load.start.eq(j0 == 0), q_load.start.eq(1),
+                             bias_reader.start.eq(use_bias), core.bias_clear.eq(1)]
+                m.next = "WAIT_LOAD"
+            with m.State("WAIT_LOAD"):
+                m.d.comb += loading.eq(1)
+                with m.If(fault | read_port.fault):
+                    m.next = "ABORT"
+                with m.Elif(p_load.done & q_load.done & bias_reader.done):
+                    m.next = "COMPUTE"
+            with m.State("COMPUTE"):
+                m.d.comb += core.start.eq(1)
+                m.next = "WAIT_CORE"
+            with m.State("WAIT_CORE"):
+                with m.If(core_done):
+                    with m.If(fault | write_fault):
+                        m.next = "ABORT"
+                    with m.Elif(last_bj & last_bi):
+                        m.next = "DRAIN"
+                    with m.Else():
+                        m.next = "LOAD"
+                        with m.If(last_bj):
+                            m.d.sync += [j0.eq(0), i0.eq(i0 + D)]
+                        with m.Else():
+                            m.d.sync += j0.eq(j0 + D)
+            with m.State("DRAIN"):
+                with m.If(writes_idle):
+                    m.next = "FINISH"
+            with m.State("ABORT"):
+                with m.If(quiet):
+                    m.next = "FINISH"
+            with m.State("FINISH"):
+                m.d.sync += busy.eq(0)
+                m.d.comb += self.done.eq(1)
+                m.next = "IDLE"
+        return m
+
+
+class MacArrayTop(wiring.Component):
+    """``control`` (AXI4-Lite, Vitis ``ap_ctrl_hs`` at 0x00), ``gmem`` (AXI4 manager), ``interrupt``."""
+
+    def __init__(self, config: MacArrayConfig = MacArrayConfig()):
+        self.config = config
+        self.regmap = mac_array_regmap(config)
+        super().__init__({
+            "control": In(AXI4LiteSignature(addr_width=self.regmap.addr_width)),
+            "gmem": Out(AXI4Signature(addr_width=config.addr_width, data_width=config.bus_width,
+                                      id_width=2)),
+            "interrupt": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.control = ctrl = AxiLiteControl(self.regmap)
+        m.submodules.core = core = MacArrayCore(self.config)
+        wiring.connect(m, wiring.flipped(self.control), ctrl.bus)
+        wiring.connect(m, core.bus, wiring.flipped(self.gmem))
+        for name, sig in core.cfg.items():
+            m.d.comb += sig.eq(getattr(ctrl.rw, name))
+        for name, sig in core.stat.items():
+            m.d.comb += getattr(ctrl.ro, name).eq(sig)
+        take = ctrl.start & core.idle
+        m.d.comb += [
+            core.start.eq(take),
+            ctrl.accepted.eq(take),
+            ctrl.done.eq(core.done),
+            ctrl.idle.eq(core.idle),
+            self.interrupt.eq(ctrl.interrupt),
+        ]
+        return m
+
+
+MAC_ARRAY_TOP = "gnnweave_mac_array"
+
+
+def write_mac_array_verilog(config: MacArrayConfig, out_dir, *, debug_names: bool = False) -> Path:
+    """Write ``<out_dir>/gnnweave_mac_array.v`` with the Vitis port names (``ap_clk``,
+    ``ap_rst_n``, ``s_axi_control_*``, ``m_axi_gmem_*``, ``interrupt``), its register map JSON
+    and C header."""
+    from .verilog import to_verilog
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    top = MacArrayTop(config)
+    path = out_dir / f"{MAC_ARRAY_TOP}.v"
+    path.write_text(to_verilog(top, MAC_ARRAY_TOP, debug_names=debug_names))
+    top.regmap.to_json(out_dir / f"{MAC_ARRAY_TOP}.regmap.json")
+    (out_dir / f"{MAC_ARRAY_TOP}_regs.h").write_text(top.regmap.to_c_header())
+    return path
