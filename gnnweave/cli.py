@@ -56,7 +56,9 @@ def cmd_verify_aggregate(a) -> int:
 
 def cmd_verify_mac(a) -> int:
     from gnnweave.sim.mac_bench import verify_mac
-    report = verify_mac(rows=a.rows, cols=a.cols, depth=a.depth, mode=a.mode, seed=a.seed)
+    # the whole AXI top (control, operand loads, tiling, write-back) on Verilator
+    report = verify_mac(rows=a.rows, cols=a.cols, depth=a.depth, mode=a.mode, seed=a.seed,
+                        front_end="axi", backpressure=a.backpressure, bias=a.bias, relu=a.relu)
     _emit(report, a.json)
     return 0 if report.get("match") else 1
 
@@ -241,6 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
     mac.add_argument("--depth", type=int, required=True)
     mac.add_argument("--mode", choices=["fwd", "dx", "dw"], default="fwd")
     mac.add_argument("--seed", type=int, default=0)
+    mac.add_argument("--backpressure", type=float, default=0.0,
+                     help="pause probability on every AXI channel")
+    mac.add_argument("--bias", action="store_true", help="fwd: add a random int32 bias")
+    mac.add_argument("--relu", action="store_true", help="fwd: fused ReLU")
     mac.add_argument("--json", action="store_true")
     mac.set_defaults(func=cmd_verify_mac)
     pipe = vsub.add_parser("pipeline", help="the training pipeline")
