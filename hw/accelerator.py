@@ -215,8 +215,53 @@ class AcceleratorTop(wiring.Component):
         return m
 
 
-def aggregator_unit(config) -> UnitInstance:
+#: Module name of the generated top (and the IP's name in the VLNV).
+ACCELERATOR_TOP = "gnnweave"
+
+
+def _aggregator_registers() -> UnitRegisters:
     from . import aggregator
-    return UnitInstance(UnitRegisters(Unit.AGGREGATOR, aggregator.CONFIG_REGISTERS,
-                                      aggregator.STATUS_REGISTERS),
-                        aggregator.AggregatorCore(config))
+    return UnitRegisters(Unit.AGGREGATOR, aggregator.CONFIG_REGISTERS, aggregator.STATUS_REGISTERS)
+
+
+def _mac_array_registers() -> UnitRegisters:
+    from . import mac_array
+    return UnitRegisters(Unit.MAC_ARRAY, mac_array.CONFIG_REGISTERS, mac_array.STATUS_REGISTERS)
+
+
+def aggregator_unit(config) -> UnitInstance:
+    from .aggregator import AggregatorCore
+    return UnitInstance(_aggregator_registers(), AggregatorCore(config))
+
+
+def mac_array_unit(config) -> UnitInstance:
+    from .mac_array import MacArrayCore
+    return UnitInstance(_mac_array_registers(), MacArrayCore(config))
+
+
+def unit_registers(config_name: str) -> list[UnitRegisters]:
+    """The register declarations of the named build's units (no gateware built)."""
+    from .configs import get_config, get_mac_config
+    get_config(config_name)
+    sets = [_aggregator_registers()]
+    if get_mac_config(config_name) is not None:
+        sets.append(_mac_array_registers())
+    return sets
+
+
+def build_regmap(config_name: str) -> RegisterMap:
+    """The register map of the named build's accelerator top."""
+    return accelerator_regmap(unit_registers(config_name), ACCELERATOR_TOP)
+
+
+def build_accelerator(config_name: str) -> AcceleratorTop:
+    """The accelerator top of a named build (``hw/configs.py``): the Aggregator, and the
+    MacArray where the build has one."""
+    from .configs import get_config, get_mac_config
+    units = [aggregator_unit(get_config(config_name))]
+    mac = get_mac_config(config_name)
+    if mac is not None:
+        units.append(mac_array_unit(mac))
+    top = AcceleratorTop(units, name=ACCELERATOR_TOP)
+    assert top.regmap == build_regmap(config_name)
+    return top

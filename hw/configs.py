@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .aggregator import AggregatorConfig
+from .mac_array import MacArrayConfig
 
 CONFIGS: dict[str, AggregatorConfig] = {
     # fast to build and simulate: the unit tests' configuration
@@ -22,8 +23,32 @@ CONFIGS: dict[str, AggregatorConfig] = {
 }
 
 
+#: The MacArray of each named build (same bus as the Aggregator; an array of at most one bus
+#: beat of 16-bit elements per side). Its two operand buffers are square, ``max(max_dim,
+#: max_depth)`` 16-bit elements a side (a DW operand is stored ``k x m``), so the on-chip
+#: memory grows with the square of the larger. None: the build has no MacArray.
+MAC_CONFIGS: dict[str, MacArrayConfig | None] = {
+    "small": MacArrayConfig(rows=4, cols=4, max_dim=64, max_depth=64, bus_width=128),
+    "small-sum": None,
+    "default": MacArrayConfig(rows=8, cols=8, max_dim=128, max_depth=128, bus_width=128),
+    "zcu104": MacArrayConfig(rows=8, cols=8, max_dim=256, max_depth=256, bus_width=128),
+    "kv260": MacArrayConfig(rows=8, cols=8, max_dim=256, max_depth=256, bus_width=128),
+    "ultra96v2": MacArrayConfig(rows=8, cols=8, max_dim=128, max_depth=128, bus_width=128),
+    "pynqz2": MacArrayConfig(rows=4, cols=4, max_dim=128, max_depth=128, bus_width=64,
+                             addr_width=32),
+    "alveo-u250": MacArrayConfig(rows=32, cols=32, max_dim=512, max_depth=512, bus_width=512),
+}
+assert MAC_CONFIGS.keys() == CONFIGS.keys()
+
+
 def get_config(name: str) -> AggregatorConfig:
     try:
         return CONFIGS[name]
     except KeyError:
         raise ValueError(f"unknown configuration {name!r}; choose one of {', '.join(CONFIGS)}") from None
+
+
+def get_mac_config(name: str) -> MacArrayConfig | None:
+    """The MacArray of the named build (None when the build has none)."""
+    get_config(name)    # the same error for an unknown name
+    return MAC_CONFIGS[name]

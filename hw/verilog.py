@@ -70,3 +70,17 @@ def write_aggregator_verilog(config_name: str, out_dir, *, debug_names: bool = F
     top.regmap.to_json(out_dir / "gnnweave_aggregator.regmap.json")
     (out_dir / "gnnweave_aggregator_regs.h").write_text(top.regmap.to_c_header())
     return path
+
+
+def write_accelerator_verilog(config_name: str, out_dir, *, debug_names: bool = False) -> Path:
+    """Write ``<out_dir>/gnnweave.v`` (every unit of the named build behind one control
+    slave, :mod:`.accelerator`), its register map JSON and C header."""
+    from .accelerator import ACCELERATOR_TOP, build_accelerator
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    top = build_accelerator(config_name)
+    path = out_dir / f"{ACCELERATOR_TOP}.v"
+    path.write_text(to_verilog(top, ACCELERATOR_TOP, debug_names=debug_names))
+    top.regmap.to_json(out_dir / f"{ACCELERATOR_TOP}.regmap.json")
+    (out_dir / f"{ACCELERATOR_TOP}_regs.h").write_text(top.regmap.to_c_header())
+    return path
