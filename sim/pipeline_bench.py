@@ -894,10 +894,36 @@ def run_cocotb_pipeline(stages: int, microbatches: int, schedule, steps: int, *,
     return summary
 
 
+def run_cocotb_pipeline_batch(stages: int, cases: list[dict], *, build=None) -> list[dict]:
+    """Run several random-problem cases (dicts of :func:`run_cocotb_pipeline`'s keywords:
+    microbatches, schedule, steps, dim, rows, seed, dx_first, ...) on one build and one
+    simulator process; returns their summaries in order."""
+    from gnnweave.sim import runner
+    build = build or {}
+    for i, c in enumerate(cases[1:], 1):
+        if c.get("momentum", 0.5) != 0:
+            raise ValueError(f"cases[{i}]: momentum must be 0 after the first case (the velocity "
+                             f"memory keeps its contents between runs and the host cannot clear it)")
+    built = build_pipeline_sim(stages, **build)
+    cases = [{**c, "stages": stages, "schedule": Schedule.parse(c["schedule"]).cli_name} for c in cases]
+    res = runner.run(built, "gnnweave.sim.pipeline_bench", testcase="pipeline_batch_run",
+                     params={"cases": cases, "build": build}, run_name=f"p{stages}-batch{len(cases)}",
+                     check=False)
+    summaries = res.results.get("pipeline_batch") or []
+    if len(summaries) != len(cases):
+        raise RuntimeError(f"pipeline batch ran {len(summaries)} of {len(cases)} cases ({res.failed} "
+                           f"failed); log {res.log}: {res.failures[:1]}")
+    return summaries
+
+
 class CocotbIO:
+    """Port access by name for cocotb; a write of the value a port already holds is
+    skipped (the bench drives every input each cycle; most do not change)."""
+
     def __init__(self, dut):
         self.dut = dut
         self._cache = {}
+        self._written = {}
 
     def _h(self, name):
         h = self._cache.get(name)
@@ -907,7 +933,14 @@ class CocotbIO:
         return h
 
     def set(self, name, value):
-        self._h(name).value = int(value)
+        value = int(value)
+        if self._written.get(name) != value:
+            self._h(name).value = value
+            self._written[name] = value
+
+    def forget_writes(self):
+        """After a reset or a direct write: drive every port again on its next set."""
+        self._written.clear()
 
     def get(self, name) -> int:
         v = self._h(name).value
@@ -958,12 +991,8 @@ except ImportError:  # pragma: no cover - cocotb is in the [sim] extra
     cocotb = None
 
 if cocotb is not None:
-    @cocotb.test()
-    async def pipeline_run(dut):
-        """Params: stages, microbatches, schedule, steps, dim, rows, seed, lr, wd, momentum,
-        result_key. Trains on the RTL and on golden, stores the comparison summary."""
-        from gnnweave.sim.tb import load_params, store_result
-        prm = load_params()
+    async def _run_case(dut, prm: dict, clock_started: bool) -> dict:
+        """One case of the random-problem bench (see pipeline_run); returns its summary."""
         stages, m, steps = prm["stages"], prm["microbatches"], prm["steps"]
         schedule = Schedule.parse(prm["schedule"])
         fmt = BENCH_FORMAT
@@ -975,17 +1004,15 @@ if cocotb is not None:
                                                   prm.get("momentum", 0.5))
         golden = GoldenPipeline(masters, relu=relu, fmt=fmt, lr_q=lr_q, wd_q=wd_q, mu_q=mu_q)
         trace = golden.run(schedule, xs, loss_grad, microbatches=m)
-        from gnnweave.hw.mac import output_layout
-        from gnnweave.hw.train_stage import TrainStage
         lanes = bcfg["lanes"]
-        seg_layout = output_layout(lanes, TrainStage(lanes=lanes, max_dim=bcfg["max_dim"],
-                                                     max_rows=bcfg["max_rows"]).index_bits, 16)
         host = PipelineHost(masters, xs, loss_grad, schedule=schedule, microbatches=m, relu=relu,
                             lr_q=lr_q, wd_q=wd_q, mu_q=mu_q, fmt=fmt, lanes=lanes,
-                            seg_layout=seg_layout, master_width=fmt.sgd.master.width,
+                            seg_layout=segment_layout(fmt, stages, **prm.get("build", {})),
+                            master_width=fmt.sgd.master.width,
                             dx_first=prm.get("dx_first", True))
         io = CocotbIO(dut)
-        cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+        if not clock_started:
+            cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
         dut.rst.value = 1
         dut.start.value = 0
         for name in ("act_in.valid", "grad_in.valid"):
@@ -1026,13 +1053,35 @@ if cocotb is not None:
             host.collect_master(got, s, r, c0, io.get(f"s{s}_w_rd_data"))
             await RisingEdge(dut.clk)
         mismatches = compare_with_golden(host, trace, got)
-        summary = summarize(schedule, stages, m, steps, counters, cycles, mismatches, lanes,
-                            trace.saturations, sim_wall_s=round(wall, 2),
-                            steady_state_utilization=host.steady_state_utilization(),
-                            cycles_per_s=round(cycles / max(wall, 1e-9)))
-        store_result(prm.get("result_key", "pipeline"), summary)
-        assert not mismatches, mismatches[:5]
+        return summarize(schedule, stages, m, steps, counters, cycles, mismatches, lanes,
+                         trace.saturations, sim_wall_s=round(wall, 2),
+                         steady_state_utilization=host.steady_state_utilization(),
+                         cycles_per_s=round(cycles / max(wall, 1e-9)),
+                         dx_first=int(prm.get("dx_first", True)))
 
+    @cocotb.test()
+    async def pipeline_run(dut):
+        """Params: stages, microbatches, schedule, steps, dim, rows, seed, lr, wd, momentum,
+        dx_first, result_key. Trains on the RTL and on golden, stores the comparison summary."""
+        from gnnweave.sim.tb import load_params, store_result
+        prm = load_params()
+        summary = await _run_case(dut, prm, clock_started=False)
+        store_result(prm.get("result_key", "pipeline"), summary)
+        assert summary["match"], summary["mismatches"][:5]
+
+    @cocotb.test()
+    async def pipeline_batch_run(dut):
+        """Params: ``cases`` (a list of pipeline_run parameter sets, all for this build),
+        run one after the other on one simulator process (reset between them); stores
+        the list of summaries under ``pipeline_batch``."""
+        from gnnweave.sim.tb import load_params, store_result
+        prm = load_params()
+        summaries = []
+        for i, case in enumerate(prm["cases"]):
+            summaries.append(await _run_case(dut, {**case, "build": prm.get("build", {})},
+                                             clock_started=i > 0))
+            store_result("pipeline_batch", summaries)
+        assert all(s["match"] for s in summaries), [s["mismatches"][:3] for s in summaries]
 
     @cocotb.test()
     async def pipeline_problem_run(dut):
