@@ -216,6 +216,7 @@ class Rebalancer:
         if unknown:
             raise ValueError(f"partition: device(s) {sorted(unknown)} have no cost entry")
         self.history: list[dict] = []
+        self._measured: set[str] = set()
 
     def corrected_costs(self) -> dict[str, ShareCost]:
         return {d: c.scaled(self.factor[d]) for d, c in self.base.items()}
@@ -231,11 +232,21 @@ class Rebalancer:
             if not (math.isfinite(t) and t > 0):
                 raise ValueError(f"measured_times[{d!r}] = {t}: must be finite and > 0")
         predicted = predict_times(self.graph, self.partition, self.base)
+        ratios = {}
         for d, t in measured_times.items():
             if predicted[d] > 0:
-                ratio = t / predicted[d]
+                ratios[d] = ratio = t / predicted[d]
                 self.factor[d] = (1 - self.smoothing) * self.factor[d] + self.smoothing * ratio \
-                    if self.history else ratio   # first measurement replaces the prior
+                    if d in self._measured else ratio   # a first measurement replaces the prior
+                self._measured.add(d)
+        if ratios:
+            # a device never measured (no share yet) has no evidence of its own; it takes what
+            # the measured ones have in common (e.g. the epoch ran k aggregations, not one),
+            # so an idle device does not look k times faster than the busy ones
+            common = float(np.median(list(ratios.values())))
+            for d in self.base:
+                if d not in self._measured:
+                    self.factor[d] = common
         costs = self.corrected_costs()
         current = max(predict_times(self.graph, self.partition, costs).values())
         candidate = partition_rows(self.graph, self.feat_dim, costs, out_dim=self.out_dim)

@@ -219,3 +219,20 @@ def test_fit_share_cost_keeps_a_work_term_when_overhead_dominates():
     fit = fit_share_cost(samples)
     assert fit.cost.per_edge_s > 0 or fit.cost.per_row_s > 0
     assert fit.cost.fixed_s == 0.0
+
+
+def test_rebalancer_gives_an_idle_device_the_common_correction():
+    # calibrated per aggregation, measured per epoch of 4 aggregations; "b" has no share yet
+    g = powerlaw_graph(3000, 8, 8)
+    costs = {"a": ShareCost(per_edge_s=1e-8), "b": ShareCost(fixed_s=1e-3, per_edge_s=4e-8)}
+    rb = Rebalancer(g, 16, costs, partition={"a": (0, g.num_nodes)})
+    assert rb.update({"a": 4 * float(costs["a"](g.num_edges, g.num_nodes))}) is None
+    assert rb.factor["b"] == pytest.approx(4.0)
+    # a device measured for the first time later replaces its prior too (no smoothing)
+    rb2 = Rebalancer(g, 16, costs, partition={"a": (0, g.num_nodes)}, threshold=0.0)
+    rb2.factor["b"] = 1.0
+    rb2.history.append({})   # as if epochs had passed
+    rb2.partition = {"a": (0, 2000), "b": (2000, g.num_nodes)}
+    t_b = 3 * float(costs["b"](g.indptr[-1] - g.indptr[2000], g.num_nodes - 2000))
+    rb2.update({"a": float(costs["a"](g.indptr[2000], 2000)), "b": t_b})
+    assert rb2.factor["b"] == pytest.approx(3.0) and rb2.factor["a"] == pytest.approx(1.0)
