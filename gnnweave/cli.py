@@ -152,22 +152,23 @@ def cmd_plan(a) -> int:
 
 # ---- build -------------------------------------------------------------------------------
 def cmd_build_verilog(a) -> int:
-    from gnnweave.hw.verilog import write_aggregator_verilog
+    from gnnweave.hw.verilog import write_accelerator_verilog
     out = Path(a.out or f"build/verilog/{a.config}")
-    path = write_aggregator_verilog(a.config, out, debug_names=a.debug_names)
+    path = write_accelerator_verilog(a.config, out, debug_names=a.debug_names)
     print(f"wrote {path} (+ register map JSON and C header in {out})")
     return 0
 
 
 def cmd_build_lint(a) -> int:
     from gnnweave.sim.lint import lint_verilog
+    from gnnweave.hw.accelerator import ACCELERATOR_TOP
     if a.out:
-        from gnnweave.hw.verilog import write_aggregator_verilog
-        path = write_aggregator_verilog(a.config, Path(a.out))
+        from gnnweave.hw.verilog import write_accelerator_verilog
+        path = write_accelerator_verilog(a.config, Path(a.out))
     else:   # the simulators' cached Verilog: regenerated only when the RTL changed
-        from gnnweave.sim.runner import aggregator_verilog
-        path = aggregator_verilog(a.config)
-    report = lint_verilog(path, "gnnweave_aggregator")
+        from gnnweave.sim.accelerator_bench import accelerator_verilog
+        path = accelerator_verilog(a.config)
+    report = lint_verilog(path, ACCELERATOR_TOP)
     _emit(report, a.json, ("clean", "warnings", "waived", "waiver_file"))
     if not report["clean"]:
         print(report["log"], file=sys.stderr)

@@ -217,6 +217,10 @@ class AcceleratorTop(wiring.Component):
 
 #: Module name of the generated top (and the IP's name in the VLNV).
 ACCELERATOR_TOP = "gnnweave"
+#: The IP's VLNV (the PYNQ driver binds to it) and its instance name in the block design
+#: (``Overlay("gnnweave.bit").gnnweave_0``).
+VLNV = f"gnnweave:hls:{ACCELERATOR_TOP}:1.0"
+INSTANCE_NAME = "gnnweave_0"
 
 
 def _aggregator_registers() -> UnitRegisters:

@@ -1,7 +1,7 @@
 """Vivado project for a board: Verilog + a batch TCL script (templates in bitstreams/tcl/).
 
-``write_project(board, out_dir)`` writes ``<out_dir>/src/gnnweave_aggregator.v`` (the board's
-configuration) and ``<out_dir>/build_<board>.tcl``; the script packages the Verilog as IP
+``write_project(board, out_dir)`` writes ``<out_dir>/src/gnnweave.v`` (the accelerator top of the
+board's configuration, :mod:`.accelerator`) and ``<out_dir>/build_<board>.tcl``; the script packages the Verilog as IP
 (``ipx::infer_core``), builds the block design with the PS and one HP port, runs
 synthesis/implementation/write_bitstream and copies ``gnnweave.bit`` + ``gnnweave.hwh`` to
 ``bitstreams/<board>/``. ``run(board)`` runs it when ``vivado`` is on PATH.
@@ -17,7 +17,8 @@ from pathlib import Path
 
 from .boards import Board, get_board
 from .configs import get_config
-from .verilog import write_aggregator_verilog
+from .accelerator import ACCELERATOR_TOP, INSTANCE_NAME, build_regmap, unit_registers
+from .verilog import write_accelerator_verilog
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TCL_DIR = REPO_ROOT / "bitstreams" / "tcl"
@@ -73,9 +74,9 @@ def write_project(board, out_dir, *, dest_dir=None, jobs: int = 4) -> Path:
     config = get_config(board.config)
     out_dir = Path(out_dir)
     src = out_dir / "src"
-    write_aggregator_verilog(board.config, src)
-    from .aggregator import aggregator_regmap
-    regmap = aggregator_regmap(config)
+    write_accelerator_verilog(board.config, src)
+    regmap = build_regmap(board.config)
+    units = "+".join(r.unit.name.lower() for r in unit_registers(board.config))
     ctrl_range = 1 << regmap.addr_width
     registers = "\n".join(f"    {r.name} {r.offset:#x} {r.width}" for r in regmap)
     dest = Path(dest_dir) if dest_dir is not None else BITSTREAMS_DIR / board.key
@@ -83,20 +84,20 @@ def write_project(board, out_dir, *, dest_dir=None, jobs: int = 4) -> Path:
     port = board.hp_ports[0]
     common = {"BOARD": board.key, "BOARD_NAME": board.name, "CONFIG": board.config,
               "BUS_WIDTH": config.bus_width, "CLOCK_MHZ": board.pl_clock_mhz,
-              "HP_PORT": port.name}
+              "HP_PORT": port.name, "IP_NAME": ACCELERATOR_TOP, "INSTANCE": INSTANCE_NAME}
     parts = [
         _fill("project.tcl", {**common, "PART": board.part, "SCRIPT": _tcl_path(script),
                               "PROJ_DIR": _tcl_path(out_dir / "vivado"), "DEST_DIR": _tcl_path(dest),
                               "JOBS": int(jobs), "BOARD_PART_GLOB": BOARD_PART_GLOB.get(board.key, board.key)}),
         _fill("package_ip.tcl", {**common, "IP_SRC": _tcl_path(src), "IP_REPO": _tcl_path(out_dir / "ip_repo"),
-                                 "MAX_FEAT_DIM": config.max_feat_dim, "CTRL_RANGE": ctrl_range,
+                                 "MAX_FEAT_DIM": config.max_feat_dim, "UNITS": units, "CTRL_RANGE": ctrl_range,
                                  "REGISTERS": registers}),
     ]
     if board.has_ps:
         enable, width = _ps_slave_config(board, port.name)
         bd = "bd_zynqmp.tcl" if board.ps_type == "zynq_ultra_ps_e" else "bd_zynq7.tcl"
         parts.append(_fill(bd, {**common, "PS_SLAVE_ENABLE": enable, "PS_SLAVE_WIDTH": width}))
-        parts.append(_fill("build.tcl", {"CONTROL_BASE": f"{board.control_base:#010X}".replace("0X", "0x"),
+        parts.append(_fill("build.tcl", {"INSTANCE": INSTANCE_NAME, "CONTROL_BASE": f"{board.control_base:#010X}".replace("0X", "0x"),
                                          "CTRL_RANGE_BD": max(ctrl_range, 4096)}))
     else:
         parts.append(_fill("vitis_note.tcl", common))

@@ -12,13 +12,13 @@ set_property -dict [list \
     CONFIG.@PS_SLAVE_ENABLE@ {1} CONFIG.@PS_SLAVE_WIDTH@ {@BUS_WIDTH@} \
     CONFIG.PSU__FPGA_PL0_ENABLE {1} CONFIG.PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ {@CLOCK_MHZ@} \
     CONFIG.PSU__USE__IRQ0 {1}] $ps
-set acc [create_bd_cell -type ip -vlnv gnnweave:hls:gnnweave_aggregator:1.0 gnnweave_aggregator]
+set acc [create_bd_cell -type ip -vlnv gnnweave:hls:@IP_NAME@:1.0 @INSTANCE@]
 set clk /zynq_ps/pl_clk0
 apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config [list Clk_master $clk Clk_slave $clk Clk_xbar $clk \
-    Master /zynq_ps/M_AXI_HPM0_FPD Slave /gnnweave_aggregator/s_axi_control intc_ip {New AXI Interconnect}] \
-    [get_bd_intf_pins gnnweave_aggregator/s_axi_control]
+    Master /zynq_ps/M_AXI_HPM0_FPD Slave /@INSTANCE@/s_axi_control intc_ip {New AXI Interconnect}] \
+    [get_bd_intf_pins @INSTANCE@/s_axi_control]
 apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config [list Clk_master $clk Clk_slave $clk Clk_xbar $clk \
-    Master /gnnweave_aggregator/m_axi_gmem Slave /zynq_ps/@HP_PORT@ intc_ip {Auto}] \
+    Master /@INSTANCE@/m_axi_gmem Slave /zynq_ps/@HP_PORT@ intc_ip {Auto}] \
     [get_bd_intf_pins zynq_ps/@HP_PORT@]
-connect_bd_net [get_bd_pins gnnweave_aggregator/interrupt] [get_bd_pins zynq_ps/pl_ps_irq0]
+connect_bd_net [get_bd_pins @INSTANCE@/interrupt] [get_bd_pins zynq_ps/pl_ps_irq0]
 set ps_data zynq_ps/Data

@@ -1,6 +1,6 @@
 # --- address map, synthesis, implementation, bitstream, copy .bit + .hwh (same stem) ---
 assign_bd_address
-set ctrl_seg [get_bd_addr_segs -of_objects [get_bd_addr_spaces $ps_data] -filter {NAME =~ "*gnnweave_aggregator*"}]
+set ctrl_seg [get_bd_addr_segs -of_objects [get_bd_addr_spaces $ps_data] -filter {NAME =~ "*@INSTANCE@*"}]
 if {[llength $ctrl_seg] != 1} { error "gnnweave: expected one address segment for s_axi_control, got '$ctrl_seg'" }
 set_property offset @CONTROL_BASE@ $ctrl_seg
 set_property range @CTRL_RANGE_BD@ $ctrl_seg

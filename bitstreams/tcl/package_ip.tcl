@@ -1,20 +1,20 @@
-# --- IP packaging of the generated Verilog (gnnweave:hls:gnnweave_aggregator:1.0) ---
+# --- IP packaging of the generated Verilog (gnnweave:hls:@IP_NAME@:1.0) ---
 # ipx::infer_core reads the Verilog in ip_src; AXI interfaces come from the port prefixes:
 # s_axi_control_* -> AXI4-Lite slave, m_axi_gmem_* -> AXI4 master; ap_clk/ap_rst_n associated.
 set ip_src  [file normalize "@IP_SRC@"]
 set ip_repo [file normalize "@IP_REPO@"]
 file delete -force $ip_repo
 file mkdir $ip_repo
-file copy -force [file join $ip_src gnnweave_aggregator.v] $ip_repo
-ipx::infer_core -vendor gnnweave -library hls -name gnnweave_aggregator -version 1.0 -taxonomy /UserIP $ip_repo
+file copy -force [file join $ip_src @IP_NAME@.v] $ip_repo
+ipx::infer_core -vendor gnnweave -library hls -name @IP_NAME@ -version 1.0 -taxonomy /UserIP $ip_repo
 ipx::open_core [file join $ip_repo component.xml]
 set core [ipx::current_core]
 # infer_core may ignore -name/-version: set the VLNV the driver matches explicitly
 set_property vendor gnnweave $core
 set_property library hls $core
-set_property name gnnweave_aggregator $core
+set_property name @IP_NAME@ $core
 set_property version 1.0 $core
-set_property display_name "gnnweave aggregator (@CONFIG@)" $core
+set_property display_name "gnnweave accelerator (@CONFIG@: @UNITS@)" $core
 ipx::infer_bus_interfaces xilinx.com:interface:aximm_rtl:1.0 $core
 ipx::infer_bus_interfaces xilinx.com:signal:clock_rtl:1.0 $core
 ipx::infer_bus_interfaces xilinx.com:signal:reset_rtl:1.0 $core

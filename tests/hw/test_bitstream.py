@@ -33,7 +33,7 @@ def _fake_verilog(config_name, out_dir, **kw):
     # Verilog generation takes ~12 s per board; the script tests only need the file to exist
     # (test_real_verilog_for_pynqz2 checks the real one)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "gnnweave_aggregator.v"
+    path = out_dir / "gnnweave.v"
     path.write_text(f"// fake {config_name}\n")
     return path
 
@@ -42,7 +42,7 @@ def _fake_verilog(config_name, out_dir, **kw):
 def scripts(tmp_path_factory):
     out = {}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(bitstream, "write_aggregator_verilog", _fake_verilog)
+        mp.setattr(bitstream, "write_accelerator_verilog", _fake_verilog)
         for key in BOARDS:
             d = tmp_path_factory.mktemp(key)
             out[key] = bitstream.write_project(key, d, dest_dir=d / "dest")
@@ -56,15 +56,15 @@ def test_script_names_part_ports_and_verilog(scripts, key):
     text = script.read_text()
     assert script.name == f"build_{key}.tcl"
     assert f'set part      "{board.part}"' in text
-    assert "ipx::infer_core -vendor gnnweave -library hls -name gnnweave_aggregator -version 1.0" in text
+    assert "ipx::infer_core -vendor gnnweave -library hls -name gnnweave -version 1.0" in text
     assert "s_axi_control" in text and "m_axi_gmem" in text and "ap_rst_n" in text
-    assert (script.parent / "src" / "gnnweave_aggregator.v").read_text() == f"// fake {board.config}\n"
+    assert (script.parent / "src" / "gnnweave.v").read_text() == f"// fake {board.config}\n"
 
 
 def test_real_verilog_for_pynqz2(tmp_path):
     board = get_board("pynqz2")
     script = bitstream.write_project(board, tmp_path, dest_dir=tmp_path / "dest")
-    verilog = (script.parent / "src" / "gnnweave_aggregator.v").read_text()
+    verilog = (script.parent / "src" / "gnnweave.v").read_text()
     cfg = get_config(board.config)
     # the Verilog carries the ports the packager infers, at the board config's bus width
     assert "input ap_clk" in verilog and "input ap_rst_n" in verilog and "output interrupt" in verilog
@@ -118,12 +118,12 @@ def test_dry_run_zynq_block_design(scripts, key, tmp_path):
     assert "launch_runs impl_1 -to_step write_bitstream" in text
     assert "ipx::associate_bus_interfaces -busif s_axi_control -clock ap_clk" in text
     # the VLNV the driver and sim/simdevice.py's .hwh use
-    for prop in ("vendor gnnweave", "library hls", "name gnnweave_aggregator", "version 1.0"):
+    for prop in ("vendor gnnweave", "library hls", "name gnnweave", "version 1.0"):
         assert f"set_property {prop} handle_ipx_current_core" in text
-    assert "create_bd_cell -type ip -vlnv gnnweave:hls:gnnweave_aggregator:1.0 gnnweave_aggregator" in text
-    # the register map reaches the IP (hence the .hwh): every register of hw/regmap.py
-    from gnnweave.hw.aggregator import aggregator_regmap
-    for reg in aggregator_regmap(cfg):
+    from gnnweave.hw.accelerator import INSTANCE_NAME, VLNV, build_regmap
+    assert f"create_bd_cell -type ip -vlnv {VLNV} {INSTANCE_NAME}" in text
+    # the register map of the accelerator top reaches the IP (hence the .hwh): every register
+    for reg in build_regmap(board.config):
         assert f"ipx::add_register {reg.name}" in text
 
 
@@ -136,7 +136,7 @@ def test_dry_run_alveo_points_to_vitis(scripts, tmp_path):
 
 
 def test_run_without_vivado_names_script(tmp_path, monkeypatch):
-    monkeypatch.setattr(bitstream, "write_aggregator_verilog", _fake_verilog)
+    monkeypatch.setattr(bitstream, "write_accelerator_verilog", _fake_verilog)
     monkeypatch.setenv("PATH", str(tmp_path))   # no vivado here
     with pytest.raises(bitstream.VivadoNotFoundError, match=r"vivado -mode batch -source .*build_pynqz2\.tcl"):
         bitstream.run("pynqz2", tmp_path / "proj")
@@ -149,7 +149,7 @@ def test_unknown_board():
 
 
 def test_cli_without_vivado_names_script(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(bitstream, "write_aggregator_verilog", _fake_verilog)
+    monkeypatch.setattr(bitstream, "write_accelerator_verilog", _fake_verilog)
     monkeypatch.setenv("PATH", str(tmp_path))
     assert bitstream.main(["kv260", "--out", str(tmp_path / "p")]) == 2
     err = capsys.readouterr().err
