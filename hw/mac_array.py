@@ -171,7 +171,7 @@ STATUS_REGISTERS = (
     ("mac_active_cycles", 64, "Cycles the array accumulated"),
     ("mac_ops", 64, "Useful multiply-accumulates (m * n * k for a complete run)"),
     ("stall_cycles", 64, "Cycles the array was frozen by its drain or by write back-pressure"),
-    ("load_cycles", 64, "Busy cycles spent loading operand blocks (array idle)"),
+    ("load_cycles", 64, "Busy cycles the array waited for operands (block loads, bias)"),
     ("read_beats", 64, "R beats accepted"),
     ("write_beats", 64, "W beats sent"),
     ("saturations", 64, "Output elements that saturated"),
@@ -193,7 +193,8 @@ def mac_array_regmap(config: MacArrayConfig | None = None):
 
 class BlockLoader:
     """Reads ``nrows`` rows of ``ncols`` int16 (``stride`` bytes apart, from ``base``) through
-    one :class:`~.dma.ReadPort` client into a :class:`~.mac.SkewedBuffer` at ``(0, 0)``.
+    one :class:`~.dma.ReadPort` client into one of ``buffers`` (:class:`~.mac.SkewedBuffer`,
+    the one numbered ``bank`` at start) at ``(0, 0)``.
 
     Each row is read in whole beats with INCR bursts (at most ``max_burst``, never across
     4 KiB); beats come back in order (one ID per client) and each is written into the
@@ -201,9 +202,9 @@ class BlockLoader:
     ``done`` is high when every beat has arrived.
     """
 
-    def __init__(self, *, request, response, buffer: SkewedBuffer, addr_width: int,
+    def __init__(self, *, request, response, buffers, addr_width: int,
                  bus_width: int, max_burst: int, max_rows: int):
-        self.request, self.response, self.buffer = request, response, buffer
+        self.request, self.response, self.buffers = request, response, list(buffers)
         self.addr_width, self.bus_width, self.max_burst = addr_width, bus_width, max_burst
         self.max_rows = max_rows
         self.start = Signal()
@@ -211,6 +212,7 @@ class BlockLoader:
         self.stride = Signal(addr_width)
         self.nrows = Signal(range(max_rows + 1))
         self.ncols = Signal(range(max_rows + 1))
+        self.bank = Signal(range(max(2, len(self.buffers))))
         self.done = Signal()
 
     def elaborate(self, m: Module):
@@ -245,17 +247,18 @@ class BlockLoader:
         recv_row = Signal(range(maxr + 1))
         recv_beat = Signal(range(maxr + 1))
         rows_to_recv = Signal(range(maxr + 1))
-        buf = self.buffer
         left = Signal(range(maxr + 1))
         m.d.comb += left.eq(ncols - recv_beat * epb)
-        m.d.comb += [
-            buf.wr_en.eq(self.response.valid),
-            buf.wr.row.eq(recv_row),
-            buf.wr.col.eq(recv_beat * epb),
-            buf.wr.count.eq(Mux(left < epb, left, epb)),
-        ]
-        for lane in range(buf.lanes):
-            m.d.comb += buf.wr.data[lane].eq(self.response.data.word_select(lane, MAC_INPUT_WIDTH))
+        bank = Signal.like(self.bank)
+        for index, buf in enumerate(self.buffers):
+            m.d.comb += [
+                buf.wr_en.eq(self.response.valid & (bank == index)),
+                buf.wr.row.eq(recv_row),
+                buf.wr.col.eq(recv_beat * epb),
+                buf.wr.count.eq(Mux(left < epb, left, epb)),
+            ]
+            for lane in range(buf.lanes):
+                m.d.comb += buf.wr.data[lane].eq(self.response.data.word_select(lane, MAC_INPUT_WIDTH))
         with m.If(self.response.valid):
             m.d.sync += recv_beat.eq(recv_beat + 1)
             with m.If(recv_beat + 1 == row_beats):
@@ -265,6 +268,7 @@ class BlockLoader:
         with m.If(self.start):
             empty = (self.nrows == 0) | (self.ncols == 0)
             m.d.sync += [row_addr.eq(self.base), stride.eq(self.stride), issue_beat.eq(0),
+                         bank.eq(self.bank),
                          ncols.eq(self.ncols), recv_row.eq(0), recv_beat.eq(0),
                          rows_to_issue.eq(Mux(empty, 0, self.nrows)),
                          rows_to_recv.eq(Mux(empty, 0, self.nrows))]
@@ -307,63 +311,85 @@ class MacArrayCore(Elaboratable):
         dp = Module()
         core = MacCore(rows=c.rows, cols=c.cols, max_dim=D, max_depth=c.max_depth)
         lanes = max(core.lanes, epb)
-        p_buf = SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes))
-        q_buf = SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes))
+        # two banks per operand: the next block loads while the array computes this one
+        p_bufs = [SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes)) for _ in range(2)]
+        q_bufs = [SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes)) for _ in range(2)]
         read_port = ReadPort(self.bus, num_clients=3)     # 0 bias, 1 P, 2 Q
         write_port = WritePort(self.bus, beat_depth=16, address_depth=16)
+        # room for a whole block's bias: it is fetched during the previous block
         bias_reader = StreamReader(addr_width=aw, data_width=c.bus_width, elem_width=32,
-                                   fifo_beats=16, max_burst=min(16, c.max_burst))
+                                   fifo_beats=max(16, D * BIAS_BYTES // bpb),
+                                   max_burst=min(16, c.max_burst))
         p_load = BlockLoader(request=read_port.requests[1], response=read_port.responses[1],
-                             buffer=p_buf, addr_width=aw, bus_width=c.bus_width,
+                             buffers=p_bufs, addr_width=aw, bus_width=c.bus_width,
                              max_burst=c.max_burst, max_rows=BD)
         q_load = BlockLoader(request=read_port.requests[2], response=read_port.responses[2],
-                             buffer=q_buf, addr_width=aw, bus_width=c.bus_width,
+                             buffers=q_bufs, addr_width=aw, bus_width=c.bus_width,
                              max_burst=c.max_burst, max_rows=BD)
-        for name, sub in [("core", core), ("p_buf", p_buf), ("q_buf", q_buf),
+        for name, sub in [("core", core), ("p_buf0", p_bufs[0]), ("p_buf1", p_bufs[1]),
+                          ("q_buf0", q_bufs[0]), ("q_buf1", q_bufs[1]),
                           ("read_port", read_port), ("write_port", write_port),
                           ("bias_reader", bias_reader)]:
             dp.submodules[name] = sub
         p_load.elaborate(dp)
         q_load.elaborate(dp)
-        for req, buf, data_in in ((core.a_req, p_buf, core.a_data), (core.b_req, q_buf, core.b_data)):
-            dp.d.comb += [buf.rd_en.eq(req.en), buf.rd_fixed.eq(req.fixed), buf.rd_start.eq(req.start),
-                          buf.rd_rowwise.eq(req.rowwise), buf.rd_extent.eq(req.extent)]
-            dp.d.comb += [data_in[i].eq(buf.rd_data[i]) for i in range(core.lanes)]
+        p_rbank, q_rbank = Signal(), Signal()      # banks the array reads (fixed during a block)
+        for req, bufs, bank, data_in in ((core.a_req, p_bufs, p_rbank, core.a_data),
+                                         (core.b_req, q_bufs, q_rbank, core.b_data)):
+            for buf in bufs:
+                dp.d.comb += [buf.rd_en.eq(req.en), buf.rd_fixed.eq(req.fixed),
+                              buf.rd_start.eq(req.start), buf.rd_rowwise.eq(req.rowwise),
+                              buf.rd_extent.eq(req.extent)]
+            dp.d.comb += [data_in[i].eq(Mux(bank, bufs[1].rd_data[i], bufs[0].rd_data[i]))
+                          for i in range(core.lanes)]
+        bias_fill = Signal()
         dp.d.comb += [
             read_port.requests[0].valid.eq(bias_reader.request.valid),
             read_port.requests[0].payload.eq(bias_reader.request.payload),
             bias_reader.request.ready.eq(read_port.requests[0].ready),
             bias_reader.response.eq(read_port.responses[0]),
-            bias_reader.elements.ready.eq(1),
-            core.bias_wr_en.eq(bias_reader.elements.valid),
+            bias_reader.elements.ready.eq(bias_fill),
+            core.bias_wr_en.eq(bias_reader.elements.valid & bias_fill),
             core.bias_wr_data.eq(bias_reader.elements.payload),
         ]
         for i, buf in enumerate(("bias", "p", "q")):
             m.d.comb += [read_port.guard_base[i].eq(cfg[f"{buf}_addr"]),
                          read_port.guard_size[i].eq(cfg[f"{buf}_size"])]
 
-        # block position
-        i0, j0 = Signal(32), Signal(32)
-        bm, bn = Signal(range(D + 1)), Signal(range(D + 1))
-        m.d.comb += [bm.eq(Mux(cfg["m"] - i0 >= D, D, cfg["m"] - i0)),
-                     bn.eq(Mux(cfg["n"] - j0 >= D, D, cfg["n"] - j0))]
+        def block_dims(bi0, bj0, name):
+            rows_, cols_ = Signal(range(D + 1), name=f"{name}_bm"), Signal(range(D + 1), name=f"{name}_bn")
+            m.d.comb += [rows_.eq(Mux(cfg["m"] - bi0 >= D, D, cfg["m"] - bi0)),
+                         cols_.eq(Mux(cfg["n"] - bj0 >= D, D, cfg["n"] - bj0))]
+            return rows_, cols_
+
+        # block positions: the block being loaded (li0, lj0) and computed (i0, j0)
+        li0, lj0, i0, j0 = Signal(32), Signal(32), Signal(32), Signal(32)
+        lbm, lbn = block_dims(li0, lj0, "load")
+        bm, bn = block_dims(i0, j0, "comp")
         kdim = cfg["k"][:len(core.k)]
         m.d.comb += [
             core.mode.as_value().eq(mode[:2]), core.m.eq(bm), core.n.eq(bn), core.k.eq(kdim),
             core.shift.eq(cfg["shift"][:7]), core.relu.eq(cfg["relu"][0]),
             core.use_bias.eq(use_bias), core.bias_shift.eq(cfg["bias_shift"][:5]),
         ]
+        c_last_bj = j0 + D >= cfg["n"]
+        c_last = c_last_bj & (i0 + D >= cfg["m"])
+        bias_j0 = Signal(32)      # first column of the block whose bias is fetched next
+        bias_first = Signal()     # the first block's (set by the compute loop)
+        m.d.comb += bias_j0.eq(Mux(bias_first | c_last_bj, 0, j0 + D))
+        bias_bn = Signal(range(D + 1))
+        m.d.comb += bias_bn.eq(Mux(cfg["n"] - bias_j0 >= D, D, cfg["n"] - bias_j0))
         # P block of bi: fwd/dx rows i0.. of [m,k]; dw columns i0.. of [k,m]
         m.d.comb += [
-            p_load.base.eq(cfg["p_addr"] + Mux(is_dw, i0 * ELEM_BYTES, i0 * cfg["p_stride"])),
+            p_load.base.eq(cfg["p_addr"] + Mux(is_dw, li0 * ELEM_BYTES, li0 * cfg["p_stride"])),
             p_load.stride.eq(cfg["p_stride"]),
-            p_load.nrows.eq(Mux(is_dw, kdim, bm)), p_load.ncols.eq(Mux(is_dw, bm, kdim)),
+            p_load.nrows.eq(Mux(is_dw, kdim, lbm)), p_load.ncols.eq(Mux(is_dw, lbm, kdim)),
             # Q block of bj: dx rows j0.. of [n,k]; fwd/dw columns j0.. of [k,n]
-            q_load.base.eq(cfg["q_addr"] + Mux(is_dx, j0 * cfg["q_stride"], j0 * ELEM_BYTES)),
+            q_load.base.eq(cfg["q_addr"] + Mux(is_dx, lj0 * cfg["q_stride"], lj0 * ELEM_BYTES)),
             q_load.stride.eq(cfg["q_stride"]),
-            q_load.nrows.eq(Mux(is_dx, bn, kdim)), q_load.ncols.eq(Mux(is_dx, kdim, bn)),
-            bias_reader.base.eq(cfg["bias_addr"] + j0 * BIAS_BYTES),
-            bias_reader.count.eq(bn),
+            q_load.nrows.eq(Mux(is_dx, lbn, kdim)), q_load.ncols.eq(Mux(is_dx, kdim, lbn)),
+            bias_reader.base.eq(cfg["bias_addr"] + bias_j0 * BIAS_BYTES),
+            bias_reader.count.eq(bias_bn),
         ]
 
         # ---- result: one row segment of the array -> one single-beat write ---------------
@@ -406,8 +432,6 @@ class MacArrayCore(Elaboratable):
         ]
         with dp.If(core.out.valid & ~out_inside & ~write_fault):
             dp.d.sync += write_fault.eq(1)
-
-        m.submodules.datapath = ResetInserter(clear)(dp)
 
         # ---- configuration check -------------------------------------------------------
         def whole_beats(nbytes):
@@ -466,20 +490,20 @@ class MacArrayCore(Elaboratable):
                 m.d.sync += status.eq(status | Status.ADDR_FAULT)
         m.d.comb += [self.idle.eq(~busy), read_port.enable.eq(~fault)]
 
-        # ---- run FSM: per output block load P (new bi) and Q (+ bias), compute --------------
+        # ---- run control ---------------------------------------------------------------
         # WritePort.idle looks at the FIFOs' r_rdy, which lags a push by a cycle or two:
         # count what is queued instead, so done never precedes the last write
         writes_idle = Signal()
         m.d.comb += writes_idle.eq((write_port.address.level == 0) & (write_port.beats.level == 0) &
                                    (write_port.outstanding == 0))
-        last_bj = j0 + D >= cfg["n"]
-        last_bi = i0 + D >= cfg["m"]
         quiet = (read_port.outstanding == 0) & writes_idle & ~core.busy
+        running = Signal()        # the block loops may proceed
+        all_computed = Signal()
         with m.FSM(name="run"):
             with m.State("IDLE"):
                 with m.If(self.start):
                     m.d.sync += [cfg[name].eq(sig) for name, sig in self.cfg.items()]
-                    m.d.sync += [busy.eq(1), status.eq(0), i0.eq(0), j0.eq(0)]
+                    m.d.sync += [busy.eq(1), status.eq(0)]
                     m.d.sync += [sig.eq(0) for sig in counters.values()]
                     m.next = "CHECK"
             with m.State("CHECK"):
@@ -488,42 +512,91 @@ class MacArrayCore(Elaboratable):
                     m.d.sync += status.eq(Status.CONFIG_ERROR)
                     m.next = "FINISH"
                 with m.Else():
-                    m.next = "LOAD"
-            with m.State("LOAD"):
-                m.d.comb += [loading.eq(1), p_load.start.eq(j0 == 0), q_load.start.eq(1),
-                             bias_reader.start.eq(use_bias), core.bias_clear.eq(1)]
-                m.next = "WAIT_LOAD"
-            with m.State("WAIT_LOAD"):
-                m.d.comb += loading.eq(1)
-                with m.If(fault | read_port.fault):
+                    m.next = "RUN"
+            with m.State("RUN"):
+                m.d.comb += running.eq(~fault & ~read_port.fault & ~write_fault)
+                with m.If(fault | read_port.fault | write_fault):
                     m.next = "ABORT"
-                with m.Elif(p_load.done & q_load.done & bias_reader.done):
-                    m.next = "COMPUTE"
-            with m.State("COMPUTE"):
-                m.d.comb += core.start.eq(1)
-                m.next = "WAIT_CORE"
-            with m.State("WAIT_CORE"):
-                with m.If(core_done):
-                    with m.If(fault | write_fault):
-                        m.next = "ABORT"
-                    with m.Elif(last_bj & last_bi):
-                        m.next = "DRAIN"
-                    with m.Else():
-                        m.next = "LOAD"
-                        with m.If(last_bj):
-                            m.d.sync += [j0.eq(0), i0.eq(i0 + D)]
-                        with m.Else():
-                            m.d.sync += j0.eq(j0 + D)
+                with m.Elif(all_computed):
+                    m.next = "DRAIN"
             with m.State("DRAIN"):
                 with m.If(writes_idle):
                     m.next = "FINISH"
             with m.State("ABORT"):
+                # nothing new starts; wait for what is in flight (the array finishes its block)
                 with m.If(quiet):
                     m.next = "FINISH"
             with m.State("FINISH"):
                 m.d.sync += busy.eq(0)
                 m.d.comb += self.done.eq(1)
                 m.next = "IDLE"
+
+        # ---- block loops (in the datapath: reset at every start) -------------------------
+        # Block t's Q goes to bank t % 2, the P of block row bi to bank bi % 2. A load may
+        # start when the block two back (the bank's last user) has been computed:
+        # loads started - blocks computed <= 1.
+        load_start, load_done, comp_start, comp_done = Signal(), Signal(), Signal(), Signal()
+        in_flight = Signal(range(4))     # blocks loading or loaded, not yet computed
+        ready_blocks = Signal(range(4))  # blocks loaded, not yet started
+        dp.d.sync += [in_flight.eq(in_flight + load_start - comp_done),
+                      ready_blocks.eq(ready_blocks + load_done - comp_start)]
+        l_par, lq_par, c_par, cq_par = Signal(), Signal(), Signal(), Signal()
+        all_loaded = Signal()
+        l_last_bj = lj0 + D >= cfg["n"]
+        l_last = l_last_bj & (li0 + D >= cfg["m"])
+        with dp.FSM(name="load"):
+            with dp.State("START"):
+                with dp.If(running & ~all_loaded & (in_flight <= 1)):
+                    dp.d.comb += [load_start.eq(1), p_load.start.eq(lj0 == 0), p_load.bank.eq(l_par),
+                                  q_load.start.eq(1), q_load.bank.eq(lq_par)]
+                    dp.next = "WAIT"
+            with dp.State("WAIT"):
+                with dp.If(p_load.done & q_load.done):
+                    dp.d.comb += load_done.eq(1)
+                    dp.d.sync += lq_par.eq(~lq_par)
+                    with dp.If(l_last):
+                        dp.d.sync += all_loaded.eq(1)
+                    with dp.Elif(l_last_bj):
+                        dp.d.sync += [lj0.eq(0), li0.eq(li0 + D), l_par.eq(~l_par)]
+                    with dp.Else():
+                        dp.d.sync += lj0.eq(lj0 + D)
+                    dp.next = "START"
+        m.d.comb += [p_rbank.eq(c_par), q_rbank.eq(cq_par)]
+        with dp.FSM(name="compute"):
+            with dp.State("PREFETCH"):            # the first block's bias
+                dp.d.comb += bias_first.eq(1)
+                with dp.If(running):
+                    dp.d.comb += bias_reader.start.eq(use_bias)
+                    dp.next = "WAIT"
+            with dp.State("WAIT"):
+                with dp.If(running & (ready_blocks != 0)):
+                    dp.d.comb += core.bias_clear.eq(1)
+                    dp.next = "BIAS"
+            with dp.State("BIAS"):                 # the block's bias into the array
+                dp.d.comb += bias_fill.eq(1)
+                with dp.If(running & bias_reader.done):
+                    dp.d.comb += [core.start.eq(1), comp_start.eq(1)]
+                    # fetch the next block's bias while this one computes
+                    dp.d.comb += bias_reader.start.eq(use_bias & ~c_last)
+                    dp.next = "RUN"
+            with dp.State("RUN"):
+                with dp.If(core.done):
+                    dp.d.comb += comp_done.eq(1)
+                    dp.d.sync += cq_par.eq(~cq_par)
+                    with dp.If(c_last):
+                        dp.d.sync += all_computed.eq(1)
+                        dp.next = "END"
+                    with dp.Else():
+                        with dp.If(c_last_bj):
+                            dp.d.sync += [j0.eq(0), i0.eq(i0 + D), c_par.eq(~c_par)]
+                        with dp.Else():
+                            dp.d.sync += j0.eq(j0 + D)
+                        dp.next = "WAIT"
+            with dp.State("END"):
+                pass
+        m.d.comb += loading.eq(running & ~core.busy)
+
+        m.submodules.datapath = ResetInserter(clear)(dp)
         return m
 
 
