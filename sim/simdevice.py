@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -75,7 +76,7 @@ class NativeBuild:
     build_seconds: float
 
 
-def sim_top_verilog(verilog_text: str) -> str:
+def sim_top_verilog(verilog_text: str, top: str = TOP) -> str:
     """A wrapper with the Aggregator's ports whose ``ap_rst_n`` reaches the core through
     a flip-flop (one cycle later).
 
@@ -90,7 +91,7 @@ def sim_top_verilog(verilog_text: str) -> str:
     cycle before ARVALID (control-port timing only; the memory side is unchanged).
     """
     import re
-    head = verilog_text[verilog_text.index(f"module {TOP}("):]
+    head = verilog_text[verilog_text.index(f"module {top}("):]
     head = head[:head.index("endmodule")]
     ports = re.findall(r"^\s*(input|output)\s*(\[[^\]]+\])?\s*(\w+);", head, re.M)
     decls, conns = [], []
@@ -105,7 +106,7 @@ def sim_top_verilog(verilog_text: str) -> str:
             "  always @(posedge ap_clk) rst_n_q <= ap_rst_n;\n"
             f"  reg {araddr_width} araddr_q = 0;\n"
             "  always @(posedge ap_clk) araddr_q <= s_axi_control_araddr;\n"
-            f"  {TOP} dut (\n" + ",\n".join(conns) + "\n  );\nendmodule\n")
+            f"  {top} dut (\n" + ",\n".join(conns) + "\n  );\nendmodule\n")
 
 
 def _bus_bytes(config: str) -> int:
@@ -113,25 +114,52 @@ def _bus_bytes(config: str) -> int:
     return get_config(config).bytes_per_beat
 
 
+def simulated_top(config: str) -> tuple[Path, str]:
+    """Which Verilog the simulated device runs: ``(generated Verilog file, its top module)``.
+
+    The one place to change when the device simulates another top; the harness only needs
+    the port names ``ap_clk``, ``ap_rst_n``, ``s_axi_control_*``, ``m_axi_gmem_*`` and
+    ``interrupt``."""
+    from gnnweave.sim import runner
+    return Path(runner.aggregator_verilog(config)), TOP
+
+
+def _pgo_enabled() -> bool:
+    """``$GNNWEAVE_NATIVE_PGO=0`` builds without profile-guided optimisation (one compile
+    instead of two, about 20 % slower simulation)."""
+    return os.environ.get("GNNWEAVE_NATIVE_PGO", "1") != "0"
+
+
 def build_native(config: str = "small", *, force: bool = False,
                  build_root: Path | None = None) -> NativeBuild:
-    """Build (or find cached) ``libgnnweave_sim.so`` for a named hardware config."""
+    """Build (or find cached) ``libgnnweave_sim.so`` for a named hardware config.
+
+    With PGO (the default, see :func:`_pgo_enabled`) the model is compiled twice: once
+    instrumented, run on a short training workload in a child process (all reductions,
+    weighted and not; :func:`_pgo_train`), then again with the recorded profile. The
+    profile only steers code layout and inlining; the simulated behaviour is the same."""
     from gnnweave.sim import runner, toolchain
 
     tool = toolchain.setup_verilator()
-    verilog = runner.aggregator_verilog(config)
+    verilog, top = simulated_top(config)
     bus_bytes = _bus_bytes(config)
     sources = sorted(NATIVE_DIR.glob("*.cpp")) + sorted(NATIVE_DIR.glob("*.h"))
-    # $GNNWEAVE_NATIVE_OPT: C++ optimisation flags (default -O2; e.g. "-O3 -march=native"
-    # for a build that only runs on this machine)
-    opt = os.environ.get("GNNWEAVE_NATIVE_OPT", "-O2")
-    cflags = f"{opt} -fPIC -DBUS_BYTES={bus_bytes}"
-    level = opt.split()[0] if opt.split() else "-O2"
+    # $GNNWEAVE_NATIVE_OPT: C++ optimisation of the model and harness (default -O3): the
+    # level goes to the per-cycle code only, further flags (e.g. -march=native) everywhere
+    opt = os.environ.get("GNNWEAVE_NATIVE_OPT", "-O3").split() or ["-O3"]
+    level = opt[0] if opt[0].startswith("-O") else "-O3"
+    extra = " ".join(opt[1:] if opt[0].startswith("-O") else opt)
+    pgo = _pgo_enabled()
+    # hidden symbols: calls inside the library skip the PLT; the gw_* entry points are exported
+    cflags = f"-fPIC -fvisibility=hidden -DBUS_BYTES={bus_bytes} {extra}".strip()
+    # OPT_SLOW: Verilator's run-once code (initial settle, constant pools): -O1 cuts the
+    # compile time and costs nothing per cycle
+    make_opts = f"OPT_FAST={level} OPT_SLOW=-O1 OPT_GLOBAL=-O2"
     h = hashlib.sha256()
-    for part in (TOP, json.dumps(VERILATOR_ARGS), cflags, tool.version):
+    for part in (top, json.dumps(VERILATOR_ARGS), cflags, make_opts, f"pgo={pgo}", tool.version):
         h.update(part.encode() + b"\0")
     verilog_text = Path(verilog).read_text()
-    wrapper = sim_top_verilog(verilog_text)
+    wrapper = sim_top_verilog(verilog_text, top)
     h.update(verilog_text.encode())
     h.update(wrapper.encode())
     for s in sources:
@@ -148,33 +176,84 @@ def build_native(config: str = "small", *, force: bool = False,
         if out.exists():
             shutil.rmtree(out)
         (out / "src").mkdir(parents=True)
-        shutil.copy2(verilog, out / "src" / f"{TOP}.v")
+        shutil.copy2(verilog, out / "src" / f"{top}.v")
         (out / "src" / f"{SIM_TOP}.v").write_text(wrapper)
         copies = []
         for s in sources:
             shutil.copy2(s, out / "src" / s.name)
             if s.suffix == ".cpp":
                 copies.append(str(out / "src" / s.name))
-        cmd = [str(tool.executable), "--cc", "--exe", "--build", "-j", "2",
-               *VERILATOR_ARGS, "--top-module", SIM_TOP, "--Mdir", str(out / "obj"),
-               "-CFLAGS", cflags, "-LDFLAGS", "-shared",
-               "-MAKEFLAGS", f"OPT_FAST={level} OPT_SLOW={level} OPT_GLOBAL={level}",
-               "-o", str(lib),
-               str(out / "src" / f"{SIM_TOP}.v"), str(out / "src" / f"{TOP}.v"), *copies]
+        obj = out / "obj"
         log = out / "build.log"
+
+        def verilate(extra_cflags: str, extra_ldflags: str, target: Path):
+            cmd = [str(tool.executable), "--cc", "--exe", "--build", "-j", "2",
+                   *VERILATOR_ARGS, "--top-module", SIM_TOP, "--Mdir", str(obj),
+                   "-CFLAGS", f"{cflags} {extra_cflags}".strip(),
+                   "-LDFLAGS", f"-shared {extra_ldflags}".strip(),
+                   "-MAKEFLAGS", make_opts, "-o", str(target),
+                   str(out / "src" / f"{SIM_TOP}.v"), str(out / "src" / f"{top}.v"), *copies]
+            _logged(cmd, log, target, "native harness build")
+            return cmd
+
         start = time.perf_counter()
-        with open(log, "w") as fh:
-            fh.write(" ".join(cmd) + "\n")
-            fh.flush()
-            proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=out)
+        log.write_text("")
+        cmds = []
+        if pgo:
+            trained = out / "libgnnweave_sim-pgo-gen.so"
+            cmds.append(verilate("-fprofile-generate -fprofile-update=single",
+                                 "-fprofile-generate", trained))
+            train = [sys.executable, "-c", "import sys; from gnnweave.sim.simdevice import "
+                     "_pgo_train; _pgo_train(sys.argv[1], sys.argv[2])", str(trained), config]
+            _logged(train, log, None, "native harness profile run")
+            cmds.append(train)
+            if not any(obj.glob("*.gcda")):
+                raise NativeBuildError(f"native harness profile run wrote no profile; log {log}")
+            # recompile everything from the profile (make does not track CFLAGS)
+            for f in obj.iterdir():
+                if f.is_file() and f.suffix != ".gcda":
+                    f.unlink()
+            trained.unlink()
+            cmds.append(verilate("-fprofile-use -fprofile-partial-training -Wno-missing-profile",
+                                 "", lib))
+        else:
+            cmds.append(verilate("", "", lib))
         seconds = time.perf_counter() - start
-        if proc.returncode != 0 or not lib.is_file():
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-            raise NativeBuildError(f"native harness build failed (exit {proc.returncode}); "
-                                   f"log {log}:\n{tail}")
-        stamp.write_text(json.dumps({"config": config, "build_seconds": seconds,
-                                     "verilog": str(verilog), "cmd": cmd}, indent=1))
+        stamp.write_text(json.dumps({"config": config, "build_seconds": seconds, "pgo": pgo,
+                                     "verilog": str(verilog), "cmds": cmds}, indent=1))
         return NativeBuild(lib, config, bus_bytes, key, False, seconds)
+
+
+def _logged(cmd: list[str], log: Path, product: Path | None, what: str):
+    """Run ``cmd`` appending to ``log``; a failure raises with the log's tail."""
+    with open(log, "a") as fh:
+        fh.write(" ".join(cmd) + "\n")
+        fh.flush()
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=log.parent)
+    if proc.returncode != 0 or (product is not None and not product.is_file()):
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        raise NativeBuildError(f"{what} failed (exit {proc.returncode}); log {log}:\n{tail}")
+
+
+def _pgo_train(library: str, config: str):
+    """The profile run (in a child process, which writes the profile when it exits): a few
+    short jobs covering every reduction, weights and the control path."""
+    from gnnweave.generators import rmat
+    from gnnweave.golden.aggregate import Reduce, aggregate_raw
+    from gnnweave.sim.verify import make_job
+    build = NativeBuild(Path(library), config, _bus_bytes(config), "pgo", True, 0.0)
+    sim = None
+    for scale, reduce, weighted, feat in ((10, "sum", False, 16), (9, "mean", False, 24),
+                                          (9, "max", False, 16), (9, "sum", True, 8)):
+        job = make_job(rmat(scale, 8, seed=scale), feat, reduce, weighted=weighted, seed=1)
+        if sim is None:
+            sim = NativeAggregator(job.memory_image(), job.base_addr, config=config, build=build)
+        res = run_job(job, latency=32, config=config, sim=sim)
+        gold = aggregate_raw(job.indptr, job.indices, job.x, reduce=Reduce.parse(reduce),
+                             shift=job.shift, out_width=16, weights=job.weights)
+        if res.timed_out or res.faults or not np.array_equal(res.out, gold.out):
+            raise SystemExit(f"profile run: wrong result on rmat:{scale}:8 {reduce}")
+    sim.close()
 
 
 _LIBS: dict[str, ctypes.CDLL] = {}
@@ -206,6 +285,9 @@ def _load(path: Path) -> ctypes.CDLL:
             "gw_first_fault": (i32, [vp, ctypes.c_char_p, i32]),
             "gw_clear_faults": (None, [vp]),
             "gw_bus_bytes": (u32, []),
+            "gw_set_one_eval": (i32, [vp, i32]),
+            "gw_set_check_one_eval": (None, [vp, i32]),
+            "gw_one_eval_mismatches": (u64, [vp]),
         }
         for name, (res, args) in sigs.items():
             fn = getattr(lib, name)
@@ -226,8 +308,9 @@ class NativeAggregator:
     ARREADY drops (the bench's default 64)."""
 
     def __init__(self, memory: np.ndarray, base: int = DEFAULT_MEM_BASE, *, latency: int = 32,
-                 max_outstanding: int = 64, config: str = "small"):
-        self.build = build_native(config)
+                 max_outstanding: int = 64, config: str = "small",
+                 build: NativeBuild | None = None):
+        self.build = build if build is not None else build_native(config)
         self.config = config
         self._lib = _load(self.build.library)
         self._handle = None
@@ -283,6 +366,22 @@ class NativeAggregator:
         """``True``: the memory accepts reads but never answers (a hung device)."""
         with self._lock:
             self._lib.gw_set_read_stall(self._h(), int(bool(stall)))
+
+    def set_one_eval(self, on: bool) -> bool:
+        """One ``eval()`` per cycle (default where the Verilated model allows it) or two
+        (clock high, clock low); returns the mode now in force. Cycle timing is the same."""
+        with self._lock:
+            return bool(self._lib.gw_set_one_eval(self._h(), int(bool(on))))
+
+    def check_one_eval(self, on: bool):
+        """Also run the falling-edge ``eval()`` and count cycles where it changed an output
+        the bench samples (:attr:`one_eval_mismatches`; any is a bug of the one-eval mode)."""
+        with self._lock:
+            self._lib.gw_set_check_one_eval(self._h(), int(bool(on)))
+
+    @property
+    def one_eval_mismatches(self) -> int:
+        return int(self._lib.gw_one_eval_mismatches(self._h()))
 
     # -- registers (32-bit words)
     def reg_read(self, offset: int) -> int:

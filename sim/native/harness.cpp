@@ -17,6 +17,15 @@
 //     edge after the AR transfer.
 //   * The write process takes AW, then its W beats (honouring WSTRB), then queues B
 //     (queue of 2) for the B source.
+// One eval() per cycle. Verilator re-runs its input-combinational ('ico') region on every
+// eval() and detects the rising edge by comparing ap_clk with its value at the previous
+// eval(). No output port of the top depends combinationally on an input (outputs come
+// from registers), so the falling-edge eval() that only settled the new inputs changes
+// nothing the bench samples: the harness leaves the clock high, marks it low in the
+// model's edge detector and evaluates once per cycle, where the inputs settle and the
+// edge fires. `gw_set_check_one_eval` runs the falling-edge eval() as well and counts
+// every cycle where it changed a sampled output (must stay 0; the tests check it), and
+// a Verilator whose model lacks the edge detector member falls back to two evals.
 // Memory is a byte buffer owned by the caller (numpy) at physical address `base`; every
 // beat outside [base, base + size) is refused (read: zeros + SLVERR, write: dropped +
 // SLVERR) and recorded, as are bursts that are not INCR, not full width, unaligned or
@@ -28,9 +37,13 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "verilated.h"
 #include "Vgnnweave_sim_top.h"
+#include "Vgnnweave_sim_top___024root.h"
+
+#define GW_EXPORT __attribute__((visibility("default")))
 
 #ifndef BUS_BYTES
 #error "BUS_BYTES must be defined (AXI data width in bytes)"
@@ -43,6 +56,26 @@ namespace {
 constexpr uint32_t kBusBytes = BUS_BYTES;
 constexpr uint64_t kBoundary = 4096;
 constexpr int kQueueLimit = 2;  // cocotbext-axi queue_occupancy_limit of every channel
+
+using Root = Vgnnweave_sim_top___024root;
+// Whether the Verilated model keeps ap_clk's previous value where the harness can reach it.
+template <typename R, typename = void>
+struct HasClockPrev : std::false_type {};
+template <typename R>
+struct HasClockPrev<R, std::void_t<decltype(std::declval<R&>().__Vtrigprevexpr___TOP__ap_clk__0)>>
+    : std::true_type {};
+constexpr bool kOneEvalPossible = HasClockPrev<Root>::value;
+
+// The outputs the bench samples at an edge (for the one-eval check).
+struct Sampled {
+    uint64_t araddr, awaddr, wstrb;
+    uint32_t arlen, arid, arsize, arburst, awlen, awid, awsize, awburst;
+    uint8_t wdata[kBusBytes];
+    bool arvalid, awvalid, wvalid, wlast, rready, bready;
+    uint32_t ctl_rdata;
+    bool ctl_awready, ctl_wready, ctl_bvalid, ctl_arready, ctl_rvalid, irq;
+    bool operator==(const Sampled& o) const { return std::memcmp(this, &o, sizeof o) == 0; }
+};
 
 template <typename T>
 inline void wide_to_bytes(const T& v, uint8_t* out) {
@@ -87,6 +120,9 @@ struct Sim {
     int r_lead = 1;
     bool stall_reads = false;
     uint64_t cycle = 0;
+    bool one_eval = kOneEvalPossible;
+    bool check_one_eval = false;
+    uint64_t one_eval_mismatches = 0;
 
     // read side
     bool ar_ready = false;
@@ -190,8 +226,7 @@ struct Sim {
         const bool r_fire = r_valid && t->m_axi_gmem_rready;
         const bool b_fire = b_valid && t->m_axi_gmem_bready;
 
-        t->ap_clk = 1;
-        t->eval();
+        rising_edge();
         const uint64_t e = ++cycle;
 
         // --- sinks (ready for the next cycle: queue not full after this edge's transfer)
@@ -242,8 +277,46 @@ struct Sim {
         run_write();
 
         apply_inputs();
-        t->ap_clk = 0;
+        if (!one_eval) {
+            t->ap_clk = 0;
+            t->eval();
+        } else if (check_one_eval) {
+            const Sampled before = sample();
+            t->ap_clk = 0;
+            t->eval();
+            if (!(sample() == before)) ++one_eval_mismatches;
+        }
+    }
+
+    inline void rising_edge() {
+        auto* t = top.get();
+        if constexpr (kOneEvalPossible) {
+            // the inputs set after the last edge settle in this eval's 'ico' phase
+            if (one_eval) t->rootp->__Vtrigprevexpr___TOP__ap_clk__0 = 0;
+        }
+        t->ap_clk = 1;
         t->eval();
+    }
+
+    Sampled sample() const {
+        auto* t = top.get();
+        Sampled x;
+        std::memset(&x, 0, sizeof x);   // padding too: compared with memcmp
+        x.araddr = t->m_axi_gmem_araddr; x.awaddr = t->m_axi_gmem_awaddr;
+        x.wstrb = t->m_axi_gmem_wstrb;
+        x.arlen = t->m_axi_gmem_arlen; x.arid = t->m_axi_gmem_arid;
+        x.arsize = t->m_axi_gmem_arsize; x.arburst = t->m_axi_gmem_arburst;
+        x.awlen = t->m_axi_gmem_awlen; x.awid = t->m_axi_gmem_awid;
+        x.awsize = t->m_axi_gmem_awsize; x.awburst = t->m_axi_gmem_awburst;
+        wide_to_bytes(t->m_axi_gmem_wdata, x.wdata);
+        x.arvalid = t->m_axi_gmem_arvalid; x.awvalid = t->m_axi_gmem_awvalid;
+        x.wvalid = t->m_axi_gmem_wvalid; x.wlast = t->m_axi_gmem_wlast;
+        x.rready = t->m_axi_gmem_rready; x.bready = t->m_axi_gmem_bready;
+        x.ctl_rdata = t->s_axi_control_rdata;
+        x.ctl_awready = t->s_axi_control_awready; x.ctl_wready = t->s_axi_control_wready;
+        x.ctl_bvalid = t->s_axi_control_bvalid; x.ctl_arready = t->s_axi_control_arready;
+        x.ctl_rvalid = t->s_axi_control_rvalid; x.irq = t->__SYM__interrupt;
+        return x;
     }
 
     // Read process: answer due bursts in order into the R queue (limit 2). Bursts due at
@@ -402,7 +475,9 @@ struct Sim {
 
 extern "C" {
 
-void* gw_create(uint8_t* mem, uint64_t size, uint64_t base, uint32_t latency,
+// Every entry point is exported; the rest of the library is hidden (-fvisibility=hidden).
+
+GW_EXPORT void* gw_create(uint8_t* mem, uint64_t size, uint64_t base, uint32_t latency,
                 uint32_t max_outstanding, int r_lead) {
     auto* s = new Sim();
     s->ctx = std::make_unique<VerilatedContext>();
@@ -420,38 +495,38 @@ void* gw_create(uint8_t* mem, uint64_t size, uint64_t base, uint32_t latency,
     return s;
 }
 
-void gw_destroy(void* h) {
+GW_EXPORT void gw_destroy(void* h) {
     auto* s = static_cast<Sim*>(h);
     if (!s) return;
     s->top->final();
     delete s;
 }
 
-void gw_set_memory(void* h, uint8_t* mem, uint64_t size, uint64_t base) {
+GW_EXPORT void gw_set_memory(void* h, uint8_t* mem, uint64_t size, uint64_t base) {
     auto* s = static_cast<Sim*>(h);
     s->mem = mem; s->size = size; s->base = base;
 }
 
-void gw_set_latency(void* h, uint32_t latency, uint32_t max_outstanding) {
+GW_EXPORT void gw_set_latency(void* h, uint32_t latency, uint32_t max_outstanding) {
     auto* s = static_cast<Sim*>(h);
     s->latency = latency;
     s->max_outstanding = max_outstanding ? max_outstanding : 1;
 }
 
-void gw_set_read_stall(void* h, int stall) { static_cast<Sim*>(h)->stall_reads = stall != 0; }
+GW_EXPORT void gw_set_read_stall(void* h, int stall) { static_cast<Sim*>(h)->stall_reads = stall != 0; }
 
-void gw_reset(void* h, uint32_t cycles) { static_cast<Sim*>(h)->reset(cycles); }
+GW_EXPORT void gw_reset(void* h, uint32_t cycles) { static_cast<Sim*>(h)->reset(cycles); }
 
 // Returns 0 on success, -1 when the slave did not answer within `timeout` cycles.
-int gw_reg_read(void* h, uint32_t addr, uint32_t* value, uint64_t timeout) {
+GW_EXPORT int gw_reg_read(void* h, uint32_t addr, uint32_t* value, uint64_t timeout) {
     return static_cast<Sim*>(h)->reg_read(addr, value, timeout) ? 0 : -1;
 }
 
-int gw_reg_write(void* h, uint32_t addr, uint32_t value, uint32_t strb, uint64_t timeout) {
+GW_EXPORT int gw_reg_write(void* h, uint32_t addr, uint32_t value, uint32_t strb, uint64_t timeout) {
     return static_cast<Sim*>(h)->reg_write(addr, value, strb, timeout) ? 0 : -1;
 }
 
-uint64_t gw_step(void* h, uint64_t n) {
+GW_EXPORT uint64_t gw_step(void* h, uint64_t n) {
     auto* s = static_cast<Sim*>(h);
     for (uint64_t i = 0; i < n; ++i) s->tick();
     return n;
@@ -459,20 +534,20 @@ uint64_t gw_step(void* h, uint64_t n) {
 
 // Runs until the `interrupt` output is high (checked before each cycle) or `max_cycles`
 // have passed; returns the cycles run.
-uint64_t gw_run_until_interrupt(void* h, uint64_t max_cycles) {
+GW_EXPORT uint64_t gw_run_until_interrupt(void* h, uint64_t max_cycles) {
     auto* s = static_cast<Sim*>(h);
     uint64_t i = 0;
     while (i < max_cycles && !s->top->__SYM__interrupt) { s->tick(); ++i; }
     return i;
 }
 
-int gw_interrupt(void* h) { return static_cast<Sim*>(h)->top->__SYM__interrupt ? 1 : 0; }
+GW_EXPORT int gw_interrupt(void* h) { return static_cast<Sim*>(h)->top->__SYM__interrupt ? 1 : 0; }
 
-uint64_t gw_cycles(void* h) { return static_cast<Sim*>(h)->cycle; }
+GW_EXPORT uint64_t gw_cycles(void* h) { return static_cast<Sim*>(h)->cycle; }
 
 // stats: cycles, ar_bursts, aw_bursts, r_beats, w_beats, faults, protocol_errors,
 // bursts in flight (AR line + current), B responses pending
-int gw_stats(void* h, uint64_t* out, int n) {
+GW_EXPORT int gw_stats(void* h, uint64_t* out, int n) {
     auto* s = static_cast<Sim*>(h);
     const uint64_t v[] = {s->cycle, s->ar_bursts, s->aw_bursts, s->r_beats, s->w_beats,
                           s->faults, s->protocol_errors,
@@ -483,19 +558,37 @@ int gw_stats(void* h, uint64_t* out, int n) {
     return k;
 }
 
-int gw_first_fault(void* h, char* buf, int len) {
+GW_EXPORT int gw_first_fault(void* h, char* buf, int len) {
     auto* s = static_cast<Sim*>(h);
     if (len <= 0) return 0;
     std::snprintf(buf, size_t(len), "%s", s->first_fault.c_str());
     return int(s->first_fault.size());
 }
 
-void gw_clear_faults(void* h) {
+GW_EXPORT void gw_clear_faults(void* h) {
     auto* s = static_cast<Sim*>(h);
     s->faults = s->protocol_errors = 0;
     s->first_fault.clear();
 }
 
-uint32_t gw_bus_bytes() { return kBusBytes; }
+GW_EXPORT uint32_t gw_bus_bytes() { return kBusBytes; }
+
+// 1: one eval() per cycle (the default where the model allows it), 0: two.
+GW_EXPORT int gw_set_one_eval(void* h, int on) {
+    auto* s = static_cast<Sim*>(h);
+    s->one_eval = kOneEvalPossible && on != 0;
+    s->top->ap_clk = 0;   // the two-eval mode starts each cycle from a low clock
+    s->top->eval();
+    return s->one_eval ? 1 : 0;
+}
+
+// Also run the falling-edge eval() and count cycles where it changed a sampled output.
+GW_EXPORT void gw_set_check_one_eval(void* h, int on) {
+    static_cast<Sim*>(h)->check_one_eval = on != 0;
+}
+
+GW_EXPORT uint64_t gw_one_eval_mismatches(void* h) {
+    return static_cast<Sim*>(h)->one_eval_mismatches;
+}
 
 }  // extern "C"
