@@ -19,7 +19,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PY_BOOT) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[sim,dev]'
+	$(PY) -m pip install --quiet -e '.[sim,dev,board]'
 	@touch $(STAMP)
 
 demo: setup
