@@ -27,14 +27,16 @@ The output is cut into blocks of ``max_dim x max_dim``; for block ``(bi, bj)`` t
 end loads the ``P`` block of ``bi`` (only when ``bi`` changes) and the ``Q`` block of ``bj``
 (both in parallel on the one read port, each row in INCR bursts that never cross 4 KiB,
 every R beat written straight into a :class:`~.mac.SkewedBuffer`, so R is never
-stalled), loads the block's biases, and runs :class:`~.mac.MacCore` over the block
-(which tiles it over the ``rows x cols`` array). Result row segments go out as
-single-beat writes with WSTRB covering only the real bytes. ``m`` and ``n`` may be any
-size (up to 2**32 - 1); the depth ``k`` is limited to ``max_depth`` (a depth split would
-need the exact sum across blocks: a ``k`` over the limit is refused with CONFIG_ERROR).
-Loads are not overlapped with compute (no double buffering yet): the utilization loss
-is the load time of one ``Q`` block per ``max_dim x max_dim`` output block (about
-``4 / max_dim`` of the compute at 16-bit operands on a 128-bit bus and a 4 x 4 array).
+stalled), writes the block's biases into the array, and runs :class:`~.mac.MacCore` over
+the block (which tiles it over the ``rows x cols`` array). Every operand buffer is
+double-banked: block ``t``'s ``Q`` lands in bank ``t % 2`` and block row ``bi``'s ``P`` in bank
+``bi % 2``, so the next block loads while the array computes this one (a load starts once
+the bank's previous user, two blocks back, is computed); the next block's bias is fetched
+into the bias reader's FIFO during the current block and written into the array between
+blocks. Result row segments go out as single-beat writes with WSTRB covering only the
+real bytes. ``m`` and ``n`` may be any size (up to 2**32 - 1); the depth ``k`` is limited to
+``max_depth`` (a depth split would need the exact sum across blocks: a ``k`` over the
+limit is refused with CONFIG_ERROR).
 
 Limits and refused configurations (CONFIG_ERROR, before any memory traffic)
 ----------------------------------------------------------------------------
