@@ -49,6 +49,22 @@ def test_backpressure_and_latency(built):
     assert result.results["backpressure"]["stall_cycles_depth1"] > 0   # W pauses reached the array
 
 
+def test_reset_in_the_middle_of_a_run(built):
+    result = _run(built, "reset_mid_run")
+    assert result.failed == 0 and result.tests == 1
+    assert result.results["reset_mid_run"]["bursts_before_reset"] >= 20
+
+
+def test_steady_state_utilization_through_the_axi_top():
+    """16 output blocks of 16 x 16: the double-banked loads hide behind the compute."""
+    from gnnweave.sim.mac_bench import verify_mac
+    rep = verify_mac(64, 64, 32, "fwd", front_end="axi", array_rows=4, array_cols=4, max_dim=16,
+                     max_depth=32, seed=6)
+    assert rep["match"], rep
+    assert rep["mac_utilization"] >= 0.85, rep
+    assert rep["mac_active_cycles"] == 64 * 64 * 32 // 16
+
+
 def test_verify_mac_axi_reports():
     from gnnweave.sim.mac_bench import verify_mac
     rep = verify_mac(21, 18, 17, "dx", front_end="axi", array_rows=4, array_cols=4, max_dim=16,
