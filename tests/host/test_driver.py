@@ -329,6 +329,6 @@ def test_pynq_system_cora_matches_golden_and_cocotb():
         assert counters[name] == bench[name], (name, counters[name], bench[name])
     assert counters["edges"] == gold.edges and counters["saturations"] == gold.saturations
     # busy cycles: the driver's buffers sit elsewhere than the bench's layout (other 4 KiB
-    # crossings), so the count may differ by a few bursts, never by more than 1 %
-    assert abs(counters["busy_cycles"] - bench["busy_cycles"]) <= 0.01 * bench["busy_cycles"], \
+    # crossings), so the count may differ by a few cycles (7 of 24,573 when measured)
+    assert abs(counters["busy_cycles"] - bench["busy_cycles"]) <= 0.005 * bench["busy_cycles"], \
         (counters["busy_cycles"], bench["busy_cycles"])
