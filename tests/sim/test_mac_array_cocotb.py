@@ -80,3 +80,13 @@ def test_random_sweep_under_backpressure(built):
     for seed in range(3):
         result = _run(built, "modes,bias_relu,backpressure", latency=32, backpressure=0.3, seed=seed)
         assert result.failed == 0
+
+
+@pytest.mark.slow
+def test_other_shape_narrow_bus():
+    """A 3 x 2 array (rows not a power of two) on a 64-bit bus with a 32-bit address."""
+    config = MacArrayConfig(rows=3, cols=2, max_dim=16, max_depth=16, bus_width=64, addr_width=32)
+    built = build_mac_array(config)
+    result = runner.run(built, BENCH_MODULE, testcase="modes,bias_relu,saturation,config_errors",
+                        params={"config": asdict(config), "latency": 8}, run_name="narrow")
+    assert result.failed == 0 and result.tests == 6
