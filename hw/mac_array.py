@@ -51,8 +51,8 @@ register values.
 
 Build limits: ``cols`` a power of two; ``pow2(max(rows, cols))`` and ``cols`` at most the
 16-bit elements per bus beat (so one beat fills one buffer row segment and a result row
-segment fits one beat); ``max_dim`` and ``max_depth`` powers of two with
-``max_dim * 4`` a multiple of the bus bytes (block offsets stay beat-aligned).
+segment fits one beat); ``max_dim`` and ``max_depth`` powers of two, ``max_dim`` at least the elements per beat
+(block offsets stay beat-aligned).
 
 Status bits share the Aggregator's positions: bit0 config_error, bit3 addr_fault,
 bit4 axi_error.
@@ -106,10 +106,10 @@ class MacArrayConfig:
             v = getattr(self, name)
             if v < 1 or v & (v - 1):
                 raise ValueError(f"MacArrayConfig.{name} must be a power of two, got {v}")
-        if (self.max_dim * BIAS_BYTES) % self.bytes_per_beat or self.max_dim < self.rows \
-                or self.max_dim < self.cols:
+        if self.max_dim % self.elems_per_beat or self.max_dim < self.rows or self.max_dim < self.cols:
+            # block column offsets must stay beat-aligned in every int16 matrix
             raise ValueError(f"MacArrayConfig.max_dim={self.max_dim}: must be >= rows, cols and "
-                             f"a multiple of {self.bytes_per_beat // BIAS_BYTES} (bus bytes / 4)")
+                             f"a multiple of {self.elems_per_beat} (int16 elements per bus beat)")
         if self.max_depth > 4096:
             raise ValueError(f"MacArrayConfig.max_depth must be <= 4096, got {self.max_depth}")
         if not 1 <= self.max_burst <= 256:
@@ -397,17 +397,18 @@ class MacArrayCore(Elaboratable):
         # ---- result: one row segment of the array -> one single-beat write ---------------
         status = self.stat["status"]
         out = core.out.payload
-        grow = Signal(33)
-        gcol = Signal(33)
-        m.d.comb += [grow.eq(i0 + out.row), gcol.eq(j0 + out.col)]
-        col_bytes = Signal(34)
-        m.d.comb += col_bytes.eq(gcol * ELEM_BYTES)
-        # wide enough that no register value can wrap the guard's arithmetic
+        # wide enough that no register value can wrap the guard's arithmetic. The block's
+        # base is a register (i0/j0 change at block ends; the block's first result comes
+        # many cycles after its start), so only a short row-in-block multiply stays per write.
+        block_base = Signal(aw + 72)
+        m.d.sync += block_base.eq(cfg["out_addr"] + i0 * cfg["out_stride"] + j0 * ELEM_BYTES)
+        col_bytes = Signal(len(out.col) + 1)
+        m.d.comb += col_bytes.eq(out.col * ELEM_BYTES)
         beat_addr = Signal(aw + 72)
-        m.d.comb += beat_addr.eq(cfg["out_addr"] + grow * cfg["out_stride"]
-                                 + (col_bytes & ~Const(align, 34)))
-        lane_off = Signal(range(epb))
-        m.d.comb += lane_off.eq(gcol[:max(1, (epb - 1).bit_length())] if epb > 1 else 0)
+        m.d.comb += beat_addr.eq(block_base + out.row * cfg["out_stride"]
+                                 + (col_bytes & ~Const(align, len(col_bytes))))
+        lane_off = Signal(range(epb))   # j0 is a multiple of the elements per beat
+        m.d.comb += lane_off.eq(out.col[:max(1, (epb - 1).bit_length())] if epb > 1 else 0)
         out_end = Signal(aw + 72)
         m.d.comb += out_end.eq(cfg["out_addr"] + cfg["out_size"])
         out_inside = (beat_addr >= cfg["out_addr"]) & (beat_addr + bpb <= out_end)

@@ -52,6 +52,7 @@ def test_core_interface_matches_the_aggregator_core():
     ({"rows": 16, "cols": 16}, "needs a bus of at least 256 bits"),
     ({"max_dim": 48}, "max_dim must be a power of two"),
     ({"max_dim": 2, "rows": 2, "cols": 2}, "max_dim=2"),
+    ({"max_dim": 4, "rows": 4, "cols": 4}, "multiple of 8 \\(int16 elements per bus beat\\)"),
     ({"max_depth": 8192}, "max_depth must be <= 4096"),
     ({"max_burst": 0}, "max_burst"),
 ])
