@@ -6,6 +6,7 @@ for a group of cocotb tests of :mod:`gnnweave.sim.mac_array_bench`.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 
 import pytest
@@ -90,3 +91,16 @@ def test_other_shape_narrow_bus():
     result = runner.run(built, BENCH_MODULE, testcase="modes,bias_relu,saturation,config_errors",
                         params={"config": asdict(config), "latency": 8}, run_name="narrow")
     assert result.failed == 0 and result.tests == 6
+
+
+@pytest.mark.icarus
+def test_icarus_subset():
+    from gnnweave.sim import toolchain
+    if not toolchain.have_icarus():
+        if os.environ.get("GNNWEAVE_REQUIRE_DATA") == "1":
+            pytest.fail("iverilog/vvp not on PATH but GNNWEAVE_REQUIRE_DATA=1 (CI installs iverilog)")
+        pytest.skip("Icarus Verilog (iverilog) not installed")
+    icarus = build_mac_array(CONFIG, "icarus")
+    result = runner.run(icarus, BENCH_MODULE, testcase="modes,config_errors,tight_buffers",
+                        params={"config": asdict(CONFIG), "latency": 8}, run_name="icarus")
+    assert result.failed == 0 and result.tests == 5
