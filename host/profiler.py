@@ -23,7 +23,7 @@ rounds (the least-disturbed run; fpga-emu's modelled time needs one round). Whic
 Calibration on the workload (:func:`calibrate_shares`): a size sweep on uniform synthetic
 graphs misses what the real graph does to a device (measured on the partition benchmark's
 Zipf-skewed graph: splits sized from the sweep model alone missed their predicted makespan
-by 35-300 % where a CPU share was the slowest). So before a split is
+by 35-300 % in 10 of 11 cases where a CPU share was the slowest). So before a split is
 sized, each device runs whole shares (features in, aggregate a row range, rows out:
 :func:`share_seconds`) on a few row ranges of the graph to be split, with its own clock, in
 rounds of random order; a range's time is the *median* over rounds (robust to a burst of load
