@@ -119,7 +119,7 @@ def _unweighted_format():
 def cmd_train(a) -> int:
     from gnnweave.host.train import run_training, config_from_args
     if a.partition == "auto":
-        # adaptive: start from equal edge shares and rebalance from measured times
+        # adaptive: start from a split calibrated on this graph, rebalance from measured times
         a.partition, a.rebalance = "even", True
     if a.devices and a.partition == "none" and len(a.devices.split(",")) > 1:
         a.partition = "even"
