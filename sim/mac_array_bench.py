@@ -275,25 +275,6 @@ if cocotb is not None:
     from gnnweave.sim.tb import AP_DONE, AP_IDLE, AP_START, AxiTB, JobTimeout, load_params, store_result
 
     from cocotb.triggers import Timer
-    from cocotb.utils import get_sim_time
-
-    from gnnweave.sim.tb import DelayedReadAddress
-
-    class _WholeNsDelay(DelayedReadAddress):
-        """DelayedReadAddress whose wait is rounded to whole ns: the float difference of two
-        sim times (319.99999 ns) is refused by cocotb's Timer at 1 ps precision."""
-
-        async def recv(self):
-            while not self._pending:
-                self._arrived.clear()
-                await self._arrived.wait()
-            ready_ns, ar = self._pending.popleft()
-            wait = round(ready_ns - get_sim_time("ns"))
-            if wait > 0:
-                await Timer(wait, "ns")
-            self._in_flight -= 1
-            self._left.set()
-            return ar
 
     class MacArrayTB(AxiTB):
         """The MacArray kernel: lay out a job, program it, start, wait for ap_done, read back."""
@@ -301,7 +282,6 @@ if cocotb is not None:
         def __init__(self, dut, config, **kw):
             from gnnweave.hw.mac_array import mac_array_regmap
             super().__init__(dut, mac_array_regmap(config), **kw)
-            self.ar_delay.__class__ = _WholeNsDelay
             self.config = config
 
         def load_job(self, j: MacJob):

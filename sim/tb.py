@@ -154,7 +154,8 @@ class DelayedReadAddress:
             self._arrived.clear()
             await self._arrived.wait()
         ready_ns, ar = self._pending.popleft()
-        wait = ready_ns - get_sim_time("ns")
+        # whole ns: a float difference of sim times (319.99999) is refused by Timer at 1 ps
+        wait = round(ready_ns - get_sim_time("ns"))
         if wait > 0:
             await Timer(wait, "ns")
         # a burst stops counting as outstanding once its latency has passed
@@ -214,6 +215,7 @@ class AxiTB:
         self.bus_bytes = self.ram.read_if.byte_lanes
         self.bursts: list[Burst] = []
         self.violations: list[str] = []
+        self._paused_channels: set[str] = set()
         self.read_regions: list[tuple[str, int, int]] = []   # (name, start, end)
         self.write_regions: list[tuple[str, int, int]] = []
         self.ar_delay = DelayedReadAddress(self.ram.read_if.ar_channel, latency, max_outstanding,
@@ -246,8 +248,10 @@ class AxiTB:
             p = probability.get(name, 0.0) if isinstance(probability, dict) else probability
             if p:
                 channel.set_pause_generator(random_pauses(float(p), seed * 1000 + i))
-            else:
-                channel.clear_pause_generator()
+                self._paused_channels.add(name)
+            elif name in self._paused_channels:
+                # never-pausing rather than cleared: clearing mid-run can leave it paused
+                channel.set_pause_generator(itertools.repeat(False))
 
     # ---------------------------------------------------------------- memory safety
     def allow(self, *, read=(), write=()):
