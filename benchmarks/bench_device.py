@@ -141,6 +141,11 @@ def run(out_dir, graphs=GRAPHS, feat_dim: int = FEAT_DIM, latency: int = LATENCY
         "large_graph": LARGE_GRAPH, "large_native": large,
         "meets_target": bool(native_cps >= TARGET_CYCLES_PER_SECOND and speedup
                              and speedup >= TARGET_SPEEDUP),
+        # the same with CPU seconds of the simulating thread: what a busy shared machine
+        # leaves comparable (the cocotb ratio stays a wall-clock one)
+        "meets_target_per_cpu_second": bool(
+            native_cycles / max(native_cpu, 1e-9) >= TARGET_CYCLES_PER_SECOND and speedup
+            and speedup >= TARGET_SPEEDUP),
         "target_speedup": TARGET_SPEEDUP,
         "runs": runs,
         "identical_cycle_counts": all(r["identical_cycle_counts"] for r in runs.values()),
