@@ -203,11 +203,15 @@ def test_hwh_registers_are_the_register_map():
     assert int(ranges[0].get("BASEVALUE"), 16) == simdevice.CONTROL_BASE
 
 
-def test_fpga_sim_executor_matches_fpga_emu():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fpga_sim_executor_matches_fpga_emu(backend):
     from gnnweave.host.executors import available_devices, make_executor
     assert "fpga-sim" in driver.available_kinds()
     assert "fpga-sim" in available_devices()
-    ex = make_executor("fpga-sim", latency=8, use_pynq=False)
+    if backend == "pynq":
+        require_pynq()
+    ex = make_executor("fpga-sim", latency=8, use_pynq=backend == "pynq")
+    assert isinstance(ex.accel, driver.GnnweaveAccel if backend == "pynq" else driver.SimAccel)
     emu = make_executor("fpga-emu")
     try:
         rng = np.random.default_rng(5)
