@@ -208,8 +208,8 @@ def test_generic_fallback_counts():
 @pytest.mark.slow
 @needs_yosys
 def test_small_config_synth_xilinx_fits_zcu104():
-    est = estimate("small", board="zcu104")
-    assert est["family"] == "xcup" and est["flow"] == "xilinx"
+    est = estimate("small", board="zcu104", top="aggregator")
+    assert est["family"] == "xcup" and est["flow"] == "xilinx" and est["top"] == "aggregator"
     assert "control" in est["units"] and any(u.startswith("core/") for u in est["units"])
     total = est["total"]
     for k in XILINX_KINDS:
