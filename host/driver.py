@@ -1,9 +1,10 @@
-"""Host driver of the Aggregator accelerator, the same code on a PYNQ board and on the
+"""Host driver of the gnnweave accelerator (the Aggregator and, where the build has one,
+the MacArray behind one control slave), the same code on a PYNQ board and on the
 simulated device.
 
 * :class:`GnnweaveAccel` -- with pynq installed, a ``pynq.DefaultIP`` bound to the
   accelerator's VLNV (:data:`VLNV`), so ``pynq.Overlay(...)`` hands it out as
-  ``overlay.gnnweave_aggregator_0``; register offsets come from the overlay's ``.hwh``
+  ``overlay.gnnweave_0``; register offsets come from the overlay's ``.hwh``
   (written from :class:`gnnweave.hw.regmap.RegisterMap`), buffers from ``pynq.allocate``.
 * :class:`SimAccel` -- without pynq: the same methods on a
   :class:`gnnweave.sim.simdevice.SimDevice`, through the same thin register/buffer
@@ -26,8 +27,12 @@ import numpy as np
 
 from gnnweave.golden.aggregate import Reduce
 
-#: The accelerator's VLNV in the .hwh (gnnweave.sim.simdevice writes the same).
-VLNV = "gnnweave:hls:gnnweave_aggregator:1.0"
+#: The accelerator's VLNV in the .hwh (``gnnweave.hw.accelerator.VLNV``; a test checks).
+VLNV = "gnnweave:hls:gnnweave:1.0"
+#: Its instance name in the block design (``overlay.gnnweave_0``).
+INSTANCE_NAME = "gnnweave_0"
+#: ``unit`` register values (``gnnweave.hw.accelerator.Unit``).
+UNIT_AGGREGATOR, UNIT_MAC_ARRAY = 0, 1
 
 CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
 AP_START, AP_DONE, AP_IDLE, AP_READY = 1, 2, 4, 8
@@ -36,6 +41,13 @@ STATUS_BITS = {"config_error": 0, "index_rejected": 1, "bad_indptr": 2, "addr_fa
                "axi_error": 4}
 COUNTERS = ("busy_cycles", "read_beats", "write_beats", "stall_cycles", "mem_wait_cycles",
             "edges", "rejected_indices", "saturations")
+#: MacArray registers (present when the build has a MacArray) and its counters.
+MAC_CONFIG_NAMES = ("mode", "m", "n", "k", "shift", "relu", "use_bias", "bias_shift",
+                    "p_addr", "p_size", "p_stride", "q_addr", "q_size", "q_stride",
+                    "bias_addr", "bias_size", "out_addr", "out_size", "out_stride")
+MAC_COUNTERS = ("busy_cycles", "mac_active_cycles", "mac_ops", "stall_cycles", "load_cycles",
+                "read_beats", "write_beats", "saturations")
+MAC_MODES = {"fwd": 0, "dx": 1, "dw": 2}
 #: Registers the driver programs (all must be in the register description).
 CONFIG_NAMES = ("num_nodes", "num_edges", "feat_dim", "reduce_op", "use_weights", "shift",
                 "feat_stride", "out_stride", "indptr_addr", "indptr_size", "indices_addr",
@@ -192,13 +204,20 @@ class _AccelCore:
     poll_s = 1e-4
     default_timeout_s = 60.0
 
-    def _setup_core(self, io: _Io, regs: dict, max_feat_dim: int, bus_bytes: int):
+    def _setup_core(self, io: _Io, regs: dict, max_feat_dim: int, bus_bytes: int,
+                    mac_max_depth: int = 0):
         missing = [n for n in CONFIG_NAMES + COUNTERS + ("status",) if n not in regs]
         if missing:
             raise DriverError(f"the accelerator's register description lacks {missing} "
                               f"(wrong .hwh or bitstream?)")
         self._io, self._regs = io, regs
         self.max_feat_dim, self.bus_bytes = int(max_feat_dim), int(bus_bytes)
+        present = self._read("units_present") if "units_present" in regs else 1 << UNIT_AGGREGATOR
+        #: The build has a MacArray (its registers are described and ``units_present`` says so).
+        self.has_mac = bool(present >> UNIT_MAC_ARRAY & 1) and \
+            all(n in regs for n in MAC_CONFIG_NAMES + MAC_COUNTERS)
+        #: Largest depth ``k`` of one MAC run (0: no MacArray).
+        self.mac_max_depth = int(mac_max_depth) if self.has_mac else 0
 
     # -- registers by name
     def _write(self, name: str, value: int):
@@ -216,9 +235,9 @@ class _AccelCore:
             value |= self._io.read32(off + 4 * w) << (32 * w)
         return value
 
-    def counters(self) -> dict:
-        """Performance counters and status of the last run."""
-        out = {name: self._read(name) for name in COUNTERS}
+    def counters(self, names=COUNTERS) -> dict:
+        """Performance counters and status of the last run (the Aggregator's by default)."""
+        out = {name: self._read(name) for name in names}
         out["status"] = self._read("status")
         out["flags"] = status_flags(out["status"])
         return out
@@ -276,39 +295,13 @@ class _AccelCore:
             for name, b in bufs.items():
                 regs[f"{name}_addr"] = _address(b) if b is not None else 0
                 regs[f"{name}_size"] = b.nbytes if b is not None else 0
+            if "unit" in self._regs:
+                self._write("unit", UNIT_AGGREGATOR)
             for name in CONFIG_NAMES:
                 self._write(name, regs[name])
-            self._io.write32(GIE, 1)
-            self._io.write32(IER, 1)
-            if self._io.read32(ISR) & 1:
-                self._io.write32(ISR, 1)          # toggle a stale ap_done off
-            self._io.write32(CTRL, AP_START)
-            deadline = time.monotonic() + float(timeout_s)
-            while True:
-                ctrl = self._io.read32(CTRL)
-                if ctrl & AP_DONE:
-                    break
-                if time.monotonic() > deadline:
-                    status = self.counters()
-                    raise AcceleratorTimeout(
-                        f"accelerator timeout: no ap_done within {timeout_s} s "
-                        f"(ap_ctrl=0x{ctrl:x}, idle={bool(ctrl & AP_IDLE)}, "
-                        f"status=0x{status['status']:x} {[k for k, v in status['flags'].items() if v]}, "
-                        f"busy_cycles={status['busy_cycles']}, read_beats={status['read_beats']}); "
-                        f"the run is still in progress: call recover() before the next one",
-                        status)
-                self._io.pause()
-            if self._io.read32(ISR) & 1:
-                self._io.write32(ISR, 1)
-            counters = self.counters()
-            flags = counters["flags"]
-            bad = [k for k in ("config_error", "addr_fault", "axi_error") if flags[k]]
-            if bad:
-                raise AcceleratorError(
-                    f"accelerator refused or aborted the run: {', '.join(bad)} "
-                    f"(status=0x{counters['status']:x}; N={n}, E={e}, F={f}, "
-                    f"buffers {', '.join(f'{k}=0x{v:x}' for k, v in regs.items() if k.endswith('_addr'))})",
-                    counters)
+            counters = self._run(timeout_s, COUNTERS, lambda: (
+                f"N={n}, E={e}, F={f}, buffers "
+                f"{', '.join(f'{k}=0x{v:x}' for k, v in regs.items() if k.endswith('_addr'))}"))
             if hasattr(bufs["out"], "invalidate"):
                 bufs["out"].invalidate()
             out = np.array(bufs["out"][:n, :f], dtype=np.int64)
@@ -317,6 +310,134 @@ class _AccelCore:
             for b in bufs.values():
                 if b is not None:
                     _free(b)
+
+    def _run(self, timeout_s, counter_names, describe) -> dict:
+        """Start the programmed unit, wait for ap_done, raise on an error status."""
+        self._io.write32(GIE, 1)
+        self._io.write32(IER, 1)
+        if self._io.read32(ISR) & 1:
+            self._io.write32(ISR, 1)          # toggle a stale ap_done off
+        self._io.write32(CTRL, AP_START)
+        deadline = time.monotonic() + float(timeout_s)
+        while True:
+            ctrl = self._io.read32(CTRL)
+            if ctrl & AP_DONE:
+                break
+            if time.monotonic() > deadline:
+                status = self.counters(counter_names)
+                raise AcceleratorTimeout(
+                    f"accelerator timeout: no ap_done within {timeout_s} s "
+                    f"(ap_ctrl=0x{ctrl:x}, idle={bool(ctrl & AP_IDLE)}, "
+                    f"status=0x{status['status']:x} {[k for k, v in status['flags'].items() if v]}, "
+                    f"busy_cycles={status['busy_cycles']}, read_beats={status['read_beats']}); "
+                    f"the run is still in progress: call recover() before the next one",
+                    status)
+            self._io.pause()
+        if self._io.read32(ISR) & 1:
+            self._io.write32(ISR, 1)
+        counters = self.counters(counter_names)
+        bad = [k for k in ("config_error", "addr_fault", "axi_error") if counters["flags"][k]]
+        if bad:
+            raise AcceleratorError(
+                f"accelerator refused or aborted the run: {', '.join(bad)} "
+                f"(status=0x{counters['status']:x}; {describe()})", counters)
+        return counters
+
+    def mac(self, mode, p, q, *, shift: int, bias=None, bias_shift: int = 0, relu: bool = False,
+            timeout_s: float | None = None):
+        """One MacArray operation -> ``(out, counters)`` (``gnnweave.golden.mac`` bit for bit).
+
+        ``mode`` ``fwd`` (``out = P Q (+ bias << bias_shift)``, optional ReLU; P ``[m, k]``,
+        Q ``[k, n]``), ``dx`` (``out = P Q^T``; P = dY ``[m, k]``, Q = W ``[n, k]``) or ``dw``
+        (``out = P^T Q``; P = X ``[k, m]``, Q = dY ``[k, n]``): every matrix int16 in its
+        forward layout (the transposes happen on chip), ``bias`` int32 ``[n]`` (fwd only),
+        ``shift`` the narrowing shift 0..63. ``out`` is int64 ``[m, n]``.
+        """
+        if not self.has_mac:
+            raise DriverError("this accelerator has no MacArray (units_present says so); "
+                              "use a build whose configuration has one")
+        timeout_s = self.default_timeout_s if timeout_s is None else timeout_s
+        key = str(mode).lower() if not isinstance(mode, (int, np.integer)) else \
+            {v: k for k, v in MAC_MODES.items()}.get(int(mode), str(mode))
+        if key not in MAC_MODES:
+            raise ValueError(f"mode {mode!r}: choose one of {', '.join(MAC_MODES)}")
+        a = _as_int_array(p, "p", ndim=2, lo=-32768, hi=32767)
+        b = _as_int_array(q, "q", ndim=2, lo=-32768, hi=32767)
+        if key == "fwd":
+            (m, k), (k2, n) = a.shape, b.shape
+            what = "fwd: p [m, k] and q [k, n]"
+        elif key == "dx":
+            (m, k), (n, k2) = a.shape, b.shape
+            what = "dx: p = dY [m, k] and q = W [n, k]"
+        else:
+            (k, m), (k2, n) = a.shape, b.shape
+            what = "dw: p = X [k, m] and q = dY [k, n]"
+        if k != k2:
+            raise ValueError(f"{what}: depths differ (p {a.shape}, q {b.shape})")
+        if not (m and n and k):
+            raise ValueError(f"{what}: empty operand (p {a.shape}, q {b.shape})")
+        if self.mac_max_depth and k > self.mac_max_depth:
+            raise ValueError(f"depth k={k} is over this MacArray's max_depth={self.mac_max_depth}")
+        if isinstance(shift, bool) or not isinstance(shift, (int, np.integer)) or not 0 <= int(shift) <= 63:
+            raise ValueError(f"shift {shift!r}: must be an integer in 0..63")
+        if isinstance(bias_shift, bool) or not isinstance(bias_shift, (int, np.integer)) \
+                or not 0 <= int(bias_shift) <= 31:
+            raise ValueError(f"bias_shift {bias_shift!r}: must be an integer in 0..31")
+        if key != "fwd" and (bias is not None or relu):
+            raise ValueError(f"bias and relu apply to fwd only (mode {key}); mask dY on the host")
+        bias_arr = None
+        if bias is not None:
+            bias_arr = _as_int_array(bias, "bias", ndim=1, lo=-(1 << 31), hi=(1 << 31) - 1)
+            if bias_arr.shape[0] != n:
+                raise ValueError(f"bias: {bias_arr.shape[0]} values, the output has n={n} columns")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+            raise ValueError(f"timeout_s {timeout_s!r}: must be a positive number of seconds")
+        ctrl = self.ctrl()
+        if not ctrl & AP_IDLE:
+            raise DeviceBusy(f"the accelerator is busy (ap_ctrl=0x{ctrl:x}): a previous run "
+                             f"has not finished; wait for it or call recover()")
+        beat = self.bus_bytes
+
+        def row_elems(cols):       # a row stride in int16 elements, whole bus beats
+            return -(-2 * max(cols, 1) // beat) * beat // 2
+
+        bufs = {}
+        try:
+            for name, mat in (("p", a), ("q", b)):
+                buf = self._io.allocate((mat.shape[0], row_elems(mat.shape[1])), np.int16)
+                buf[:, :mat.shape[1]] = mat
+                buf[:, mat.shape[1]:] = 0
+                bufs[name] = buf
+            bufs["out"] = self._io.allocate((m, row_elems(n)), np.int16)
+            bufs["out"][:] = 0
+            if bias_arr is not None:
+                words = -(-4 * n // beat) * beat // 4
+                bufs["bias"] = self._io.allocate((words,), np.int32)
+                bufs["bias"][:n] = bias_arr
+                bufs["bias"][n:] = 0
+            for buf in bufs.values():
+                if hasattr(buf, "flush"):
+                    buf.flush()
+            regs = {"mode": MAC_MODES[key], "m": m, "n": n, "k": k, "shift": int(shift),
+                    "relu": int(bool(relu)), "use_bias": int(bias_arr is not None),
+                    "bias_shift": int(bias_shift), "bias_addr": 0, "bias_size": 0}
+            for name, buf in bufs.items():
+                regs[f"{name}_addr"] = _address(buf)
+                regs[f"{name}_size"] = buf.nbytes
+                if name != "bias":
+                    regs[f"{name}_stride"] = buf.strides[0]
+            self._write("unit", UNIT_MAC_ARRAY)
+            for name in MAC_CONFIG_NAMES:
+                self._write(name, regs[name])
+            counters = self._run(timeout_s, MAC_COUNTERS, lambda: (
+                f"mode {key}, m={m}, n={n}, k={k}, buffers "
+                f"{', '.join(f'{k_}=0x{v:x}' for k_, v in regs.items() if k_.endswith('_addr'))}"))
+            if hasattr(bufs["out"], "invalidate"):
+                bufs["out"].invalidate()
+            return np.array(bufs["out"][:, :n], dtype=np.int64), counters
+        finally:
+            for buf in bufs.values():
+                _free(buf)
 
     def recover(self):
         """Bring a hung accelerator back: a reset where the platform offers one."""
@@ -352,11 +473,13 @@ class SimAccel(_AccelCore):
     """The driver on a :class:`~gnnweave.sim.simdevice.SimDevice` without pynq."""
 
     def __init__(self, device):
-        from gnnweave.hw.configs import get_config
+        from gnnweave.hw.configs import get_config, get_mac_config
         cfg = get_config(device.config)
+        mac = get_mac_config(device.config)
         self.device = device
         self._setup_core(_SimDeviceIo(device), _offsets_from_regmap(device.regmap),
-                         cfg.max_feat_dim, cfg.bytes_per_beat)
+                         cfg.max_feat_dim, cfg.bytes_per_beat,
+                         mac.max_depth if mac is not None else 0)
 
 
 # ----------------------------------------------------------------------------- PYNQ
@@ -397,7 +520,7 @@ def _hwh_parameter(description: dict, name: str, default: int) -> int:
 _pynq_mod = _pynq()
 if _pynq_mod is not None:
     class GnnweaveAccel(_pynq_mod.DefaultIP, _AccelCore):
-        """The Aggregator as a PYNQ IP (``overlay.gnnweave_aggregator_0``)."""
+        """The accelerator as a PYNQ IP (``overlay.gnnweave_0``)."""
 
         bindto = [VLNV]
 
@@ -408,7 +531,8 @@ if _pynq_mod is not None:
             self._setup_core(_PynqIo(self, _pynq_mod, device),
                              _offsets_from_hwh(description.get("registers", {})),
                              _hwh_parameter(description, "C_MAX_FEAT_DIM", 64),
-                             _hwh_parameter(description, "C_M_AXI_GMEM_DATA_WIDTH", 128) // 8)
+                             _hwh_parameter(description, "C_M_AXI_GMEM_DATA_WIDTH", 128) // 8,
+                             _hwh_parameter(description, "C_MAC_MAX_DEPTH", 0))
 else:
     GnnweaveAccel = None
 
@@ -555,7 +679,7 @@ def open_sim_accel(*, config: str = "small", latency: int = 32, mem_size: int = 
         tmp = tempfile.TemporaryDirectory(prefix="gnnweave-overlay-")
         bit = write_overlay(tmp.name, config=config)
         overlay = pynq.Overlay(str(bit), device=device)
-        accel = getattr(overlay, "gnnweave_aggregator_0")
+        accel = getattr(overlay, INSTANCE_NAME)
         return accel, device, _SimOwner(device, tmp)
     return SimAccel(device), device, _SimOwner(device)
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from .boards import Board, get_board
-from .configs import get_config
+from .configs import get_config, get_mac_config
 from .accelerator import ACCELERATOR_TOP, INSTANCE_NAME, build_regmap, unit_registers
 from .verilog import write_accelerator_verilog
 
@@ -76,6 +76,7 @@ def write_project(board, out_dir, *, dest_dir=None, jobs: int = 4) -> Path:
     src = out_dir / "src"
     write_accelerator_verilog(board.config, src)
     regmap = build_regmap(board.config)
+    mac = get_mac_config(board.config)
     units = "+".join(r.unit.name.lower() for r in unit_registers(board.config))
     ctrl_range = 1 << regmap.addr_width
     registers = "\n".join(f"    {r.name} {r.offset:#x} {r.width}" for r in regmap)
@@ -90,7 +91,8 @@ def write_project(board, out_dir, *, dest_dir=None, jobs: int = 4) -> Path:
                               "PROJ_DIR": _tcl_path(out_dir / "vivado"), "DEST_DIR": _tcl_path(dest),
                               "JOBS": int(jobs), "BOARD_PART_GLOB": BOARD_PART_GLOB.get(board.key, board.key)}),
         _fill("package_ip.tcl", {**common, "IP_SRC": _tcl_path(src), "IP_REPO": _tcl_path(out_dir / "ip_repo"),
-                                 "MAX_FEAT_DIM": config.max_feat_dim, "UNITS": units, "CTRL_RANGE": ctrl_range,
+                                 "MAX_FEAT_DIM": config.max_feat_dim, "UNITS": units,
+                                 "MAC_MAX_DEPTH": mac.max_depth if mac is not None else 0, "CTRL_RANGE": ctrl_range,
                                  "REGISTERS": registers}),
     ]
     if board.has_ps:

@@ -46,7 +46,8 @@ VERILATOR_ARGS = (
 #: The harness answers a burst due at edge t at edge t (the cocotb bench's Timer fires
 #: before the clock edge of the same time step); checked against the bench by the tests.
 R_LEAD = 1
-TOP = "gnnweave_aggregator"
+#: Module the simulated device's wrapper instantiates by default (see :func:`simulated_top`).
+TOP = "gnnweave"
 #: The harness's top: the Aggregator with its reset taken through a register (see
 #: :func:`sim_top_verilog`).
 SIM_TOP = "gnnweave_sim_top"
@@ -120,8 +121,9 @@ def simulated_top(config: str) -> tuple[Path, str]:
     The one place to change when the device simulates another top; the harness only needs
     the port names ``ap_clk``, ``ap_rst_n``, ``s_axi_control_*``, ``m_axi_gmem_*`` and
     ``interrupt``."""
-    from gnnweave.sim import runner
-    return Path(runner.aggregator_verilog(config)), TOP
+    from gnnweave.hw.accelerator import ACCELERATOR_TOP
+    from gnnweave.sim.accelerator_bench import accelerator_verilog
+    return Path(accelerator_verilog(config)), ACCELERATOR_TOP
 
 
 def _pgo_enabled() -> bool:
@@ -458,9 +460,8 @@ class NativeJobResult:
 
 
 def _regmap(config: str):
-    from gnnweave.hw.aggregator import aggregator_regmap
-    from gnnweave.hw.configs import get_config
-    return aggregator_regmap(get_config(config))
+    from gnnweave.hw.accelerator import build_regmap
+    return build_regmap(config)
 
 
 def write_register(sim: NativeAggregator, reg, value: int):
@@ -517,16 +518,16 @@ def run_job(job, *, latency: int = 32, config: str = "small", max_cycles: int | 
 
 
 # ----------------------------------------------------------------------------- overlay files
-#: The VLNV the .hwh gives the accelerator; gnnweave.host.driver binds to it.
-VLNV = "gnnweave:hls:gnnweave_aggregator:1.0"
+#: The VLNV the .hwh gives the accelerator (the bitstream flow's); gnnweave.host.driver binds to it.
+VLNV = "gnnweave:hls:gnnweave:1.0"
 #: Where the control slave sits in the PS address map (an M_AXI_HPM0_LPD-like window).
 CONTROL_BASE = 0xA000_0000
-IP_NAME = "gnnweave_aggregator_0"
+IP_NAME = "gnnweave_0"
 
 
 def hwh_text(regmap, *, control_base: int = CONTROL_BASE, instance: str = IP_NAME,
              vlnv: str = VLNV, mem_base: int = DEFAULT_MEM_BASE, mem_size: int = 1 << 28,
-             max_feat_dim: int = 64, bus_width: int = 128) -> str:
+             max_feat_dim: int = 64, bus_width: int = 128, mac_max_depth: int = 0) -> str:
     """A Vivado-style ``.hwh``: a Zynq UltraScale+ PS whose master maps ``instance``'s
     ``s_axi_control`` at ``control_base`` (registers from ``regmap``), and the
     accelerator's ``m_axi_gmem`` master reaching the PS's HP slave port."""
@@ -572,7 +573,8 @@ def hwh_text(regmap, *, control_base: int = CONTROL_BASE, instance: str = IP_NAM
                         ("C_S_AXI_CONTROL_ADDR_WIDTH", str(regmap.addr_width)),
                         ("C_S_AXI_CONTROL_DATA_WIDTH", "32"),
                         ("C_M_AXI_GMEM_DATA_WIDTH", str(bus_width)),
-                        ("C_MAX_FEAT_DIM", str(max_feat_dim))):
+                        ("C_MAX_FEAT_DIM", str(max_feat_dim)),
+                        ("C_MAC_MAX_DEPTH", str(mac_max_depth))):
         ET.SubElement(params, "PARAMETER", NAME=name, VALUE=value)
     abs_ = ET.SubElement(ip, "ADDRESSBLOCKS")
     block = ET.SubElement(abs_, "ADDRESSBLOCK", ACCESS="read-write", INTERFACE="s_axi_control",
@@ -603,9 +605,11 @@ def write_overlay(out_dir, config: str = "small", name: str = "gnnweave_sim", **
     (what ``pynq.Overlay`` takes)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    from gnnweave.hw.configs import get_config
+    from gnnweave.hw.configs import get_config, get_mac_config
     cfg = get_config(config)
+    mac = get_mac_config(config)
     kw.setdefault("max_feat_dim", cfg.max_feat_dim)
+    kw.setdefault("mac_max_depth", mac.max_depth if mac is not None else 0)
     kw.setdefault("bus_width", cfg.bus_width)
     (out_dir / f"{name}.hwh").write_text(hwh_text(_regmap(config), **kw))
     bit = out_dir / f"{name}.bit"

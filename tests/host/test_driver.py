@@ -189,9 +189,8 @@ def test_too_small_buffer_is_a_config_error(any_sim, monkeypatch):
 
 
 def test_hwh_registers_are_the_register_map():
-    from gnnweave.hw.aggregator import aggregator_regmap
-    from gnnweave.hw.configs import get_config
-    regmap = aggregator_regmap(get_config("small"))
+    from gnnweave.hw.accelerator import build_regmap
+    regmap = build_regmap("small")
     root = ET.fromstring(simdevice.hwh_text(regmap))
     ip = [m for m in root.iter("MODULE") if m.get("VLNV") == driver.VLNV]
     assert len(ip) == 1
@@ -336,3 +335,58 @@ def test_pynq_system_cora_matches_golden_and_cocotb():
     # crossings), so the count may differ by a few cycles (7 of 24,573 when measured)
     assert abs(counters["busy_cycles"] - bench["busy_cycles"]) <= 0.005 * bench["busy_cycles"], \
         (counters["busy_cycles"], bench["busy_cycles"])
+
+
+# ---- the MacArray through the same driver ----------------------------------------------------
+def test_one_vlnv_and_instance_name_everywhere():
+    from gnnweave.hw.accelerator import INSTANCE_NAME, VLNV
+    assert driver.VLNV == simdevice.VLNV == VLNV
+    assert driver.INSTANCE_NAME == simdevice.IP_NAME == INSTANCE_NAME
+
+
+def _golden_mac(mode, p, q, shift, bias=None, bias_shift=0, relu=False):
+    from gnnweave.golden.mac import mac
+    return mac(mode, p, q, shift=shift, bias_q=bias, bias_shift=bias_shift, relu=relu, out_width=16)
+
+
+@pytest.mark.parametrize("mode", ["fwd", "dx", "dw"])
+def test_mac_modes_bit_exact_and_counted(any_sim, mode):
+    accel, device = any_sim
+    assert accel.has_mac and accel.mac_max_depth == 64
+    rng = np.random.default_rng({"fwd": 1, "dx": 2, "dw": 3}[mode])
+    m, n, k = 37, 21, 45                       # odd sizes: not multiples of the array or bus
+    shapes = {"fwd": ((m, k), (k, n)), "dx": ((m, k), (n, k)), "dw": ((k, m), (k, n))}[mode]
+    p = rng.integers(-3000, 3000, size=shapes[0])
+    q = rng.integers(-3000, 3000, size=shapes[1])
+    kw = dict(bias=rng.integers(-(1 << 20), 1 << 20, size=n), bias_shift=3, relu=True) \
+        if mode == "fwd" else {}
+    out, counters = accel.mac(mode, p, q, shift=10, **kw)
+    gold = _golden_mac(mode, p, q, 10, **kw)
+    np.testing.assert_array_equal(out, gold.out)
+    assert counters["mac_ops"] == m * n * k
+    assert counters["saturations"] == gold.saturations > 0      # shift 10 saturates some
+    assert counters["busy_cycles"] >= m * n * k // 16           # at most one MAC per cell per cycle
+    # and the Aggregator still runs on the same device afterwards
+    g = rmat(5, 4, seed=1)
+    x = rng.integers(-100, 100, size=(g.num_nodes, 8))
+    agg, _ = accel.aggregate(g, x, "sum", 0)
+    np.testing.assert_array_equal(agg, _golden(g, x, "sum", 0).out)
+
+
+@pytest.mark.parametrize("args, match", [
+    (("conv", np.ones((2, 2)), np.ones((2, 2))), "choose one of fwd, dx, dw"),
+    (("fwd", np.ones((2, 3)), np.ones((2, 2))), r"depths differ"),
+    (("fwd", np.ones((2, 65)), np.ones((65, 2))), r"k=65 is over this MacArray's max_depth=64"),
+    (("fwd", np.full((2, 2), 40000), np.ones((2, 2))), r"p\[0, 0\] = 40000 is outside"),
+    (("dx", np.ones((2, 2)), np.ones((2, 2)), {"relu": True}), "fwd only"),
+    (("fwd", np.ones((2, 2)), np.ones((2, 2)), {"bias": np.ones(3)}), "bias: 3 values"),
+    (("fwd", np.ones((2, 2)), np.ones((2, 2)), {"shift": 64}), "shift 64"),
+])
+def test_mac_validation_before_any_device_access(sim, args, match):
+    accel, device = sim
+    mode, p, q, *rest = args
+    kw = {"shift": 0, **(rest[0] if rest else {})}
+    before = device.sim.stats()["ar_bursts"], device.sim.cycles
+    with pytest.raises(ValueError, match=match):
+        accel.mac(mode, p, q, **kw)
+    assert (device.sim.stats()["ar_bursts"], device.sim.cycles) == before
