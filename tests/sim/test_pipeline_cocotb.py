@@ -42,7 +42,8 @@ def test_stages_schedules_microbatches(stages, schedule, m):
 
 
 #: Allowed |measured - predicted| bubble, in fractions. The predictions model ops with no
-#: latency between them; the RTL adds a fixed handoff per microbatch (mostly the host's
+#: latency between them; the RTL adds fixed handoffs (a forward waits until its whole
+#: input microbatch has streamed in; the last stage's backward waits for the host's
 #: loss-gradient turnaround: the last row block of dY is streamed back and the whole dY
 #: buffered before the backward starts). GPipe pays it once per step, 1F1B-flush once per
 #: microbatch on its critical path: measured up to 1.5 points with 32-wide stages
