@@ -547,17 +547,50 @@ def _make_executor_class():
     ex = _executors()
 
     class FpgaExecutor(ex.FpgaEmuExecutor):
-        """Aggregations on the accelerator (board or simulated device); dense ops on the
-        golden MAC model as in ``fpga-emu`` (this bitstream has no MAC array). Formats are
-        chosen exactly as ``fpga-emu`` chooses them, so results are bit-identical to it."""
+        """Aggregations on the accelerator (board or simulated device), dense ops on its
+        MacArray where the build has one and the op fits it (``dense="device"``, the
+        default), else on the golden MAC model as in ``fpga-emu`` (counted in
+        ``emulated_dense_ops``). Formats are chosen exactly as ``fpga-emu`` chooses them, so
+        results are bit-identical to it; device times come from the cycle counters."""
 
         def __init__(self, accel, kind: str, name: str | None = None, *, timeout_s: float = 600.0,
-                     owner=None):
+                     owner=None, dense: str = "device"):
             super().__init__(name or kind)
+            if dense not in ("device", "emulated"):
+                raise ValueError(f"dense must be 'device' or 'emulated', got {dense!r}")
             self.kind = kind
             self.accel = accel
             self.timeout_s = timeout_s
             self._owner = owner
+            if dense == "device" and getattr(accel, "has_mac", False):
+                self.mac_route = "device"
+            self.emulated_dense_ops = 0
+            self._mac_cycles = None
+
+        def _gemm(self, mode, a_q, b_q, *, shift, relu=False, relu_mask=None, bias=None):
+            # relu_mask is already applied: the callers quantise the masked dY
+            depth = a_q.shape[1] if mode != "dw" else a_q.shape[0]
+            fits = (self.mac_route == "device" and
+                    (not self.accel.mac_max_depth or depth <= self.accel.mac_max_depth) and
+                    (bias is None or 0 <= int(bias[1]) <= 31))
+            if not fits:
+                if self.mac_route == "device":
+                    self.emulated_dense_ops += 1
+                return super()._gemm(mode, a_q, b_q, shift=shift, relu=relu, relu_mask=relu_mask,
+                                     bias=bias)
+            out, cnt = self.accel.mac(mode, ex._dense_array(a_q), ex._dense_array(b_q), shift=shift,
+                                      relu=relu, bias=None if bias is None else bias[0],
+                                      bias_shift=0 if bias is None else int(bias[1]),
+                                      timeout_s=self.timeout_s)
+            self._mac_cycles = (self._mac_cycles or 0) + cnt["busy_cycles"]
+            return out, int(cnt["saturations"])
+
+        def _run_gemm(self, *args, **kw):
+            self._mac_cycles = None
+            res = super()._run_gemm(*args, **kw)
+            if self._mac_cycles is not None:        # measured, not modelled
+                res.device_seconds = self._mac_cycles / self.cycle_model.clock_hz
+            return res
 
         def aggregate(self, graph, x, reduce="sum", *, rows=None, transpose=False):
             from gnnweave.fixed import FixedFormat
@@ -686,17 +719,18 @@ def open_sim_accel(*, config: str = "small", latency: int = 32, mem_size: int = 
 
 def open_executor(kind: str, name: str | None = None, **kw):
     """An executor on the accelerator: ``fpga-sim`` (simulated device; options ``config``,
-    ``latency``, ``mem_size``, ``use_pynq``, ``timeout_s``) or ``fpga`` (a PYNQ board;
-    ``bitstream`` or ``$GNNWEAVE_BITSTREAM``, ``timeout_s``)."""
+    ``latency``, ``mem_size``, ``use_pynq``, ``timeout_s``, ``dense``) or ``fpga`` (a PYNQ
+    board; ``bitstream`` or ``$GNNWEAVE_BITSTREAM``, ``timeout_s``, ``dense``)."""
     ex = _executors()
     cls = _make_executor_class()
     timeout_s = kw.pop("timeout_s", 600.0)
+    dense = kw.pop("dense", "device")
     if kind == "fpga-sim":
         problem = _native_toolchain_problem()
         if problem:
             raise ex.DeviceUnavailable(f"no fpga-sim device: {problem}")
         accel, _device, owner = open_sim_accel(**kw)
-        return cls(accel, kind, name, timeout_s=timeout_s, owner=owner)
+        return cls(accel, kind, name, timeout_s=timeout_s, owner=owner, dense=dense)
     if kind == "fpga":
         pynq = _pynq()
         if pynq is None:
@@ -711,5 +745,5 @@ def open_executor(kind: str, name: str | None = None, **kw):
                   if d.get("type") == VLNV]
         if not accels:
             raise ex.DeviceUnavailable(f"no fpga device: {bit} has no IP with VLNV {VLNV}")
-        return cls(accels[0], kind, name, timeout_s=timeout_s)
+        return cls(accels[0], kind, name, timeout_s=timeout_s, dense=dense)
     raise ex.DeviceUnavailable(f"unknown accelerator kind {kind!r}: choose fpga-sim or fpga")

@@ -7,6 +7,8 @@ from .mac_array import MacArrayConfig
 CONFIGS: dict[str, AggregatorConfig] = {
     # fast to build and simulate: the unit tests' configuration
     "small": AggregatorConfig(bus_width=128, max_feat_dim=64, reads_in_flight=64, desc_depth=128),
+    # the small Aggregator alone (no MacArray): the fastest simulated device for aggregation
+    "small-agg": AggregatorConfig(bus_width=128, max_feat_dim=64, reads_in_flight=64, desc_depth=128),
     # a sum-only build (no divider, no comparator): mean/max are refused as config errors
     "small-sum": AggregatorConfig(bus_width=128, max_feat_dim=64, reads_in_flight=64, desc_depth=128,
                                   reduce_ops=("sum",)),
@@ -29,6 +31,7 @@ CONFIGS: dict[str, AggregatorConfig] = {
 #: memory grows with the square of the larger. None: the build has no MacArray.
 MAC_CONFIGS: dict[str, MacArrayConfig | None] = {
     "small": MacArrayConfig(rows=4, cols=4, max_dim=64, max_depth=64, bus_width=128),
+    "small-agg": None,
     "small-sum": None,
     "default": MacArrayConfig(rows=8, cols=8, max_dim=128, max_depth=128, bus_width=128),
     "zcu104": MacArrayConfig(rows=8, cols=8, max_dim=256, max_depth=256, bus_width=128),
