@@ -222,22 +222,38 @@ class MacCore(wiring.Component):
     Counters (cleared on start): ``busy_cycles``, ``active_cycles`` (cycles the array
     accumulated), ``mac_ops`` (useful MACs), ``stall_cycles`` (array frozen by the drain
     or by ``out`` back-pressure), ``saturations`` (output elements that saturated).
+
+    ``partial_sums=True`` (opt-in; off, the core is unchanged) lets a caller split a depth
+    over several runs of the same ``m x n``: a partial-sum store (one word per tile row,
+    ``rows`` memories addressed by tile index) and two more start-time inputs.
+    ``acc_init``: every tile's accumulators start from the stored partial sums instead
+    of 0. ``acc_keep``: every tile's raw accumulators are written back to the store by
+    the drain (nothing goes out of ``out``, no bias, no narrowing; ``done`` pulses after
+    the last tile row is stored). The accumulators are then wide enough for a total
+    depth of ``2**32 - 1``, so the final narrowing sees the exact full-depth sum.
     """
 
+    #: Total depth (sum over split runs) a partial-sum core's accumulators hold exactly.
+    MAX_TOTAL_DEPTH = 2**32 - 1
+
     def __init__(self, *, rows: int = 4, cols: int = 4, max_dim: int = 256, max_depth: int = 256,
-                 out_width: int = 16, bias_width: int = 32):
+                 out_width: int = 16, bias_width: int = 32, partial_sums: bool = False):
         if not 1 <= rows <= 64 or not 1 <= cols <= 64:
             raise ValueError(f"rows/cols must be in 1..64, got {rows}x{cols}")
         self.rows, self.cols = rows, cols
         self.lanes = 1 << (max(rows, cols) - 1).bit_length()
         self.max_dim, self.max_depth = max_dim, max_depth
         self.index_bits = max(max_dim, max_depth).bit_length() + 1
-        self.acc_width = accumulator_width(max_depth)
+        self.partial_sums = partial_sums
+        self.acc_width = accumulator_width(self.MAX_TOTAL_DEPTH if partial_sums else max_depth)
+        #: tiles of one max_dim x max_dim output: partial-sum store depth
+        self.max_tiles = -(-max_dim // rows) * -(-max_dim // cols)
         self.out_width = out_width
         self.bias_width = bias_width
         ib = self.index_bits
         lanes_layout = data.ArrayLayout(signed(MAC_INPUT_WIDTH), self.lanes)
-        super().__init__({
+        partial = {"acc_init": In(1), "acc_keep": In(1)} if partial_sums else {}
+        super().__init__(partial | {
             "start": In(1), "busy": Out(1), "done": Out(1),
             "mode": In(MacMode), "m": In(ib), "n": In(ib), "k": In(ib),
             "shift": In(7), "relu": In(1), "use_bias": In(1), "bias_shift": In(5),
@@ -259,6 +275,11 @@ class MacCore(wiring.Component):
         shift, relu, use_bias, bias_shift = Signal(7), Signal(), Signal(), Signal(5)
         running = Signal()
         issuing = Signal()
+        acc_init, acc_keep = Const(0, 1), Const(0, 1)
+        if self.partial_sums:
+            acc_init, acc_keep = Signal(), Signal()
+            with m.If(self.start & ~running):
+                m.d.sync += [acc_init.eq(self.acc_init), acc_keep.eq(self.acc_keep)]
         with m.If(self.start & ~running):
             m.d.sync += [mode.eq(self.mode), dim_m.eq(self.m), dim_n.eq(self.n), dim_k.eq(self.k),
                          shift.eq(self.shift), relu.eq(self.relu), use_bias.eq(self.use_bias),
@@ -290,15 +311,16 @@ class MacCore(wiring.Component):
 
         # ---- stage 0: depth sequencer (tile row i0, tile col j0, depth kk)
         i0, j0, kk, tj = Signal(ib), Signal(ib), Signal(ib), Signal(ib)
+        tile = Signal(range(self.max_tiles + 1))      # tile index in the run (partial-sum address)
         last_k = kk + 1 == dim_k
         last_j = j0 + C >= dim_n
         last_i = i0 + R >= dim_m
         with m.If(self.start & ~running):
-            m.d.sync += [i0.eq(0), j0.eq(0), kk.eq(0), tj.eq(0)]
+            m.d.sync += [i0.eq(0), j0.eq(0), kk.eq(0), tj.eq(0), tile.eq(0)]
         with m.Elif(issuing & advance):
             m.d.sync += kk.eq(kk + 1)
             with m.If(last_k):
-                m.d.sync += [kk.eq(0), j0.eq(j0 + C), tj.eq(tj + 1)]
+                m.d.sync += [kk.eq(0), j0.eq(j0 + C), tj.eq(tj + 1), tile.eq(tile + 1)]
                 with m.If(last_j):
                     m.d.sync += [j0.eq(0), tj.eq(0), i0.eq(i0 + R)]
                     with m.If(last_i):
@@ -323,7 +345,7 @@ class MacCore(wiring.Component):
                 m.d.sync += valid.eq(0)
             return valid, regs
 
-        tile_info = {"first": kk == 0, "last": last_k, "i0": i0, "j0": j0, "tj": tj,
+        tile_info = {"first": kk == 0, "last": last_k, "i0": i0, "j0": j0, "tj": tj, "tile": tile,
                      "rows": Mux(dim_m - i0 >= R, R, dim_m - i0)[:7],
                      "cols": Mux(dim_n - j0 >= C, C, dim_n - j0)[:7],
                      "end": last_k & last_j & last_i}
@@ -342,23 +364,40 @@ class MacCore(wiring.Component):
         with m.If(advance):
             m.d.sync += [prod[r][c].eq(a_reg[r] * b_reg[c]) for r in range(R) for c in range(C)]
         v3, s3 = stage("s3", v2, s2)
+        # partial sums: read at stage 2 (data with stage 3, held while frozen), written by the
+        # drain; each tile is read and written once per run, so reads never meet writes
+        psum_rd, psum_wr = [], []
+        if self.partial_sums:
+            for r in range(R):
+                mem = Memory(shape=unsigned(C * AW), depth=self.max_tiles, init=[])
+                m.submodules[f"psum{r}"] = mem
+                rp = mem.read_port()
+                m.d.comb += [rp.addr.eq(s2["tile"]), rp.en.eq(advance)]
+                psum_rd.append(rp.data)
+                psum_wr.append(mem.write_port())
         # stage 4: accumulate (DSP P register); at a tile's last step into the result bank
         acc = [[Signal(signed(AW), name=f"acc{r}_{c}") for c in range(C)] for r in range(R)]
         res = [[Signal(signed(AW), name=f"res{r}_{c}") for c in range(C)] for r in range(R)]
         res_full = Signal()
         res_i0, res_j0 = Signal(ib), Signal(ib)
+        res_tile = Signal.like(tile)
         res_rows, res_cols, res_end = Signal(7), Signal(7), Signal()
         load_res = Signal()
         with m.If(v3 & advance):
             for r in range(R):
                 for c in range(C):
-                    total = Mux(s3["first"], 0, acc[r][c]) + prod[r][c]
+                    if self.partial_sums:
+                        start_from = Mux(acc_init, psum_rd[r][c * AW:(c + 1) * AW].as_signed(), 0)
+                    else:
+                        start_from = 0
+                    total = Mux(s3["first"], start_from, acc[r][c]) + prod[r][c]
                     m.d.sync += acc[r][c].eq(total)
                     with m.If(s3["last"]):
                         m.d.sync += res[r][c].eq(total)
             with m.If(s3["last"]):
                 m.d.comb += load_res.eq(1)
-                m.d.sync += [res_i0.eq(s3["i0"]), res_j0.eq(s3["j0"]), res_rows.eq(s3["rows"]),
+                m.d.sync += [res_i0.eq(s3["i0"]), res_j0.eq(s3["j0"]), res_tile.eq(s3["tile"]),
+                             res_rows.eq(s3["rows"]),
                              res_cols.eq(s3["cols"]), res_end.eq(s3["end"])]
 
         # ---- drain: one tile row per cycle through bias, rounding, saturation, ReLU
@@ -368,7 +407,8 @@ class MacCore(wiring.Component):
         out_valid = Signal()
         out_payload = Signal(output_layout(C, ib, self.out_width))
         m.d.comb += [self.out.valid.eq(out_valid), self.out.payload.eq(out_payload)]
-        can_emit = res_full & (~out_valid | self.out.ready)
+        # keep: the drain stores raw rows (never blocked), nothing goes out
+        can_emit = res_full & (acc_keep | ~out_valid | self.out.ready)
         row_sel = _wire(m, Array([Cat(*[res[r][c] for c in range(C)]) for r in range(R)])[drain_row],
                         name="row_sel")
         sat_flags = []
@@ -377,7 +417,7 @@ class MacCore(wiring.Component):
         for c in range(C):
             acc_v = row_sel[c * AW:(c + 1) * AW].as_signed()
             with_bias = Signal(signed(wide), name=f"biased{c}")
-            m.d.comb += with_bias.eq(Mux(use_bias & (mode == MacMode.FWD),
+            m.d.comb += with_bias.eq(Mux(use_bias & (mode == MacMode.FWD) & ~acc_keep,
                                          acc_v + (bias_ports[c].data << bias_shift), acc_v))
             rounded = _round_half_even_shift(m, with_bias, shift, wide)
             value, sat = _saturate(m, rounded, self.out_width)
@@ -387,7 +427,7 @@ class MacCore(wiring.Component):
                 new_payload.data[c].eq(Mux(relu & ~positive, 0, value)),
                 new_payload.relu_mask[c].eq(positive),
             ]
-            sat_flags.append(sat & in_tile)
+            sat_flags.append(sat & in_tile & ~acc_keep)
         row_last = drain_row + 1 >= res_rows
         m.d.comb += [new_payload.row.eq(res_i0 + drain_row), new_payload.col.eq(res_j0),
                      new_payload.count.eq(res_cols), new_payload.last.eq(res_end & row_last)]
@@ -396,8 +436,12 @@ class MacCore(wiring.Component):
         saturations = Signal(32)
         with m.If(self.out.valid & self.out.ready):
             m.d.sync += out_valid.eq(0)
+        for r, wp in enumerate(psum_wr):
+            m.d.comb += [wp.addr.eq(res_tile), wp.data.eq(row_sel),
+                         wp.en.eq(can_emit & acc_keep & (drain_row == r))]
         with m.If(can_emit):
-            m.d.sync += [out_valid.eq(1), out_payload.eq(new_payload), drain_row.eq(drain_row + 1),
+            m.d.sync += [out_valid.eq(~acc_keep), out_payload.eq(new_payload),
+                         drain_row.eq(drain_row + 1),
                          saturations.eq(saturations + sum(sat_flags))]
             with m.If(row_last):
                 m.d.sync += res_full.eq(0)
@@ -406,6 +450,9 @@ class MacCore(wiring.Component):
 
         # ---- finish and counters
         with m.If(running & self.out.valid & self.out.ready & self.out.payload.last):
+            m.d.sync += running.eq(0)
+            m.d.comb += self.done.eq(1)
+        with m.If(running & acc_keep & can_emit & res_end & row_last):   # last row stored
             m.d.sync += running.eq(0)
             m.d.comb += self.done.eq(1)
         # a run of an empty matrix finishes at once

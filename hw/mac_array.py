@@ -21,26 +21,40 @@ dx  1  ``dY [m, k]``       ``W  [n, k]``       ``dX = dY W^T``
 dw  2  ``X  [k, m]``       ``dY [k, n]``       ``dW = X^T dY``
 =====  ==================  ==================  ================================
 
-Tiling
-------
-The output is cut into blocks of ``max_dim x max_dim``; for block ``(bi, bj)`` the front
-end loads the ``P`` block of ``bi`` (only when ``bi`` changes) and the ``Q`` block of ``bj``
-(both in parallel on the one read port, each row in INCR bursts that never cross 4 KiB,
-every R beat written straight into a :class:`~.mac.SkewedBuffer`, so R is never
-stalled), writes the block's biases into the array, and runs :class:`~.mac.MacCore` over
-the block (which tiles it over the ``rows x cols`` array). Every operand buffer is
-double-banked: block ``t``'s ``Q`` lands in bank ``t % 2`` and block row ``bi``'s ``P`` in bank
-``bi % 2``, so the next block loads while the array computes this one (a load starts once
-the bank's previous user, two blocks back, is computed); the next block's bias is fetched
-into the bias reader's FIFO during the current block and written into the array between
-blocks. Result row segments go out as single-beat writes with WSTRB covering only the
-real bytes. ``m`` and ``n`` may be any size (up to 2**32 - 1); the depth ``k`` is limited to
-``max_depth`` (a depth split would need the exact sum across blocks: a ``k`` over the
-limit is refused with CONFIG_ERROR).
+Tiling (rows, columns and depth)
+--------------------------------
+The output is cut into blocks of ``max_dim x max_dim`` and the depth ``k`` into depth
+blocks of ``max_depth`` (the last one shorter). The front end walks steps
+``(bi, bj, bk)``, depth fastest. For each step it loads the ``P`` block ``(bi, bk)`` and the
+``Q`` block ``(bj, bk)`` (both in parallel on the one read port, each row in INCR bursts
+that never cross 4 KiB, every R beat written straight into a :class:`~.mac.SkewedBuffer`,
+so R is never stalled) and runs :class:`~.mac.MacCore` over the block (which tiles it
+over the ``rows x cols`` array). When ``k <= max_depth`` there is one depth block and
+``P`` is loaded only when ``bi`` changes.
+
+Depth blocks are summed exactly: the core is built with partial sums (accumulators wide
+enough for a total depth of 2**32 - 1 and a partial-sum store holding one output block,
+one wide word per tile row). Every depth block but the last ends with ``acc_keep`` (the
+drain stores the raw accumulators, nothing is written to memory); every one but the
+first starts with ``acc_init`` (the accumulators start from the stored sums). Only the
+last depth block narrows (bias once, round half to even, saturate, ReLU), so each output
+element is narrowed once from the exact full-depth sum, as :mod:`gnnweave.golden.mac`
+does. The block's biases are written into the array before its first depth block.
+
+Every operand buffer is double-banked: step ``t``'s ``Q`` lands in bank ``t % 2``; ``P`` in
+bank ``bi % 2`` without a depth split and ``t % 2`` with one, so the next step loads while
+the array computes this one (a load starts once the bank's previous user, two steps
+back, is computed); the next block's bias is fetched into the bias reader's FIFO during
+the current block and written into the array between blocks. Result row segments go out
+as single-beat writes with WSTRB covering only the real bytes. ``m``, ``n`` and ``k`` may be
+any size up to 2**32 - 1 (``mac_ops`` is ``m * n * k``; with a depth split each step reads
+its ``P`` block again, so reads grow by the ``P`` traffic of ``ceil(n / max_dim)`` passes).
 
 Limits and refused configurations (CONFIG_ERROR, before any memory traffic)
 ----------------------------------------------------------------------------
-``mode > 2``; ``m``, ``n`` or ``k`` zero; ``k > max_depth``; ``shift > 63``;
+``mode > 2``; ``m``, ``n`` or ``k`` zero; ``k > max_depth`` only in a build whose
+``max_depth`` is not a multiple of the elements per beat (a depth block would start inside
+a beat); ``shift > 63``;
 ``bias_shift > 31``; ``relu`` or ``use_bias`` outside ``fwd`` (the ReLU mask of ``dY`` is
 the host's to apply); any base not bus-aligned; a stride not a multiple of the bus width
 or shorter than its row; a buffer smaller than its matrix (last row in whole beats; the
@@ -147,7 +161,7 @@ CONFIG_REGISTERS = (
     ("mode", 32, "0 fwd (Y = X W + b), 1 dx (dX = dY W^T), 2 dw (dW = X^T dY)"),
     ("m", 32, "Output rows (1 .. 2**32-1)"),
     ("n", 32, "Output columns (1 .. 2**32-1)"),
-    ("k", 32, "Depth: the contracted dimension (1 .. max_depth)"),
+    ("k", 32, "Depth: the contracted dimension (1 .. 2**32-1; cut into max_depth blocks)"),
     ("shift", 32, "Narrowing shift frac(P) + frac(Q) - frac(out) (0 .. 63)"),
     ("relu", 32, "1: fused ReLU on the output (fwd only)"),
     ("use_bias", 32, "1: add bias << bias_shift before narrowing (fwd only)"),
@@ -311,7 +325,8 @@ class MacArrayCore(Elaboratable):
 
         # ---- datapath (reset at the start of every run) ----------------------------------
         dp = Module()
-        core = MacCore(rows=c.rows, cols=c.cols, max_dim=D, max_depth=c.max_depth)
+        MD = c.max_depth
+        core = MacCore(rows=c.rows, cols=c.cols, max_dim=D, max_depth=MD, partial_sums=True)
         lanes = max(core.lanes, epb)
         # two banks per operand: the next block loads while the array computes this one
         p_bufs = [SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes)) for _ in range(2)]
@@ -364,16 +379,28 @@ class MacArrayCore(Elaboratable):
                          cols_.eq(Mux(cfg["n"] - bj0 >= D, D, cfg["n"] - bj0))]
             return rows_, cols_
 
-        # block positions: the block being loaded (li0, lj0) and computed (i0, j0)
+        def depth_block(bk0, name):
+            depth = Signal(range(MD + 1), name=f"{name}_bk")
+            m.d.comb += depth.eq(Mux(cfg["k"] - bk0 >= MD, MD, cfg["k"] - bk0))
+            return depth
+
+        # block positions: the block being loaded (li0, lj0, depth lk0) and computed (i0, j0, k0)
         li0, lj0, i0, j0 = Signal(32), Signal(32), Signal(32), Signal(32)
+        lk0, k0 = Signal(32), Signal(32)
         lbm, lbn = block_dims(li0, lj0, "load")
         bm, bn = block_dims(i0, j0, "comp")
-        kdim = cfg["k"][:len(core.k)]
+        lbk, bk = depth_block(lk0, "load"), depth_block(k0, "comp")
+        # a depth over max_depth is cut into depth blocks: every depth block of an output
+        # block reloads P (and Q); partial sums carry between them inside the core
+        split_depth = Signal()
+        m.d.comb += split_depth.eq(cfg["k"] > MD)
         m.d.comb += [
-            core.mode.as_value().eq(mode[:2]), core.m.eq(bm), core.n.eq(bn), core.k.eq(kdim),
+            core.mode.as_value().eq(mode[:2]), core.m.eq(bm), core.n.eq(bn), core.k.eq(bk),
+            core.acc_init.eq(k0 != 0), core.acc_keep.eq(k0 + MD < cfg["k"]),
             core.shift.eq(cfg["shift"][:7]), core.relu.eq(cfg["relu"][0]),
             core.use_bias.eq(use_bias), core.bias_shift.eq(cfg["bias_shift"][:5]),
         ]
+        c_last_bk = k0 + MD >= cfg["k"]
         c_last_bj = j0 + D >= cfg["n"]
         c_last = c_last_bj & (i0 + D >= cfg["m"])
         bias_j0 = Signal(32)      # first column of the block whose bias is fetched next
@@ -381,15 +408,18 @@ class MacArrayCore(Elaboratable):
         m.d.comb += bias_j0.eq(Mux(bias_first | c_last_bj, 0, j0 + D))
         bias_bn = Signal(range(D + 1))
         m.d.comb += bias_bn.eq(Mux(cfg["n"] - bias_j0 >= D, D, cfg["n"] - bias_j0))
-        # P block of bi: fwd/dx rows i0.. of [m,k]; dw columns i0.. of [k,m]
+        # P block (bi, bk): fwd/dx rows i0.., columns k0.. of [m,k]; dw rows k0.., columns i0..
+        # of [k,m] (k0 is a multiple of max_depth, so column offsets stay beat-aligned)
         m.d.comb += [
-            p_load.base.eq(cfg["p_addr"] + Mux(is_dw, li0 * ELEM_BYTES, li0 * cfg["p_stride"])),
+            p_load.base.eq(cfg["p_addr"] + Mux(is_dw, li0 * ELEM_BYTES + lk0 * cfg["p_stride"],
+                                               li0 * cfg["p_stride"] + lk0 * ELEM_BYTES)),
             p_load.stride.eq(cfg["p_stride"]),
-            p_load.nrows.eq(Mux(is_dw, kdim, lbm)), p_load.ncols.eq(Mux(is_dw, lbm, kdim)),
-            # Q block of bj: dx rows j0.. of [n,k]; fwd/dw columns j0.. of [k,n]
-            q_load.base.eq(cfg["q_addr"] + Mux(is_dx, lj0 * cfg["q_stride"], lj0 * ELEM_BYTES)),
+            p_load.nrows.eq(Mux(is_dw, lbk, lbm)), p_load.ncols.eq(Mux(is_dw, lbm, lbk)),
+            # Q block (bj, bk): dx rows j0.., columns k0.. of [n,k]; fwd/dw rows k0.., columns j0..
+            q_load.base.eq(cfg["q_addr"] + Mux(is_dx, lj0 * cfg["q_stride"] + lk0 * ELEM_BYTES,
+                                               lj0 * ELEM_BYTES + lk0 * cfg["q_stride"])),
             q_load.stride.eq(cfg["q_stride"]),
-            q_load.nrows.eq(Mux(is_dx, lbn, kdim)), q_load.ncols.eq(Mux(is_dx, kdim, lbn)),
+            q_load.nrows.eq(Mux(is_dx, lbn, lbk)), q_load.ncols.eq(Mux(is_dx, lbk, lbn)),
             bias_reader.base.eq(cfg["bias_addr"] + bias_j0 * BIAS_BYTES),
             bias_reader.count.eq(bias_bn),
         ]
@@ -448,7 +478,7 @@ class MacArrayCore(Elaboratable):
         q_rows, q_cols = Mux(is_dx, dim_n, dim_k), Mux(is_dx, dim_k, dim_n)
         fwd = mode == MacMode.FWD.value
         checks = [
-            mode > 2, dim_m == 0, dim_n == 0, dim_k == 0, dim_k > c.max_depth,
+            mode > 2, dim_m == 0, dim_n == 0, dim_k == 0,
             cfg["shift"] > 63, cfg["bias_shift"] > 31,
             cfg["relu"] > 1, cfg["use_bias"] > 1,
             ~fwd & (cfg["relu"] != 0), ~fwd & (cfg["use_bias"] != 0),
@@ -461,6 +491,9 @@ class MacArrayCore(Elaboratable):
                 (cfg[f"{buf}_addr"] & align) != 0, (stride & align) != 0, stride < row_bytes,
                 over(cfg[f"{buf}_addr"], cfg[f"{buf}_size"], (rows - 1) * stride + row_bytes),
             ]
+        if MD % epb:
+            # depth blocks would start inside a bus beat: such a build cannot split the depth
+            checks.append(dim_k > MD)
         checks += [
             use_bias & ((cfg["bias_addr"] & align) != 0),
             use_bias & over(cfg["bias_addr"], cfg["bias_size"], whole_beats(dim_n * BIAS_BYTES)),
@@ -545,24 +578,32 @@ class MacArrayCore(Elaboratable):
                       ready_blocks.eq(ready_blocks + load_done - comp_start)]
         l_par, lq_par, c_par, cq_par = Signal(), Signal(), Signal(), Signal()
         all_loaded = Signal()
+        # Steps go depth block fastest, then block column, then block row. Without a depth
+        # split P is loaded once per block row (bank bi % 2); with one, every step loads P and
+        # Q, both into bank step % 2.
+        l_last_bk = lk0 + MD >= cfg["k"]
         l_last_bj = lj0 + D >= cfg["n"]
-        l_last = l_last_bj & (li0 + D >= cfg["m"])
+        l_last = l_last_bk & l_last_bj & (li0 + D >= cfg["m"])
         with dp.FSM(name="load"):
             with dp.State("START"):
                 with dp.If(running & ~all_loaded & (in_flight <= 1)):
-                    dp.d.comb += [load_start.eq(1), p_load.start.eq(lj0 == 0), p_load.bank.eq(l_par),
-                                  q_load.start.eq(1), q_load.bank.eq(lq_par)]
+                    dp.d.comb += [load_start.eq(1), p_load.start.eq((lj0 == 0) | split_depth),
+                                  p_load.bank.eq(l_par), q_load.start.eq(1), q_load.bank.eq(lq_par)]
                     dp.next = "WAIT"
             with dp.State("WAIT"):
                 with dp.If(p_load.done & q_load.done):
                     dp.d.comb += load_done.eq(1)
                     dp.d.sync += lq_par.eq(~lq_par)
+                    with dp.If(split_depth | (l_last_bk & l_last_bj)):
+                        dp.d.sync += l_par.eq(~l_par)
                     with dp.If(l_last):
                         dp.d.sync += all_loaded.eq(1)
+                    with dp.Elif(~l_last_bk):
+                        dp.d.sync += lk0.eq(lk0 + MD)
                     with dp.Elif(l_last_bj):
-                        dp.d.sync += [lj0.eq(0), li0.eq(li0 + D), l_par.eq(~l_par)]
+                        dp.d.sync += [lk0.eq(0), lj0.eq(0), li0.eq(li0 + D)]
                     with dp.Else():
-                        dp.d.sync += lj0.eq(lj0 + D)
+                        dp.d.sync += [lk0.eq(0), lj0.eq(lj0 + D)]
                     dp.next = "START"
         m.d.comb += [p_rbank.eq(c_par), q_rbank.eq(cq_par)]
         with dp.FSM(name="compute"):
@@ -573,8 +614,12 @@ class MacArrayCore(Elaboratable):
                     dp.next = "WAIT"
             with dp.State("WAIT"):
                 with dp.If(running & (ready_blocks != 0)):
-                    dp.d.comb += core.bias_clear.eq(1)
-                    dp.next = "BIAS"
+                    with dp.If(k0 == 0):
+                        dp.d.comb += core.bias_clear.eq(1)
+                        dp.next = "BIAS"
+                    with dp.Else():                # later depth block: the bias is in place
+                        dp.d.comb += [core.start.eq(1), comp_start.eq(1)]
+                        dp.next = "RUN"
             with dp.State("BIAS"):                 # the block's bias into the array
                 dp.d.comb += bias_fill.eq(1)
                 with dp.If(running & bias_reader.done):
@@ -586,14 +631,18 @@ class MacArrayCore(Elaboratable):
                 with dp.If(core.done):
                     dp.d.comb += comp_done.eq(1)
                     dp.d.sync += cq_par.eq(~cq_par)
-                    with dp.If(c_last):
+                    with dp.If(split_depth | (c_last_bk & c_last_bj)):
+                        dp.d.sync += c_par.eq(~c_par)
+                    with dp.If(c_last_bk & c_last):
                         dp.d.sync += all_computed.eq(1)
                         dp.next = "END"
                     with dp.Else():
-                        with dp.If(c_last_bj):
-                            dp.d.sync += [j0.eq(0), i0.eq(i0 + D), c_par.eq(~c_par)]
+                        with dp.If(~c_last_bk):
+                            dp.d.sync += k0.eq(k0 + MD)
+                        with dp.Elif(c_last_bj):
+                            dp.d.sync += [k0.eq(0), j0.eq(0), i0.eq(i0 + D)]
                         with dp.Else():
-                            dp.d.sync += j0.eq(j0 + D)
+                            dp.d.sync += [k0.eq(0), j0.eq(j0 + D)]
                         dp.next = "WAIT"
             with dp.State("END"):
                 pass

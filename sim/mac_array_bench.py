@@ -154,8 +154,10 @@ class MacJob:
         r = self.registers()
         bus = self.bus_bytes
         mode = r["mode"]
-        if mode > 2 or min(r["m"], r["n"], r["k"]) == 0 or r["k"] > cfg.max_depth:
+        if mode > 2 or min(r["m"], r["n"], r["k"]) == 0:
             return True
+        if r["k"] > cfg.max_depth and cfg.max_depth % (cfg.bus_width // 16):
+            return True          # depth blocks would not start on a bus beat
         if r["shift"] > 63 or r["bias_shift"] > 31 or r["relu"] > 1 or r["use_bias"] > 1:
             return True
         if mode != 0 and (r["relu"] or r["use_bias"]):
@@ -175,19 +177,31 @@ class MacJob:
         return False
 
     def expected_beats(self, cfg) -> tuple[int, int]:
-        """(read beats, write beats) the front end must move for this job (tiling contract)."""
-        D, E = cfg.max_dim, cfg.bus_width // 16
+        """(read beats, write beats) the front end must move for this job (tiling contract):
+        output blocks of ``max_dim``, each over depth blocks of ``max_depth``; P is loaded
+        once per block row when the depth fits one block, else once per (block, depth block)."""
+        D, E, MD = cfg.max_dim, cfg.bus_width // 16, cfg.max_depth
         bus = self.bus_bytes
         bi = -(-self.m // D)
         bj = -(-self.n // D)
+        depths = [min(MD, self.k - k0) for k0 in range(0, self.k, MD)]
         mode = MacMode(self.mode)
+
+        def p_beats(bm, bk):
+            return bm * -(-bk // E) if mode is not MacMode.DW else bk * -(-bm // E)
+
+        def q_beats(bn, bk):
+            return bn * -(-bk // E) if mode is MacMode.DX else bk * -(-bn // E)
+
         reads = 0
         for i in range(bi):
             bm = min(D, self.m - i * D)
-            reads += (bm * -(-self.k // E)) if mode is not MacMode.DW else self.k * -(-bm // E)
+            if len(depths) == 1:
+                reads += p_beats(bm, self.k)
             for j in range(bj):
                 bn = min(D, self.n - j * D)
-                reads += (bn * -(-self.k // E)) if mode is MacMode.DX else self.k * -(-bn // E)
+                for bk in depths:
+                    reads += q_beats(bn, bk) + (p_beats(bm, bk) if len(depths) > 1 else 0)
                 if self.use_bias:
                     reads += -(-bn * 4 // bus)
         writes = self.m * sum(-(-min(D, self.n - j * D) // cfg.cols) for j in range(bj))
@@ -457,6 +471,29 @@ if cocotb is not None:
         store_result("backpressure", {"stall_cycles": stalls,
                                       "stall_cycles_depth1": res["counters"]["stall_cycles"]})
 
+    @cocotb.test()
+    async def depth_split(dut):
+        """k = 3 * max_depth + 5: four depth blocks per output block, partial sums carried
+        exactly; every mode at odd sizes, fwd with bias and ReLU, and saturation."""
+        tb, params, config = await _bench(dut)
+        rng = np.random.default_rng(params.get("seed", 0) + 70)
+        D, MD = config.max_dim, config.max_depth
+        k = 3 * MD + 5
+        summary = {"zeros": 0, "saturations": 0, "read_beats": 0}
+        for i, mode in enumerate(("fwd", "dx", "dw")):
+            j = random_job(rng, mode, D + 3, 2 * D + 1, k, bias=mode == "fwd", relu=mode == "fwd",
+                           bias_shift=5 if mode == "fwd" else 0,
+                           pad_beats={"q": i % 2, "out": 1}, **_layout(config))
+            res, _ = await _run_checked(tb, j, config)
+            summary["zeros"] += int(np.count_nonzero(res["out"] == 0))
+            summary["read_beats"] += res["counters"]["read_beats"]
+            j = random_job(rng, mode, 5, D + 3, k, shift=6, **_layout(config))
+            j.p[:] = 32767
+            j.q[:] = -32768 if mode == "dx" else 32767
+            res, _ = await _run_checked(tb, j, config)
+            summary["saturations"] += res["counters"]["saturations"]
+        store_result("depth_split", summary)
+
     def config_error_jobs(rng, config) -> list[tuple[str, MacJob]]:
         lay = _layout(config)
         bus = lay["bus_bytes"]
@@ -466,7 +503,7 @@ if cocotb is not None:
             ("m_zero", mk(registers_override={"m": 0})),
             ("n_zero", mk(registers_override={"n": 0})),
             ("k_zero", mk(registers_override={"k": 0})),
-            ("k_over_limit", mk(k=config.max_depth + 1)),
+            ("k_past_p_buffer", mk(registers_override={"k": 3 * config.max_depth + 1})),
             ("shift_64", mk(shift=64)),
             ("bias_shift_32", mk(bias=True, bias_shift=32)),
             ("relu_in_dx", mk("dx", relu=True)),

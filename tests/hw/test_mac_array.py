@@ -107,3 +107,122 @@ def test_good_config_starts_reading_in_amaranth_sim():
     cfg = MacArrayConfig(max_dim=16, max_depth=16)
     seen = _simulate_core(cfg, _good_regs(), cycles=12)
     assert seen["status"] == 0 and seen["ar"] > 0
+
+
+def test_k_over_max_depth_is_accepted_in_amaranth_sim():
+    """Depth tiling: k = 3 * max_depth + 5 is no configuration error and starts reading."""
+    cfg = MacArrayConfig(max_dim=16, max_depth=16)
+    seen = _simulate_core(cfg, _good_regs(k=3 * 16 + 5), cycles=12)
+    assert seen["status"] == 0 and seen["ar"] > 0
+
+
+def _run_core_depth_split(mode, p, q, *, shift, relu=False, bias=None, bias_shift=0,
+                          rows=4, cols=4, max_dim=16, max_depth=8):
+    """MacCore with partial sums in the Amaranth simulator, the depth cut into max_depth
+    blocks exactly as MacArrayCore does (keep all but the last, init all but the first)."""
+    from amaranth.hdl import Module
+    from amaranth.sim import Simulator
+
+    from gnnweave.hw.mac import MacCore, MacMode as HwMode, SkewedBuffer, connect_operand
+    from gnnweave.sim.mac_bench import operand_shapes
+
+    m_, n_, k_ = {0: (p.shape[0], q.shape[1], p.shape[1]), 1: (p.shape[0], q.shape[0], p.shape[1]),
+                  2: (p.shape[1], q.shape[1], p.shape[0])}[mode]
+    assert operand_shapes(mode, m_, n_, k_) == (p.shape, q.shape)
+    core = MacCore(rows=rows, cols=cols, max_dim=max_dim, max_depth=max_depth, partial_sums=True)
+    dim = max(max_dim, max_depth)
+    pbuf = SkewedBuffer(lanes=core.lanes, rows=dim, cols=max(dim, core.lanes))
+    qbuf = SkewedBuffer(lanes=core.lanes, rows=dim, cols=max(dim, core.lanes))
+    top = Module()
+    top.submodules += [core, pbuf, qbuf]
+    connect_operand(top, core.a_req, pbuf, core.a_data)
+    connect_operand(top, core.b_req, qbuf, core.b_data)
+    out = np.full((m_, n_), np.iinfo(np.int64).min, dtype=np.int64)
+    res = {"mac_ops": 0, "saturations": 0, "outputs": 0}
+
+    async def load(ctx, buf, mat):
+        for i in range(mat.shape[0]):
+            for j0 in range(0, mat.shape[1], core.lanes):
+                seg = mat[i, j0:j0 + core.lanes]
+                ctx.set(buf.wr_en, 1)
+                ctx.set(buf.wr.row, i)
+                ctx.set(buf.wr.col, j0)
+                ctx.set(buf.wr.count, len(seg))
+                for lane, v in enumerate(seg):
+                    ctx.set(buf.wr.data[lane], int(v))
+                await ctx.tick()
+        ctx.set(buf.wr_en, 0)
+
+    async def bench(ctx):
+        if bias is not None:
+            ctx.set(core.bias_clear, 1)
+            await ctx.tick()
+            ctx.set(core.bias_clear, 0)
+            for v in bias:
+                ctx.set(core.bias_wr_en, 1)
+                ctx.set(core.bias_wr_data, int(v))
+                await ctx.tick()
+            ctx.set(core.bias_wr_en, 0)
+        for k0 in range(0, k_, max_depth):
+            ks = slice(k0, min(k0 + max_depth, k_))
+            await load(ctx, pbuf, p[ks, :] if mode == 2 else p[:, ks])
+            await load(ctx, qbuf, q[:, ks] if mode == 1 else q[ks, :])
+            for sig, v in ((core.mode, HwMode(mode)), (core.m, m_), (core.n, n_),
+                           (core.k, ks.stop - ks.start), (core.shift, shift), (core.relu, int(relu)),
+                           (core.use_bias, int(bias is not None)), (core.bias_shift, bias_shift),
+                           (core.acc_init, int(k0 > 0)), (core.acc_keep, int(ks.stop < k_))):
+                ctx.set(sig, v)
+            ctx.set(core.start, 1)
+            ctx.set(core.out.ready, 1)
+            await ctx.tick()
+            ctx.set(core.start, 0)
+            for _ in range(100_000):
+                if ctx.get(core.out.valid):
+                    pl = ctx.get(core.out.payload)
+                    res["outputs"] += 1
+                    for c in range(pl.count):
+                        out[pl.row, pl.col + c] = pl.data[c]
+                done = ctx.get(core.done)
+                await ctx.tick()
+                if done:
+                    break
+            else:
+                raise AssertionError("MacCore did not finish a depth block")
+            res["mac_ops"] += ctx.get(core.mac_ops)
+            res["saturations"] += ctx.get(core.saturations)
+
+    sim = Simulator(top)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    res["out"] = out
+    return res
+
+
+@pytest.mark.parametrize("mode,bias_relu,sat", [(0, True, False), (1, False, False), (2, False, False),
+                                                (0, False, True)])
+def test_core_partial_sums_split_depth_bit_exact_in_amaranth_sim(mode, bias_relu, sat):
+    """k = 3 * max_depth + 5 over four MacCore runs equals golden's one narrowing of the
+    exact full-depth sum (bias once, ReLU, saturation), odd m and n."""
+    from gnnweave.golden.mac import mac
+    from gnnweave.sim.mac_bench import operand_shapes
+
+    rng = np.random.default_rng(10 + mode + 5 * sat)
+    m_, n_, k_ = 7, 9, 3 * 8 + 5
+    (pr, pc), (qr, qc) = operand_shapes(mode, m_, n_, k_)
+    p = rng.integers(-32768, 32768, (pr, pc))
+    q = rng.integers(-32768, 32768, (qr, qc))
+    shift = 4 if sat else 18
+    if sat:
+        p[:] = 32767
+        q[:] = 32767
+    bias = rng.integers(-(1 << 20), 1 << 20, n_) if bias_relu else None
+    want = mac(mode, p, q, shift=shift, relu=bias_relu, bias_q=bias, bias_shift=3 if bias_relu else 0)
+    got = _run_core_depth_split(mode, p, q, shift=shift, relu=bias_relu, bias=bias,
+                                bias_shift=3 if bias_relu else 0)
+    assert np.array_equal(got["out"], want.out)
+    assert got["saturations"] == want.saturations and (want.saturations > 0) == sat
+    assert got["mac_ops"] == m_ * n_ * k_
+    assert got["outputs"] == m_ * -(-n_ // 4)        # only the last depth block writes
+    if bias_relu:
+        assert np.count_nonzero(want.out == 0) > 0

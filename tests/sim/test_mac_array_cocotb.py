@@ -1,8 +1,9 @@
 """The MacArray AXI top in cocotb on Verilator, bit-exact against golden/mac.py.
 
-One Verilator build (a small configuration: 4 x 4 array, 16 x 16 blocks, depth 32, so
-modest sizes already tile) is shared by the tests; each test runs one simulator process
-for a group of cocotb tests of :mod:`gnnweave.sim.mac_array_bench`.
+One Verilator build (a small configuration: 4 x 4 array, 16 x 16 blocks, depth blocks of
+32, so modest sizes already tile over rows, columns and depth) is shared by the tests;
+each test runs one simulator process for a group of cocotb tests of
+:mod:`gnnweave.sim.mac_array_bench`.
 """
 from __future__ import annotations
 
@@ -44,6 +45,14 @@ def test_bias_relu_saturation_config_errors_tight_buffers(built):
     assert res["tight_buffers"] is True
 
 
+def test_depth_split_all_modes_bias_relu_saturation(built):
+    """k = 3 * max_depth + 5 (four depth blocks), bit-exact vs golden in every mode."""
+    result = _run(built, "depth_split", latency=8)
+    assert result.failed == 0 and result.tests == 1
+    res = result.results["depth_split"]
+    assert res["zeros"] > 0 and res["saturations"] > 0
+
+
 def test_backpressure_and_latency(built):
     result = _run(built, "backpressure", latency=24, backpressure=0.4, seed=3)
     assert result.failed == 0 and result.tests == 1
@@ -79,7 +88,8 @@ def test_verify_mac_axi_reports():
 @pytest.mark.slow
 def test_random_sweep_under_backpressure(built):
     for seed in range(3):
-        result = _run(built, "modes,bias_relu,backpressure", latency=32, backpressure=0.3, seed=seed)
+        result = _run(built, "modes,bias_relu,backpressure,depth_split", latency=32, backpressure=0.3,
+                      seed=seed)
         assert result.failed == 0
 
 
@@ -88,9 +98,9 @@ def test_other_shape_narrow_bus():
     """A 3 x 2 array (rows not a power of two) on a 64-bit bus with a 32-bit address."""
     config = MacArrayConfig(rows=3, cols=2, max_dim=16, max_depth=16, bus_width=64, addr_width=32)
     built = build_mac_array(config)
-    result = runner.run(built, BENCH_MODULE, testcase="modes,bias_relu,saturation,config_errors",
+    result = runner.run(built, BENCH_MODULE, testcase="modes,bias_relu,saturation,config_errors,depth_split",
                         params={"config": asdict(config), "latency": 8}, run_name="narrow")
-    assert result.failed == 0 and result.tests == 6
+    assert result.failed == 0 and result.tests == 7
 
 
 @pytest.mark.icarus
