@@ -216,7 +216,8 @@ class _AccelCore:
         #: The build has a MacArray (its registers are described and ``units_present`` says so).
         self.has_mac = bool(present >> UNIT_MAC_ARRAY & 1) and \
             all(n in regs for n in MAC_CONFIG_NAMES + MAC_COUNTERS)
-        #: Largest depth ``k`` of one MAC run (0: no MacArray).
+        #: The MacArray's depth block (0: no MacArray): a deeper ``k`` is split on chip into
+        #: blocks of this depth, summed exactly (one more P load per block).
         self.mac_max_depth = int(mac_max_depth) if self.has_mac else 0
 
     # -- registers by name
@@ -376,8 +377,8 @@ class _AccelCore:
             raise ValueError(f"{what}: depths differ (p {a.shape}, q {b.shape})")
         if not (m and n and k):
             raise ValueError(f"{what}: empty operand (p {a.shape}, q {b.shape})")
-        if self.mac_max_depth and k > self.mac_max_depth:
-            raise ValueError(f"depth k={k} is over this MacArray's max_depth={self.mac_max_depth}")
+        if k >= 1 << 32 or m >= 1 << 32 or n >= 1 << 32:
+            raise ValueError(f"{what}: m={m}, n={n}, k={k}: each must be below 2**32")
         if isinstance(shift, bool) or not isinstance(shift, (int, np.integer)) or not 0 <= int(shift) <= 63:
             raise ValueError(f"shift {shift!r}: must be an integer in 0..63")
         if isinstance(bias_shift, bool) or not isinstance(bias_shift, (int, np.integer)) \
@@ -548,9 +549,9 @@ def _make_executor_class():
 
     class FpgaExecutor(ex.FpgaEmuExecutor):
         """Aggregations on the accelerator (board or simulated device), dense ops on its
-        MacArray where the build has one and the op fits it (``dense="device"``, the
-        default), else on the golden MAC model as in ``fpga-emu`` (counted in
-        ``emulated_dense_ops``). Formats are chosen exactly as ``fpga-emu`` chooses them, so
+        MacArray where the build has one (``dense="device"``, the default; an op the unit
+        cannot take, a bias shift over 31, runs on the golden MAC model as in ``fpga-emu``,
+        counted in ``emulated_dense_ops``). Formats are chosen exactly as ``fpga-emu`` chooses them, so
         results are bit-identical to it; device times come from the cycle counters."""
 
         def __init__(self, accel, kind: str, name: str | None = None, *, timeout_s: float = 600.0,
@@ -570,9 +571,7 @@ def _make_executor_class():
         def _gemm(self, mode, a_q, b_q, *, shift, relu=False, relu_mask=None, bias=None):
             # relu_mask is already applied: the callers quantise the masked dY
             depth = a_q.shape[1] if mode != "dw" else a_q.shape[0]
-            fits = (self.mac_route == "device" and
-                    (not self.accel.mac_max_depth or depth <= self.accel.mac_max_depth) and
-                    (bias is None or 0 <= int(bias[1]) <= 31))
+            fits = self.mac_route == "device" and (bias is None or 0 <= int(bias[1]) <= 31)
             if not fits:
                 if self.mac_route == "device":
                     self.emulated_dense_ops += 1

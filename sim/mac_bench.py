@@ -196,10 +196,7 @@ def _verify_mac_axi(mode, p_mat, q_mat, bias_q, *, rows, cols, depth, shift, rel
     from gnnweave.sim.mac_array_bench import BENCH_MODULE, MacJob, build_mac_array, job_to_npz
 
     if max_depth is None:
-        max_depth = max(64, _pow2(depth))
-    if depth > max_depth:
-        raise ValueError(f"--depth {depth} is over the build's max_depth {max_depth} "
-                         f"(the MacArray does not split the depth)")
+        max_depth = 64          # the `small` build's: a deeper k is split into depth blocks
     config = MacArrayConfig(rows=array_rows, cols=array_cols, max_dim=max_dim,
                             max_depth=max_depth, bus_width=bus_width)
     job = MacJob(mode=int(mode), p=p_mat, q=q_mat, shift=shift, bias=bias_q, relu=relu,
