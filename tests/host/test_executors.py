@@ -137,17 +137,6 @@ def test_gpu_absent_is_device_unavailable():
         make_executor("gpu")
 
 
-@pytest.mark.parametrize("name", ["fpga-sim", "fpga"])
-def test_driver_devices_without_driver(name):
-    try:
-        import gnnweave.host.driver  # noqa: F401
-        pytest.skip("driver present")
-    except ImportError:
-        pass
-    with pytest.raises(DeviceUnavailable, match="gnnweave.host.driver"):
-        make_executor(name)
-
-
 def test_transfers_report_bytes():
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     res = FpgaEmuExecutor().transfer_in(a)
