@@ -1,11 +1,12 @@
 """MacArray utilization through the AXI top (Verilator), against the >= 0.85 target.
 
 Every case runs the whole :class:`~gnnweave.hw.mac_array.MacArrayTop` (default build:
-4 x 4 array, 64 x 64 blocks, depth <= 64, 128-bit bus) from ap_start to done, operand
+4 x 4 array, 64 x 64 blocks, 64-deep depth blocks, 128-bit bus) from ap_start to done, operand
 loads from memory and the write-back included, with 8 cycles of read latency, every result
 checked bit for bit against golden: ``mac_utilization = mac_ops / (busy_cycles x cells)``
 from the unit's own counters. Tile-aligned problems in every mode (several output blocks,
-so the figure is the steady state of the block loop), plus one odd-size problem for
+so the figure is the steady state of the block loop), depth-split problems (k four
+times the depth block, summed exactly on chip), plus one odd-size problem for
 reference, plus the compute-only figure of the bare unit (Amaranth simulator, loaded
 buffers) and a clean Verilator build of the top.
 
@@ -24,7 +25,9 @@ from tqdm import tqdm
 from gnnweave.sim.mac_bench import verify_mac
 
 TARGET = 0.85
-CASES = [(128, 128, 64, "fwd"), (128, 128, 64, "dx"), (128, 128, 64, "dw"), (100, 75, 37, "fwd")]
+CASES = [(128, 128, 64, "fwd"), (128, 128, 64, "dx"), (128, 128, 64, "dw"), (100, 75, 37, "fwd"),
+         # depth 4 x the 64-deep block: split on chip (partial sums, P reloaded per block)
+         (128, 128, 256, "fwd"), (128, 128, 256, "dw")]
 FIELDS = ("mode", "rows", "cols", "depth", "match", "cycles", "busy_cycles", "mac_ops",
           "load_cycles", "stall_cycles", "read_beats", "write_beats", "mac_utilization",
           "sim_seconds")
