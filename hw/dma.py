@@ -263,7 +263,9 @@ class WritePort(Elaboratable):
             bus.bready.eq(1),
             self.beat.eq(w_fire),
             self.resp_error.eq(b_fire & (bus.bresp >= Resp.SLVERR)),
-            self.idle.eq(~self.address.r_rdy & ~self.beats.r_rdy & (self.outstanding == 0)),
+            # levels, not r_rdy: a buffered FIFO raises r_rdy a cycle or more after the push
+            self.idle.eq((self.address.level == 0) & (self.beats.level == 0) &
+                         (self.outstanding == 0)),
         ]
         m.d.sync += self.outstanding.eq(self.outstanding + aw_fire - b_fire)
         return m
