@@ -15,3 +15,16 @@ def test_device_run_aggregate_matches_golden():
     assert report["match"] and report["mismatches"] == 0
     assert report["edges"] == 8 * 256 and report["cycles"] > report["read_beats"] > 0
     assert report["sim_cycles_per_second"] > 0 and report["wall_seconds"] > 0
+
+
+def test_device_run_mac_matches_golden_with_a_split_depth():
+    proc = subprocess.run([sys.executable, "-m", "gnnweave.cli", "device", "run", "mac",
+                           "--rows", "23", "--cols", "19", "--depth", "150", "--mode", "dw",
+                           "--shift", "11", "--json"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["match"] and report["mismatches"] == 0
+    assert report["counters"]["mac_ops"] == 23 * 19 * 150
+    assert report["saturations"] == report["golden_saturations"]
+    assert 0 < report["mac_utilization"] <= 1 and report["sim_cycles_per_second"] > 0
