@@ -142,15 +142,8 @@ STATUS_REGISTERS = (
 
 def aggregator_regmap(config: AggregatorConfig | None = None):
     """The register map of the Aggregator top (the one source of its offsets)."""
-    from .regmap import Access, RegisterBuilder
-
-    builder = RegisterBuilder("gnnweave_aggregator")
-    builder.ap_ctrl()
-    for name, width, doc in CONFIG_REGISTERS:
-        builder.add(name, width, Access.RW, doc)
-    for name, width, doc in STATUS_REGISTERS:
-        builder.add(name, width, Access.RO, doc)
-    return builder.build()
+    from .regmap import RegisterBuilder
+    return RegisterBuilder.unit("gnnweave_aggregator", CONFIG_REGISTERS, STATUS_REGISTERS)
 
 
 class ReciprocalPipe(Elaboratable):

@@ -78,13 +78,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 
-from .axi import AXI4LiteSignature, AXI4Signature
-from .control import AxiLiteControl
+from .axi import AXI4Signature
 from .dma import ReadPort, StreamReader, WritePort, beats_to_boundary
 from .mac import MAC_INPUT_WIDTH, MacCore, MacMode, SkewedBuffer
+from .top import UnitTop
 
 ELEM_BYTES = MAC_INPUT_WIDTH // 8
 BIAS_BYTES = 4
@@ -196,15 +194,8 @@ STATUS_REGISTERS = (
 
 def mac_array_regmap(config: MacArrayConfig | None = None):
     """The register map of the MacArray top (the one source of its offsets)."""
-    from .regmap import Access, RegisterBuilder
-
-    builder = RegisterBuilder("gnnweave_mac_array")
-    builder.ap_ctrl()
-    for name, width, doc in CONFIG_REGISTERS:
-        builder.add(name, width, Access.RW, doc)
-    for name, width, doc in STATUS_REGISTERS:
-        builder.add(name, width, Access.RO, doc)
-    return builder.build()
+    from .regmap import RegisterBuilder
+    return RegisterBuilder.unit("gnnweave_mac_array", CONFIG_REGISTERS, STATUS_REGISTERS)
 
 
 class BlockLoader:
@@ -652,38 +643,15 @@ class MacArrayCore(Elaboratable):
         return m
 
 
-class MacArrayTop(wiring.Component):
-    """``control`` (AXI4-Lite, Vitis ``ap_ctrl_hs`` at 0x00), ``gmem`` (AXI4 manager), ``interrupt``."""
+class MacArrayTop(UnitTop):
+    """The MacArray alone (the MacArray benches' design): ``control``, ``gmem``, ``interrupt``."""
 
     def __init__(self, config: MacArrayConfig = MacArrayConfig()):
         self.config = config
-        self.regmap = mac_array_regmap(config)
-        super().__init__({
-            "control": In(AXI4LiteSignature(addr_width=self.regmap.addr_width)),
-            "gmem": Out(AXI4Signature(addr_width=config.addr_width, data_width=config.bus_width,
-                                      id_width=2)),
-            "interrupt": Out(1),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.control = ctrl = AxiLiteControl(self.regmap)
-        m.submodules.core = core = MacArrayCore(self.config)
-        wiring.connect(m, wiring.flipped(self.control), ctrl.bus)
-        wiring.connect(m, core.bus, wiring.flipped(self.gmem))
-        for name, sig in core.cfg.items():
-            m.d.comb += sig.eq(getattr(ctrl.rw, name))
-        for name, sig in core.stat.items():
-            m.d.comb += getattr(ctrl.ro, name).eq(sig)
-        take = ctrl.start & core.idle
-        m.d.comb += [
-            core.start.eq(take),
-            ctrl.accepted.eq(take),
-            ctrl.done.eq(core.done),
-            ctrl.idle.eq(core.idle),
-            self.interrupt.eq(ctrl.interrupt),
-        ]
-        return m
+        super().__init__(mac_array_regmap(config),
+                         AXI4Signature(addr_width=config.addr_width, data_width=config.bus_width,
+                                       id_width=2),
+                         lambda: MacArrayCore(config))
 
 
 MAC_ARRAY_TOP = "gnnweave_mac_array"

@@ -516,6 +516,18 @@ class RegisterBuilder:
         self._next_offset = reg.end
         return reg
 
+    @classmethod
+    def unit(cls, name: str, config_registers, status_registers) -> RegisterMap:
+        """The map of one unit: ``ap_ctrl``, then its ``(name, width, doc)`` configuration
+        registers (RW) and status registers (RO), in that order."""
+        builder = cls(name)
+        builder.ap_ctrl()
+        for reg_name, width, doc in config_registers:
+            builder.add(reg_name, width, Access.RW, doc)
+        for reg_name, width, doc in status_registers:
+            builder.add(reg_name, width, Access.RO, doc)
+        return builder.build()
+
     def build(self) -> RegisterMap:
         if not self._has_ap_ctrl:
             raise ValueError(f"register map {self.name!r}: build() without ap_ctrl(); every map "

@@ -1,5 +1,9 @@
-"""The accelerator top: the Aggregator behind one AXI4-Lite control slave."""
+"""Unit-level tops: one unit behind its own AXI4-Lite control slave (the unit benches'
+designs). The product top, every unit of a build behind one slave, is
+:class:`~.accelerator.AcceleratorTop`."""
 from __future__ import annotations
+
+from typing import Callable
 
 from amaranth.hdl import Module
 from amaranth.lib import wiring
@@ -8,25 +12,27 @@ from amaranth.lib.wiring import In, Out
 from .aggregator import AggregatorConfig, AggregatorCore, aggregator_regmap
 from .axi import AXI4LiteSignature, AXI4Signature
 from .control import AxiLiteControl
+from .regmap import RegisterMap
 
 
-class AggregatorTop(wiring.Component):
-    """``control`` (AXI4-Lite, Vitis ``ap_ctrl_hs`` at 0x00), ``gmem`` (AXI4 manager), ``interrupt``."""
+class UnitTop(wiring.Component):
+    """``control`` (AXI4-Lite, Vitis ``ap_ctrl_hs`` at 0x00), ``gmem`` (AXI4 manager),
+    ``interrupt`` around the core ``make_core()`` builds (a unit with ``bus``, ``cfg``,
+    ``stat``, ``start``, ``idle``, ``done``; see :mod:`.accelerator`)."""
 
-    def __init__(self, config: AggregatorConfig = AggregatorConfig()):
-        self.config = config
-        self.regmap = aggregator_regmap(config)
+    def __init__(self, regmap: RegisterMap, bus: AXI4Signature, make_core: Callable[[], object]):
+        self.regmap = regmap
+        self._make_core = make_core
         super().__init__({
-            "control": In(AXI4LiteSignature(addr_width=self.regmap.addr_width)),
-            "gmem": Out(AXI4Signature(addr_width=config.addr_width, data_width=config.bus_width,
-                                      id_width=2)),
+            "control": In(AXI4LiteSignature(addr_width=regmap.addr_width)),
+            "gmem": Out(bus),
             "interrupt": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.control = ctrl = AxiLiteControl(self.regmap)
-        m.submodules.core = core = AggregatorCore(self.config)
+        m.submodules.core = core = self._make_core()
         wiring.connect(m, wiring.flipped(self.control), ctrl.bus)
         wiring.connect(m, core.bus, wiring.flipped(self.gmem))
         for name, sig in core.cfg.items():
@@ -42,3 +48,14 @@ class AggregatorTop(wiring.Component):
             self.interrupt.eq(ctrl.interrupt),
         ]
         return m
+
+
+class AggregatorTop(UnitTop):
+    """The Aggregator alone (the Aggregator benches' design)."""
+
+    def __init__(self, config: AggregatorConfig = AggregatorConfig()):
+        self.config = config
+        super().__init__(aggregator_regmap(config),
+                         AXI4Signature(addr_width=config.addr_width, data_width=config.bus_width,
+                                       id_width=2),
+                         lambda: AggregatorCore(config))
