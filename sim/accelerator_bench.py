@@ -14,9 +14,6 @@ dict the cocotb test stored.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -33,18 +30,9 @@ def accelerator_verilog(config_name: str, *, debug_names: bool = False) -> Path:
     """Generated Verilog of a named build's accelerator top, cached by the hw sources."""
     from gnnweave.hw.verilog import write_accelerator_verilog
     from gnnweave.sim import runner
-    key = hashlib.sha256(config_name.encode()).hexdigest()[:8]
-    root = runner.BUILD_ROOT / "verilog"
-    out_dir = root / f"accel-{config_name}-{key}-{'named' if debug_names else 'fast'}-{runner._hw_fingerprint()}"
-    with runner.file_lock(root / f".{out_dir.name}.lock"):
-        done = out_dir / "verilog.json"
-        if done.is_file():
-            return Path(json.loads(done.read_text())["path"])
-        out_dir.mkdir(parents=True, exist_ok=True)
-        start = time.perf_counter()
-        path = write_accelerator_verilog(config_name, out_dir, debug_names=debug_names)
-        done.write_text(json.dumps({"path": str(path), "seconds": time.perf_counter() - start}))
-        return path
+    return runner.cached_verilog(f"accel-{config_name}",
+                                 lambda out, **kw: write_accelerator_verilog(config_name, out, **kw),
+                                 debug_names=debug_names)
 
 
 def build_accelerator_sim(config_name: str = "small", sim: str = "verilator", *, waves=None,

@@ -248,17 +248,9 @@ def mac_array_verilog(config, *, debug_names: bool = False) -> Path:
     from gnnweave.hw.mac_array import write_mac_array_verilog
     from gnnweave.sim import runner
     key = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode()).hexdigest()[:10]
-    root = runner.BUILD_ROOT / "verilog"
-    out_dir = root / f"mac-{key}-{'named' if debug_names else 'fast'}-{runner._hw_fingerprint()}"
-    with runner.file_lock(root / f".{out_dir.name}.lock"):
-        done = out_dir / "verilog.json"
-        if done.is_file():
-            return Path(json.loads(done.read_text())["path"])
-        out_dir.mkdir(parents=True, exist_ok=True)
-        start = time.perf_counter()
-        path = write_mac_array_verilog(config, out_dir, debug_names=debug_names)
-        done.write_text(json.dumps({"path": str(path), "seconds": time.perf_counter() - start}))
-        return path
+    return runner.cached_verilog(f"mac-{key}",
+                                 lambda out, **kw: write_mac_array_verilog(config, out, **kw),
+                                 debug_names=debug_names)
 
 
 def build_mac_array(config=None, sim: str = "verilator", *, waves=None, force: bool = False,
@@ -286,7 +278,7 @@ def run_bench(config, testcase: str, **params):
 
 # ------------------------------------------------------------------ cocotb
 if cocotb is not None:
-    from gnnweave.sim.tb import AP_DONE, AP_IDLE, AP_START, AxiTB, JobTimeout, load_params, store_result
+    from gnnweave.sim.tb import AP_DONE, AP_IDLE, AP_START, AxiTB, load_params, store_result
 
     from cocotb.triggers import Timer
 
@@ -305,17 +297,7 @@ if cocotb is not None:
                 reads.append(("bias", *j.regions["bias"]))
             self.allow(read=reads, write=[("out", *j.regions["out"])])
 
-        async def wait_done(self, timeout_cycles: int) -> int:
-            deadline = self.now_cycles() + timeout_cycles
-            gap = 16
-            while True:
-                ctrl = await self.read_reg("ap_ctrl")
-                if ctrl & AP_DONE:
-                    return ctrl
-                if self.now_cycles() > deadline:
-                    raise JobTimeout(f"no ap_done within {timeout_cycles} cycles (ap_ctrl=0x{ctrl:x})")
-                await self.cycles(gap)
-                gap = min(gap * 2, 1024)
+        poll_gaps = (16, 1024)
 
         async def run_job(self, j: MacJob, timeout_cycles: int | None = None) -> dict:
             self.load_job(j)

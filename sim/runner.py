@@ -381,25 +381,33 @@ def _hw_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
-def aggregator_verilog(config: str = "default", *, debug_names: bool = False,
-                       out_root: Path | None = None) -> Path:
-    """Generated Verilog of one Aggregator configuration, cached by :func:`_hw_fingerprint`.
+def cached_verilog(name: str, write, *, debug_names: bool = False,
+                   out_root: Path | None = None) -> Path:
+    """Generated Verilog, cached by ``name`` and :func:`_hw_fingerprint`: ``write(out_dir,
+    debug_names=...)`` runs once per content and returns the file's path.
 
     ``debug_names`` adds source locations (for waveforms). Verilator builds stay fast
     because the runner keeps internals private (``--public-depth 1``).
     """
-    from gnnweave.hw.verilog import write_aggregator_verilog
     root = Path(out_root) if out_root is not None else BUILD_ROOT / "verilog"
-    out_dir = root / f"{config}-{'named' if debug_names else 'fast'}-{_hw_fingerprint()}"
+    out_dir = root / f"{name}-{'named' if debug_names else 'fast'}-{_hw_fingerprint()}"
     with file_lock(root / f".{out_dir.name}.lock"):
         done = out_dir / "verilog.json"
         if done.is_file():
             return Path(json.loads(done.read_text())["path"])
         out_dir.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
-        path = Path(write_aggregator_verilog(config, out_dir, debug_names=debug_names))
+        path = Path(write(out_dir, debug_names=debug_names))
         done.write_text(json.dumps({"path": str(path), "seconds": time.perf_counter() - start}))
         return path
+
+
+def aggregator_verilog(config: str = "default", *, debug_names: bool = False,
+                       out_root: Path | None = None) -> Path:
+    """Generated Verilog of one Aggregator configuration (cached, :func:`cached_verilog`)."""
+    from gnnweave.hw.verilog import write_aggregator_verilog
+    return cached_verilog(config, lambda out, **kw: write_aggregator_verilog(config, out, **kw),
+                          debug_names=debug_names, out_root=out_root)
 
 
 def build_aggregator(config: str = "default", sim: str = "verilator", *, waves: bool | None = None,

@@ -349,6 +349,24 @@ class AxiTB:
 
 
 # ------------------------------------------------------------------ Aggregator bench
+
+    #: First and largest gap (cycles) between two polls of ap_ctrl.
+    poll_gaps = (8, 512)
+
+    async def wait_done(self, timeout_cycles: int) -> int:
+        """Poll ap_ctrl (with growing gaps) until ap_done; returns the ap_ctrl value seen."""
+        deadline = self.now_cycles() + timeout_cycles
+        gap, max_gap = self.poll_gaps
+        while True:
+            ctrl = await self.read_reg("ap_ctrl")
+            if ctrl & AP_DONE:
+                return ctrl
+            if self.now_cycles() > deadline:
+                raise JobTimeout(f"no ap_done within {timeout_cycles} cycles (ap_ctrl=0x{ctrl:x})")
+            await self.cycles(gap)
+            gap = min(gap * 2, max_gap)
+
+
 @dataclass
 class JobResult:
     out: np.ndarray
@@ -391,19 +409,6 @@ class AggregatorTB(AxiTB):
 
     async def start(self):
         await self.write_reg("ap_ctrl", AP_START)
-
-    async def wait_done(self, timeout_cycles: int) -> int:
-        """Poll ap_ctrl (with growing gaps) until ap_done; returns the ap_ctrl value seen."""
-        deadline = self.now_cycles() + timeout_cycles
-        gap = 8
-        while True:
-            ctrl = await self.read_reg("ap_ctrl")
-            if ctrl & AP_DONE:
-                return ctrl
-            if self.now_cycles() > deadline:
-                raise JobTimeout(f"no ap_done within {timeout_cycles} cycles (ap_ctrl=0x{ctrl:x})")
-            await self.cycles(gap)
-            gap = min(gap * 2, 512)
 
     async def read_counters(self) -> dict:
         return {name: await self.read_reg(name) for name in COUNTERS}
