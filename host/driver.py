@@ -570,7 +570,6 @@ def _make_executor_class():
 
         def _gemm(self, mode, a_q, b_q, *, shift, relu=False, relu_mask=None, bias=None):
             # relu_mask is already applied: the callers quantise the masked dY
-            depth = a_q.shape[1] if mode != "dw" else a_q.shape[0]
             fits = self.mac_route == "device" and (bias is None or 0 <= int(bias[1]) <= 31)
             if not fits:
                 if self.mac_route == "device":
