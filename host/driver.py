@@ -296,13 +296,8 @@ class _AccelCore:
             for name, b in bufs.items():
                 regs[f"{name}_addr"] = _address(b) if b is not None else 0
                 regs[f"{name}_size"] = b.nbytes if b is not None else 0
-            if "unit" in self._regs:
-                self._write("unit", UNIT_AGGREGATOR)
-            for name in CONFIG_NAMES:
-                self._write(name, regs[name])
-            counters = self._run(timeout_s, COUNTERS, lambda: (
-                f"N={n}, E={e}, F={f}, buffers "
-                f"{', '.join(f'{k}=0x{v:x}' for k, v in regs.items() if k.endswith('_addr'))}"))
+            counters = self._run(UNIT_AGGREGATOR, CONFIG_NAMES, regs, COUNTERS, timeout_s,
+                                 f"N={n}, E={e}, F={f}")
             if hasattr(bufs["out"], "invalidate"):
                 bufs["out"].invalidate()
             out = np.array(bufs["out"][:n, :f], dtype=np.int64)
@@ -312,8 +307,13 @@ class _AccelCore:
                 if b is not None:
                     _free(b)
 
-    def _run(self, timeout_s, counter_names, describe) -> dict:
-        """Start the programmed unit, wait for ap_done, raise on an error status."""
+    def _run(self, unit: int, config_names, regs: dict, counter_names, timeout_s, what: str) -> dict:
+        """Select ``unit`` (where the build has a unit register), write ``regs[config_names]``,
+        start, wait for ap_done, raise on an error status; returns the counters."""
+        if "unit" in self._regs:
+            self._write("unit", unit)
+        for name in config_names:
+            self._write(name, regs[name])
         self._io.write32(GIE, 1)
         self._io.write32(IER, 1)
         if self._io.read32(ISR) & 1:
@@ -341,7 +341,9 @@ class _AccelCore:
         if bad:
             raise AcceleratorError(
                 f"accelerator refused or aborted the run: {', '.join(bad)} "
-                f"(status=0x{counters['status']:x}; {describe()})", counters)
+                f"(status=0x{counters['status']:x}; {what}, buffers "
+                f"{', '.join(f'{k}=0x{v:x}' for k, v in regs.items() if k.endswith('_addr'))})",
+                counters)
         return counters
 
     def mac(self, mode, p, q, *, shift: int, bias=None, bias_shift: int = 0, relu: bool = False,
@@ -427,12 +429,8 @@ class _AccelCore:
                 regs[f"{name}_size"] = buf.nbytes
                 if name != "bias":
                     regs[f"{name}_stride"] = buf.strides[0]
-            self._write("unit", UNIT_MAC_ARRAY)
-            for name in MAC_CONFIG_NAMES:
-                self._write(name, regs[name])
-            counters = self._run(timeout_s, MAC_COUNTERS, lambda: (
-                f"mode {key}, m={m}, n={n}, k={k}, buffers "
-                f"{', '.join(f'{k_}=0x{v:x}' for k_, v in regs.items() if k_.endswith('_addr'))}"))
+            counters = self._run(UNIT_MAC_ARRAY, MAC_CONFIG_NAMES, regs, MAC_COUNTERS, timeout_s,
+                                 f"mode {key}, m={m}, n={n}, k={k}")
             if hasattr(bufs["out"], "invalidate"):
                 bufs["out"].invalidate()
             return np.array(bufs["out"][:, :n], dtype=np.int64), counters
