@@ -19,7 +19,6 @@ import numpy as np
 
 try:
     import cocotb
-    from cocotb.triggers import Timer
 except ImportError:  # pragma: no cover - only the job builders are used without cocotb
     cocotb = None
 
@@ -295,14 +294,7 @@ if cocotb is not None:
         tb, params = await _bench(dut, latency=40)
         rng = np.random.default_rng(params.get("seed", 0) + 5)
         first = random_graph_job(rng, 200, 6.0, 16, SUM, True)
-        task = cocotb.start_soon(tb.run_job(first, timeout_cycles=10**6))
-        for _ in range(2000):
-            await Timer(10, "ns")
-            if sum(b.kind == "read" for b in tb.bursts) >= 20:
-                break
-        task.cancel()
-        bursts_before = len(tb.bursts)
-        await tb.reset()
+        bursts_before = await tb.reset_during(first, max_cycles=2000)
         ctrl = await tb.read_reg("ap_ctrl")
         assert ctrl & 4, f"not idle after reset (ap_ctrl=0x{ctrl:x})"
         second = random_graph_job(rng, 120, 5.0, 12, MEAN, False,

@@ -280,8 +280,6 @@ def run_bench(config, testcase: str, **params):
 if cocotb is not None:
     from gnnweave.sim.tb import AP_DONE, AP_IDLE, AP_START, AxiTB, load_params, store_result
 
-    from cocotb.triggers import Timer
-
     class MacArrayTB(AxiTB):
         """The MacArray kernel: lay out a job, program it, start, wait for ap_done, read back."""
 
@@ -551,14 +549,7 @@ if cocotb is not None:
         lay = _layout(config)
         D = config.max_dim
         first = random_job(rng, "fwd", 3 * D, 3 * D, config.max_depth, bias=True, **lay)
-        task = cocotb.start_soon(tb.run_job(first, timeout_cycles=10**6))
-        for _ in range(5000):
-            await Timer(10, "ns")
-            if sum(b.kind == "read" for b in tb.bursts) >= 20:
-                break
-        task.cancel()
-        bursts_before = len(tb.bursts)
-        await tb.reset()
+        bursts_before = await tb.reset_during(first, max_cycles=5000)
         ctrl = await tb.read_reg("ap_ctrl")
         assert ctrl & AP_IDLE, f"not idle after reset (ap_ctrl=0x{ctrl:x})"
         second = random_job(rng, "dw", D + 3, 2 * D - 1, 9, **{**lay, "base_addr": lay["base_addr"] + 0x1000_0000})

@@ -350,6 +350,19 @@ class AxiTB:
 
 # ------------------------------------------------------------------ Aggregator bench
 
+    async def reset_during(self, job, *, reads: int = 20, max_cycles: int) -> int:
+        """Start ``job``, reset the kernel once ``reads`` read bursts are out (or after
+        ``max_cycles``); returns the bursts seen before the reset."""
+        task = cocotb.start_soon(self.run_job(job, timeout_cycles=10**6))
+        for _ in range(max_cycles):
+            await Timer(CLOCK_NS, "ns")
+            if sum(b.kind == "read" for b in self.bursts) >= reads:
+                break
+        task.cancel()
+        before = len(self.bursts)
+        await self.reset()
+        return before
+
     #: First and largest gap (cycles) between two polls of ap_ctrl.
     poll_gaps = (8, 512)
 
