@@ -24,6 +24,7 @@ from gnnweave.datasets import (
     standard_split,
 )
 from gnnweave.graph import CSRGraph
+from tests.optional import require
 
 # From shared/datasets/README.md: nodes, directed edges, features, classes, train/val/test
 PUBLISHED = {
@@ -388,7 +389,7 @@ def test_from_pyg_needs_torch_geometric(monkeypatch):
 
 
 def test_from_pyg_round_trip():
-    pytest.importorskip("torch_geometric")
+    require("torch_geometric")
     import torch
     from torch_geometric.data import Data
     d = load_npz_like()

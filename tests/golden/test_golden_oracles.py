@@ -4,6 +4,8 @@ installed. Real graphs (Cora, CiteSeer) and a skewed R-MAT graph."""
 import numpy as np
 import pytest
 
+from tests.optional import require
+
 from gnnweave.datasets import DatasetNotFoundError, data_root, load_dataset, require_data
 from gnnweave.fixed import FixedFormat
 from gnnweave.generators import rmat
@@ -112,7 +114,7 @@ def test_fixed_path_on_rmat_matches_scipy_exactly_when_nothing_rounds(reduce):
 # ------------------------------------------------------------------------- PyG
 
 def pyg_edge_index(graph: CSRGraph):
-    torch = pytest.importorskip("torch")
+    torch = require("torch")
     dst = np.repeat(np.arange(graph.num_nodes), graph.in_degree)
     return torch.as_tensor(np.stack([graph.indices, dst]))
 
@@ -124,7 +126,7 @@ def sorted_triples(src, dst, w):
 
 @pytest.mark.parametrize("name", ["cora", "rmat", "loops"])
 def test_gcn_norm_matches_pyg(name):
-    pytest.importorskip("torch_geometric")
+    require("torch_geometric")
     import torch
     from torch_geometric.nn.conv.gcn_conv import gcn_norm as pyg_gcn_norm
     if name == "loops":   # weighted, with self loops (one per node at most) and duplicates
@@ -151,7 +153,7 @@ def test_gcn_norm_matches_pyg(name):
 
 @pytest.mark.parametrize("name", ["cora", "rmat"])
 def test_gcnconv_propagation_matches_golden(name):
-    pytest.importorskip("torch_geometric")
+    require("torch_geometric")
     import torch
     from torch_geometric.nn import GCNConv
     from gnnweave.golden.bounds import error_bound
@@ -176,7 +178,7 @@ def test_gcnconv_propagation_matches_golden(name):
 
 @pytest.mark.parametrize("reduce", REDUCES)
 def test_simpleconv_aggregations_match_golden(reduce):
-    pytest.importorskip("torch_geometric")
+    require("torch_geometric")
     import torch
     from torch_geometric.nn import SimpleConv
     graph = graph_and_edges("rmat")[0]

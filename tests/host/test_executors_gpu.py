@@ -4,7 +4,9 @@ without torch it is skipped (torch is the optional extra ``gpu``)."""
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.optional import require
+
+torch = require("torch")
 
 from gnnweave.graph import CSRGraph  # noqa: E402
 from gnnweave.host.executors import CpuExecutor, GpuExecutor, available_devices  # noqa: E402
