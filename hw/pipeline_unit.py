@@ -1,0 +1,718 @@
+"""The training Pipeline as a unit of the accelerator: :class:`~.pipeline.Pipeline` (``K``
+chained :class:`~.train_stage.TrainStage` s) behind an AXI4 memory front end.
+
+``PipelineUnitCore`` has the contract of every unit (:mod:`.accelerator`): an AXI4 manager
+``bus``, ``cfg``/``stat`` dicts, ``start``/``idle``/``done``. The memory plumbing is the
+Aggregator's and the MacArray's (:class:`~.dma.ReadPort` with one guarded client per buffer,
+:class:`~.dma.WritePort`); numerics are the Pipeline's, so a run is
+:class:`gnnweave.golden.pipeline.GoldenPipeline` bit for bit.
+
+Modes (``pipe_mode``, :class:`PipelineMode`)
+--------------------------------------------
+``LOAD_WEIGHTS``  stage ``stage``'s master weights ``[d_in, d_out]`` (int32, the master
+                  format, rows ``w_stride`` bytes apart from ``w_addr``) into the stage
+                  (through its ``s<i>_w_*`` port; the MAC weights are narrowed from them).
+                  Elements past ``d_out`` in a row's last word are loaded as 0.
+``STORE_WEIGHTS`` the same matrix from the stage to memory (WSTRB covers only its bytes).
+``TRAIN``         ``steps`` steps of ``microbatches`` microbatches under ``schedule``
+                  (0 GPipe, 1 1F1B-flush, 2 async 1F1B), ``N = steps * microbatches``.
+
+TRAIN memory layout (int16, row-major, every base and stride bus-aligned): microbatch ``i``'s
+row ``r`` is row ``i * rows + r`` of a ``[N * rows, d]`` matrix: ``act`` the inputs
+(``d = s0_d_in``), ``logits`` the last stage's outputs (``d = s<K-1>_d_out``; written),
+``grad`` the loss gradient of the logits (``d = s<K-1>_d_out``; written by the host),
+``dx`` stage 0's input gradient (``d = s0_d_in``; written only when ``dx_addr`` is not 0).
+
+The loss gradient doorbell
+--------------------------
+The host computes the loss gradient from the logits while the unit runs, so:
+``logits_done`` (status) counts microbatches whose logits are in memory (every write
+response in, in microbatch order); the host reads them, writes that microbatch's gradient
+rows and raises ``grads_ready`` (a configuration register, read live while the unit runs:
+the control slave takes register writes whatever the engine does) to the number of
+microbatches whose gradient is in memory. The unit reads a microbatch's gradient only
+while its index is below ``grads_ready``, in the last stage's backward order (GPipe:
+a step's microbatches in reverse). ``grad_wait_cycles`` counts the cycles it waited for
+the host. A host that never raises ``grads_ready`` gets a run that never finishes (the
+driver times out and resets).
+
+Per stage ``s<i>_<name>``: ``d_in``, ``d_out`` (``s<i>_d_out`` must equal ``s<i+1>_d_in``),
+``relu``, the three narrowing shifts, ``lr``/``wd``/``mu`` (raw SGD hyper-parameters) and
+``dx_first``; the microbatch ``rows`` are one register for all stages (a stage cannot have
+other rows than its neighbour). Counters per stage are the TrainStage's; unit counters
+are ``busy_cycles``, ``read_beats``, ``write_beats``, ``stall_cycles`` (as the
+Aggregator's) and ``grad_wait_cycles``.
+
+Refused configurations (CONFIG_ERROR, before any memory traffic): a mode over 2; for the
+weight modes a ``stage`` outside the build, a zero or too large ``d_in``/``d_out``, a
+misaligned base or stride, a stride shorter than a row, a buffer smaller than the
+matrix or reaching past the address space; for TRAIN a schedule over 2, ``microbatches``
+outside 1..255, ``steps`` outside 1..65535, ``rows`` outside 1..max_rows, GPipe with more
+microbatches than the stages' activation slots, any stage dimension zero, over the build
+or not chaining, a flag over 1, a shift over 63, a hyper-parameter over 16 bits, and any
+of the four buffers (``dx`` only when used) misaligned or too small. A read outside its
+buffer is refused by the port guard and a write outside its buffer is dropped
+(ADDR_FAULT: the run is aborted once its traffic is in, and the Pipeline is reset, so the
+host must load the weights again), so no access leaves the configured buffers whatever
+the register values. Status bits share the other units' positions: bit0 config_error,
+bit3 addr_fault, bit4 axi_error.
+
+State kept between runs: master weights and MAC weights (loaded/stored by the weight
+modes), and the SGD velocity (a TRAIN continues the momentum of the previous one; the
+golden model's ``GoldenPipeline`` object does the same when reused).
+
+Build limits: ``lanes`` a power of two whose master word (``lanes`` x 32 bits) fits one bus
+beat; ``max_in``/``max_out``/``max_rows``/``slots`` powers of two; ``slots >= stages`` and
+``versions >= stages + 2`` (1F1B and async 1F1B at every microbatch count).
+"""
+from __future__ import annotations
+
+import enum as py_enum
+from dataclasses import dataclass
+
+from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal
+from amaranth.lib import enum, fifo
+
+from .axi import AXI4Signature
+from .dma import ReadPort, WritePort, beats_to_boundary
+from .mac import MAC_INPUT_WIDTH
+from .pipeline import STAGE_COUNTERS, Pipeline
+from .top import UnitTop
+
+ELEM_BYTES = MAC_INPUT_WIDTH // 8
+#: Master weights in memory: int32 (the TrainStage's default master format, Q8.24).
+MASTER_BYTES = 4
+
+
+def _is_pow2(x: int) -> bool:
+    return x >= 1 and not x & (x - 1)
+
+
+class PipelineMode(enum.Enum, shape=2):
+    """Value of the ``pipe_mode`` register."""
+
+    LOAD_WEIGHTS = 0
+    STORE_WEIGHTS = 1
+    TRAIN = 2
+
+
+class Status(py_enum.IntFlag):
+    """Bits of the ``status`` register (cleared at start); positions as the Aggregator's."""
+
+    CONFIG_ERROR = 1 << 0
+    ADDR_FAULT = 1 << 3
+    AXI_ERROR = 1 << 4
+
+
+@dataclass(frozen=True)
+class PipelineUnitConfig:
+    """Build-time parameters of one Pipeline unit."""
+
+    stages: int = 2
+    lanes: int = 4           # MAC array edge of each stage (and elements per stream segment)
+    max_in: int = 16         # largest d_in of a stage
+    max_out: int = 16        # largest d_out of a stage
+    max_rows: int = 16       # largest microbatch
+    slots: int = 8           # activation stash slots per stage (GPipe: microbatches <= slots)
+    versions: int = 4        # MAC weight versions per stage (async 1F1B weight stashing)
+    bus_width: int = 128
+    addr_width: int = 64
+    max_burst: int = 16
+    fifo_beats: int = 32     # per read buffer: beats in flight or waiting for the Pipeline
+
+    def __post_init__(self):
+        def bad(msg):
+            raise ValueError(f"PipelineUnitConfig.{msg}")
+        if not 1 <= self.stages <= 8:
+            bad(f"stages must be in 1..8, got {self.stages}")
+        if self.bus_width not in (64, 128, 256, 512):
+            bad(f"bus_width must be 64, 128, 256 or 512, not {self.bus_width}")
+        if not _is_pow2(self.lanes) or self.lanes * 8 * MASTER_BYTES > self.bus_width:
+            bad(f"lanes must be a power of two with lanes * 32 <= bus_width ({self.bus_width}), "
+                f"got {self.lanes}")
+        for name in ("max_in", "max_out", "max_rows", "slots"):
+            v = getattr(self, name)
+            if not _is_pow2(v):
+                bad(f"{name} must be a power of two, got {v}")
+        for name in ("max_in", "max_out"):
+            if not self.lanes <= getattr(self, name) <= 4096:
+                bad(f"{name} must be in lanes ({self.lanes}) .. 4096, got {getattr(self, name)}")
+        if self.max_rows > 4096:
+            bad(f"max_rows must be <= 4096, got {self.max_rows}")
+        if self.slots < self.stages:
+            bad(f"slots must be >= stages ({self.stages}) for 1F1B, got {self.slots}")
+        if self.versions < self.stages + 2:
+            bad(f"versions must be >= stages + 2 ({self.stages + 2}) for async 1F1B, "
+                f"got {self.versions}")
+        if not 1 <= self.max_burst <= 256 or self.max_burst > self.fifo_beats:
+            bad(f"max_burst must be in 1..min(256, fifo_beats={self.fifo_beats}), got {self.max_burst}")
+        if not 32 <= self.addr_width <= 64:
+            bad(f"addr_width must be in 32..64, got {self.addr_width}")
+
+    @property
+    def bytes_per_beat(self) -> int:
+        return self.bus_width // 8
+
+    @property
+    def elems_per_beat(self) -> int:
+        return self.bus_width // MAC_INPUT_WIDTH
+
+    def pipeline(self) -> Pipeline:
+        """The Pipeline this unit wraps (TrainStage default formats: the bench's)."""
+        return Pipeline(self.stages, lanes=self.lanes, max_dim=max(self.max_in, self.max_out),
+                        max_in=self.max_in, max_out=self.max_out, max_rows=self.max_rows,
+                        slots=self.slots, versions=self.versions)
+
+
+#: Per-stage configuration registers ``s<i>_<name>``.
+STAGE_REGISTERS = (
+    ("d_in", "Input features of the stage (1 .. max_in; equals the previous stage's d_out)"),
+    ("d_out", "Output features of the stage (1 .. max_out)"),
+    ("relu", "1: ReLU after the stage's forward (its mask gates the backward)"),
+    ("fwd_shift", "Narrowing shift of the forward Y = X W (0 .. 63)"),
+    ("dx_shift", "Narrowing shift of dX = dY W^T (0 .. 63)"),
+    ("dw_shift", "Narrowing shift of dW = X^T dY (0 .. 63)"),
+    ("lr", "SGD learning rate, raw (SgdFormat.lr, 16 bits)"),
+    ("wd", "SGD weight decay, raw (SgdFormat.wd, 16 bits)"),
+    ("mu", "SGD momentum, raw (SgdFormat.mu, 16 bits; 0: plain SGD)"),
+    ("dx_first", "1: dX leaves before dW is computed (the default order; 0: textbook order)"),
+)
+_STAGE_COUNTER_DOCS = {
+    "busy_cycles": "Cycles the stage was running", "fwd_cycles": "Cycles in forwards",
+    "bwd_cycles": "Cycles in backwards (dX and dW)", "upd_cycles": "Cycles in SGD updates",
+    "wait_cycles": "Cycles the stage waited for an input or a gradient",
+    "mac_ops": "Multiply-accumulates", "saturations": "Saturated outputs and updates",
+    "ops_done": "F, B and U ops completed",
+}
+_BUFFERS = (
+    ("act", "TRAIN inputs: [N*rows, s0_d_in] int16"),
+    ("logits", "TRAIN logits (written): [N*rows, d_out of the last stage] int16"),
+    ("grad", "TRAIN loss gradient (host-written): [N*rows, d_out of the last stage] int16"),
+    ("dx", "TRAIN stage 0 input gradient (written; addr 0: not written): [N*rows, s0_d_in] int16"),
+    ("w", "LOAD/STORE_WEIGHTS master weights of one stage: [d_in, d_out] int32"),
+)
+
+
+def config_registers(stages: int) -> tuple:
+    """Registers the host writes (name, width, doc) of a ``stages``-stage unit."""
+    regs = [
+        ("pipe_mode", 32, "0 load_weights, 1 store_weights, 2 train"),
+        ("stage", 32, "Stage whose master weights load_weights/store_weights move"),
+        ("schedule", 32, "0 GPipe, 1 1F1B-flush, 2 async 1F1B (weight stashing)"),
+        ("microbatches", 32, "Microbatches per step (1 .. 255)"),
+        ("steps", 32, "Steps of a TRAIN run (1 .. 65535); N = steps * microbatches"),
+        ("rows", 32, "Rows of every microbatch (1 .. max_rows)"),
+    ]
+    for buf, doc in _BUFFERS:
+        regs += [(f"{buf}_addr", 64, f"Base of {doc}"), (f"{buf}_size", 64, f"Bytes of the {buf} buffer"),
+                 (f"{buf}_stride", 64, f"Bytes between {buf} rows (multiple of the bus width)")]
+    regs.append(("grads_ready", 32, "Doorbell: microbatches whose loss gradient is in memory "
+                                    "(written while TRAIN runs; read live)"))
+    for i in range(stages):
+        regs += [(f"s{i}_{name}", 32, f"Stage {i}: {doc}") for name, doc in STAGE_REGISTERS]
+    return tuple(regs)
+
+
+def status_registers(stages: int) -> tuple:
+    """Registers the hardware drives of a ``stages``-stage unit."""
+    regs = [
+        ("status", 32, "Status bits of the last run: " + ", ".join(
+            f"bit{s.bit_length() - 1} {s.name.lower()}" for s in Status)),
+        ("busy_cycles", 64, "Cycles from start to done"),
+        ("read_beats", 64, "R beats accepted"),
+        ("write_beats", 64, "W beats sent"),
+        ("stall_cycles", 64, "Cycles a manager channel (AR, AW, W) waited for ready"),
+        ("logits_done", 32, "TRAIN: microbatches whose logits are in memory (write responses in)"),
+        ("grad_wait_cycles", 64, "TRAIN: cycles the gradient reader waited for grads_ready"),
+    ]
+    for i in range(stages):
+        regs += [(f"s{i}_{name}", 64 if name == "mac_ops" else 32, f"Stage {i}: {_STAGE_COUNTER_DOCS[name]}")
+                 for name in STAGE_COUNTERS]
+    return tuple(regs)
+
+
+#: The registers of the default build (two stages).
+CONFIG_REGISTERS = config_registers(PipelineUnitConfig().stages)
+STATUS_REGISTERS = status_registers(PipelineUnitConfig().stages)
+
+
+def pipeline_unit_regmap(config: PipelineUnitConfig = PipelineUnitConfig()):
+    """The register map of the Pipeline unit alone (:class:`PipelineUnitTop`)."""
+    from .regmap import RegisterBuilder
+    return RegisterBuilder.unit(PIPELINE_UNIT_TOP, config_registers(config.stages),
+                                status_registers(config.stages))
+
+
+class RowReader(Elaboratable):
+    """Reads ``nrows`` rows of ``row_beats`` beats (``stride`` bytes apart from ``base``)
+    through one :class:`~.dma.ReadPort` client into a beat FIFO, with INCR bursts of at most
+    ``max_burst`` beats that never cross 4 KiB. Room in the FIFO is reserved when a burst
+    is issued, so R is never back-pressured. ``start`` (one cycle) latches a job; ``issued``
+    is high once every burst of it went out (a new job may start while its beats are still
+    in the FIFO). The consumer reads ``beats.r_data`` while ``beats.r_rdy`` and pulses
+    ``pop``."""
+
+    def __init__(self, request, response, *, addr_width: int, bus_width: int, max_burst: int,
+                 fifo_beats: int):
+        self.request, self.response = request, response
+        self.addr_width, self.bus_width = addr_width, bus_width
+        self.max_burst, self.fifo_beats = max_burst, fifo_beats
+        self.beats = fifo.SyncFIFOBuffered(width=bus_width, depth=fifo_beats)
+        self.start = Signal()
+        self.base = Signal(addr_width)
+        self.stride = Signal(addr_width)
+        self.nrows = Signal(40)
+        self.row_beats = Signal(16)
+        self.pop = Signal()
+        self.issued = Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.beats = beats = self.beats
+        bpb = self.bus_width // 8
+        row_addr = Signal(self.addr_width)
+        stride = Signal(self.addr_width)
+        row_beats = Signal(16)
+        issue_beat = Signal(16)
+        rows_left = Signal(40)
+        credits = Signal(range(self.fifo_beats + 1), init=self.fifo_beats)
+        addr = Signal(self.addr_width)
+        m.d.comb += addr.eq(row_addr + (issue_beat << (bpb.bit_length() - 1)))
+        remain = Signal(16)
+        m.d.comb += remain.eq(row_beats - issue_beat)
+        capped = Mux(remain < self.max_burst, remain, self.max_burst)
+        to_boundary = beats_to_boundary(addr, bpb)
+        burst = Signal(range(self.max_burst + 1))
+        m.d.comb += burst.eq(Mux(to_boundary < capped, to_boundary, capped))
+        m.d.comb += [
+            self.request.valid.eq((rows_left != 0) & (credits >= burst)),
+            self.request.payload.addr.eq(addr),
+            self.request.payload.len.eq(burst - 1),
+            self.issued.eq(rows_left == 0),
+        ]
+        fire = self.request.valid & self.request.ready
+        with m.If(fire):
+            m.d.sync += issue_beat.eq(issue_beat + burst)
+            with m.If(issue_beat + burst == row_beats):
+                m.d.sync += [issue_beat.eq(0), row_addr.eq(row_addr + stride),
+                             rows_left.eq(rows_left - 1)]
+        m.d.sync += credits.eq(credits - Mux(fire, burst, 0) + self.pop)
+        m.d.comb += [beats.w_en.eq(self.response.valid), beats.w_data.eq(self.response.data),
+                     beats.r_en.eq(self.pop)]
+        with m.If(self.start):
+            m.d.sync += [row_addr.eq(self.base), stride.eq(self.stride), issue_beat.eq(0),
+                         row_beats.eq(self.row_beats),
+                         rows_left.eq(Mux(self.row_beats == 0, 0, self.nrows))]
+        return m
+
+
+class PipelineUnitCore(Elaboratable):
+    """The Pipeline without its control slave: ``cfg`` signals in, AXI4 ``bus`` out (see
+    the module doc). Same interface as :class:`~.aggregator.AggregatorCore`."""
+
+    def __init__(self, config: PipelineUnitConfig = PipelineUnitConfig()):
+        self.config = config
+        self.config_registers = config_registers(config.stages)
+        self.status_registers = status_registers(config.stages)
+        self.bus = AXI4Signature(addr_width=config.addr_width, data_width=config.bus_width,
+                                 id_width=2).create(path=("m_axi",))
+        self.cfg = {name: Signal(width, name=f"cfg_{name}") for name, width, _ in self.config_registers}
+        self.stat = {name: Signal(width, name=f"stat_{name}") for name, width, _ in self.status_registers}
+        self.start = Signal()
+        self.idle = Signal()
+        self.done = Signal()
+
+    def elaborate(self, platform):
+        c = self.config
+        m = Module()
+        K, L = c.stages, c.lanes
+        aw, bpb, epb = c.addr_width, c.bytes_per_beat, c.elems_per_beat
+        align = bpb - 1
+        beat_bits = bpb.bit_length() - 1
+        spb = epb // L                         # stream segments per beat (>= 2)
+        wpb = c.bus_width // (32 * L)          # master words per beat (>= 1)
+
+        clear = Signal()          # datapath reset (the CHECK cycle of every run)
+        pipe_reset = Signal()     # Pipeline reset (after an aborted TRAIN only)
+        cfg = {name: Signal(len(sig), name=f"run_{name}") for name, sig in self.cfg.items()}
+        mode = cfg["pipe_mode"]
+        is_load = mode == PipelineMode.LOAD_WEIGHTS.value
+        is_store = mode == PipelineMode.STORE_WEIGHTS.value
+        is_train = mode == PipelineMode.TRAIN.value
+        sched = cfg["schedule"]
+        gpipe = sched == 0
+        mbs, steps, rows = cfg["microbatches"], cfg["steps"], cfg["rows"]
+        n_total = Signal(24)
+        m.d.comb += n_total.eq(mbs[:8] * steps[:16])
+
+        # ---- the Pipeline (not reset with the datapath: its weights live across runs) ----
+        pipe = c.pipeline()
+        m.submodules.pipeline = ResetInserter(pipe_reset)(pipe)
+        m.d.comb += [pipe.schedule.eq(sched), pipe.microbatches.eq(mbs), pipe.steps.eq(steps),
+                     pipe.total_stages.eq(K), pipe.stage_offset.eq(0)]
+        for i in range(K):
+            m.d.comb += getattr(pipe, f"s{i}_rows").eq(rows)
+            for name, _ in STAGE_REGISTERS:
+                m.d.comb += getattr(pipe, f"s{i}_{name}").eq(cfg[f"s{i}_{name}"])
+            for name in STAGE_COUNTERS:
+                m.d.comb += self.stat[f"s{i}_{name}"].eq(getattr(pipe, f"s{i}_{name}"))
+        d_first = cfg["s0_d_in"]
+        d_last = cfg[f"s{K - 1}_d_out"]
+        sel = cfg["stage"]
+        sel_d_in = Array(cfg[f"s{i}_d_in"] for i in range(K))[sel[:3] if K > 1 else 0]
+        sel_d_out = Array(cfg[f"s{i}_d_out"] for i in range(K))[sel[:3] if K > 1 else 0]
+
+        # ---- datapath (reset at the start of every run) ----------------------------------
+        dp = Module()
+        read_port = ReadPort(self.bus, num_clients=3)      # 0 weights, 1 grad, 2 act
+        write_port = WritePort(self.bus, beat_depth=16, address_depth=16)
+        markers = fifo.SyncFIFOBuffered(width=1, depth=32)  # per queued write: a logits mb ends
+        rd = dict(addr_width=aw, bus_width=c.bus_width, max_burst=c.max_burst,
+                  fifo_beats=c.fifo_beats)
+        w_reader = RowReader(read_port.requests[0], read_port.responses[0], **rd)
+        g_reader = RowReader(read_port.requests[1], read_port.responses[1], **rd)
+        a_reader = RowReader(read_port.requests[2], read_port.responses[2], **rd)
+        for name, sub in (("read_port", read_port), ("write_port", write_port), ("markers", markers),
+                          ("w_reader", w_reader), ("g_reader", g_reader), ("a_reader", a_reader)):
+            dp.submodules[name] = sub
+        for i, buf in enumerate(("w", "grad", "act")):
+            m.d.comb += [read_port.guard_base[i].eq(cfg[f"{buf}_addr"]),
+                         read_port.guard_size[i].eq(cfg[f"{buf}_size"])]
+
+        def row_beats(cols, elem_bytes):
+            return (cols * elem_bytes + align) >> beat_bits
+
+        running = Signal()        # RUN state, no fault: traffic may proceed
+        train_run = Signal()
+        m.d.comb += train_run.eq(running & is_train)
+        first = Signal()          # first RUN cycle
+
+        # ---- stream unpacking: beats -> row segments of `lanes` elements ------------------
+        def unpack(reader, port, cols, name):
+            r = Signal(16, name=f"{name}_row")
+            b = Signal(16, name=f"{name}_beat")
+            j = Signal(range(spb), name=f"{name}_seg")
+            col = Signal(32, name=f"{name}_col")
+            dp.d.comb += col.eq((b << (epb.bit_length() - 1)) + j * L)
+            left = Signal(32, name=f"{name}_left")
+            dp.d.comb += left.eq(cols - col)
+            row_end = left <= L
+            seg = reader.beats.r_data.word_select(j, L * MAC_INPUT_WIDTH)
+            pl = port.payload
+            dp.d.comb += [
+                port.valid.eq(reader.beats.r_rdy & train_run),
+                pl.row.eq(r), pl.col.eq(col), pl.count.eq(Mux(row_end, left, L)),
+                pl.data.as_value().eq(seg), pl.relu_mask.eq(0),
+                pl.last.eq(row_end & (r + 1 == rows)),
+            ]
+            with dp.If(port.valid & port.ready):
+                with dp.If(row_end):
+                    dp.d.comb += reader.pop.eq(1)
+                    dp.d.sync += [j.eq(0), b.eq(0), r.eq(Mux(r + 1 == rows, 0, r + 1))]
+                with dp.Elif(j == spb - 1):
+                    dp.d.comb += reader.pop.eq(1)
+                    dp.d.sync += [j.eq(0), b.eq(b + 1)]
+                with dp.Else():
+                    dp.d.sync += j.eq(j + 1)
+
+        unpack(a_reader, pipe.act_in, d_first, "act")
+        unpack(g_reader, pipe.grad_in, d_last, "grad")
+
+        # inputs: one job over all N * rows rows
+        m.d.comb += [a_reader.base.eq(cfg["act_addr"]), a_reader.stride.eq(cfg["act_stride"]),
+                     a_reader.nrows.eq(n_total * rows), a_reader.row_beats.eq(row_beats(d_first, ELEM_BYTES))]
+        dp.d.comb += a_reader.start.eq(first & is_train)
+
+        # ---- microbatch order of a backward stream (last stage's grad_in, stage 0's dX) ----
+        def backward_order(fire_last, name):
+            loc = Signal(24, name=f"{name}_loc")
+            base = Signal(24, name=f"{name}_base")
+            mb = Signal(24, name=f"{name}_mb")
+            dp.d.comb += mb.eq(Mux(gpipe, base + mbs - 1 - loc, base + loc))
+            with dp.If(fire_last):
+                dp.d.sync += loc.eq(loc + 1)
+                with dp.If(loc + 1 == mbs):
+                    dp.d.sync += [loc.eq(0), base.eq(base + mbs)]
+            return mb
+
+        # gradients: one job per microbatch, only below the doorbell
+        g_jobs = Signal(24)
+        g_mb = backward_order(g_reader.start, "grad_order")
+        g_mb_bytes, g_job_base = Signal(aw + 16), Signal(aw + 40)
+        dp.d.sync += [g_mb_bytes.eq(rows * cfg["grad_stride"]),
+                      g_job_base.eq(cfg["grad_addr"] + g_mb * g_mb_bytes)]
+        g_just = Signal()
+        dp.d.sync += g_just.eq(g_reader.start)
+        g_free = train_run & ~first & ~g_just & g_reader.issued & (g_jobs < n_total)
+        g_may = g_mb < self.cfg["grads_ready"]          # live: the host raises it while we run
+        dp.d.comb += [g_reader.start.eq(g_free & g_may)]
+        m.d.comb += [g_reader.base.eq(g_job_base), g_reader.stride.eq(cfg["grad_stride"]),
+                     g_reader.nrows.eq(rows), g_reader.row_beats.eq(row_beats(d_last, ELEM_BYTES))]
+        with dp.If(g_reader.start):
+            dp.d.sync += g_jobs.eq(g_jobs + 1)
+        grad_wait = Signal()
+        m.d.comb += grad_wait.eq(g_free & ~g_may)
+
+        # ---- weight load: beats -> master words of the selected stage ----------------------
+        words_per_row = Signal(16)
+        m.d.comb += words_per_row.eq((sel_d_out + L - 1) >> (L.bit_length() - 1))
+        m.d.comb += [w_reader.base.eq(cfg["w_addr"]), w_reader.stride.eq(cfg["w_stride"]),
+                     w_reader.nrows.eq(sel_d_in), w_reader.row_beats.eq(row_beats(sel_d_out, MASTER_BYTES))]
+        dp.d.comb += w_reader.start.eq(first & is_load)
+        lw_row, lw_beat = Signal(16), Signal(16)
+        lw_j = Signal(range(max(wpb, 2)))
+        lw_word = Signal(16)
+        dp.d.comb += lw_word.eq(lw_beat * wpb + (lw_j if wpb > 1 else 0))
+        load_valid = Signal()
+        dp.d.comb += load_valid.eq(running & is_load & w_reader.beats.r_rdy)
+        load_word = Signal(L * 32)
+        raw = w_reader.beats.r_data.word_select(lw_j, L * 32) if wpb > 1 else w_reader.beats.r_data[:L * 32]
+        for lane in range(L):
+            keep = lw_word * L + lane < sel_d_out
+            dp.d.comb += load_word.word_select(lane, 32).eq(Mux(keep, raw.word_select(lane, 32), 0))
+        load_row_end = lw_word + 1 >= words_per_row
+        with dp.If(load_valid):
+            with dp.If(load_row_end):
+                dp.d.comb += w_reader.pop.eq(1)
+                dp.d.sync += [lw_j.eq(0), lw_beat.eq(0), lw_row.eq(lw_row + 1)]
+            with dp.Elif(lw_j == wpb - 1):
+                dp.d.comb += w_reader.pop.eq(1)
+                dp.d.sync += [lw_j.eq(0), lw_beat.eq(lw_beat + 1)]
+            with dp.Else():
+                dp.d.sync += lw_j.eq(lw_j + 1)
+        load_done = lw_row == sel_d_in
+
+        # ---- weight store: master words -> single-beat writes ------------------------------
+        sw_row, sw_word = Signal(16), Signal(16)
+        sw_settled = Signal()      # w_rd_data holds the word at (sw_row, sw_word)
+        sw_row_addr = Signal(aw + 16)
+        store_done = sw_row == sel_d_in
+        store_valid = Signal()
+        dp.d.comb += store_valid.eq(running & is_store & sw_settled & ~store_done)
+
+        w_row = Mux(is_load, lw_row, sw_row)
+        w_word = Mux(is_load, lw_word, sw_word)
+        rd_words = []
+        for i in range(K):
+            m.d.comb += [getattr(pipe, f"s{i}_w_row").eq(w_row), getattr(pipe, f"s{i}_w_word").eq(w_word),
+                         getattr(pipe, f"s{i}_w_wr_data").eq(load_word),
+                         getattr(pipe, f"s{i}_w_wr_en").eq(load_valid & (sel == i))]
+            rd_words.append(getattr(pipe, f"s{i}_w_rd_data"))
+        rd_word = Signal(L * 32)
+        m.d.comb += rd_word.eq(Array(rd_words)[sel[:3] if K > 1 else 0])
+
+        # ---- writes: logits (act_out), dX (grad_out), stored weights -----------------------
+        status = self.stat["status"]
+        write_fault = Signal()
+        can_push = write_port.address.w_rdy & write_port.beats.w_rdy & markers.w_rdy
+
+        def segment_write(port, mb_base, stride, name):
+            pl = port.payload
+            addr = Signal(aw + 40, name=f"{name}_beat_addr")
+            col_bytes = Signal(32, name=f"{name}_col_bytes")
+            dp.d.comb += col_bytes.eq(pl.col * ELEM_BYTES)
+            dp.d.comb += addr.eq(mb_base + pl.row * stride + (col_bytes & ~Const(align, 32)))
+            lane_off = pl.col[:(epb - 1).bit_length()]
+            seg = Signal(L * MAC_INPUT_WIDTH, name=f"{name}_seg")
+            dp.d.comb += seg.eq(pl.data.as_value())
+            strb = Signal(2 * L, name=f"{name}_strb")
+            dp.d.comb += strb.eq((Const(1, 2 * L + 1) << (pl.count * ELEM_BYTES)) - 1)
+            return addr, seg << (lane_off * MAC_INPUT_WIDTH), strb << (lane_off * ELEM_BYTES)
+
+        lg_base = Signal(aw + 40)
+        lg_addr, lg_data, lg_strb = segment_write(pipe.act_out, lg_base, cfg["logits_stride"], "logits")
+        dx_mb = backward_order(pipe.grad_out.valid & pipe.grad_out.ready & pipe.grad_out.payload.last,
+                               "dx_order")
+        dx_mb_bytes, dx_base = Signal(aw + 16), Signal(aw + 40)
+        dp.d.sync += [dx_mb_bytes.eq(rows * cfg["dx_stride"]),
+                      dx_base.eq(cfg["dx_addr"] + dx_mb * dx_mb_bytes)]
+        dx_addr, dx_data, dx_strb = segment_write(pipe.grad_out, dx_base, cfg["dx_stride"], "dx")
+        dx_on = cfg["dx_addr"] != 0
+        word_bytes = Signal(32)
+        dp.d.comb += word_bytes.eq(sw_word * (L * MASTER_BYTES))
+        st_addr = Signal(aw + 40)
+        dp.d.comb += st_addr.eq(sw_row_addr + (word_bytes & ~Const(align, 32)))
+        st_off = word_bytes[:beat_bits]
+        st_count = Signal(range(L + 1))
+        st_left = sel_d_out - sw_word * L
+        dp.d.comb += st_count.eq(Mux(st_left >= L, L, st_left))
+        st_strb = ((Const(1, 4 * L + 1) << (st_count * MASTER_BYTES)) - 1) << st_off
+        st_data = rd_word << (st_off * 8)
+
+        def inside(addr, buf):
+            end = cfg[f"{buf}_addr"] + cfg[f"{buf}_size"]
+            return (addr >= cfg[f"{buf}_addr"]) & (addr + bpb <= end)
+
+        want_lg = train_run & pipe.act_out.valid
+        want_dx = train_run & ~pipe.act_out.valid & pipe.grad_out.valid & dx_on
+        want_st = store_valid
+        ok_lg, ok_dx, ok_st = inside(lg_addr, "logits"), inside(dx_addr, "dx"), inside(st_addr, "w")
+        push = Signal()
+        wr_addr = Signal(aw)
+        wr_data = Signal(c.bus_width)
+        wr_strb = Signal(bpb)
+        with dp.If(want_lg):
+            dp.d.comb += [wr_addr.eq(lg_addr), wr_data.eq(lg_data), wr_strb.eq(lg_strb),
+                          push.eq(can_push & ok_lg & ~write_fault),
+                          markers.w_data.eq(pipe.act_out.payload.last),
+                          pipe.act_out.ready.eq(can_push & ok_lg & ~write_fault)]
+            with dp.If(~ok_lg):
+                dp.d.sync += write_fault.eq(1)
+        with dp.Elif(want_dx):
+            dp.d.comb += [wr_addr.eq(dx_addr), wr_data.eq(dx_data), wr_strb.eq(dx_strb),
+                          push.eq(can_push & ok_dx & ~write_fault),
+                          pipe.grad_out.ready.eq(can_push & ok_dx & ~write_fault)]
+            with dp.If(~ok_dx):
+                dp.d.sync += write_fault.eq(1)
+        with dp.Elif(want_st):
+            dp.d.comb += [wr_addr.eq(st_addr), wr_data.eq(st_data), wr_strb.eq(st_strb),
+                          push.eq(can_push & ok_st & ~write_fault)]
+            with dp.If(~ok_st):
+                dp.d.sync += write_fault.eq(1)
+        # dX of a run without a dx buffer: taken and dropped
+        with dp.If(train_run & ~dx_on):
+            dp.d.comb += pipe.grad_out.ready.eq(1)
+        # single-beat bursts (len 0, last 1); Cat in the layouts' field order
+        dp.d.comb += [write_port.address.w_data.eq(Cat(wr_addr, Const(0, 8))),
+                      write_port.address.w_en.eq(push),
+                      write_port.beats.w_data.eq(Cat(wr_data, wr_strb, Const(1, 1))),
+                      write_port.beats.w_en.eq(push),
+                      markers.w_en.eq(push)]
+
+        # logits position: microbatches leave the last stage in order
+        with dp.If(pipe.act_out.valid & pipe.act_out.ready & pipe.act_out.payload.last):
+            dp.d.sync += lg_base.eq(lg_base + rows * cfg["logits_stride"])
+        with dp.If(first):
+            dp.d.sync += [lg_base.eq(cfg["logits_addr"]), sw_row_addr.eq(cfg["w_addr"])]
+        # store walk: present (row, word), wait a cycle for the read, push, next word
+        with dp.If(running & is_store & ~store_done):
+            with dp.If(~sw_settled):
+                dp.d.sync += sw_settled.eq(1)
+            with dp.Elif(push):
+                dp.d.sync += [sw_settled.eq(0), sw_word.eq(sw_word + 1)]
+                with dp.If(sw_word + 1 >= words_per_row):
+                    dp.d.sync += [sw_word.eq(0), sw_row.eq(sw_row + 1),
+                                  sw_row_addr.eq(sw_row_addr + cfg["w_stride"])]
+
+        # write responses: in order (one ID); a marked one completes a microbatch's logits
+        b_fire = self.bus.bvalid & self.bus.bready
+        logits_done = self.stat["logits_done"]
+        dp.d.comb += markers.r_en.eq(b_fire)
+        logits_b = Signal()
+        dp.d.comb += logits_b.eq(b_fire & markers.r_rdy & markers.r_data[0])
+
+        # ---- configuration check -------------------------------------------------------
+        def whole_beats(nbytes):
+            return ((nbytes + align) >> beat_bits) << beat_bits
+
+        def buffer_bad(buf, nrows, cols, elem_bytes):
+            base, size, stride = cfg[f"{buf}_addr"], cfg[f"{buf}_size"], cfg[f"{buf}_stride"]
+            row_bytes = whole_beats(cols * elem_bytes)
+            need = (nrows - 1) * stride + row_bytes
+            return ((base & align) != 0) | ((stride & align) != 0) | (stride < row_bytes) | \
+                (need > size) | ((base + size) >> aw != 0)
+
+        weights_checks = [
+            sel >= K, sel_d_in == 0, sel_d_in > c.max_in, sel_d_out == 0, sel_d_out > c.max_out,
+            buffer_bad("w", sel_d_in, sel_d_out, MASTER_BYTES),
+        ]
+        n_rows_total = n_total * rows
+        train_checks = [
+            sched > 2, mbs == 0, mbs > 255, steps == 0, steps > 65535, rows == 0, rows > c.max_rows,
+            gpipe & (mbs > c.slots),
+            buffer_bad("act", n_rows_total, d_first, ELEM_BYTES),
+            buffer_bad("logits", n_rows_total, d_last, ELEM_BYTES),
+            buffer_bad("grad", n_rows_total, d_last, ELEM_BYTES),
+            dx_on & buffer_bad("dx", n_rows_total, d_first, ELEM_BYTES),
+        ]
+        for i in range(K):
+            s = lambda name: cfg[f"s{i}_{name}"]  # noqa: E731
+            train_checks += [s("d_in") == 0, s("d_in") > c.max_in, s("d_out") == 0, s("d_out") > c.max_out,
+                             s("relu") > 1, s("dx_first") > 1, s("fwd_shift") > 63, s("dx_shift") > 63,
+                             s("dw_shift") > 63, s("lr") >> 16 != 0, s("wd") >> 16 != 0, s("mu") >> 16 != 0]
+            if i + 1 < K:
+                train_checks.append(s("d_out") != cfg[f"s{i + 1}_d_in"])
+        err_config = Signal()
+        m.d.comb += err_config.eq((mode > 2) | (is_train & Cat(*train_checks).any()) |
+                                  (~is_train & Cat(*weights_checks).any()))
+
+        # ---- counters --------------------------------------------------------------------
+        busy = Signal()
+        bus = self.bus
+        stall = (bus.arvalid & ~bus.arready) | (bus.awvalid & ~bus.awready) | (bus.wvalid & ~bus.wready)
+        increments = {"busy_cycles": 1, "read_beats": read_port.beat, "write_beats": write_port.beat,
+                      "stall_cycles": stall, "grad_wait_cycles": grad_wait}
+        fault = Signal()
+        m.d.comb += fault.eq((status & Status.ADDR_FAULT) != 0)
+        with m.If(busy):
+            for name, inc in increments.items():
+                m.d.sync += self.stat[name].eq(self.stat[name] + inc)
+            with m.If(logits_b):
+                m.d.sync += logits_done.eq(logits_done + 1)
+            with m.If(read_port.resp_error | write_port.resp_error):
+                m.d.sync += status.eq(status | Status.AXI_ERROR)
+            with m.If(read_port.fault | write_fault):
+                m.d.sync += status.eq(status | Status.ADDR_FAULT)
+        m.d.comb += [self.idle.eq(~busy), read_port.enable.eq(~fault)]
+
+        # ---- run control -----------------------------------------------------------------
+        quiet = (read_port.outstanding == 0) & write_port.idle
+        pipe_finished = Signal()
+        with m.If(pipe.done):
+            m.d.sync += pipe_finished.eq(1)
+        with m.FSM(name="run"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [cfg[name].eq(sig) for name, sig in self.cfg.items()]
+                    m.d.sync += [busy.eq(1), status.eq(0), pipe_finished.eq(0)]
+                    m.d.sync += [self.stat[name].eq(0) for name in (*increments, "logits_done")]
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.comb += clear.eq(1)
+                with m.If(err_config):
+                    m.d.sync += status.eq(Status.CONFIG_ERROR)
+                    m.next = "FINISH"
+                with m.Else():
+                    m.d.comb += pipe.start.eq(is_train)
+                    m.next = "FIRST"
+            with m.State("FIRST"):
+                m.d.comb += [first.eq(1), running.eq(1)]
+                m.next = "RUN"
+            with m.State("RUN"):
+                stop = fault | read_port.fault | write_fault
+                m.d.comb += running.eq(~stop)
+                finished = Mux(is_train, pipe_finished, Mux(is_load, load_done, store_done))
+                with m.If(stop):
+                    m.next = "ABORT"
+                with m.Elif(finished):
+                    m.next = "DRAIN"
+            with m.State("DRAIN"):
+                with m.If(write_port.idle):
+                    m.next = "FINISH"
+            with m.State("ABORT"):
+                # nothing new is issued; once the traffic in flight is in, the Pipeline (which
+                # may wait for data that will never come) is reset
+                with m.If(quiet):
+                    m.d.comb += pipe_reset.eq(is_train)
+                    m.next = "FINISH"
+            with m.State("FINISH"):
+                m.d.sync += busy.eq(0)
+                m.d.comb += self.done.eq(1)
+                m.next = "IDLE"
+
+        m.submodules.datapath = ResetInserter(clear)(dp)
+        return m
+
+
+PIPELINE_UNIT_TOP = "gnnweave_pipeline_unit"
+
+
+class PipelineUnitTop(UnitTop):
+    """The Pipeline unit alone (its bench's design): ``control``, ``gmem``, ``interrupt``."""
+
+    def __init__(self, config: PipelineUnitConfig = PipelineUnitConfig()):
+        self.config = config
+        super().__init__(pipeline_unit_regmap(config),
+                         AXI4Signature(addr_width=config.addr_width, data_width=config.bus_width,
+                                       id_width=2),
+                         lambda: PipelineUnitCore(config))
