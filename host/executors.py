@@ -251,13 +251,19 @@ class CpuExecutor(Executor):
         self.name = name
 
     @staticmethod
-    def _matrix(graph: CSRGraph) -> sp.csr_matrix:
+    def _arrays(graph: CSRGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(data float32, indices, indptr)`` of ``graph`` in the index type scipy's kernels
+        use (int32 while it fits), made once per graph. Built per call, scipy's CSR
+        constructor scans and narrows the int64 index arrays of the share every time: measured
+        2.3-2.7 ms of a 30 ms whole-graph aggregation (1.44 M edges), paid again by each share."""
         def build():
             data = (graph.weights if graph.weights is not None
                     else np.ones(graph.num_edges)).astype(np.float32)
-            return data
-        data = _GRAPH_CACHE.get(graph, "cpu_data_f32", build)
-        return data
+            small = max(graph.num_nodes, graph.num_edges) < np.iinfo(np.int32).max
+            idx = np.int32 if small else np.int64
+            return (data, np.ascontiguousarray(graph.indices, dtype=idx),
+                    np.ascontiguousarray(graph.indptr, dtype=idx))
+        return _GRAPH_CACHE.get(graph, "cpu_csr_arrays", build)
 
     def aggregate(self, graph, x, reduce="sum", *, rows=None, transpose=False):
         t0 = time.perf_counter()
@@ -266,9 +272,10 @@ class CpuExecutor(Executor):
         x = _check_features(g, x).astype(np.float32, copy=False)
         lo, hi = check_rows(g, rows)
         s, e = int(g.indptr[lo]), int(g.indptr[hi])
-        data = self._matrix(g)[s:e]
-        indptr = g.indptr[lo:hi + 1] - s
-        indices = g.indices[s:e]
+        all_data, all_indices, all_indptr = self._arrays(g)
+        data = all_data[s:e]
+        indptr = all_indptr[lo:hi + 1] - all_indptr.dtype.type(s)
+        indices = all_indices[s:e]
         f = x.shape[1]
         if reduce is Reduce.MAX:
             out = np.zeros((hi - lo, f), dtype=np.float32)
