@@ -193,3 +193,58 @@ def test_calibrated_partition_without_a_prior_balances_true_times():
     assert max(true) <= 1.03 * true_optimum(graph, list(devs.values()))
     with pytest.raises(ValueError, match="feat_dim=0"):
         calibrated_partition(devs, graph, 0)
+
+
+class CountingExecutor:
+    """Records every aggregation it runs; its device time is 1 ms per row."""
+
+    def __init__(self, name, kind, log):
+        self.name, self.kind, self.log = name, kind, log
+
+    def aggregate(self, graph, x, reduce="sum", *, rows=None):
+        from gnnweave.host.executors import OpResult
+        lo, hi = rows
+        self.log.append((self.name, lo, hi))
+        out = np.zeros((hi - lo, x.shape[1]), np.float32)
+        return OpResult(out, 0.0, 1e-3 * (hi - lo), 0, 0, "aggregate", self.name)
+
+    def transfer_in(self, a):
+        from gnnweave.host.executors import OpResult
+        return OpResult(a, 0.0, 0.0, 0, 0, "transfer_in", self.name)
+
+    transfer_out = transfer_in
+
+
+@pytest.mark.parametrize("warmup, expected_calls", [(True, 2 * 3 * 4 + 1), (False, 3 * 4 + 1),
+                                                     ("auto", None)])
+def test_measure_share_samples_warmup_rules(warmup, expected_calls):
+    from gnnweave.host.profiler import measure_share_samples
+    graph = zipf_graph(50, 3, seed=0)
+    x = np.zeros((50, 2), np.float32)
+    log = []
+    a, b = CountingExecutor("a", "fpga", log), CountingExecutor("b", "fpga-sim", log)
+    emu = CountingExecutor("e", "fpga-emu", log)   # modelled: measured once, never warmed
+    tasks = [(a, (0, 10)), (a, (10, 50)), (b, (0, 50)), (emu, (0, 50))]
+    samples = measure_share_samples(tasks, graph, x, rounds=4, seed=3, warmup=warmup)
+    assert [len(v) for v in samples.values()] == [4, 4, 4, 1]
+    assert samples[1] == [pytest.approx(0.040)] * 4 and samples[3] == [pytest.approx(0.05)]
+    assert sum(1 for c in log if c[0] == "e") == 1
+    timed = 3 * 4 + 1
+    if expected_calls is not None:
+        assert len(log) == expected_calls
+    else:
+        # a warm-up exactly where the kind of device changes from the previous timed share
+        kinds = {"a": "fpga", "b": "fpga-sim", "e": "fpga-emu"}
+        warmups, prev = 0, None
+        i = 0
+        while i < len(log):
+            name = log[i][0]
+            repeated = i + 1 < len(log) and log[i + 1] == log[i] and name != "e"
+            if repeated and kinds[name] != prev:
+                warmups += 1
+                i += 1
+            prev = kinds[name]
+            i += 1
+        assert len(log) == timed + warmups and 2 <= warmups < 2 * 4
+    with pytest.raises(ValueError, match="warmup='always'"):
+        measure_share_samples(tasks, graph, x, warmup="always")
