@@ -82,26 +82,38 @@ FULL = SweepSizes(
 
 
 def limit_blas_threads(n: int | None) -> int | None:
-    """Set the thread count of numpy's bundled OpenBLAS; returns the previous count (None
-    where that library is not found). Process-wide: measured here, multi-threaded OpenBLAS
-    on a loaded 2-core machine made a 512x16 @ 16x64 product 700x slower (24 ms vs 34 us)."""
+    """Set the thread count of the OpenBLAS libraries bundled with numpy (and scipy); returns
+    numpy's previous count (None where no such library is found). Process-wide: measured
+    here, multi-threaded OpenBLAS on a loaded 2-core machine made a 512x16 @ 16x64 product
+    700x slower (24 ms vs 34 us). numpy 2 bundles ``libscipy_openblas*`` (symbols
+    ``scipy_openblas_set_num_threads64_``), numpy 1.26 ``libopenblas64_p*`` (symbols
+    ``openblas_set_num_threads64_``): looking for the first name only found nothing under
+    numpy 1.26 and silently left every thread on."""
     if n is None:
         return None
     import ctypes
     import glob
     import os
 
-    libdir = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
-    for path in glob.glob(os.path.join(libdir, "libscipy_openblas*.so")):
-        lib = ctypes.CDLL(path)
-        for suffix in ("64_", "_64_", ""):
-            get = getattr(lib, f"scipy_openblas_get_num_threads{suffix}", None)
-            put = getattr(lib, f"scipy_openblas_set_num_threads{suffix}", None)
-            if get is not None and put is not None:
-                prev = int(get())
-                put(int(n))
-                return prev
-    return None
+    site = os.path.join(os.path.dirname(np.__file__), os.pardir)
+    prev = None
+    for libdir in ("numpy.libs", "scipy.libs"):
+        for path in sorted(glob.glob(os.path.join(site, libdir, "lib*openblas*.so*"))):
+            lib = ctypes.CDLL(path)
+            for prefix in ("scipy_openblas_", "openblas_"):
+                for suffix in ("64_", "_64_", ""):
+                    get = getattr(lib, f"{prefix}get_num_threads{suffix}", None)
+                    put = getattr(lib, f"{prefix}set_num_threads{suffix}", None)
+                    if get is not None and put is not None:
+                        before = int(get())
+                        put(int(n))
+                        if prev is None and libdir == "numpy.libs":
+                            prev = before
+                        break
+                else:
+                    continue
+                break
+    return prev
 
 
 def uniform_graph(num_nodes: int, degree: int, seed: int = 0) -> CSRGraph:

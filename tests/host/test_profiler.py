@@ -248,3 +248,20 @@ def test_measure_share_samples_warmup_rules(warmup, expected_calls):
         assert len(log) == timed + warmups and 2 <= warmups < 2 * 4
     with pytest.raises(ValueError, match="warmup='always'"):
         measure_share_samples(tasks, graph, x, warmup="always")
+
+
+def test_limit_blas_threads_reaches_numpys_openblas():
+    import glob
+    import os
+    from gnnweave.host.profiler import limit_blas_threads
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs",
+                                  "lib*openblas*.so*"))
+    if not libs:
+        pytest.skip("this numpy bundles no OpenBLAS")
+    before = limit_blas_threads(1)
+    try:
+        assert isinstance(before, int) and before >= 1
+        assert limit_blas_threads(1) == 1
+    finally:
+        limit_blas_threads(before)
+    assert limit_blas_threads(None) is None
