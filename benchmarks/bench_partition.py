@@ -21,11 +21,21 @@ its cycle-model device time (an estimate of the RTL, deterministic); ``fpga-emu:
 same with the cycle model clocked at 100 MHz (a slower board). The shares run one after
 another on the host (the emulated devices share its two cores); each share's time is its
 device's time, and devices run concurrently in the system modelled, so the makespan is the
-maximum. Every time is the median over ``ROUNDS`` rounds in random order (CPU time still
+maximum. Every time is the median over the phase's ``ROUNDS`` in random order (CPU time still
 moves with other processes' cache and memory traffic on a shared host; the median ignores a
 disturbed round either way). It does not remove a change of load between the phases: under
 a load of 7-8 on the 2 cores, the same share's median CPU time was measured at 133 ms and,
-a few seconds later, 74 ms; each device set therefore records the load average it ran at.
+a few seconds later, 74 ms; each device set therefore records the load average it ran at,
+how long each phase took, the ratio of each device's whole-graph time in the judged phase
+to the same measurement in its calibration (``drift_alone_judged_over_calibration``: 1 when
+the host's speed held between the phases) and the relative interquartile range of the judged
+samples (``judged_rel_iqr``: the call-to-call noise the medians average over).
+
+A share is warmed up (run once untimed) only where the previous timed share ran on another
+kind of device (:func:`~gnnweave.host.profiler.measure_share_samples`); shares of the same
+graph and ``x`` leave each other the caches warm, and the time a warm-up per share took
+goes into more rounds, since on this host one CPU share's time varies by 20-30 % from call
+to call under load and only more samples shrink the median's error.
 
 Run: ``python -m benchmarks.bench_partition [out_dir]``; writes partition.json and .png.
 """
@@ -45,7 +55,9 @@ import numpy as np  # noqa: E402
 from gnnweave.graph import CSRGraph  # noqa: E402
 
 FEAT = 64
-ROUNDS = 7
+#: rounds of each phase (see :func:`run_config`): calibration, the refinement step (its
+#: medians size the final split, and a round of two or three shares is cheap), judged
+ROUNDS = {"calibrate": 7, "step": 21, "judged": 15}
 
 
 class SlowedExecutor:
@@ -106,12 +118,17 @@ def _makespans(graph, part, measured, predicted, ideal):
             "vs_ideal": mk / ideal - 1.0, "vs_predicted": abs(mk - pmk) / pmk}
 
 
-def run_config(names, graph, x, cost_model, rounds=ROUNDS, seed=0):
+def _rel_iqr(v) -> float:
+    q25, q50, q75 = np.percentile(v, [25, 50, 75])
+    return float((q75 - q25) / q50) if q50 > 0 else 0.0
+
+
+def run_config(names, graph, x, cost_model, rounds=None, seed=0):
     """One device set, in three phases, each a median over rounds of random order:
 
     1. calibrate: every device runs shares on CALIBRATION_FRACTIONS row ranges of the graph;
        its share model (prior: the profiler's size sweep) is rescaled or refitted on them;
-    2. split from the calibrated model, run that split (``rounds`` rounds) and let the
+    2. split from the calibrated model, run that split (``rounds["step"]``) and let the
        runtime's :class:`Rebalancer` correct it once from the measured shard times;
     3. judged, a separate measurement: each device alone on the whole graph (the ideal),
        the final split, and for contrast the calibrated split before refinement, the split
@@ -120,17 +137,22 @@ def run_config(names, graph, x, cost_model, rounds=ROUNDS, seed=0):
     Every prediction is fixed before the measurement it is compared with."""
     from gnnweave.host.partition import (Rebalancer, partition_rows, predict_times,
                                          share_costs)
-    from gnnweave.host.profiler import calibrate_shares, measure_shares
+    from gnnweave.host.profiler import calibrate_shares, measure_share_samples, measure_shares
+    rounds = {**ROUNDS, **(rounds or {})}
     load_before = os.getloadavg()[0]
+    clock = time.perf_counter
+    t_phase = [clock()]
     devs = {ex.name: ex for ex in make_devices(names)}
     n, feat = graph.num_nodes, x.shape[1]
     prior = share_costs(cost_model, names, feat_dim=feat, num_nodes=n)
-    fits = calibrate_shares([devs[d] for d in names], graph, x, prior, rounds=rounds,
-                            seed=seed)
+    fits = calibrate_shares([devs[d] for d in names], graph, x, prior,
+                            rounds=rounds["calibrate"], seed=seed)
+    t_phase.append(clock())
     calibrated = {d: f.cost for d, f in fits.items()}
     split = partition_rows(graph, feat, calibrated, devices=names)
-    step = measure_shares([(devs[d], r) for d, r in split.items()], graph, x, rounds=rounds,
-                          seed=seed + 1)
+    step = measure_shares([(devs[d], r) for d, r in split.items()], graph, x,
+                          rounds=rounds["step"], seed=seed + 1)
+    t_phase.append(clock())
     rb = Rebalancer(graph, feat, calibrated, devices=names, partition=split)
     rb.update({d: step[i] for i, d in enumerate(split)})
     final = dict(rb.partition)
@@ -145,13 +167,25 @@ def run_config(names, graph, x, cost_model, rounds=ROUNDS, seed=0):
     tasks = [("alone", d, (0, n)) for d in names]
     tasks += [(m, d, r) for m, (p, _) in plans.items() for d, r in p.items()]
     uniq = list(dict.fromkeys((d, r) for _, d, r in tasks))   # a split may repeat another
-    med = measure_shares([(devs[d], r) for d, r in uniq], graph, x, rounds=rounds,
-                         seed=seed + 2)
-    t = {key: med[i] for i, key in enumerate(uniq)}
+    samples = measure_share_samples([(devs[d], r) for d, r in uniq], graph, x,
+                                    rounds=rounds["judged"], seed=seed + 2)
+    t_phase.append(clock())
+    t = {key: float(np.median(samples[i])) for i, key in enumerate(uniq)}
+    spread = {key: _rel_iqr(samples[i]) for i, key in enumerate(uniq)}
     alone = {d: t[(d, (0, n))] for d in names}
     ideal = 1.0 / sum(1.0 / v for v in alone.values())
+    # the whole graph is also a calibration range: the same device, same work, measured
+    # a phase earlier; a ratio away from 1 is the host's speed drifting between phases
+    calib_alone = {d: next((s[2] for s in f.samples if s[1] == n), None)
+                   for d, f in fits.items()}
     result = {"devices": names, "alone_s": alone, "ideal_s": ideal, "rounds": rounds,
               "load_average_1min": [load_before, os.getloadavg()[0]],
+              "phase_seconds": dict(zip(("calibrate", "step", "judged"),
+                                        np.diff(t_phase).tolist())),
+              "drift_alone_judged_over_calibration": {
+                  d: (alone[d] / v if v else None) for d, v in calib_alone.items()},
+              "judged_rel_iqr": {"alone": {d: spread[(d, (0, n))] for d in names},
+                                 "final": {d: spread[(d, r)] for d, r in final.items()}},
               "calibration": {d: f.to_dict() for d, f in fits.items()},
               "refinement": {"step_measured_s": {d: step[i] for i, d in enumerate(split)},
                              **{k: v for k, v in rb.history[-1].items() if k != "measured"}}}
