@@ -239,8 +239,10 @@ def run(out_dir) -> dict:
     configs = [["cpu", "cpu-slow3"], ["cpu", "fpga-emu"], ["cpu", "cpu-slow3", "fpga-emu"],
                ["fpga-emu", "fpga-emu:100MHz"]]
     all_names = sorted({n for c in configs for n in c})
-    # the prior: a size sweep on uniform graphs; run_config calibrates it on this graph
-    prof = profile(make_devices(all_names), sizes=sweep, repeats=5,
+    # the prior: a size sweep on uniform graphs; run_config calibrates it on this graph.
+    # 3 rounds (min over them): at 5, setup and sweep took 64 s of a 218 s run (load 6)
+    # and the sweep only sizes the sweep-only contrast split and the calibration prior
+    prof = profile(make_devices(all_names), sizes=sweep, repeats=3,
                    ops=("aggregate", "transfer_in", "transfer_out"), progress=False)
     results = [run_config(c, graph, x, prof.cost_model) for c in configs]
     report = {
