@@ -1,5 +1,6 @@
 """The accelerator top: every unit of a build behind one AXI4-Lite control slave and one
-AXI4 manager port.
+AXI4 manager port (the Aggregator; the MacArray and the training Pipeline,
+:mod:`.pipeline_unit`, where the build has them).
 
 Units (:class:`Unit`) are engines with the same small contract as
 :class:`~gnnweave.hw.aggregator.AggregatorCore`: an AXI4 manager ``bus``, dicts ``cfg``
@@ -233,6 +234,12 @@ def _mac_array_registers() -> UnitRegisters:
     return UnitRegisters(Unit.MAC_ARRAY, mac_array.CONFIG_REGISTERS, mac_array.STATUS_REGISTERS)
 
 
+def _pipeline_registers(config) -> UnitRegisters:
+    from . import pipeline_unit
+    return UnitRegisters(Unit.PIPELINE, pipeline_unit.config_registers(config.stages),
+                         pipeline_unit.status_registers(config.stages))
+
+
 def aggregator_unit(config) -> UnitInstance:
     from .aggregator import AggregatorCore
     return UnitInstance(_aggregator_registers(), AggregatorCore(config))
@@ -243,13 +250,21 @@ def mac_array_unit(config) -> UnitInstance:
     return UnitInstance(_mac_array_registers(), MacArrayCore(config))
 
 
+def pipeline_unit(config) -> UnitInstance:
+    from .pipeline_unit import PipelineUnitCore
+    return UnitInstance(_pipeline_registers(config), PipelineUnitCore(config))
+
+
 def unit_registers(config_name: str) -> list[UnitRegisters]:
     """The register declarations of the named build's units (no gateware built)."""
-    from .configs import get_config, get_mac_config
+    from .configs import get_config, get_mac_config, get_pipeline_config
     get_config(config_name)
     sets = [_aggregator_registers()]
     if get_mac_config(config_name) is not None:
         sets.append(_mac_array_registers())
+    pipe = get_pipeline_config(config_name)
+    if pipe is not None:
+        sets.append(_pipeline_registers(pipe))
     return sets
 
 
@@ -260,12 +275,15 @@ def build_regmap(config_name: str) -> RegisterMap:
 
 def build_accelerator(config_name: str) -> AcceleratorTop:
     """The accelerator top of a named build (``hw/configs.py``): the Aggregator, and the
-    MacArray where the build has one."""
-    from .configs import get_config, get_mac_config
+    MacArray and the training Pipeline where the build has them."""
+    from .configs import get_config, get_mac_config, get_pipeline_config
     units = [aggregator_unit(get_config(config_name))]
     mac = get_mac_config(config_name)
     if mac is not None:
         units.append(mac_array_unit(mac))
+    pipe = get_pipeline_config(config_name)
+    if pipe is not None:
+        units.append(pipeline_unit(pipe))
     top = AcceleratorTop(units, name=ACCELERATOR_TOP)
     assert top.regmap == build_regmap(config_name)
     return top

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .aggregator import AggregatorConfig
 from .mac_array import MacArrayConfig
+from .pipeline_unit import PipelineUnitConfig
 
 CONFIGS: dict[str, AggregatorConfig] = {
     # fast to build and simulate: the unit tests' configuration
@@ -44,6 +45,33 @@ MAC_CONFIGS: dict[str, MacArrayConfig | None] = {
 assert MAC_CONFIGS.keys() == CONFIGS.keys()
 
 
+#: The training Pipeline of each named build (:mod:`.pipeline_unit`; same bus as the other
+#: units). Its on-chip memory per stage grows with ``versions * max_in * max_out`` (MAC
+#: weights) plus three 32-bit ``max_in x max_out`` arrays (master, velocity, gradient sum)
+#: and ``slots * max_rows * max_in`` stashed activations. None: the build has none.
+PIPELINE_CONFIGS: dict[str, PipelineUnitConfig | None] = {
+    # two stages of at most 16 x 16: the Verilator builds of `small` stay quick
+    "small": PipelineUnitConfig(stages=2, lanes=4, max_in=16, max_out=16, max_rows=16, slots=8,
+                                versions=4, bus_width=128),
+    "small-agg": None,
+    "small-sum": None,
+    "default": PipelineUnitConfig(stages=2, lanes=4, max_in=64, max_out=64, max_rows=32, slots=8,
+                                  versions=4, bus_width=128),
+    "zcu104": PipelineUnitConfig(stages=3, lanes=4, max_in=128, max_out=128, max_rows=64, slots=8,
+                                 versions=5, bus_width=128),
+    "kv260": PipelineUnitConfig(stages=3, lanes=4, max_in=128, max_out=128, max_rows=64, slots=8,
+                                versions=5, bus_width=128),
+    "ultra96v2": PipelineUnitConfig(stages=2, lanes=4, max_in=64, max_out=64, max_rows=32, slots=8,
+                                    versions=4, bus_width=128),
+    # 64-bit HP port: a master word (lanes x 32 bits) must fit one beat
+    "pynqz2": PipelineUnitConfig(stages=2, lanes=2, max_in=32, max_out=32, max_rows=32, slots=4,
+                                 versions=4, bus_width=64, addr_width=32),
+    "alveo-u250": PipelineUnitConfig(stages=4, lanes=8, max_in=256, max_out=256, max_rows=64, slots=16,
+                                     versions=6, bus_width=512),
+}
+assert PIPELINE_CONFIGS.keys() == CONFIGS.keys()
+
+
 def get_config(name: str) -> AggregatorConfig:
     try:
         return CONFIGS[name]
@@ -55,3 +83,9 @@ def get_mac_config(name: str) -> MacArrayConfig | None:
     """The MacArray of the named build (None when the build has none)."""
     get_config(name)    # the same error for an unknown name
     return MAC_CONFIGS[name]
+
+
+def get_pipeline_config(name: str) -> PipelineUnitConfig | None:
+    """The training Pipeline of the named build (None when the build has none)."""
+    get_config(name)    # the same error for an unknown name
+    return PIPELINE_CONFIGS[name]

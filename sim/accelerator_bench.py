@@ -1,10 +1,12 @@
 """The accelerator top (every unit of a named build behind one control slave and one gmem
 port, :mod:`gnnweave.hw.accelerator`) in cocotb on Verilator.
 
-One simulation runs Aggregator and MacArray jobs back to back on the same top, selecting
-the unit through the ``unit`` register, and checks every result against golden with the
-units' own checkers (:func:`gnnweave.sim.tb.check_job`,
-:func:`gnnweave.sim.mac_array_bench.check_mac_job`): bus ownership switches between units,
+One simulation runs Aggregator and MacArray jobs (and, where the build has the training
+Pipeline, a two-step training run served by the bench as the host) back to back on the
+same top, selecting the unit through the ``unit`` register, and checks every result
+against golden with the units' own checkers (:func:`gnnweave.sim.tb.check_job`,
+:func:`gnnweave.sim.mac_array_bench.check_mac_job`,
+:mod:`gnnweave.sim.pipeline_unit_bench`): bus ownership switches between units,
 shared registers (``shift``, ``out_*``, ``status``, counters) read the running unit's
 values, and a start of a unit the build does not hold is refused with CONFIG_ERROR and no
 memory traffic.
@@ -56,7 +58,8 @@ def run_accelerator(config_name: str = "small", *, seed: int = 0, latency: int =
 
 if cocotb is not None:
     from gnnweave.hw.accelerator import Unit, build_regmap
-    from gnnweave.hw.configs import get_config, get_mac_config
+    from gnnweave.hw.configs import get_config, get_mac_config, get_pipeline_config
+    from gnnweave.sim import pipeline_unit_bench
     from gnnweave.sim import aggregate_bench
     from gnnweave.sim.mac_array_bench import MacArrayTB, check_mac_job, random_job
     from gnnweave.sim.tb import AggregatorTB, check_job, load_params, store_result
@@ -81,6 +84,14 @@ if cocotb is not None:
             await self.select(Unit.MAC_ARRAY)
             return await MacArrayTB.run_job(self, job)
 
+        # the Pipeline unit's host side (pipeline_unit_bench.PipelineUnitTB), on this top
+        run_regs = pipeline_unit_bench.PipelineUnitTB.run_regs
+        program_regs = pipeline_unit_bench.PipelineUnitTB.program_regs
+
+        async def run_pipeline(self, layout):
+            await self.select(Unit.PIPELINE)
+            return await pipeline_unit_bench.PipelineUnitTB.train(self, layout)
+
     @cocotb.test()
     async def units_share_one_top(dut):
         params = load_params()
@@ -91,8 +102,10 @@ if cocotb is not None:
         await tb.reset()
         rng = np.random.default_rng(params.get("seed", 0))
         present = await tb.read_reg("units_present")
-        assert present == (1 << Unit.AGGREGATOR.value) | (1 << Unit.MAC_ARRAY.value), \
-            f"units_present = {present:#x}"
+        has_pipeline = get_pipeline_config(name) is not None
+        want = (1 << Unit.AGGREGATOR.value) | (1 << Unit.MAC_ARRAY.value) | \
+            (has_pipeline << Unit.PIPELINE.value)
+        assert present == want, f"units_present = {present:#x}, want {want:#x}"
         agg_layout = aggregate_bench.layout_for(tb.agg_config)
         mac_layout = {"bus_bytes": tb.config.bus_width // 8,    # apart from the graph jobs
                       "base_addr": 0x1_5000_0000 if tb.config.addr_width > 32 else 0x5000_0000}
@@ -122,10 +135,20 @@ if cocotb is not None:
         await mac("dx", "dx", 10, 7, 12)
         await mac("dw", "dw", 6, 11, 9)
         await aggregate("max", aggregate_bench.MAX, True)
+        if has_pipeline:
+            pb = pipeline_unit_bench.unit_problem("1f1b-flush", seed=params.get("seed", 0))
+            lay = pipeline_unit_bench.TrainLayout(pb, mac_layout["base_addr"] + 0x100_0000, tb.bus_bytes)
+            res = await tb.run_pipeline(lay)
+            trace = pb.run_golden()
+            bad = pipeline_unit_bench.compare_run(pb, trace, res["logits"], res["dx"], res["masters"])
+            assert not bad and not res["violations"], (bad[:5], res["violations"][:3])
+            log.append({"unit": "pipeline", "job": "train 1f1b-flush", "cycles": res["counters"]["cycles"],
+                        "read_beats": res["counters"]["read_beats"]})
+            await mac("after the pipeline", "dx", 7, 6, 5)
 
         # a unit this build does not hold: refused, no traffic, the next run is clean
         tb.clear_bursts()
-        await tb.select(Unit.PIPELINE)
+        await tb.write_reg("unit", 3 if has_pipeline else Unit.PIPELINE.value)
         await tb.write_reg("ap_ctrl", 1)
         await tb.wait_done(1000)
         status = await tb.read_reg("status")

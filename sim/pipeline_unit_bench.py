@@ -184,13 +184,13 @@ if cocotb is not None:
             super().__init__(dut, pipeline_unit_regmap(config), **kw)
             self.config = config
 
-        async def program(self, regs: dict):
+        async def program_regs(self, regs: dict):
             for name, value in regs.items():
                 await self.write_reg(name, value)
 
-        async def run(self, regs: dict, timeout_cycles: int = 200_000, service=None) -> dict:
+        async def run_regs(self, regs: dict, timeout_cycles: int = 200_000, service=None) -> dict:
             """Program, start, (serve the doorbell), wait for done -> counters and status."""
-            await self.program(regs)
+            await self.program_regs(regs)
             t0 = self.now_cycles()
             await self.write_reg("ap_ctrl", AP_START)
             deadline = t0 + timeout_cycles
@@ -221,7 +221,7 @@ if cocotb is not None:
             for s, w in enumerate(pb.masters):
                 self.load(lay.buffers[f"w{s}"][0], lay.matrix_bytes(f"w{s}", w, np.int32))
                 self.allow(read=[(f"w{s}", *lay.buffers[f"w{s}"][:2])])
-                cnt = await self.run(lay.weight_registers(s, 0))
+                cnt = await self.run_regs(lay.weight_registers(s, 0))
                 assert cnt["status"] == 0, f"load_weights stage {s}: status {cnt['status']:#x}"
             # inputs in, outputs cleared
             x = np.concatenate(pb.inputs)
@@ -251,7 +251,7 @@ if cocotb is not None:
                     await self.write_reg("grads_ready", served["n"])
 
             regs = lay.registers()
-            cnt = await self.run(regs, timeout_cycles=2_000_000, service=service)
+            cnt = await self.run_regs(regs, timeout_cycles=2_000_000, service=service)
             train_bursts = list(self.bursts)
             violations = list(self.violations)
             dx = None
@@ -269,7 +269,7 @@ if cocotb is not None:
                 a, size, stride = lay.buffers[f"w{s}"]
                 self.load(a, bytes([0xA5]) * size)
                 self.allow(write=[(f"w{s}", a, size)])
-                c2 = await self.run(lay.weight_registers(s, 1))
+                c2 = await self.run_regs(lay.weight_registers(s, 1))
                 assert c2["status"] == 0, f"store_weights stage {s}: status {c2['status']:#x}"
                 raw = np.frombuffer(self.ram.read(a, size), dtype=np.int32).reshape(-1, stride // 4)
                 masters.append(raw[:w.shape[0], :w.shape[1]].astype(np.int64))
@@ -384,7 +384,7 @@ if cocotb is not None:
             regs = {**good, **change} if name in cases else {**good, **change}
             tb.allow()
             tb.clear_bursts()
-            cnt = await tb.run(regs, timeout_cycles=2000)
+            cnt = await tb.run_regs(regs, timeout_cycles=2000)
             assert cnt["status"] == 1, f"{name}: status {cnt['status']:#x}"
             assert not tb.bursts, f"{name}: {len(tb.bursts)} bursts"
             assert cnt["read_beats"] == 0 and cnt["write_beats"] == 0 and cnt["logits_done"] == 0, name
