@@ -156,6 +156,57 @@ def cmd_device_run_mac(a) -> int:
     return 0 if report["match"] and report["saturations"] == report["golden_saturations"] else 1
 
 
+def cmd_device_run_pipeline(a) -> int:
+    """A pipeline training run through the driver (genuine pynq classes when pynq imports)
+    on the simulated device, checked against GoldenPipeline bit for bit."""
+    import time
+
+    from gnnweave.golden.pipeline import bubble_formula
+    from gnnweave.host.driver import open_sim_accel
+    from gnnweave.sim.pipeline_unit_bench import compare_run, unit_problem
+    for name in ("microbatches", "steps", "rows"):
+        if getattr(a, name) < 1:
+            raise CommandError(f"--{name} must be >= 1, got {getattr(a, name)}")
+    accel, _device, owner = open_sim_accel(config=a.config, latency=a.latency)
+    try:
+        if not accel.has_pipeline:
+            raise CommandError(f"configuration {a.config!r} has no training Pipeline")
+        k = accel.pipeline_stages
+        dims = [a.dim] * k + [a.classes]
+        try:
+            pb = unit_problem(a.schedule, dims=tuple(dims), rows=a.rows, microbatches=a.microbatches,
+                              steps=a.steps, seed=a.seed)
+            golden = pb.golden_pipeline()
+            start = time.perf_counter()
+            run = accel.train_pipeline(pb.inputs, pb.loss_grad, microbatches=a.microbatches,
+                                       weights=pb.masters, schedule=a.schedule, relu=pb.relu,
+                                       lr=0.25, wd=1e-3, mu=0.5, fmt=pb.fmt)
+            wall = time.perf_counter() - start
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+    finally:
+        owner.close()
+    trace = golden.run(pb.schedule, pb.inputs, pb.loss_grad, microbatches=pb.microbatches)
+    mismatches = compare_run(pb, trace, dict(enumerate(run.logits)), dict(enumerate(run.dx)),
+                             run.weights)
+    cycles = int(run.counters["busy_cycles"])
+    report = {"unit": "pipeline", "config": a.config, "schedule": pb.schedule, "stages": k,
+              "dims": dims, "rows": a.rows, "microbatches": a.microbatches, "steps": a.steps,
+              "driver": type(accel).__name__, "match": not mismatches, "mismatches": mismatches[:20],
+              "cycles": cycles, "grad_wait_cycles": int(run.counters["grad_wait_cycles"]),
+              "bubble": round(run.bubble_fraction(), 4),
+              "bubble_formula": round(bubble_formula(pb.schedule, k, a.microbatches), 4),
+              "saturations": sum(int(c["saturations"]) for c in run.stage_counters),
+              "golden_saturations": int(sum(trace.saturations)),
+              "wall_seconds": round(wall, 4),
+              "counters": {kk: int(v) if not isinstance(v, (dict, list)) else v
+                           for kk, v in run.counters.items()},
+              "stage_counters": run.stage_counters}
+    _emit(report, a.json, ("match", "cycles", "bubble", "bubble_formula", "grad_wait_cycles",
+                           "wall_seconds"))
+    return 0 if report["match"] and report["saturations"] == report["golden_saturations"] else 1
+
+
 def _unweighted_format():
     from gnnweave.fixed import FixedFormat
     from gnnweave.golden.aggregate import AggregateFormat
@@ -332,6 +383,19 @@ def build_parser() -> argparse.ArgumentParser:
     dmac.add_argument("--seed", type=int, default=0)
     dmac.add_argument("--json", action="store_true")
     dmac.set_defaults(func=cmd_device_run_mac)
+    dpipe = drsub.add_parser("pipeline", help="a pipeline training run through the driver on the "
+                                              "simulated device, checked against GoldenPipeline")
+    dpipe.add_argument("--schedule", default="gpipe", choices=["gpipe", "1f1b-flush", "1f1b-async"])
+    dpipe.add_argument("--microbatches", type=int, default=4, help="microbatches per step")
+    dpipe.add_argument("--steps", type=int, default=2)
+    dpipe.add_argument("--rows", type=int, default=8, help="rows per microbatch")
+    dpipe.add_argument("--dim", type=int, default=16, help="input and hidden features")
+    dpipe.add_argument("--classes", type=int, default=10, help="outputs of the last stage")
+    dpipe.add_argument("--latency", type=int, default=32)
+    dpipe.add_argument("--config", default="small")
+    dpipe.add_argument("--seed", type=int, default=0)
+    dpipe.add_argument("--json", action="store_true")
+    dpipe.set_defaults(func=cmd_device_run_pipeline)
 
     from gnnweave.host.train import add_train_arguments
     train = sub.add_parser("train", help="train a GNN across devices")

@@ -1,6 +1,6 @@
-"""Host driver of the gnnweave accelerator (the Aggregator and, where the build has one,
-the MacArray behind one control slave), the same code on a PYNQ board and on the
-simulated device.
+"""Host driver of the gnnweave accelerator (the Aggregator and, where the build has them,
+the MacArray and the training Pipeline behind one control slave), the same code on a PYNQ
+board and on the simulated device.
 
 * :class:`GnnweaveAccel` -- with pynq installed, a ``pynq.DefaultIP`` bound to the
   accelerator's VLNV (:data:`VLNV`), so ``pynq.Overlay(...)`` hands it out as
@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +33,7 @@ VLNV = "gnnweave:hls:gnnweave:1.0"
 #: Its instance name in the block design (``overlay.gnnweave_0``).
 INSTANCE_NAME = "gnnweave_0"
 #: ``unit`` register values (``gnnweave.hw.accelerator.Unit``).
-UNIT_AGGREGATOR, UNIT_MAC_ARRAY = 0, 1
+UNIT_AGGREGATOR, UNIT_MAC_ARRAY, UNIT_PIPELINE = 0, 1, 2
 
 CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
 AP_START, AP_DONE, AP_IDLE, AP_READY = 1, 2, 4, 8
@@ -48,6 +49,18 @@ MAC_CONFIG_NAMES = ("mode", "m", "n", "k", "shift", "relu", "use_bias", "bias_sh
 MAC_COUNTERS = ("busy_cycles", "mac_active_cycles", "mac_ops", "stall_cycles", "load_cycles",
                 "read_beats", "write_beats", "saturations")
 MAC_MODES = {"fwd": 0, "dx": 1, "dw": 2}
+#: Training Pipeline registers (``gnnweave.hw.pipeline_unit``): unit-wide configuration,
+#: per-stage configuration ``s<i>_<name>``, unit counters and per-stage counters.
+PIPE_MODES = {"load_weights": 0, "store_weights": 1, "train": 2}
+PIPE_CONFIG_NAMES = ("pipe_mode", "stage", "schedule", "microbatches", "steps", "rows",
+                     *(f"{b}_{f}" for b in ("act", "logits", "grad", "dx", "w")
+                       for f in ("addr", "size", "stride")), "grads_ready")
+PIPE_STAGE_NAMES = ("d_in", "d_out", "relu", "fwd_shift", "dx_shift", "dw_shift", "lr", "wd", "mu",
+                    "dx_first")
+PIPE_COUNTERS = ("busy_cycles", "read_beats", "write_beats", "stall_cycles", "logits_done",
+                 "grad_wait_cycles")
+PIPE_STAGE_COUNTERS = ("busy_cycles", "fwd_cycles", "bwd_cycles", "upd_cycles", "wait_cycles",
+                       "mac_ops", "saturations", "ops_done")
 #: Registers the driver programs (all must be in the register description).
 CONFIG_NAMES = ("num_nodes", "num_edges", "feat_dim", "reduce_op", "use_weights", "shift",
                 "feat_stride", "out_stride", "indptr_addr", "indptr_size", "indices_addr",
@@ -152,6 +165,34 @@ def validate_job(graph, x_q, reduce, shift, weights, *, max_feat_dim: int, timeo
     return indptr, indices, x, red, int(shift), w
 
 
+@dataclass
+class PipelineRun:
+    """What :meth:`_AccelCore.train_pipeline` returns: per global microbatch ``i`` (step
+    ``i // microbatches``) the logits the unit wrote and the loss gradient was computed from,
+    stage 0's input gradient (None without ``dx``), the final master weights per stage, the
+    unit's counters (``busy_cycles``, ``grad_wait_cycles``, ...) and per-stage counters."""
+
+    logits: list
+    dx: list | None
+    weights: list
+    counters: dict
+    stage_counters: list
+    schedule: str
+    microbatches: int
+    steps: int
+    lr_q: int
+    wd_q: int
+    mu_q: int
+
+    def bubble_fraction(self) -> float:
+        """1 - (forward + backward cycles) / (stages x span), the span being stage 0's busy
+        cycles less its update cycles (as ``gnnweave verify pipeline`` measures it)."""
+        c0 = self.stage_counters[0]
+        span = c0["busy_cycles"] - c0["upd_cycles"]
+        fb = sum(c["fwd_cycles"] + c["bwd_cycles"] for c in self.stage_counters)
+        return 1.0 - fb / (len(self.stage_counters) * span) if span > 0 else 0.0
+
+
 # ----------------------------------------------------------------------------- register/buffer I/O
 class _Io:
     """What the driver needs from below: 32-bit register access at offsets of the control
@@ -205,7 +246,7 @@ class _AccelCore:
     default_timeout_s = 60.0
 
     def _setup_core(self, io: _Io, regs: dict, max_feat_dim: int, bus_bytes: int,
-                    mac_max_depth: int = 0):
+                    mac_max_depth: int = 0, pipeline_limits: dict | None = None):
         missing = [n for n in CONFIG_NAMES + COUNTERS + ("status",) if n not in regs]
         if missing:
             raise DriverError(f"the accelerator's register description lacks {missing} "
@@ -219,6 +260,20 @@ class _AccelCore:
         #: The MacArray's depth block (0: no MacArray): a deeper ``k`` is split on chip into
         #: blocks of this depth, summed exactly (one more P load per block).
         self.mac_max_depth = int(mac_max_depth) if self.has_mac else 0
+        stages = 0
+        while f"s{stages}_d_in" in regs:
+            stages += 1
+        #: The build has the training Pipeline (``units_present`` and its registers say so).
+        self.has_pipeline = bool(present >> UNIT_PIPELINE & 1) and stages > 0 and \
+            all(n in regs for n in PIPE_CONFIG_NAMES + PIPE_COUNTERS) and \
+            all(f"s{i}_{n}" in regs for i in range(stages) for n in PIPE_STAGE_NAMES + PIPE_STAGE_COUNTERS)
+        #: Stages of the Pipeline (0: none).
+        self.pipeline_stages = stages if self.has_pipeline else 0
+        #: Its build limits (``max_in``, ``max_out``, ``max_rows``, ``slots``); a limit that is
+        #: 0 is unknown to the driver and left to the hardware's check (config_error).
+        self.pipeline_limits = {k: int((pipeline_limits or {}).get(k, 0))
+                                for k in ("max_in", "max_out", "max_rows", "slots")}
+        self._pipe_shapes: dict[int, tuple[int, int]] = {}
 
     # -- registers by name
     def _write(self, name: str, value: int):
@@ -307,9 +362,11 @@ class _AccelCore:
                 if b is not None:
                     _free(b)
 
-    def _run(self, unit: int, config_names, regs: dict, counter_names, timeout_s, what: str) -> dict:
+    def _run(self, unit: int, config_names, regs: dict, counter_names, timeout_s, what: str,
+             service=None) -> dict:
         """Select ``unit`` (where the build has a unit register), write ``regs[config_names]``,
-        start, wait for ap_done, raise on an error status; returns the counters."""
+        start, wait for ap_done (calling ``service()`` after every poll that did not see it),
+        raise on an error status; returns the counters."""
         if "unit" in self._regs:
             self._write("unit", unit)
         for name in config_names:
@@ -333,6 +390,8 @@ class _AccelCore:
                     f"busy_cycles={status['busy_cycles']}, read_beats={status['read_beats']}); "
                     f"the run is still in progress: call recover() before the next one",
                     status)
+            if service is not None:
+                service()
             self._io.pause()
         if self._io.read32(ISR) & 1:
             self._io.write32(ISR, 1)
@@ -438,6 +497,276 @@ class _AccelCore:
             for buf in bufs.values():
                 _free(buf)
 
+    # ------------------------------------------------------------------ training Pipeline
+    def _need_pipeline(self):
+        if not self.has_pipeline:
+            raise DriverError("this accelerator has no training Pipeline (units_present says so); "
+                              "use a build whose configuration has one")
+
+    def _check_stage(self, stage) -> int:
+        if isinstance(stage, bool) or not isinstance(stage, (int, np.integer)) or \
+                not 0 <= int(stage) < self.pipeline_stages:
+            raise ValueError(f"stage {stage!r}: must be an integer in 0..{self.pipeline_stages - 1}")
+        return int(stage)
+
+    def _check_dims(self, what: str, d_in: int, d_out: int):
+        lim = self.pipeline_limits
+        for name, value, cap in (("d_in", d_in, lim["max_in"]), ("d_out", d_out, lim["max_out"])):
+            if value < 1 or (cap and value > cap):
+                raise ValueError(f"{what}: {name} = {value}, this Pipeline takes 1..{cap or '?'}")
+
+    def _master_array(self, w, what: str) -> np.ndarray:
+        return _as_int_array(w, what, ndim=2, lo=-(1 << 31), hi=(1 << 31) - 1)
+
+    def _check_timeout(self, timeout_s):
+        timeout_s = self.default_timeout_s if timeout_s is None else timeout_s
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+            raise ValueError(f"timeout_s {timeout_s!r}: must be a positive number of seconds")
+        return timeout_s
+
+    def _check_idle(self):
+        ctrl = self.ctrl()
+        if not ctrl & AP_IDLE:
+            raise DeviceBusy(f"the accelerator is busy (ap_ctrl=0x{ctrl:x}): a previous run "
+                             f"has not finished; wait for it or call recover()")
+
+    def _weights_job(self, mode: str, stage: int, shape, w=None, timeout_s=None) -> np.ndarray:
+        d_in, d_out = shape
+        words = -(-4 * d_out // self.bus_bytes) * self.bus_bytes // 4
+        buf = self._io.allocate((d_in, words), np.int32)
+        try:
+            if w is not None:
+                buf[:, :d_out] = w
+                buf[:, d_out:] = 0
+            else:
+                buf[:] = 0
+            if hasattr(buf, "flush"):
+                buf.flush()
+            regs = {"pipe_mode": PIPE_MODES[mode], "stage": stage, "w_addr": _address(buf),
+                    "w_size": buf.nbytes, "w_stride": buf.strides[0],
+                    f"s{stage}_d_in": d_in, f"s{stage}_d_out": d_out}
+            self._run(UNIT_PIPELINE, list(regs), regs, PIPE_COUNTERS, timeout_s,
+                      f"{mode} stage {stage} [{d_in}, {d_out}]")
+            if hasattr(buf, "invalidate"):
+                buf.invalidate()
+            return np.array(buf[:, :d_out], dtype=np.int64)
+        finally:
+            _free(buf)
+
+    def load_weights(self, stage: int, w_master, *, timeout_s: float | None = None):
+        """Load stage ``stage``'s master weights ``w_master`` (int ``[d_in, d_out]``, the
+        master format: int32, Q8.24 for the default formats) into the Pipeline; its MAC
+        weights are narrowed from them on chip. The SGD velocity is not cleared."""
+        self._need_pipeline()
+        stage = self._check_stage(stage)
+        w = self._master_array(w_master, "w_master")
+        self._check_dims("w_master", *w.shape)
+        timeout_s = self._check_timeout(timeout_s)
+        self._check_idle()
+        self._weights_job("load_weights", stage, w.shape, w, timeout_s)
+        self._pipe_shapes[stage] = tuple(w.shape)
+
+    def read_weights(self, stage: int, shape=None, *, timeout_s: float | None = None) -> np.ndarray:
+        """Stage ``stage``'s master weights -> int64 ``[d_in, d_out]`` (``shape``; default the
+        shape of the last :meth:`load_weights` of that stage)."""
+        self._need_pipeline()
+        stage = self._check_stage(stage)
+        if shape is None:
+            if stage not in self._pipe_shapes:
+                raise ValueError(f"read_weights(stage={stage}): give shape=(d_in, d_out); this "
+                                 f"driver has not loaded that stage")
+            shape = self._pipe_shapes[stage]
+        if len(tuple(shape)) != 2 or not all(isinstance(v, (int, np.integer)) for v in shape):
+            raise ValueError(f"shape {shape!r}: must be (d_in, d_out)")
+        d_in, d_out = (int(v) for v in shape)
+        self._check_dims("shape", d_in, d_out)
+        timeout_s = self._check_timeout(timeout_s)
+        self._check_idle()
+        return self._weights_job("store_weights", stage, (d_in, d_out), None, timeout_s)
+
+    def train_pipeline(self, inputs, loss_grad_fn, *, microbatches: int, weights=None, dims=None,
+                       schedule="gpipe", relu=None, lr: float, wd: float = 0.0, mu: float = 0.0,
+                       fmt=None, dx: bool = True, dx_first: bool = True,
+                       timeout_s: float | None = None) -> "PipelineRun":
+        """Train on the Pipeline: ``steps = len(inputs) / microbatches`` steps under ``schedule``
+        (``gpipe``, ``1f1b-flush``, ``1f1b-async``), bit-exact with
+        :class:`gnnweave.golden.pipeline.GoldenPipeline` (``run(schedule, inputs, loss_grad_fn,
+        microbatches)``) started from the same masters (and velocity: the unit keeps it).
+
+        ``inputs``: one int array ``[rows, d_0]`` per microbatch (``fmt.act`` / ``fmt.input``).
+        ``loss_grad_fn(i, logits_q) -> dy_q``: the host's loss gradient of microbatch ``i``
+        (int ``[rows, d_K]`` in, int16 ``[rows, d_K]`` out, ``fmt.grad``); it is called while
+        the unit runs, as each microbatch's logits reach memory (the doorbell: poll
+        ``logits_done``, read the logits, write the gradient, raise ``grads_ready``).
+        ``weights``: initial master weights per stage (loaded first; None: train what is on
+        chip, then ``dims = [d_0, ..., d_K]`` is needed). ``relu``: per stage (default all
+        but the last). ``lr``/``wd``/``mu``: SGD hyper-parameters (quantised into
+        ``fmt.sgd``). ``fmt``: a :class:`~gnnweave.golden.pipeline.TrainFormat` whose
+        ``sgd`` formats are the hardware's (default ``TrainFormat()``); it fixes the shifts.
+        ``dx``: also write stage 0's input gradients. Every argument is checked before the
+        device is touched; a run past ``timeout_s`` raises :class:`AcceleratorTimeout`.
+        Returns a :class:`PipelineRun` (logits and dX per microbatch, final masters, counters).
+        """
+        from gnnweave.golden.pipeline import Schedule, TrainFormat
+        self._need_pipeline()
+        K = self.pipeline_stages
+        lim = self.pipeline_limits
+        timeout_s = self._check_timeout(timeout_s)
+        fmt = TrainFormat() if fmt is None else fmt
+        if not isinstance(fmt, TrainFormat):
+            raise ValueError(f"fmt: expected a gnnweave.golden.pipeline.TrainFormat, got {type(fmt).__name__}")
+        from gnnweave.golden.mac import SgdFormat
+        hw_sgd = SgdFormat()
+        for name in ("master", "weight", "grad", "lr", "wd", "mu"):
+            if getattr(fmt.sgd, name) != getattr(hw_sgd, name):
+                raise ValueError(f"fmt.sgd.{name} = {getattr(fmt.sgd, name)}: the hardware's is "
+                                 f"{getattr(hw_sgd, name)}")
+        if fmt.sgd.momentum not in (None, hw_sgd.master):
+            raise ValueError(f"fmt.sgd.momentum = {fmt.sgd.momentum}: the hardware's is the master format")
+        try:
+            sched = Schedule.parse(schedule)
+        except ValueError:
+            raise ValueError(f"schedule {schedule!r}: choose one of gpipe, 1f1b-flush, 1f1b-async") from None
+        if not callable(loss_grad_fn):
+            raise ValueError("loss_grad_fn: must be callable as loss_grad_fn(microbatch, logits_q)")
+        masters = None
+        if weights is not None:
+            if len(weights) != K:
+                raise ValueError(f"weights: {len(weights)} matrices, this Pipeline has {K} stages")
+            masters = [self._master_array(w, f"weights[{s}]") for s, w in enumerate(weights)]
+            dims = [masters[0].shape[0]] + [w.shape[1] for w in masters]
+            for s in range(1, K):
+                if masters[s].shape[0] != masters[s - 1].shape[1]:
+                    raise ValueError(f"weights[{s}]: {masters[s].shape[0]} rows, stage {s - 1} outputs "
+                                     f"{masters[s - 1].shape[1]} features")
+        elif dims is None:
+            raise ValueError("give weights= (initial master weights) or dims= [d_0, ..., d_K]")
+        dims = [int(d) for d in dims]
+        if len(dims) != K + 1:
+            raise ValueError(f"dims: {len(dims)} entries, a {K}-stage Pipeline needs {K + 1}")
+        for s in range(K):
+            self._check_dims(f"stage {s}", dims[s], dims[s + 1])
+        if isinstance(microbatches, bool) or not isinstance(microbatches, (int, np.integer)) or \
+                not 1 <= int(microbatches) <= 255:
+            raise ValueError(f"microbatches {microbatches!r}: must be an integer in 1..255")
+        m = int(microbatches)
+        xs = [_as_int_array(x, f"inputs[{i}]", ndim=2, lo=-32768, hi=32767) for i, x in enumerate(inputs)]
+        n = len(xs)
+        if n == 0 or n % m:
+            raise ValueError(f"inputs: {n} microbatches do not split into steps of {m}")
+        if n // m > 65535:
+            raise ValueError(f"inputs: {n // m} steps, at most 65535")
+        rows = xs[0].shape[0]
+        for i, x in enumerate(xs):
+            if x.shape != (rows, dims[0]):
+                raise ValueError(f"inputs[{i}]: shape {x.shape}, expected ({rows}, {dims[0]}) "
+                                 f"(rows of inputs[0], d_0)")
+        if rows < 1 or (lim["max_rows"] and rows > lim["max_rows"]):
+            raise ValueError(f"inputs: {rows} rows per microbatch, this Pipeline takes 1..{lim['max_rows']}")
+        if sched is Schedule.GPIPE and lim["slots"] and m > lim["slots"]:
+            raise ValueError(f"microbatches {m}: GPipe holds every microbatch of a step, this "
+                             f"Pipeline has {lim['slots']} slots (use 1f1b-flush)")
+        relu = [s < K - 1 for s in range(K)] if relu is None else list(relu)
+        if len(relu) != K or not all(isinstance(r, (bool, np.bool_, int)) and int(r) in (0, 1) for r in relu):
+            raise ValueError(f"relu: {relu!r}: expected {K} booleans")
+        lr_q, wd_q, mu_q = fmt.sgd.quantize_hyper(lr, wd, mu)
+        shifts = [(fmt.fwd_shift_at(s), fmt.dx_shift, fmt.dw_shift_at(s)) for s in range(K)]
+        for s, sh in enumerate(shifts):
+            if not all(0 <= v <= 63 for v in sh):
+                raise ValueError(f"fmt: stage {s} shifts {sh} outside 0..63")
+        self._check_idle()
+
+        if masters is not None:
+            for s, w in enumerate(masters):
+                self._weights_job("load_weights", s, w.shape, w, timeout_s)
+                self._pipe_shapes[s] = tuple(w.shape)
+        beat = self.bus_bytes
+
+        def elems(cols, size):
+            return -(-size * max(cols, 1) // beat) * beat // size
+
+        total = n * rows
+        d_last = dims[-1]
+        bufs = {}
+        try:
+            bufs["act"] = self._io.allocate((total, elems(dims[0], 2)), np.int16)
+            bufs["logits"] = self._io.allocate((total, elems(d_last, 2)), np.int16)
+            bufs["grad"] = self._io.allocate((total, elems(d_last, 2)), np.int16)
+            if dx:
+                bufs["dx"] = self._io.allocate((total, elems(dims[0], 2)), np.int16)
+            for name, b in bufs.items():
+                b[:] = 0
+            bufs["act"][:, :dims[0]] = np.concatenate(xs)
+            for b in bufs.values():
+                if hasattr(b, "flush"):
+                    b.flush()
+            regs = {"pipe_mode": PIPE_MODES["train"], "stage": 0, "schedule": int(sched),
+                    "microbatches": m, "steps": n // m, "rows": rows, "grads_ready": 0,
+                    "dx_addr": 0, "dx_size": 0, "dx_stride": 0, "w_addr": 0, "w_size": 0, "w_stride": 0}
+            for name, b in bufs.items():
+                regs.update({f"{name}_addr": _address(b), f"{name}_size": b.nbytes,
+                             f"{name}_stride": b.strides[0]})
+            for s in range(K):
+                fwd, dxs, dws = shifts[s]
+                regs.update({f"s{s}_d_in": dims[s], f"s{s}_d_out": dims[s + 1], f"s{s}_relu": int(relu[s]),
+                             f"s{s}_fwd_shift": fwd, f"s{s}_dx_shift": dxs, f"s{s}_dw_shift": dws,
+                             f"s{s}_lr": lr_q, f"s{s}_wd": wd_q, f"s{s}_mu": mu_q,
+                             f"s{s}_dx_first": int(bool(dx_first))})
+            logits: list = [None] * n
+            served = [0]
+            lg, gr = bufs["logits"], bufs["grad"]
+
+            def service():
+                done = self._read("logits_done")
+                start = served[0]
+                while served[0] < min(done, n):
+                    i = served[0]
+                    if hasattr(lg, "invalidate"):
+                        lg.invalidate()
+                    z = np.array(lg[i * rows:(i + 1) * rows, :d_last], dtype=np.int64)
+                    try:
+                        g = _as_int_array(loss_grad_fn(i, z.copy()), f"loss_grad_fn({i}, ...)", ndim=2,
+                                          lo=-32768, hi=32767)
+                        if g.shape != (rows, d_last):
+                            raise ValueError(f"loss_grad_fn({i}, ...): shape {g.shape}, expected "
+                                             f"({rows}, {d_last})")
+                    except Exception:
+                        # the unit waits for this gradient forever: take it back first
+                        if getattr(self._io, "reset", None) is not None:
+                            self.recover()
+                        raise
+                    logits[i] = z
+                    gr[i * rows:(i + 1) * rows, :d_last] = g
+                    if hasattr(gr, "flush"):
+                        gr.flush()
+                    served[0] = i + 1
+                if served[0] > start:
+                    self._write("grads_ready", served[0])
+
+            counters = self._run(UNIT_PIPELINE, list(regs), regs, PIPE_COUNTERS, timeout_s,
+                                 f"train {sched.cli_name}, {n} microbatches of {rows} rows, dims {dims}",
+                                 service=service)
+            service()     # nothing is left: every gradient was read before the run could end
+            stage_counters = [{c: self._read(f"s{s}_{c}") for c in PIPE_STAGE_COUNTERS} for s in range(K)]
+            if hasattr(lg, "invalidate"):
+                lg.invalidate()
+            dxs = None
+            if dx:
+                if hasattr(bufs["dx"], "invalidate"):
+                    bufs["dx"].invalidate()
+                dxs = [np.array(bufs["dx"][i * rows:(i + 1) * rows, :dims[0]], dtype=np.int64)
+                       for i in range(n)]
+        finally:
+            for b in bufs.values():
+                _free(b)
+        final = [self._weights_job("store_weights", s, (dims[s], dims[s + 1]), None, timeout_s)
+                 for s in range(K)]
+        for s in range(K):
+            self._pipe_shapes[s] = (dims[s], dims[s + 1])
+        return PipelineRun(logits=logits, dx=dxs, weights=final, counters=counters,
+                           stage_counters=stage_counters, schedule=sched.cli_name, microbatches=m,
+                           steps=n // m, lr_q=lr_q, wd_q=wd_q, mu_q=mu_q)
+
     def recover(self):
         """Bring a hung accelerator back: a reset where the platform offers one."""
         reset = getattr(self._io, "reset", None)
@@ -472,13 +801,16 @@ class SimAccel(_AccelCore):
     """The driver on a :class:`~gnnweave.sim.simdevice.SimDevice` without pynq."""
 
     def __init__(self, device):
-        from gnnweave.hw.configs import get_config, get_mac_config
+        from gnnweave.hw.configs import get_config, get_mac_config, get_pipeline_config
         cfg = get_config(device.config)
         mac = get_mac_config(device.config)
+        pipe = get_pipeline_config(device.config)
         self.device = device
         self._setup_core(_SimDeviceIo(device), _offsets_from_regmap(device.regmap),
                          cfg.max_feat_dim, cfg.bytes_per_beat,
-                         mac.max_depth if mac is not None else 0)
+                         mac.max_depth if mac is not None else 0,
+                         None if pipe is None else {k: getattr(pipe, k) for k in
+                                                    ("max_in", "max_out", "max_rows", "slots")})
 
 
 # ----------------------------------------------------------------------------- PYNQ
@@ -531,7 +863,9 @@ if _pynq_mod is not None:
                              _offsets_from_hwh(description.get("registers", {})),
                              _hwh_parameter(description, "C_MAX_FEAT_DIM", 64),
                              _hwh_parameter(description, "C_M_AXI_GMEM_DATA_WIDTH", 128) // 8,
-                             _hwh_parameter(description, "C_MAC_MAX_DEPTH", 0))
+                             _hwh_parameter(description, "C_MAC_MAX_DEPTH", 0),
+                             {k: _hwh_parameter(description, f"C_PIPE_{k.upper()}", 0)
+                              for k in ("max_in", "max_out", "max_rows", "slots")})
 else:
     GnnweaveAccel = None
 

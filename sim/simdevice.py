@@ -527,7 +527,8 @@ IP_NAME = "gnnweave_0"
 
 def hwh_text(regmap, *, control_base: int = CONTROL_BASE, instance: str = IP_NAME,
              vlnv: str = VLNV, mem_base: int = DEFAULT_MEM_BASE, mem_size: int = 1 << 28,
-             max_feat_dim: int = 64, bus_width: int = 128, mac_max_depth: int = 0) -> str:
+             max_feat_dim: int = 64, bus_width: int = 128, mac_max_depth: int = 0,
+             pipeline: dict | None = None) -> str:
     """A Vivado-style ``.hwh``: a Zynq UltraScale+ PS whose master maps ``instance``'s
     ``s_axi_control`` at ``control_base`` (registers from ``regmap``), and the
     accelerator's ``m_axi_gmem`` master reaching the PS's HP slave port."""
@@ -574,7 +575,10 @@ def hwh_text(regmap, *, control_base: int = CONTROL_BASE, instance: str = IP_NAM
                         ("C_S_AXI_CONTROL_DATA_WIDTH", "32"),
                         ("C_M_AXI_GMEM_DATA_WIDTH", str(bus_width)),
                         ("C_MAX_FEAT_DIM", str(max_feat_dim)),
-                        ("C_MAC_MAX_DEPTH", str(mac_max_depth))):
+                        ("C_MAC_MAX_DEPTH", str(mac_max_depth)),
+                        # the training Pipeline's limits (0: no Pipeline)
+                        *((f"C_PIPE_{k.upper()}", str((pipeline or {}).get(k, 0)))
+                          for k in ("max_in", "max_out", "max_rows", "slots"))):
         ET.SubElement(params, "PARAMETER", NAME=name, VALUE=value)
     abs_ = ET.SubElement(ip, "ADDRESSBLOCKS")
     block = ET.SubElement(abs_, "ADDRESSBLOCK", ACCESS="read-write", INTERFACE="s_axi_control",
@@ -605,9 +609,12 @@ def write_overlay(out_dir, config: str = "small", name: str = "gnnweave_sim", **
     (what ``pynq.Overlay`` takes)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    from gnnweave.hw.configs import get_config, get_mac_config
+    from gnnweave.hw.configs import get_config, get_mac_config, get_pipeline_config
     cfg = get_config(config)
     mac = get_mac_config(config)
+    pipe = get_pipeline_config(config)
+    if pipe is not None:
+        kw.setdefault("pipeline", {k: getattr(pipe, k) for k in ("max_in", "max_out", "max_rows", "slots")})
     kw.setdefault("max_feat_dim", cfg.max_feat_dim)
     kw.setdefault("mac_max_depth", mac.max_depth if mac is not None else 0)
     kw.setdefault("bus_width", cfg.bus_width)
