@@ -164,10 +164,13 @@ def cmd_device_run_pipeline(a) -> int:
     from gnnweave.golden.pipeline import bubble_formula
     from gnnweave.host.driver import open_sim_accel
     from gnnweave.sim.pipeline_unit_bench import compare_run, unit_problem
-    for name in ("microbatches", "steps", "rows"):
+    for name in ("microbatches", "steps", "rows", "poll_cycles"):
         if getattr(a, name) < 1:
             raise CommandError(f"--{name} must be >= 1, got {getattr(a, name)}")
-    accel, _device, owner = open_sim_accel(config=a.config, latency=a.latency)
+    accel, device, owner = open_sim_accel(config=a.config, latency=a.latency)
+    # simulated time passes only while the host polls: each poll lets this many cycles run,
+    # so it is the simulated host's reaction time to the doorbell (its own work takes none)
+    device.poll_cycles = a.poll_cycles
     try:
         if not accel.has_pipeline:
             raise CommandError(f"configuration {a.config!r} has no training Pipeline")
@@ -192,7 +195,8 @@ def cmd_device_run_pipeline(a) -> int:
     cycles = int(run.counters["busy_cycles"])
     report = {"unit": "pipeline", "config": a.config, "schedule": pb.schedule, "stages": k,
               "dims": dims, "rows": a.rows, "microbatches": a.microbatches, "steps": a.steps,
-              "driver": type(accel).__name__, "match": not mismatches, "mismatches": mismatches[:20],
+              "driver": type(accel).__name__, "poll_cycles": a.poll_cycles,
+              "match": not mismatches, "mismatches": mismatches[:20],
               "cycles": cycles, "grad_wait_cycles": int(run.counters["grad_wait_cycles"]),
               "bubble": round(run.bubble_fraction(), 4),
               "bubble_formula": round(bubble_formula(pb.schedule, k, a.microbatches), 4),
@@ -392,6 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
     dpipe.add_argument("--dim", type=int, default=16, help="input and hidden features")
     dpipe.add_argument("--classes", type=int, default=10, help="outputs of the last stage")
     dpipe.add_argument("--latency", type=int, default=32)
+    dpipe.add_argument("--poll-cycles", type=int, default=64,
+                       help="cycles the simulated device runs per host poll (the host's reaction "
+                            "time to the loss-gradient doorbell)")
     dpipe.add_argument("--config", default="small")
     dpipe.add_argument("--seed", type=int, default=0)
     dpipe.add_argument("--json", action="store_true")
