@@ -57,7 +57,7 @@ PIPELINE_CONFIGS: dict[str, PipelineUnitConfig | None] = {
     "small-sum": None,
     "default": PipelineUnitConfig(stages=2, lanes=4, max_in=64, max_out=64, max_rows=32, slots=8,
                                   versions=4, bus_width=128),
-    # about 170 KB of on-chip memory per stage (from the sizes above): BRAM to spare on
+    # about 200 KB of on-chip memory per stage (from the sizes above): BRAM to spare on
     # ZCU104 / KV260 beside the Aggregator and the MacArray
     "zcu104": PipelineUnitConfig(stages=3, lanes=4, max_in=64, max_out=64, max_rows=64, slots=8,
                                  versions=5, bus_width=128),
