@@ -194,12 +194,27 @@ class Rebalancer:
 
     ``update({device: seconds})`` takes the measured time of each device's share of the last
     epoch and returns a new partition, or None to keep the current one.
+
+    ``prior_weight``: the weight of the prior model in a device's first correction. 0
+    (default): the first measured ratio replaces the prior -- right for a prior from a size
+    sweep (off by 35-300 % on a skewed graph) or measured in other units (one aggregation,
+    while an epoch runs several). With a prior calibrated on the same graph in the same units
+    (:func:`~gnnweave.host.profiler.calibrate_shares`), one measured step is a second
+    estimate of the same thing, taken over a few seconds, and on a loaded host a few seconds
+    can sit inside one burst of other processes' load: in the partition benchmark (15 device
+    sets with a CPU device, loads 5-8) replacing the calibrated model by one step shortened
+    the judged makespan in 4 sets and lengthened it in 7. ``prior_weight=0.5`` averages the
+    two; for two devices the split then lies between the two splits, so its makespan is at
+    most the worse of theirs.
     """
 
     def __init__(self, graph, feat_dim: int, costs, *, devices=None, partition=None,
-                 out_dim: int | None = None, threshold: float = 0.05, smoothing: float = 0.5):
+                 out_dim: int | None = None, threshold: float = 0.05, smoothing: float = 0.5,
+                 prior_weight: float = 0.0):
         if not 0 < smoothing <= 1:
             raise ValueError(f"smoothing={smoothing}: must be in (0, 1]")
+        if not 0 <= prior_weight < 1:
+            raise ValueError(f"prior_weight={prior_weight}: must be in [0, 1)")
         if threshold < 0:
             raise ValueError(f"threshold={threshold}: must be >= 0")
         self.graph = graph
@@ -210,6 +225,7 @@ class Rebalancer:
         self.factor = {d: 1.0 for d in self.base}
         self.threshold = threshold
         self.smoothing = smoothing
+        self.prior_weight = prior_weight
         self.partition = dict(partition) if partition is not None else partition_rows(
             graph, feat_dim, self.base, out_dim=out_dim)
         unknown = set(self.partition) - set(self.base)
@@ -236,8 +252,11 @@ class Rebalancer:
         for d, t in measured_times.items():
             if predicted[d] > 0:
                 ratios[d] = ratio = t / predicted[d]
-                self.factor[d] = (1 - self.smoothing) * self.factor[d] + self.smoothing * ratio \
-                    if d in self._measured else ratio   # a first measurement replaces the prior
+                if d in self._measured:
+                    self.factor[d] = ((1 - self.smoothing) * self.factor[d]
+                                      + self.smoothing * ratio)
+                else:   # a first measurement replaces the prior, or is averaged with it
+                    self.factor[d] = self.prior_weight + (1 - self.prior_weight) * ratio
                 self._measured.add(d)
         if ratios:
             # a device never measured (no share yet) has no evidence of its own; it takes what

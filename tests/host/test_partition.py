@@ -236,3 +236,25 @@ def test_rebalancer_gives_an_idle_device_the_common_correction():
     t_b = 3 * float(costs["b"](g.indptr[-1] - g.indptr[2000], g.num_nodes - 2000))
     rb2.update({"a": float(costs["a"](g.indptr[2000], 2000)), "b": t_b})
     assert rb2.factor["b"] == pytest.approx(3.0) and rb2.factor["a"] == pytest.approx(1.0)
+
+
+def test_rebalancer_prior_weight_averages_the_first_correction():
+    g = powerlaw_graph(20000, 8, 6)
+    costs = {"a": ShareCost(per_edge_s=1e-8), "b": ShareCost(per_edge_s=3e-8)}
+    part = partition_rows(g, 16, costs)
+    pred = predict_times(g, part, costs)
+    step = {"a": 1.6 * pred["a"], "b": pred["b"]}   # one step: "a" looks 1.6x slower
+    replace = Rebalancer(g, 16, costs, partition=part, threshold=0.0)
+    averaged = Rebalancer(g, 16, costs, partition=part, threshold=0.0, prior_weight=0.5)
+    replace.update(step)
+    averaged.update(step)
+    assert replace.factor["a"] == pytest.approx(1.6) and averaged.factor["a"] == pytest.approx(1.3)
+    assert averaged.factor["b"] == pytest.approx(1.0)
+    # the averaged split lies between the prior's and the replaced one
+    cut = {name: rb.partition["a"][1] for name, rb in (("replace", replace), ("avg", averaged))}
+    assert cut["replace"] < cut["avg"] < part["a"][1]
+    # later measurements are smoothed as before
+    averaged.update({d: 1.3 * v for d, v in predict_times(g, averaged.partition, costs).items()})
+    assert averaged.factor["a"] == pytest.approx(1.3) and averaged.factor["b"] == pytest.approx(1.15)
+    with pytest.raises(ValueError, match="prior_weight=1"):
+        Rebalancer(g, 16, costs, prior_weight=1.0)
