@@ -3,11 +3,12 @@ and SGC training steps on the RTL against golden SGC.
 
 Balanced stages (``DIM -> DIM`` features, ``ROWS``-row microbatches, 4 x 4 MAC array per
 stage), every schedule, K = 1..4 stages, m in {1, 4, 16} microbatches. For GPipe and
-1F1B-flush the idle share measured from the stage counters is reported beside
-``(p-1)/(m+p-1)``, with the default ``dx_first = 1`` (``dX`` leaves before ``dW`` is
-computed, which shortens the backward critical path, so the bubble is *smaller* than the
-textbook formula; ``schedule_timeline(..., t_dx=1)`` models it) and with ``dx_first = 0``
-(the textbook order, which the formula describes). For async 1F1B the steady-state stage
+1F1B-flush the idle share measured from the stage counters (a core held waiting for
+streaming data counts as idle) is reported beside ``(p-1)/(m+p-1)``, with ``dx_first = 0``
+(the textbook order, which the formula describes: the headline, within 1 point) and with
+the default ``dx_first = 1`` (``dX`` leaves before ``dW`` is computed, which shortens the
+backward critical path, so the bubble is *smaller* than the textbook formula;
+``schedule_timeline(..., t_dx=1)`` models it). For async 1F1B the steady-state stage
 utilization (F + B + SGD cycles over the window) is reported against 0.95. Every run is
 also compared bit for bit with golden.
 

@@ -231,13 +231,19 @@ class MacCore(wiring.Component):
     the drain (nothing goes out of ``out``, no bias, no narrowing; ``done`` pulses after
     the last tile row is stored). The accumulators are then wide enough for a total
     depth of ``2**32 - 1``, so the final narrowing sees the exact full-depth sum.
+
+    ``operand_hold=True`` (opt-in; off, the core is unchanged) adds an input ``hold``: while
+    it is high the array freezes exactly as for a drain stall (no operand read is issued,
+    nothing advances), so a caller whose operands are still arriving can start a run early
+    and hold it until the data at the requested address (``a_req`` / ``b_req``) is in.
     """
 
     #: Total depth (sum over split runs) a partial-sum core's accumulators hold exactly.
     MAX_TOTAL_DEPTH = 2**32 - 1
 
     def __init__(self, *, rows: int = 4, cols: int = 4, max_dim: int = 256, max_depth: int = 256,
-                 out_width: int = 16, bias_width: int = 32, partial_sums: bool = False):
+                 out_width: int = 16, bias_width: int = 32, partial_sums: bool = False,
+                 operand_hold: bool = False):
         if not 1 <= rows <= 64 or not 1 <= cols <= 64:
             raise ValueError(f"rows/cols must be in 1..64, got {rows}x{cols}")
         self.rows, self.cols = rows, cols
@@ -245,6 +251,7 @@ class MacCore(wiring.Component):
         self.max_dim, self.max_depth = max_dim, max_depth
         self.index_bits = max(max_dim, max_depth).bit_length() + 1
         self.partial_sums = partial_sums
+        self.operand_hold = operand_hold
         self.acc_width = accumulator_width(self.MAX_TOTAL_DEPTH if partial_sums else max_depth)
         #: tiles of one max_dim x max_dim output: partial-sum store depth
         self.max_tiles = -(-max_dim // rows) * -(-max_dim // cols)
@@ -253,6 +260,8 @@ class MacCore(wiring.Component):
         ib = self.index_bits
         lanes_layout = data.ArrayLayout(signed(MAC_INPUT_WIDTH), self.lanes)
         partial = {"acc_init": In(1), "acc_keep": In(1)} if partial_sums else {}
+        if operand_hold:
+            partial["hold"] = In(1)
         super().__init__(partial | {
             "start": In(1), "busy": Out(1), "done": Out(1),
             "mode": In(MacMode), "m": In(ib), "n": In(ib), "k": In(ib),
@@ -432,7 +441,8 @@ class MacCore(wiring.Component):
         m.d.comb += [new_payload.row.eq(res_i0 + drain_row), new_payload.col.eq(res_j0),
                      new_payload.count.eq(res_cols), new_payload.last.eq(res_end & row_last)]
         # the array may hand over a finished tile in the cycle the drain emits its last row
-        m.d.comb += stall.eq(v3 & s3["last"] & res_full & ~(can_emit & row_last))
+        drain_stall = v3 & s3["last"] & res_full & ~(can_emit & row_last)
+        m.d.comb += stall.eq((drain_stall | self.hold) if self.operand_hold else drain_stall)
         saturations = Signal(32)
         with m.If(self.out.valid & self.out.ready):
             m.d.sync += out_valid.eq(0)

@@ -59,6 +59,51 @@ def _rhe_const(m, value, shift: int):
     return _wire(m, kept + ((dropped > half) | ((dropped == half) & kept[0])))
 
 
+class _FillTracker:
+    """How far a microbatch being received has arrived, for operand reads that start before
+    it is complete. Segments are expected in the *streaming order*: row block (``lanes``
+    rows) by row block, within a block word (``lanes`` columns) by word, within a word
+    row by row. ``(block, word, row)`` is the next expected segment; a segment out of
+    that order sets ``disorder`` and nothing is known until the microbatch is complete
+    (so any order stays correct, only the streaming order is fast). Call :meth:`update`
+    with the segments as they are *written* into the buffer; reset after ``last``."""
+
+    def __init__(self, m, name, *, lanes: int, ib: int, rows, words, fire, row, col, last):
+        lb = lanes.bit_length() - 1
+        self.lb, self.L = lb, lanes
+        self.block = Signal(ib, name=f"{name}_block")
+        self.word = Signal(ib, name=f"{name}_word")
+        self.row = Signal(lb + 1, name=f"{name}_row")
+        self.disorder = Signal(name=f"{name}_disorder")
+        left = Signal(ib + 1, name=f"{name}_left")
+        m.d.comb += left.eq(rows - (self.block << lb))
+        block_rows = Mux(left >= lanes, lanes, left)
+        expected = (row == (self.block << lb) + self.row) & (col == (self.word << lb))
+        with m.If(fire):
+            with m.If(last):
+                m.d.sync += [self.block.eq(0), self.word.eq(0), self.row.eq(0), self.disorder.eq(0)]
+            with m.Elif(~expected):
+                m.d.sync += self.disorder.eq(1)
+            with m.Else():
+                m.d.sync += self.row.eq(self.row + 1)
+                with m.If(self.row + 1 >= block_rows):
+                    m.d.sync += [self.row.eq(0), self.word.eq(self.word + 1)]
+                    with m.If(self.word + 1 >= words):
+                        m.d.sync += [self.word.eq(0), self.block.eq(self.block + 1)]
+
+    def has_block_word(self, row_start, col):
+        """All rows of the block of ``row_start`` have the word of column ``col``."""
+        b, w = row_start >> self.lb, col >> self.lb
+        return ~self.disorder & ((self.block > b) | ((self.block == b) & (self.word > w)))
+
+    def has_row_word(self, row, col):
+        """Row ``row`` has the word of column ``col``."""
+        b, w = row >> self.lb, col >> self.lb
+        r = row[:self.lb] if self.lb else Const(0, 1)
+        return ~self.disorder & ((self.block > b) | ((self.block == b) & (
+            (self.word > w) | ((self.word == w) & (self.row > r)))))
+
+
 class TrainStage(wiring.Component):
     """One pipeline stage (see module doc). Configuration inputs are read while running;
     keep them steady from ``start`` to ``done``."""
@@ -89,7 +134,7 @@ class TrainStage(wiring.Component):
         if weight.width > MAC_INPUT_WIDTH or master.frac < weight.frac or master.frac < grad_sum.frac:
             raise ValueError("TrainStage formats: weight <= 16 bits, master.frac >= weight.frac, grad_sum.frac")
         big = max(self.max_in, self.max_out, max_rows)
-        self.core = MacCore(rows=lanes, cols=lanes, max_dim=big, max_depth=big)
+        self.core = MacCore(rows=lanes, cols=lanes, max_dim=big, max_depth=big, operand_hold=True)
         ib = self.core.index_bits
         self.index_bits = ib
         seg = output_layout(lanes, ib, 16)
@@ -168,6 +213,10 @@ class TrainStage(wiring.Component):
         ]
         with m.If(self.act_in.valid & rx_row_ok & act.last):
             m.d.sync += rx_f.eq(rx_f + 1)
+        # how far microbatch rx_f has arrived (the first stage's forward streams on it)
+        x_fill = _FillTracker(m, "x_fill", lanes=L, ib=ib, rows=self.rows,
+                              words=(self.d_in + L - 1) >> lb, fire=self.act_in.valid & rx_row_ok,
+                              row=act.row, col=act.col, last=act.last)
 
         # ---------------------------------------------------------------- mask stash
         mask_words = S * RM * (DO // L)
@@ -212,6 +261,11 @@ class TrainStage(wiring.Component):
         # the last dY segment is written one cycle after it was accepted
         rx_b_written = Signal(24)
         m.d.sync += rx_b_written.eq(rx_b)
+        # how far dY microbatch rx_b_written has been written (the last stage's backward
+        # streams on it)
+        y_fill = _FillTracker(m, "y_fill", lanes=L, ib=ib, rows=self.rows,
+                              words=(self.d_out + L - 1) >> lb, fire=g_valid_q,
+                              row=g_pl_q.row, col=g_pl_q.col, last=g_pl_q.last)
 
         # ---------------------------------------------------------------- master/velocity/grad
         n_words = DI * DO // L
@@ -355,6 +409,24 @@ class TrainStage(wiring.Component):
             m.d.comb += [gs_wp.data[l].eq(0) for l in range(L)]
         # (DW results of consecutive segments have distinct addresses: no read-after-write hazard)
 
+        # ---------------------------------------------------------------- streaming at the ends
+        # The first stage's forward may start while its input (from the host) is still
+        # arriving, and the last stage's backward while its dY (the host's loss gradient)
+        # is: the core is held until the data it is about to read is in (x_fill / y_fill).
+        # Between stages a microbatch is handed over whole, as in the schedule model.
+        is_first = self.stage == 0
+        is_last = self.stage + 1 == self.stages
+        x_whole = rx_f > op_mb
+        y_whole = rx_b_written > b_done
+        hold = Signal()
+        x_has = (rx_f == op_mb) & x_fill.has_block_word(core.a_req.start, core.a_req.fixed)
+        y_has_dx = y_fill.has_block_word(core.a_req.start, core.a_req.fixed)
+        y_has_dw = y_fill.has_row_word(core.b_req.fixed, core.b_req.start)
+        m.d.comb += hold.eq(((phase == Phase.F_RUN) & ~x_whole & ~x_has) |
+                            ((phase == Phase.DX_RUN) & ~y_whole & ~y_has_dx) |
+                            ((phase == Phase.DW_RUN) & ~y_whole & ~y_has_dw))
+        m.d.comb += core.hold.eq(hold)
+
         # ---------------------------------------------------------------- sequencer
         m.d.comb += core.start.eq((phase == Phase.F_START) | (phase == Phase.DX_START) |
                                   (phase == Phase.DW_START))
@@ -395,12 +467,12 @@ class TrainStage(wiring.Component):
                     m.d.sync += phase.eq(Phase.DONE)
                 with m.Elif(want_f):
                     # forward of microbatch base + f_loc, once its input arrived
-                    with m.If(rx_f > base + f_loc):
+                    with m.If((rx_f > base + f_loc) | (is_first & (rx_f == base + f_loc) & rx_row_ok)):
                         m.d.sync += [op_mb.eq(base + f_loc), phase.eq(Phase.F_START)]
                     with m.Else():
                         m.d.sync += wait_c.eq(wait_c + 1)
                 with m.Elif(b_left):
-                    with m.If(rx_b_written > b_done):
+                    with m.If((rx_b_written > b_done) | (is_last & (rx_b_written == b_done))):
                         mb = Mux(gpipe, base + mbs - 1 - b_loc, base + b_loc)
                         m.d.sync += [op_mb.eq(mb), op_yslot.eq(b_done[0]),
                                      op_ver.eq(Mux(is_async, ver_of_slot[mb_slot_of(mb)], cur_ver)),
@@ -458,10 +530,13 @@ class TrainStage(wiring.Component):
         # the last U of a synchronous run is followed by a DECIDE that finds step_idx == steps
         with m.If(running):
             m.d.sync += busy_c.eq(busy_c + 1)
-            with m.If(in_f):
+            # a held core waits for data: that is idle time, not forward/backward time
+            with m.If(in_f & ~hold):
                 m.d.sync += fwd_c.eq(fwd_c + 1)
-            with m.If(in_dx | in_dw):
+            with m.If((in_dx | in_dw) & ~hold):
                 m.d.sync += bwd_c.eq(bwd_c + 1)
+            with m.If(hold):
+                m.d.sync += wait_c.eq(wait_c + 1)
             with m.If((phase == Phase.U_RUN) | (phase == Phase.U_DRAIN)):
                 m.d.sync += upd_c.eq(upd_c + 1)
         m.d.comb += [self.busy_cycles.eq(busy_c), self.fwd_cycles.eq(fwd_c), self.bwd_cycles.eq(bwd_c),

@@ -108,14 +108,35 @@ def unpack_words(v: int, width: int, n: int) -> list[int]:
 
 # ---------------------------------------------------------------- the host side of the bench
 
+def streaming_order(rows: int, cols: int, lanes: int, first_row: int = 0, end_row: int | None = None):
+    """``(row, col, last)`` of a microbatch's segments in the order a TrainStage can start
+    on before the microbatch is complete (see ``hw.train_stage._FillTracker``): row block
+    (``lanes`` rows) by row block, within a block column word by word, within a word row
+    by row. ``first_row`` / ``end_row`` (multiples of ``lanes``, or ``rows``) select whole
+    row blocks; ``last`` marks the microbatch's final segment."""
+    end_row = rows if end_row is None else end_row
+    final = (rows - 1, (cols - 1) // lanes * lanes)
+    for b0 in range(first_row, end_row, lanes):
+        for c0 in range(0, cols, lanes):
+            for r in range(b0, min(b0 + lanes, end_row)):
+                yield r, c0, (r, c0) == final
+
+
 class PipelineHost:
     """Everything the bench does around the RTL, cycle by cycle, independent of the
     simulator: ``io.set(name, int)`` / ``io.get(name) -> int`` on the top ports (``a.b``
     names a member of a stream port)."""
 
     def __init__(self, masters, inputs, loss_grad, *, schedule, microbatches, relu, lr_q, wd_q,
-                 mu_q, fmt, lanes, seg_layout, master_width, dx_first: bool = True):
+                 mu_q, fmt, lanes, seg_layout, master_width, dx_first: bool = True,
+                 segment_order: str = "streaming"):
+        if segment_order not in ("streaming", "rows"):
+            raise ValueError(f"segment_order must be 'streaming' or 'rows', got {segment_order!r}")
         self.dx_first = dx_first
+        #: "streaming": inputs and loss gradients in streaming_order (the ends of the
+        #: pipeline start on partial data); "rows": row by row, which the stages accept
+        #: too but only use once a microbatch is complete
+        self.segment_order = segment_order
         self.schedule = Schedule.parse(schedule)
         self.p = p = len(masters)
         self.masters = [np.asarray(w, dtype=np.int64) for w in masters]
@@ -136,9 +157,9 @@ class PipelineHost:
         self.outputs = [dict() for _ in range(p)]
         self.input_grads = [dict() for _ in range(p)]
         L, rows = lanes, self.rows
-        self.in_segs = [self.codec.pack(r, c0, x[r, c0:c0 + L], r == rows - 1 and c0 + L >= self.dims[0])
+        self.in_segs = [self.codec.pack(r, c0, x[r, c0:c0 + L], last)
                         for x in (np.asarray(i) for i in inputs)
-                        for r in range(rows) for c0 in range(0, self.dims[0], L)]
+                        for r, c0, last in self._order(rows, self.dims[0])]
         self.in_pos = 0
         self.f_pos, self.b_pos = [0] * p, [0] * p
         self.cur_out = [np.zeros((rows, self.dims[s + 1]), np.int64) for s in range(p)]
@@ -259,26 +280,36 @@ class PipelineHost:
         return bool(io.get("done"))
 
     def _host_loss(self, mb, row, count):
-        """Send the loss gradient of every logits row that is complete (rows finish in
-        order, one row block of the MAC array at a time)."""
+        """Send the loss gradient of every row block (``lanes`` rows, one row block of the
+        MAC array) whose logits are complete, in the streaming order (row blocks finish in
+        order; the gradient of a row needs the whole row of logits). The bench answers in
+        the cycle the block's last logits segment came out: a host, or a loss unit on chip,
+        that takes longer adds its turnaround to the last stage's backward."""
         d_out, L, rows = self.dims[-1], self.L, self.rows
         self.rows_seen[row] += count
         sent = self.dy_sent_rows.get(mb, 0)
         upto = sent
         while upto < rows and self.rows_seen[upto] == d_out:
             upto += 1
+        if upto < rows and self.segment_order == "streaming":
+            upto -= upto % L          # whole row blocks only
         if upto > sent:
             full = np.zeros_like(self.cur_out[-1])
             full[:upto] = self.cur_out[-1][:upto]
             dy = np.asarray(self.loss_grad(mb, full))
             q = self.dy_queue.setdefault(mb, [])
-            for r in range(sent, upto):
-                for c0 in range(0, d_out, L):
-                    last = r == rows - 1 and c0 + L >= d_out
-                    q.append((self.codec.pack(r, c0, dy[r, c0:c0 + L], last), last))
+            for r, c0, last in self._order(rows, d_out, sent, upto):
+                q.append((self.codec.pack(r, c0, dy[r, c0:c0 + L], last), last))
             self.dy_sent_rows[mb] = upto
         if upto == rows:
             self.rows_seen[:] = 0
+
+    def _order(self, rows, cols, first_row=0, end_row=None):
+        if self.segment_order == "streaming":
+            return streaming_order(rows, cols, self.L, first_row, end_row)
+        end_row = rows if end_row is None else end_row
+        return [(r, c0, r == rows - 1 and c0 + self.L >= cols)
+                for r in range(first_row, end_row) for c0 in range(0, cols, self.L)]
 
     def progress(self) -> str:
         return f"F done {self.f_pos}, B done {self.b_pos}"
@@ -308,7 +339,8 @@ class AmaranthIO:
 
 def run_pipeline_rtl(masters, inputs, loss_grad, *, schedule, microbatches: int, relu,
                      lr_q: int, wd_q: int = 0, mu_q: int = 0, fmt: TrainFormat = BENCH_FORMAT,
-                     lanes: int = 4, max_cycles: int = 2_000_000) -> RtlRun:
+                     lanes: int = 4, max_cycles: int = 2_000_000, dx_first: bool = True,
+                     segment_order: str = "streaming") -> RtlRun:
     """The bench on the Amaranth simulator (no Verilog toolchain; slow: small problems)."""
     from amaranth.sim import Simulator
 
@@ -318,7 +350,8 @@ def run_pipeline_rtl(masters, inputs, loss_grad, *, schedule, microbatches: int,
     host = PipelineHost(masters, inputs, loss_grad, schedule=schedule, microbatches=microbatches,
                         relu=relu, lr_q=lr_q, wd_q=wd_q, mu_q=mu_q, fmt=fmt, lanes=lanes,
                         seg_layout=dut.stage_list[0].act_out.payload.shape(),
-                        master_width=fmt.sgd.master.width)
+                        master_width=fmt.sgd.master.width, dx_first=dx_first,
+                        segment_order=segment_order)
     result = {}
 
     async def bench(ctx):

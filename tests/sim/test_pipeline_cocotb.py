@@ -42,26 +42,24 @@ def test_stages_schedules_microbatches(stages, schedule, m):
 
 
 #: Allowed |measured - predicted| bubble, in fractions. The predictions model ops with no
-#: latency between them; the RTL adds fixed handoffs (a forward waits until its whole
-#: input microbatch has streamed in; the last stage's backward waits for the host's
-#: loss-gradient turnaround: the last row block of dY is streamed back and the whole dY
-#: buffered before the backward starts). GPipe pays it once per step, 1F1B-flush once per
-#: microbatch on its critical path: measured up to 1.5 points with 32-wide stages
-#: (shrinking as 1/width).
-BUBBLE_TOL = {"gpipe": 0.01, "1f1b-flush": 0.02}
+#: latency between them. The RTL hides the host transfers at the ends (the first stage's
+#: forward streams on its arriving input, the last stage's backward on the arriving loss
+#: gradient); what is left are one-cycle handoffs between ops: measured within 0.25
+#: points with 32-wide stages.
+BUBBLE_TOL = {"gpipe": 0.01, "1f1b-flush": 0.01}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stages", [2, 4])
+@pytest.mark.parametrize("stages", [1, 2, 4])
 def test_bubble_matches_formula(stages):
     """Balanced 32-wide stages (the bench's build): with dx_first = 0 (textbook order) the
-    measured idle share is close to (p-1)/(m+p-1); with the default dx_first = 1 it is
-    smaller, close to the timing model where dX leaves after half of the backward
-    (schedule_timeline(t_dx=1))."""
+    measured idle share is within 1 point of (p-1)/(m+p-1) (0 for one stage); with the
+    default dx_first = 1 it is smaller, close to the timing model where dX leaves after
+    half of the backward (schedule_timeline(t_dx=1))."""
     from gnnweave.golden.pipeline import schedule_timeline
     cases = [dict(microbatches=m, schedule=sched, steps=1, dx_first=dxf, dim=32, rows=16,
                   seed=m, momentum=0.0)
-             for m in (4, 16) for sched in ("gpipe", "1f1b-flush") for dxf in (0, 1)]
+             for m in (1, 4, 16) for sched in ("gpipe", "1f1b-flush") for dxf in (0, 1)]
     runs = run_cocotb_pipeline_batch(stages, cases, build={"max_dim": 32, "max_rows": 16})
     by_key = {}
     for s in runs:
@@ -74,7 +72,7 @@ def test_bubble_matches_formula(stages):
         assert abs(s["bubble_fraction"] - predicted) <= BUBBLE_TOL[sched], s
         by_key[(m, sched, s["dx_first"])] = s["bubble_fraction"]
     for (m, sched, dxf), b in by_key.items():
-        if dxf:
+        if dxf and stages > 1:
             assert b < by_key[(m, sched, 0)]
 
 
