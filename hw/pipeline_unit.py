@@ -34,7 +34,7 @@ microbatches whose gradient is in memory. The unit reads a microbatch's gradient
 while its index is below ``grads_ready``, in the last stage's backward order (GPipe:
 a step's microbatches in reverse). ``grad_wait_cycles`` counts the cycles it waited for
 the host. A host that never raises ``grads_ready`` gets a run that never finishes (the
-driver times out and resets).
+driver's timeout reports it; its ``recover()`` resets the accelerator).
 
 Per stage ``s<i>_<name>``: ``d_in``, ``d_out`` (``s<i>_d_out`` must equal ``s<i+1>_d_in``),
 ``relu``, the three narrowing shifts, ``lr``/``wd``/``mu`` (raw SGD hyper-parameters) and
@@ -59,7 +59,10 @@ bit3 addr_fault, bit4 axi_error.
 
 State kept between runs: master weights and MAC weights (loaded/stored by the weight
 modes), and the SGD velocity (a TRAIN continues the momentum of the previous one; the
-golden model's ``GoldenPipeline`` object does the same when reused).
+golden model's ``GoldenPipeline`` object does the same when reused). Loading weights
+clears neither the velocity nor the weight-gradient sums: the TrainStage's host port
+writes only the masters and MAC weights (after a run aborted mid-step, or a reset, a
+partial gradient sum stays behind).
 
 Build limits: ``lanes`` a power of two whose master word (``lanes`` x 32 bits) fits one bus
 beat; ``max_in``/``max_out``/``max_rows``/``slots`` powers of two; ``slots >= stages`` and
