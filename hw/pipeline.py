@@ -40,6 +40,9 @@ def bubble_formula(schedule: int, stages: int, microbatches: int) -> float:
 #: Per-stage configuration inputs forwarded from the top as ``s<i>_<name>``.
 STAGE_CONFIG = ("rows", "d_in", "d_out", "relu", "fwd_shift", "dx_shift", "dw_shift", "lr", "wd", "mu",
                 "dx_first")
+#: Per-stage host access inputs (while idle) forwarded as ``s<i>_<name>``: master weights
+#: (``w_*``, read back on ``s<i>_w_rd_data``) and SGD velocity (``v_*``, ``s<i>_v_rd_data``).
+STAGE_HOST_INPUTS = ("w_wr_en", "w_row", "w_word", "w_wr_data", "v_wr_en", "v_row", "v_word", "v_wr_data")
 #: Per-stage counters exposed as ``s<i>_<name>``.
 STAGE_COUNTERS = ("busy_cycles", "fwd_cycles", "bwd_cycles", "upd_cycles", "wait_cycles", "mac_ops",
                   "saturations", "ops_done")
@@ -48,7 +51,8 @@ STAGE_COUNTERS = ("busy_cycles", "fwd_cycles", "bwd_cycles", "upd_cycles", "wait
 class Pipeline(wiring.Component):
     """``num_stages`` stages; every port of the chain is a top-level port (flat names, so the
     Verilog top is what a bench or a register block drives): the four end streams, per
-    stage ``s<i>_<config>`` inputs, the master-weight access port ``s<i>_w_*``, the counters
+    stage ``s<i>_<config>`` inputs, the master-weight access port ``s<i>_w_*``, the velocity
+    access port ``s<i>_v_*``, the counters
     ``s<i>_<counter>`` and monitor taps of the inner streams (``s<i>_act_fire`` /
     ``s<i>_act_data``: a segment left stage ``i`` downstream; ``s<i>_grad_*`` upstream)."""
 
@@ -68,9 +72,10 @@ class Pipeline(wiring.Component):
         seg = stream.Signature(seg_shape)
         members.update({"act_in": In(seg), "act_out": Out(seg), "grad_in": In(seg), "grad_out": Out(seg)})
         for i in range(num_stages):
-            for name in STAGE_CONFIG + ("w_wr_en", "w_row", "w_word", "w_wr_data"):
+            for name in STAGE_CONFIG + STAGE_HOST_INPUTS:
                 members[f"s{i}_{name}"] = In(sig[name].shape, init=sig[name].init)
             members[f"s{i}_w_rd_data"] = Out(sig["w_rd_data"].shape)
+            members[f"s{i}_v_rd_data"] = Out(sig["v_rd_data"].shape)
             for name in STAGE_COUNTERS:
                 members[f"s{i}_{name}"] = Out(sig[name].shape)
             members[f"s{i}_act_fire"] = Out(1)
@@ -87,9 +92,10 @@ class Pipeline(wiring.Component):
             m.d.comb += [st.start.eq(self.start), st.schedule.eq(self.schedule),
                          st.microbatches.eq(self.microbatches), st.steps.eq(self.steps),
                          st.stages.eq(self.total_stages), st.stage.eq(self.stage_offset + i)]
-            for name in STAGE_CONFIG + ("w_wr_en", "w_row", "w_word", "w_wr_data"):
+            for name in STAGE_CONFIG + STAGE_HOST_INPUTS:
                 m.d.comb += getattr(st, name).eq(getattr(self, f"s{i}_{name}"))
             m.d.comb += getattr(self, f"s{i}_w_rd_data").eq(st.w_rd_data)
+            m.d.comb += getattr(self, f"s{i}_v_rd_data").eq(st.v_rd_data)
             for name in STAGE_COUNTERS:
                 m.d.comb += getattr(self, f"s{i}_{name}").eq(getattr(st, name))
             m.d.comb += [

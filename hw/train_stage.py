@@ -154,6 +154,11 @@ class TrainStage(wiring.Component):
             "w_wr_en": In(1), "w_row": In(ib), "w_word": In(max(self.word_bits, 1)),
             "w_wr_data": In(data.ArrayLayout(signed(master.width), lanes)),
             "w_rd_data": Out(data.ArrayLayout(signed(master.width), lanes)),
+            # host access to the SGD velocity (while idle), the same way: a run resumed at a
+            # later epoch loads its momentum buffer instead of restarting it
+            "v_wr_en": In(1), "v_row": In(ib), "v_word": In(max(self.word_bits, 1)),
+            "v_wr_data": In(data.ArrayLayout(signed(self.fmt["velocity"].width), lanes)),
+            "v_rd_data": Out(data.ArrayLayout(signed(self.fmt["velocity"].width), lanes)),
             # counters (cleared at start)
             "busy_cycles": Out(32), "fwd_cycles": Out(32), "bwd_cycles": Out(32),
             "upd_cycles": Out(32), "wait_cycles": Out(32), "mac_ops": Out(48),
@@ -387,6 +392,9 @@ class TrainStage(wiring.Component):
 
         # memory port muxing: host access (idle) / DW accumulate / SGD
         with m.If(~running):
+            m.d.comb += [vl_rp.addr.eq(word_addr(self.v_row, self.v_word)),
+                         vl_wp.addr.eq(word_addr(self.v_row, self.v_word)),
+                         vl_wp.data.eq(self.v_wr_data), vl_wp.en.eq(self.v_wr_en)]
             m.d.comb += [ms_rp.addr.eq(word_addr(self.w_row, self.w_word)),
                          ms_wp.addr.eq(word_addr(self.w_row, self.w_word)),
                          ms_wp.data.eq(self.w_wr_data), ms_wp.en.eq(self.w_wr_en),
@@ -400,7 +408,8 @@ class TrainStage(wiring.Component):
                          vl_wp.addr.eq(u_addr_q), vl_wp.data.eq(new_vel), vl_wp.en.eq(u_q & use_mom),
                          wbuf.wr_en.eq(u_q), wbuf.wr.row.eq(u_row_q + (new_ver << d_shift)),
                          wbuf.wr.col.eq(u_word_q << lb), wbuf.wr.count.eq(L), wbuf.wr.data.eq(new_w)]
-        m.d.comb += [self.w_rd_data.eq(ms_rp.data), ms_rp.en.eq(1), vl_rp.en.eq(1), gs_rp.en.eq(1)]
+        m.d.comb += [self.w_rd_data.eq(ms_rp.data), self.v_rd_data.eq(vl_rp.data), ms_rp.en.eq(1),
+                     vl_rp.en.eq(1), gs_rp.en.eq(1)]
         with m.If(in_dw | dw_q):
             m.d.comb += [gs_rp.addr.eq(dw_addr), gs_wp.addr.eq(dw_addr_q), gs_wp.en.eq(dw_q)]
             m.d.comb += [gs_wp.data[l].eq(gs_rp.data[l] + dw_data_q[l]) for l in range(L)]

@@ -129,7 +129,12 @@ class PipelineHost:
 
     def __init__(self, masters, inputs, loss_grad, *, schedule, microbatches, relu, lr_q, wd_q,
                  mu_q, fmt, lanes, seg_layout, master_width, dx_first: bool = True,
-                 segment_order: str = "streaming"):
+                 segment_order: str = "streaming", velocities=None):
+        if velocities is not None and len(velocities) != len(masters):
+            raise ValueError(f"velocities has {len(velocities)} entries for {len(masters)} stages")
+        #: SGD velocity per stage (None: not loaded; the stage keeps what its memory holds)
+        self.velocities = None if velocities is None else [
+            None if v is None else np.asarray(v, dtype=np.int64) for v in velocities]
         if segment_order not in ("streaming", "rows"):
             raise ValueError(f"segment_order must be 'streaming' or 'rows', got {segment_order!r}")
         self.dx_first = dx_first
@@ -195,6 +200,21 @@ class PipelineHost:
                     yield [(f"s{s}_w_wr_en", 1), (f"s{s}_w_row", r), (f"s{s}_w_word", c0 // L),
                            (f"s{s}_w_wr_data", pack_words(chunk, self.master_width))]
             yield [(f"s{s}_w_wr_en", 0)]
+            v = self.velocities[s] if self.velocities is not None else None
+            if v is None:
+                continue
+            if v.shape != w.shape:
+                raise ValueError(f"velocities[{s}] has shape {v.shape}, masters[{s}] {w.shape}")
+            for r in range(v.shape[0]):
+                for c0 in range(0, v.shape[1], L):
+                    chunk = list(v[r, c0:c0 + L]) + [0] * (L - len(v[r, c0:c0 + L]))
+                    yield [(f"s{s}_v_wr_en", 1), (f"s{s}_v_row", r), (f"s{s}_v_word", c0 // L),
+                           (f"s{s}_v_wr_data", pack_words(chunk, self.velocity_width))]
+            yield [(f"s{s}_v_wr_en", 0)]
+
+    @property
+    def velocity_width(self) -> int:
+        return self.fmt.sgd.velocity.width
 
     def readback_addresses(self):
         L = self.L
@@ -502,6 +522,8 @@ class PipelineProblem:
     wd_q: int = 0
     mu_q: int = 0
     fmt: TrainFormat = BENCH_FORMAT
+    #: SGD velocity per stage to start from (None: zero, momentum starts afresh)
+    velocities: list | None = None
 
     @property
     def stages(self) -> int:
@@ -516,8 +538,11 @@ class PipelineProblem:
                                  grad=self.fmt.grad, scale=self.loss_scale)
 
     def golden_pipeline(self) -> GoldenPipeline:
-        return GoldenPipeline(self.masters, relu=self.relu, fmt=self.fmt, lr_q=self.lr_q,
+        pipe = GoldenPipeline(self.masters, relu=self.relu, fmt=self.fmt, lr_q=self.lr_q,
                               wd_q=self.wd_q, mu_q=self.mu_q)
+        for st, v in zip(pipe.stages, self.velocities or []):
+            st.velocity = None if v is None else np.asarray(v, dtype=np.int64).copy()
+        return pipe
 
     def run_golden(self):
         return self.golden_pipeline().run(self.schedule, self.inputs, self.loss_grad,
@@ -546,7 +571,8 @@ def _host_for(problem: PipelineProblem, seg_layout, lanes: int, dx_first: bool) 
                         schedule=problem.schedule, microbatches=problem.microbatches,
                         relu=problem.relu, lr_q=problem.lr_q, wd_q=problem.wd_q, mu_q=problem.mu_q,
                         fmt=problem.fmt, lanes=lanes, seg_layout=seg_layout,
-                        master_width=problem.fmt.sgd.master.width, dx_first=dx_first)
+                        master_width=problem.fmt.sgd.master.width, dx_first=dx_first,
+                        velocities=problem.velocities)
 
 
 def compare_problem(problem: PipelineProblem, trace, run: RtlRun) -> list[str]:
@@ -1193,8 +1219,9 @@ def sgc_problem(name: str, *, start_epoch: int = 0, rtl_epochs: int = 1, feature
     ``features``: keep only the first ``features`` columns of ``S^2 X`` (plus the bias
     column); the golden training that produces the start weights then uses exactly the
     same slice. Returns ``(problem, info)``; ``info["velocity_zero"]`` says whether the
-    golden momentum buffer was zero at ``start_epoch`` (the TrainStage has no port to
-    load the velocity, so only then does the RTL continue the golden trajectory itself)."""
+    golden momentum buffer was zero at ``start_epoch``; when it is not, the problem carries
+    it (``velocities``) and the bench loads it through the stage's velocity port, so the
+    RTL continues the golden trajectory from any epoch."""
     from gnnweave.golden.sgc import SGC_FORMAT, SgcConfig, make_pipeline, prepare_sgc
     cfg = cfg or SgcConfig()
     setup = prepare_sgc(name, cfg, data_dir)
@@ -1209,10 +1236,11 @@ def sgc_problem(name: str, *, start_epoch: int = 0, rtl_epochs: int = 1, feature
     for _ in range(start_epoch):
         pipe.run(cfg.schedule, setup.inputs, loss_grad, microbatches=cfg.microbatches)
     st = pipe.stages[0]
+    velocity_zero = st.velocity is None or not np.any(st.velocity)
     problem = PipelineProblem([st.master.copy()], list(setup.inputs) * rtl_epochs, setup.labels,
                               setup.loss_scale, cfg.schedule, cfg.microbatches, [False],
-                              pipe.lr_q, pipe.wd_q, pipe.mu_q, SGC_FORMAT)
-    velocity_zero = st.velocity is None or not np.any(st.velocity)
+                              pipe.lr_q, pipe.wd_q, pipe.mu_q, SGC_FORMAT,
+                              velocities=None if velocity_zero else [st.velocity.copy()])
     info = {"dataset": name, "start_epoch": start_epoch, "rtl_epochs": rtl_epochs,
             "d_in": int(setup.features_q.shape[1]), "classes": setup.n_classes,
             "microbatches": cfg.microbatches, "rows": [int(x.shape[0]) for x in setup.inputs],
@@ -1225,20 +1253,18 @@ def verify_sgc_rtl(name: str = "cora", *, start_epoch: int = 0, rtl_epochs: int 
                    features: int | None = None, lanes: int = 8, simulator: str = "verilator",
                    data_dir=None) -> dict:
     """Train SGC's classifier for ``rtl_epochs`` steps on the TrainStage RTL from the golden
-    weights at ``start_epoch`` and compare every logit, input gradient and the final master
-    weights bit for bit with golden. When the golden momentum buffer is zero at
-    ``start_epoch`` (epoch 0), the golden reference is the golden SGC training itself
-    (checked: ``trajectory_match``); otherwise it is the golden pipeline restarted from the
-    same masters with zero momentum (the RTL cannot be loaded with a velocity)."""
+    weights and SGD velocity at ``start_epoch`` (the velocity through the stage's velocity
+    port) and compare every logit, input gradient and the final master weights bit for bit
+    with golden. The golden reference is the golden pipeline started from the same masters
+    and velocity; ``trajectory_match`` checks that it is the golden SGC training itself
+    (the same masters as continuing the golden training for ``rtl_epochs`` epochs)."""
     problem, info = sgc_problem(name, start_epoch=start_epoch, rtl_epochs=rtl_epochs,
                                 features=features, data_dir=data_dir)
     trace = problem.run_golden()
-    trajectory = None
-    if info["velocity_zero"]:
-        pipe, cfg = info["golden_pipeline"], info["cfg"]
-        for _ in range(rtl_epochs):
-            pipe.run(cfg.schedule, info["setup"].inputs, info["loss_grad"], microbatches=cfg.microbatches)
-        trajectory = bool(np.array_equal(pipe.stages[0].master, trace.masters[0]))
+    pipe, cfg = info["golden_pipeline"], info["cfg"]
+    for _ in range(rtl_epochs):
+        pipe.run(cfg.schedule, info["setup"].inputs, info["loss_grad"], microbatches=cfg.microbatches)
+    trajectory = bool(np.array_equal(pipe.stages[0].master, trace.masters[0]))
     build = problem_build(problem, lanes=lanes)
     t0 = time.time()
     run = run_problem_rtl(problem, build=build, simulator=simulator)
@@ -1249,8 +1275,8 @@ def verify_sgc_rtl(name: str = "cora", *, start_epoch: int = 0, rtl_epochs: int 
             len(problem.inputs), "d_in": info["d_in"], "classes": info["classes"],
             "features": "all" if features is None else f"first {features} + bias",
             "rows_per_microbatch": info["rows"], "velocity_zero_at_start": info["velocity_zero"],
-            "trajectory_match": trajectory, "golden_reference": "golden SGC training" if
-            info["velocity_zero"] else "golden pipeline from the same masters, momentum restarted",
+            "trajectory_match": trajectory, "velocity_loaded": problem.velocities is not None,
+            "golden_reference": "golden pipeline from the same masters and velocity",
             "cycles": run.cycles, "sim_wall_s": round(run.wall_s, 1), "total_wall_s": round(wall, 1),
             "build": build, "lanes": lanes, "saturations": sum(c["saturations"] for c in run.counters),
             "golden_saturations": int(sum(trace.saturations))}

@@ -61,12 +61,13 @@ def test_sgc_slice_two_epochs_amaranth_from_epoch0():
 
 
 def test_sgc_slice_trained_weights_amaranth():
-    """From the weights after 30 golden epochs (momentum restarted: the TrainStage cannot
-    be loaded with a velocity)."""
+    """From the weights and SGD velocity after 30 golden epochs (the velocity loaded through
+    the stage's velocity port): the RTL continues the golden SGC training itself."""
     _need("cora")
     res = _check(verify_sgc_rtl("cora", start_epoch=30, rtl_epochs=1, features=7, lanes=4,
                                 simulator="amaranth"), 1)
-    assert res["velocity_zero_at_start"] is False and res["trajectory_match"] is None
+    assert res["velocity_zero_at_start"] is False and res["velocity_loaded"] is True
+    assert res["trajectory_match"] is True
 
 
 @pytest.mark.slow
@@ -81,4 +82,5 @@ def test_sgc_full_width_verilator_from_epoch0():
 @pytest.mark.slow
 def test_sgc_full_width_verilator_trained_weights():
     _need("cora")
-    _check(verify_sgc_rtl("cora", start_epoch=40, rtl_epochs=1, lanes=8), 1)
+    res = _check(verify_sgc_rtl("cora", start_epoch=40, rtl_epochs=1, lanes=8), 1)
+    assert res["velocity_loaded"] is True and res["trajectory_match"] is True
