@@ -285,7 +285,8 @@ if __name__ == "__main__":
               f"(load {r['load_average_1min'][0]:.1f} -> {r['load_average_1min'][1]:.1f})")
         for m in ("final", "calibrated", "step_replaces_prior", "sweep", "even"):
             b = r[m]
-            print(f"  {m[:10]:10s} {b['makespan_s'] * 1e3:8.2f} ms  vs ideal {b['vs_ideal']:+6.1%}  "
+            print(f"  {m[:10]:10s} {b['makespan_s'] * 1e3:8.2f} ms  "
+                  f"vs ideal {b['vs_ideal']:+6.1%}  "
                   f"predicted {b['predicted_makespan_s'] * 1e3:8.2f} ms, off "
                   f"{b['vs_predicted']:6.1%}")
     print("all targets met:", rep["all_meet_targets"], f"({rep['seconds']:.0f} s)")

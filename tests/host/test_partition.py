@@ -255,6 +255,7 @@ def test_rebalancer_prior_weight_averages_the_first_correction():
     assert cut["replace"] < cut["avg"] < part["a"][1]
     # later measurements are smoothed as before
     averaged.update({d: 1.3 * v for d, v in predict_times(g, averaged.partition, costs).items()})
-    assert averaged.factor["a"] == pytest.approx(1.3) and averaged.factor["b"] == pytest.approx(1.15)
+    assert averaged.factor["a"] == pytest.approx(1.3)
+    assert averaged.factor["b"] == pytest.approx(1.15)
     with pytest.raises(ValueError, match="prior_weight=1"):
         Rebalancer(g, 16, costs, prior_weight=1.0)
