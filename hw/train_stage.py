@@ -28,6 +28,19 @@ backward critical path than the textbook model, where a backward's output is rea
 only when the whole backward ends; ``dx_first = 0`` gives the textbook order); ``U``: SGD over the weight words, one word (``lanes``
 elements) per cycle, into the next version slot. The numerics are those of
 ``gnnweave.golden.mac.sgd_update`` / ``mac_*`` bit for bit.
+
+The ends of the pipeline stream: the first stage (``stage == 0``) starts a forward while
+its input microbatch is still arriving and the last stage (``stage == stages - 1``) starts
+a backward while its ``dY`` (the host's loss gradient) is; the core is held until the
+operand it is about to read has been written (``_FillTracker``: fast when the segments
+come in the streaming order, row block by row block and within a block word by word; any
+other order is still correct, the stage then waits for the whole microbatch). Held
+cycles count as ``wait_cycles``, not as forward/backward cycles. Between stages a
+microbatch is handed over whole, as in the schedule the bubble formula describes.
+
+The host reaches the master weights (``w_*``) and the SGD velocity (``v_*``) while the
+stage is idle, one word of ``lanes`` elements per cycle, so a run can resume from any
+epoch with its momentum.
 """
 from __future__ import annotations
 
