@@ -725,8 +725,10 @@ class GpuExecutor(Executor):
         return out, start.elapsed_time(stop) / 1e3
 
     def _to(self, a, dtype=None):
-        t = self.torch.from_numpy(np.ascontiguousarray(a, dtype=dtype or np.float32))
-        return t.to(self.device, non_blocking=False)
+        # torch shares memory with a read-only array and warns; copy only those (e.g. views
+        # of a cached graph), writable contiguous arrays still go over without a host copy
+        host = np.require(a, dtype=dtype or np.float32, requirements=("C", "W"))
+        return self.torch.from_numpy(host).to(self.device, non_blocking=False)
 
     def _graph(self, g: CSRGraph):
         def build():
