@@ -556,7 +556,7 @@ class _AccelCore:
     def load_weights(self, stage: int, w_master, *, timeout_s: float | None = None):
         """Load stage ``stage``'s master weights ``w_master`` (int ``[d_in, d_out]``, the
         master format: int32, Q8.24 for the default formats) into the Pipeline; its MAC
-        weights are narrowed from them on chip. The SGD velocity is not cleared."""
+        weights are narrowed from them on chip, and its SGD velocity is cleared."""
         self._need_pipeline()
         stage = self._check_stage(stage)
         w = self._master_array(w_master, "w_master")
@@ -591,7 +591,8 @@ class _AccelCore:
         """Train on the Pipeline: ``steps = len(inputs) / microbatches`` steps under ``schedule``
         (``gpipe``, ``1f1b-flush``, ``1f1b-async``), bit-exact with
         :class:`gnnweave.golden.pipeline.GoldenPipeline` (``run(schedule, inputs, loss_grad_fn,
-        microbatches)``) started from the same masters (and velocity: the unit keeps it).
+        microbatches)``) started from the same masters (with ``weights``, a fresh start, as a
+        new GoldenPipeline; without, the velocity the last run left, as the same object).
 
         ``inputs``: one int array ``[rows, d_0]`` per microbatch (``fmt.act`` / ``fmt.input``).
         ``loss_grad_fn(i, logits_q) -> dy_q``: the host's loss gradient of microbatch ``i``

@@ -11,7 +11,8 @@ Modes (``pipe_mode``, :class:`PipelineMode`)
 --------------------------------------------
 ``LOAD_WEIGHTS``  stage ``stage``'s master weights ``[d_in, d_out]`` (int32, the master
                   format, rows ``w_stride`` bytes apart from ``w_addr``) into the stage
-                  (through its ``s<i>_w_*`` port; the MAC weights are narrowed from them).
+                  (through its ``s<i>_w_*`` port; the MAC weights are narrowed from them),
+                  and the stage's SGD velocity cleared (``s<i>_v_*`` port): a fresh start.
                   Elements past ``d_out`` in a row's last word are loaded as 0.
 ``STORE_WEIGHTS`` the same matrix from the stage to memory (WSTRB covers only its bytes).
 ``TRAIN``         ``steps`` steps of ``microbatches`` microbatches under ``schedule``
@@ -58,11 +59,10 @@ the register values. Status bits share the other units' positions: bit0 config_e
 bit3 addr_fault, bit4 axi_error.
 
 State kept between runs: master weights and MAC weights (loaded/stored by the weight
-modes), and the SGD velocity (a TRAIN continues the momentum of the previous one; the
-golden model's ``GoldenPipeline`` object does the same when reused). Loading weights
-clears neither the velocity nor the weight-gradient sums: the TrainStage's host port
-writes only the masters and MAC weights (after a run aborted mid-step, or a reset, a
-partial gradient sum stays behind).
+modes), and the SGD velocity (a TRAIN continues the momentum of the previous one, as a
+reused ``GoldenPipeline`` object does; LOAD_WEIGHTS clears it, as a new one starts). The
+weight-gradient sums are not cleared by anything: a run aborted mid-step (or a reset)
+leaves a partial sum behind, which the next update adds.
 
 Build limits: ``lanes`` a power of two whose master word (``lanes`` x 32 bits) fits one bus
 beat; ``max_in``/``max_out``/``max_rows``/``slots`` powers of two; ``slots >= stages`` and
@@ -499,7 +499,10 @@ class PipelineUnitCore(Elaboratable):
         for i in range(K):
             m.d.comb += [getattr(pipe, f"s{i}_w_row").eq(w_row), getattr(pipe, f"s{i}_w_word").eq(w_word),
                          getattr(pipe, f"s{i}_w_wr_data").eq(load_word),
-                         getattr(pipe, f"s{i}_w_wr_en").eq(load_valid & (sel == i))]
+                         getattr(pipe, f"s{i}_w_wr_en").eq(load_valid & (sel == i)),
+                         # the same word of the velocity is cleared (v_wr_data stays 0)
+                         getattr(pipe, f"s{i}_v_row").eq(w_row), getattr(pipe, f"s{i}_v_word").eq(w_word),
+                         getattr(pipe, f"s{i}_v_wr_en").eq(load_valid & (sel == i))]
             rd_words.append(getattr(pipe, f"s{i}_w_rd_data"))
         rd_word = Signal(L * 32)
         m.d.comb += rd_word.eq(Array(rd_words)[sel[:3] if K > 1 else 0])

@@ -69,6 +69,9 @@ def test_train_pipeline_bit_exact_with_golden(backend, schedule):
                                     schedule=schedule, lr=0.25, wd=1e-3, mu=0.5, timeout_s=120)
         trace2 = golden.run(schedule, pb2.inputs, pb2.loss_grad, microbatches=2)
         _check(pb2, run2, trace2)
+        # loading weights again is a fresh start (velocity cleared), as a new golden model
+        run3 = _train(accel, pb2)
+        _check(pb2, run3, pb2.run_golden())
     finally:
         owner.close()
 
