@@ -61,8 +61,10 @@ bit3 addr_fault, bit4 axi_error.
 State kept between runs: master weights and MAC weights (loaded/stored by the weight
 modes), and the SGD velocity (a TRAIN continues the momentum of the previous one, as a
 reused ``GoldenPipeline`` object does; LOAD_WEIGHTS clears it, as a new one starts). The
-weight-gradient sums are not cleared by anything: a run aborted mid-step (or a reset)
-leaves a partial sum behind, which the next update adds.
+weight-gradient sums are zero after every completed step; a run aborted mid-step (or a
+reset) leaves a partial sum behind, which LOAD_WEIGHTS clears with the words it writes (the
+TrainStage zeroes a word's sum on every host weight write), so reload the weights after
+a failed run (the driver's ``train_pipeline(weights=...)`` does).
 
 Build limits: ``lanes`` a power of two whose master word (``lanes`` x 32 bits) fits one bus
 beat; ``max_in``/``max_out``/``max_rows``/``slots`` powers of two; ``slots >= stages`` and
@@ -85,6 +87,9 @@ from .top import UnitTop
 ELEM_BYTES = MAC_INPUT_WIDTH // 8
 #: Master weights in memory: int32 (the TrainStage's default master format, Q8.24).
 MASTER_BYTES = 4
+#: Build limits the driver checks before touching the device; the ``.hwh`` carries each as
+#: the IP parameter ``C_PIPE_<NAME>`` (0 in a build without a Pipeline).
+HWH_LIMITS = ("max_in", "max_out", "max_rows", "slots")
 
 
 def _is_pow2(x: int) -> bool:

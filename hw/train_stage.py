@@ -163,7 +163,9 @@ class TrainStage(wiring.Component):
             # streams
             "act_in": In(stream.Signature(seg)), "act_out": Out(stream.Signature(seg)),
             "grad_in": In(stream.Signature(seg)), "grad_out": Out(stream.Signature(seg)),
-            # host access to the master weights (while idle): write one word, read one word
+            # host access to the master weights (while idle): write one word, read one word;
+            # a write also zeroes that word's weight-gradient sum (a completed step leaves it
+            # zero; a run aborted mid-step would leave a partial sum for the next update)
             "w_wr_en": In(1), "w_row": In(ib), "w_word": In(max(self.word_bits, 1)),
             "w_wr_data": In(data.ArrayLayout(signed(master.width), lanes)),
             "w_rd_data": Out(data.ArrayLayout(signed(master.width), lanes)),
@@ -426,6 +428,10 @@ class TrainStage(wiring.Component):
         with m.If(in_dw | dw_q):
             m.d.comb += [gs_rp.addr.eq(dw_addr), gs_wp.addr.eq(dw_addr_q), gs_wp.en.eq(dw_q)]
             m.d.comb += [gs_wp.data[l].eq(gs_rp.data[l] + dw_data_q[l]) for l in range(L)]
+        with m.Elif(~running):      # a host weight write clears the word's gradient sum
+            m.d.comb += [gs_rp.addr.eq(word_addr(self.w_row, self.w_word)),
+                         gs_wp.addr.eq(word_addr(self.w_row, self.w_word)), gs_wp.en.eq(self.w_wr_en)]
+            m.d.comb += [gs_wp.data[l].eq(0) for l in range(L)]
         with m.Else():
             m.d.comb += [gs_rp.addr.eq(u_addr), gs_wp.addr.eq(u_addr_q), gs_wp.en.eq(u_q)]
             m.d.comb += [gs_wp.data[l].eq(0) for l in range(L)]

@@ -117,6 +117,30 @@ def test_loss_grad_failure_recovers_the_device(direct):
         np.testing.assert_array_equal(run.weights[s], trace.masters[s])
 
 
+def test_a_weight_load_clears_the_partial_gradient_sums_of_an_aborted_run(direct):
+    """The loss gradient fails at the second microbatch, after the first microbatch's
+    backward added its dW into the stages' gradient sums; the reset leaves those sums on
+    chip, and the next run's weight load must clear them, or its first update adds them."""
+    accel, _device = direct
+    pb = unit_problem("1f1b-flush", seed=5, microbatches=2, steps=1)
+
+    def fails_at_second(i, z):
+        if i == 1:
+            raise RuntimeError("host loss failed")
+        return pb.loss_grad(i, z)
+    with pytest.raises(RuntimeError, match="host loss failed"):
+        accel.train_pipeline(pb.inputs, fails_at_second, microbatches=2, weights=pb.masters,
+                             schedule="1f1b-flush", lr=0.25, timeout_s=60)
+    assert accel.is_idle()
+    golden = pb.golden_pipeline()
+    golden.lr_q, golden.wd_q, golden.mu_q = FMT.sgd.quantize_hyper(0.25)
+    run = accel.train_pipeline(pb.inputs, pb.loss_grad, microbatches=2, weights=pb.masters,
+                               schedule="1f1b-flush", lr=0.25, timeout_s=60)
+    trace = golden.run("1f1b-flush", pb.inputs, pb.loss_grad, microbatches=2)
+    for s in range(2):
+        np.testing.assert_array_equal(run.weights[s], trace.masters[s], err_msg=f"stage {s}")
+
+
 def test_timeout_when_the_host_never_answers(direct):
     """A loss gradient that never comes (a hung host callback cannot be simulated, so the
     timeout is shorter than one doorbell round trip): AcceleratorTimeout with the status."""
