@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 
 from .boards import Board, get_board
-from .configs import get_config, get_mac_config
+from .configs import get_config, get_mac_config, get_pipeline_config
 from .accelerator import ACCELERATOR_TOP, INSTANCE_NAME, build_regmap, unit_registers
+from .pipeline_unit import HWH_LIMITS
 from .verilog import write_accelerator_verilog
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -77,6 +78,7 @@ def write_project(board, out_dir, *, dest_dir=None, jobs: int = 4) -> Path:
     write_accelerator_verilog(board.config, src)
     regmap = build_regmap(board.config)
     mac = get_mac_config(board.config)
+    pipe = get_pipeline_config(board.config)
     units = "+".join(r.unit.name.lower() for r in unit_registers(board.config))
     ctrl_range = 1 << regmap.addr_width
     registers = "\n".join(f"    {r.name} {r.offset:#x} {r.width}" for r in regmap)
@@ -93,6 +95,9 @@ def write_project(board, out_dir, *, dest_dir=None, jobs: int = 4) -> Path:
         _fill("package_ip.tcl", {**common, "IP_SRC": _tcl_path(src), "IP_REPO": _tcl_path(out_dir / "ip_repo"),
                                  "MAX_FEAT_DIM": config.max_feat_dim, "UNITS": units,
                                  "MAC_MAX_DEPTH": mac.max_depth if mac is not None else 0, "CTRL_RANGE": ctrl_range,
+                                 # the driver's pre-device checks of the Pipeline (0: none)
+                                 **{f"PIPE_{k.upper()}": getattr(pipe, k) if pipe is not None else 0
+                                    for k in HWH_LIMITS},
                                  "REGISTERS": registers}),
     ]
     if board.has_ps:

@@ -533,6 +533,8 @@ def hwh_text(regmap, *, control_base: int = CONTROL_BASE, instance: str = IP_NAM
     ``s_axi_control`` at ``control_base`` (registers from ``regmap``), and the
     accelerator's ``m_axi_gmem`` master reaching the PS's HP slave port."""
     import xml.etree.ElementTree as ET
+
+    from gnnweave.hw.pipeline_unit import HWH_LIMITS
     high = control_base + regmap.size - 1
     root = ET.Element("EDKSYSTEM", EDWVERSION="1.2", TIMESTAMP="0", VIVADOVERSION="2022.1")
     ET.SubElement(root, "SYSTEMINFO", ARCH="zynquplus", DEVICE="xczu7ev", NAME="gnnweave_sim",
@@ -578,7 +580,7 @@ def hwh_text(regmap, *, control_base: int = CONTROL_BASE, instance: str = IP_NAM
                         ("C_MAC_MAX_DEPTH", str(mac_max_depth)),
                         # the training Pipeline's limits (0: no Pipeline)
                         *((f"C_PIPE_{k.upper()}", str((pipeline or {}).get(k, 0)))
-                          for k in ("max_in", "max_out", "max_rows", "slots"))):
+                          for k in HWH_LIMITS)):
         ET.SubElement(params, "PARAMETER", NAME=name, VALUE=value)
     abs_ = ET.SubElement(ip, "ADDRESSBLOCKS")
     block = ET.SubElement(abs_, "ADDRESSBLOCK", ACCESS="read-write", INTERFACE="s_axi_control",
@@ -610,11 +612,12 @@ def write_overlay(out_dir, config: str = "small", name: str = "gnnweave_sim", **
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     from gnnweave.hw.configs import get_config, get_mac_config, get_pipeline_config
+    from gnnweave.hw.pipeline_unit import HWH_LIMITS
     cfg = get_config(config)
     mac = get_mac_config(config)
     pipe = get_pipeline_config(config)
     if pipe is not None:
-        kw.setdefault("pipeline", {k: getattr(pipe, k) for k in ("max_in", "max_out", "max_rows", "slots")})
+        kw.setdefault("pipeline", {k: getattr(pipe, k) for k in HWH_LIMITS})
     kw.setdefault("max_feat_dim", cfg.max_feat_dim)
     kw.setdefault("mac_max_depth", mac.max_depth if mac is not None else 0)
     kw.setdefault("bus_width", cfg.bus_width)

@@ -38,7 +38,7 @@ if {[llength $irq] != 0} {
     set_property value LEVEL_HIGH $sens
 }
 # The PYNQ driver reads these from the .hwh: fixed, informational user parameters.
-foreach {pname pvalue} {C_MAX_FEAT_DIM @MAX_FEAT_DIM@ C_M_AXI_GMEM_DATA_WIDTH @BUS_WIDTH@ C_MAC_MAX_DEPTH @MAC_MAX_DEPTH@} {
+foreach {pname pvalue} {C_MAX_FEAT_DIM @MAX_FEAT_DIM@ C_M_AXI_GMEM_DATA_WIDTH @BUS_WIDTH@ C_MAC_MAX_DEPTH @MAC_MAX_DEPTH@ C_PIPE_MAX_IN @PIPE_MAX_IN@ C_PIPE_MAX_OUT @PIPE_MAX_OUT@ C_PIPE_MAX_ROWS @PIPE_MAX_ROWS@ C_PIPE_SLOTS @PIPE_SLOTS@} {
     set p [ipx::add_user_parameter $pname $core]
     set_property value_resolve_type user $p
     set_property value $pvalue $p

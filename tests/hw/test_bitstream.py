@@ -7,7 +7,8 @@ import pytest
 
 from gnnweave.hw import bitstream
 from gnnweave.hw.boards import boards, get_board
-from gnnweave.hw.configs import get_config
+from gnnweave.hw.configs import get_config, get_pipeline_config
+from gnnweave.hw.pipeline_unit import HWH_LIMITS
 
 TCLSH = shutil.which("tclsh")
 needs_tclsh = pytest.mark.skipif(TCLSH is None, reason="tclsh not installed")
@@ -59,6 +60,11 @@ def test_script_names_part_ports_and_verilog(scripts, key):
     assert "ipx::infer_core -vendor gnnweave -library hls -name gnnweave -version 1.0" in text
     assert "s_axi_control" in text and "m_axi_gmem" in text and "ap_rst_n" in text
     assert (script.parent / "src" / "gnnweave.v").read_text() == f"// fake {board.config}\n"
+    # the .hwh Vivado writes carries the limits the driver checks before touching the device
+    pipe = get_pipeline_config(board.config)
+    for name in HWH_LIMITS:
+        value = getattr(pipe, name) if pipe is not None else 0
+        assert f"C_PIPE_{name.upper()} {value}" in text, name
 
 
 def test_real_verilog_for_pynqz2(tmp_path):
