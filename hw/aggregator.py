@@ -39,7 +39,7 @@ from amaranth.lib.memory import Memory
 from gnnweave.fixed import ACC_GUARD_BITS, MEAN_RECIP_BITS, MEAN_SUM_WIDTH
 
 from .arith import round_half_even_shift, saturate
-from .axi import AXI4Signature
+from .axi import unit_bus
 from .dma import ReadPort, StreamReader, WritePort, beats_to_boundary
 
 
@@ -216,8 +216,7 @@ class AggregatorCore(Elaboratable):
 
     def __init__(self, config: AggregatorConfig = AggregatorConfig()):
         self.config = config
-        self.bus = AXI4Signature(addr_width=config.addr_width, data_width=config.bus_width,
-                                 id_width=2).create(path=("m_axi",))
+        self.bus = unit_bus(config).create(path=("m_axi",))
         self.cfg = {name: Signal(width, name=f"cfg_{name}") for name, width, _ in CONFIG_REGISTERS}
         self.stat = {name: Signal(width, name=f"stat_{name}") for name, width, _ in STATUS_REGISTERS}
         self.start = Signal()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import enum
 
-from amaranth.hdl import unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -94,3 +93,9 @@ class AXI4LiteSignature(wiring.Signature):
 def size_code(data_width: int) -> int:
     """AxSIZE for full-width beats."""
     return (data_width // 8).bit_length() - 1
+
+
+def unit_bus(config) -> AXI4Signature:
+    """The AXI4 manager port of a unit built with ``config`` (its ``addr_width`` and
+    ``bus_width``; two ID bits, as every unit uses)."""
+    return AXI4Signature(addr_width=config.addr_width, data_width=config.bus_width, id_width=2)

@@ -15,7 +15,7 @@ All clients see plain valid/ready streams; nothing here knows about graphs.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Elaboratable, Module, Mux, Signal, unsigned
+from amaranth.hdl import Elaboratable, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream
 
 from .axi import BOUNDARY_BYTES, Burst, Resp, size_code

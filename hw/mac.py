@@ -46,7 +46,6 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from gnnweave.fixed import FixedFormat
 
 #: Widest MAC operand (one DSP multiply); mirrors gnnweave.golden.mac.MAC_INPUT_WIDTH.
 MAC_INPUT_WIDTH = 16

@@ -79,7 +79,7 @@ from pathlib import Path
 
 from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal
 
-from .axi import AXI4Signature
+from .axi import unit_bus
 from .dma import ReadPort, StreamReader, WritePort, beats_to_boundary
 from .mac import MAC_INPUT_WIDTH, MacCore, MacMode, SkewedBuffer
 from .top import UnitTop
@@ -291,8 +291,7 @@ class MacArrayCore(Elaboratable):
 
     def __init__(self, config: MacArrayConfig = MacArrayConfig()):
         self.config = config
-        self.bus = AXI4Signature(addr_width=config.addr_width, data_width=config.bus_width,
-                                 id_width=2).create(path=("m_axi",))
+        self.bus = unit_bus(config).create(path=("m_axi",))
         self.cfg = {name: Signal(width, name=f"cfg_{name}") for name, width, _ in CONFIG_REGISTERS}
         self.stat = {name: Signal(width, name=f"stat_{name}") for name, width, _ in STATUS_REGISTERS}
         self.start = Signal()
@@ -648,10 +647,7 @@ class MacArrayTop(UnitTop):
 
     def __init__(self, config: MacArrayConfig = MacArrayConfig()):
         self.config = config
-        super().__init__(mac_array_regmap(config),
-                         AXI4Signature(addr_width=config.addr_width, data_width=config.bus_width,
-                                       id_width=2),
-                         lambda: MacArrayCore(config))
+        super().__init__(mac_array_regmap(config), unit_bus(config), lambda: MacArrayCore(config))
 
 
 MAC_ARRAY_TOP = "gnnweave_mac_array"
@@ -661,12 +657,5 @@ def write_mac_array_verilog(config: MacArrayConfig, out_dir, *, debug_names: boo
     """Write ``<out_dir>/gnnweave_mac_array.v`` with the Vitis port names (``ap_clk``,
     ``ap_rst_n``, ``s_axi_control_*``, ``m_axi_gmem_*``, ``interrupt``), its register map JSON
     and C header."""
-    from .verilog import to_verilog
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    top = MacArrayTop(config)
-    path = out_dir / f"{MAC_ARRAY_TOP}.v"
-    path.write_text(to_verilog(top, MAC_ARRAY_TOP, debug_names=debug_names))
-    top.regmap.to_json(out_dir / f"{MAC_ARRAY_TOP}.regmap.json")
-    (out_dir / f"{MAC_ARRAY_TOP}_regs.h").write_text(top.regmap.to_c_header())
-    return path
+    from .verilog import write_top
+    return write_top(MacArrayTop(config), MAC_ARRAY_TOP, out_dir, debug_names=debug_names)

@@ -78,7 +78,7 @@ from dataclasses import dataclass
 from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal
 from amaranth.lib import enum, fifo
 
-from .axi import AXI4Signature
+from .axi import unit_bus
 from .dma import ReadPort, WritePort, beats_to_boundary
 from .mac import MAC_INPUT_WIDTH
 from .pipeline import STAGE_COUNTERS, Pipeline
@@ -322,8 +322,7 @@ class PipelineUnitCore(Elaboratable):
         self.config = config
         self.config_registers = config_registers(config.stages)
         self.status_registers = status_registers(config.stages)
-        self.bus = AXI4Signature(addr_width=config.addr_width, data_width=config.bus_width,
-                                 id_width=2).create(path=("m_axi",))
+        self.bus = unit_bus(config).create(path=("m_axi",))
         self.cfg = {name: Signal(width, name=f"cfg_{name}") for name, width, _ in self.config_registers}
         self.stat = {name: Signal(width, name=f"stat_{name}") for name, width, _ in self.status_registers}
         self.start = Signal()
@@ -723,7 +722,4 @@ class PipelineUnitTop(UnitTop):
 
     def __init__(self, config: PipelineUnitConfig = PipelineUnitConfig()):
         self.config = config
-        super().__init__(pipeline_unit_regmap(config),
-                         AXI4Signature(addr_width=config.addr_width, data_width=config.bus_width,
-                                       id_width=2),
-                         lambda: PipelineUnitCore(config))
+        super().__init__(pipeline_unit_regmap(config), unit_bus(config), lambda: PipelineUnitCore(config))

@@ -10,7 +10,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .aggregator import AggregatorConfig, AggregatorCore, aggregator_regmap
-from .axi import AXI4LiteSignature, AXI4Signature
+from .axi import AXI4LiteSignature, AXI4Signature, unit_bus
 from .control import AxiLiteControl
 from .regmap import RegisterMap
 
@@ -55,7 +55,4 @@ class AggregatorTop(UnitTop):
 
     def __init__(self, config: AggregatorConfig = AggregatorConfig()):
         self.config = config
-        super().__init__(aggregator_regmap(config),
-                         AXI4Signature(addr_width=config.addr_width, data_width=config.bus_width,
-                                       id_width=2),
-                         lambda: AggregatorCore(config))
+        super().__init__(aggregator_regmap(config), unit_bus(config), lambda: AggregatorCore(config))

@@ -44,15 +44,15 @@ epoch with its momentum.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from gnnweave.fixed import FixedFormat
 
-from .mac import (MAC_INPUT_WIDTH, MacCore, MacMode, SkewedBuffer, _log2_exact,
-                  _round_half_even_shift, _saturate, _wire, output_layout)
+from .mac import (MAC_INPUT_WIDTH, MacCore, MacMode, SkewedBuffer, _log2_exact, _saturate,
+                  _wire, output_layout)
 
 SCHEDULE_GPIPE, SCHEDULE_1F1B_FLUSH, SCHEDULE_1F1B_ASYNC = 0, 1, 2
 

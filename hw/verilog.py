@@ -59,28 +59,29 @@ def to_verilog(component: wiring.Component, name: str, *, debug_names: bool = Fa
     return header + text
 
 
-def write_aggregator_verilog(config_name: str, out_dir, *, debug_names: bool = False) -> Path:
-    """Write ``<out_dir>/gnnweave_aggregator.v`` (and its register map JSON) for a named config."""
-    config = get_config(config_name)
+def write_top(top, name: str, out_dir, *, debug_names: bool = False, transform=None) -> Path:
+    """Write ``<out_dir>/<name>.v`` (the Vitis port names), ``<name>.regmap.json`` and the C
+    header ``<name>_regs.h`` of a top with a ``regmap``; ``transform`` edits the Verilog
+    text (e.g. a bench's memory-init compaction). Returns the Verilog path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    top = AggregatorTop(config)
-    path = out_dir / "gnnweave_aggregator.v"
-    path.write_text(to_verilog(top, "gnnweave_aggregator", debug_names=debug_names))
-    top.regmap.to_json(out_dir / "gnnweave_aggregator.regmap.json")
-    (out_dir / "gnnweave_aggregator_regs.h").write_text(top.regmap.to_c_header())
+    text = to_verilog(top, name, debug_names=debug_names)
+    path = out_dir / f"{name}.v"
+    path.write_text(transform(text) if transform is not None else text)
+    top.regmap.to_json(out_dir / f"{name}.regmap.json")
+    (out_dir / f"{name}_regs.h").write_text(top.regmap.to_c_header())
     return path
+
+
+def write_aggregator_verilog(config_name: str, out_dir, *, debug_names: bool = False) -> Path:
+    """Write ``<out_dir>/gnnweave_aggregator.v`` (and its register map JSON) for a named config."""
+    return write_top(AggregatorTop(get_config(config_name)), "gnnweave_aggregator", out_dir,
+                     debug_names=debug_names)
 
 
 def write_accelerator_verilog(config_name: str, out_dir, *, debug_names: bool = False) -> Path:
     """Write ``<out_dir>/gnnweave.v`` (every unit of the named build behind one control
     slave, :mod:`.accelerator`), its register map JSON and C header."""
     from .accelerator import ACCELERATOR_TOP, build_accelerator
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    top = build_accelerator(config_name)
-    path = out_dir / f"{ACCELERATOR_TOP}.v"
-    path.write_text(to_verilog(top, ACCELERATOR_TOP, debug_names=debug_names))
-    top.regmap.to_json(out_dir / f"{ACCELERATOR_TOP}.regmap.json")
-    (out_dir / f"{ACCELERATOR_TOP}_regs.h").write_text(top.regmap.to_c_header())
-    return path
+    return write_top(build_accelerator(config_name), ACCELERATOR_TOP, out_dir,
+                     debug_names=debug_names)

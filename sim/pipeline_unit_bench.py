@@ -137,20 +137,15 @@ def pipeline_unit_verilog(config: dict, *, debug_names: bool = False) -> Path:
     import hashlib
     import json
     from gnnweave.hw.pipeline_unit import PIPELINE_UNIT_TOP, PipelineUnitConfig, PipelineUnitTop
-    from gnnweave.hw.verilog import to_verilog
+    from gnnweave.hw.verilog import write_top
     from gnnweave.sim import runner
     from gnnweave.sim.pipeline_bench import compact_zero_memory_init
     cfg = PipelineUnitConfig(**config)
     key = hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True).encode()).hexdigest()[:10]
 
     def write(out, debug_names=False):
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        top = PipelineUnitTop(cfg)
-        path = out / f"{PIPELINE_UNIT_TOP}.v"
-        path.write_text(compact_zero_memory_init(to_verilog(top, PIPELINE_UNIT_TOP, debug_names=debug_names)))
-        top.regmap.to_json(out / f"{PIPELINE_UNIT_TOP}.regmap.json")
-        return path
+        return write_top(PipelineUnitTop(cfg), PIPELINE_UNIT_TOP, out, debug_names=debug_names,
+                         transform=compact_zero_memory_init)
     return runner.cached_verilog(f"pipeunit-{key}", write, debug_names=debug_names)
 
 
