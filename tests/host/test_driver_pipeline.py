@@ -93,50 +93,35 @@ def test_weights_round_trip_through_pynq():
         owner.close()
 
 
-def test_loss_grad_failure_recovers_the_device(direct):
+@pytest.mark.parametrize("fail_at", [0, 1])
+def test_loss_grad_failure_recovers_the_device(direct, fail_at):
+    """The host's loss gradient fails: at microbatch 0 with a wrong shape (no backward has
+    run yet), or at microbatch 1 with an exception, after microbatch 0's backward added its
+    dW into the stages' gradient sums, which the reset leaves on chip. The device is idle
+    again, and the retrain (its weight load is a fresh start: velocity and gradient sums
+    cleared) equals golden."""
     accel, _device = direct
-    pb = unit_problem("1f1b-flush", seed=4, microbatches=2, steps=1)
+    pb = unit_problem("1f1b-flush", seed=4 + fail_at, microbatches=2, steps=1)
 
-    def bad_grad(i, z):
-        return np.zeros((3, 3))               # wrong shape
-    # (the first microbatch: no backward has run, so no stage holds a partial gradient sum,
-    # which a reset would leave behind)
-    with pytest.raises(ValueError, match=r"loss_grad_fn\(0, \.\.\.\): shape \(3, 3\), expected \(5, 5\)"):
-        accel.train_pipeline(pb.inputs, bad_grad, microbatches=2, weights=pb.masters,
+    def failing_grad(i, z):
+        if i < fail_at:
+            return pb.loss_grad(i, z)
+        if fail_at == 0:
+            return np.zeros((3, 3))               # wrong shape
+        raise RuntimeError("host loss failed")
+    match = (r"loss_grad_fn\(0, \.\.\.\): shape \(3, 3\), expected \(5, 5\)" if fail_at == 0
+             else "host loss failed")
+    with pytest.raises(ValueError if fail_at == 0 else RuntimeError, match=match):
+        accel.train_pipeline(pb.inputs, failing_grad, microbatches=2, weights=pb.masters,
                              schedule="1f1b-flush", lr=0.25, timeout_s=60)
     assert accel.is_idle()
-    # the next run trains normally (a reset leaves the weights to be loaded again: it does)
     golden = pb.golden_pipeline()
     golden.lr_q, golden.wd_q, golden.mu_q = FMT.sgd.quantize_hyper(0.25)
     run = accel.train_pipeline(pb.inputs, pb.loss_grad, microbatches=2, weights=pb.masters,
                                schedule="1f1b-flush", lr=0.25, timeout_s=60)
     trace = golden.run("1f1b-flush", pb.inputs, pb.loss_grad, microbatches=2)
     for i in range(2):
-        np.testing.assert_array_equal(run.logits[i], trace.outputs[-1][i])
-    for s in range(2):
-        np.testing.assert_array_equal(run.weights[s], trace.masters[s])
-
-
-def test_a_weight_load_clears_the_partial_gradient_sums_of_an_aborted_run(direct):
-    """The loss gradient fails at the second microbatch, after the first microbatch's
-    backward added its dW into the stages' gradient sums; the reset leaves those sums on
-    chip, and the next run's weight load must clear them, or its first update adds them."""
-    accel, _device = direct
-    pb = unit_problem("1f1b-flush", seed=5, microbatches=2, steps=1)
-
-    def fails_at_second(i, z):
-        if i == 1:
-            raise RuntimeError("host loss failed")
-        return pb.loss_grad(i, z)
-    with pytest.raises(RuntimeError, match="host loss failed"):
-        accel.train_pipeline(pb.inputs, fails_at_second, microbatches=2, weights=pb.masters,
-                             schedule="1f1b-flush", lr=0.25, timeout_s=60)
-    assert accel.is_idle()
-    golden = pb.golden_pipeline()
-    golden.lr_q, golden.wd_q, golden.mu_q = FMT.sgd.quantize_hyper(0.25)
-    run = accel.train_pipeline(pb.inputs, pb.loss_grad, microbatches=2, weights=pb.masters,
-                               schedule="1f1b-flush", lr=0.25, timeout_s=60)
-    trace = golden.run("1f1b-flush", pb.inputs, pb.loss_grad, microbatches=2)
+        np.testing.assert_array_equal(run.logits[i], trace.outputs[-1][i], err_msg=f"logits {i}")
     for s in range(2):
         np.testing.assert_array_equal(run.weights[s], trace.masters[s], err_msg=f"stage {s}")
 
