@@ -41,6 +41,7 @@ from gnnweave.fixed import ACC_GUARD_BITS, MEAN_RECIP_BITS, MEAN_SUM_WIDTH
 from .arith import round_half_even_shift, saturate
 from .axi import unit_bus
 from .dma import ReadPort, StreamReader, WritePort, beats_to_boundary
+from .regmap import BUS_COUNTERS, BUSY_CYCLES, status_register
 
 
 @dataclass(frozen=True)
@@ -127,12 +128,9 @@ CONFIG_REGISTERS = (
 
 #: Registers the hardware drives.
 STATUS_REGISTERS = (
-    ("status", 32, "Status bits of the last run: " + ", ".join(
-        f"bit{s.bit_length() - 1} {s.name.lower()}" for s in Status)),
-    ("busy_cycles", 64, "Cycles from start to done"),
-    ("read_beats", 64, "R beats accepted"),
-    ("write_beats", 64, "W beats sent"),
-    ("stall_cycles", 64, "Cycles a manager channel (AR, AW, W) waited for ready"),
+    status_register(Status),
+    BUSY_CYCLES,
+    *BUS_COUNTERS,
     ("mem_wait_cycles", 64, "Busy cycles with reads outstanding and no R beat"),
     ("edges", 64, "Edges gathered (valid indices)"),
     ("rejected_indices", 64, "Indices >= num_nodes skipped"),

@@ -82,6 +82,7 @@ from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, ResetInserter, S
 from .axi import unit_bus
 from .dma import ReadPort, StreamReader, WritePort, beats_to_boundary
 from .mac import MAC_INPUT_WIDTH, MacCore, MacMode, SkewedBuffer
+from .regmap import BUSY_CYCLES, status_register
 from .top import UnitTop
 
 ELEM_BYTES = MAC_INPUT_WIDTH // 8
@@ -179,9 +180,8 @@ CONFIG_REGISTERS = (
 
 #: Registers the hardware drives.
 STATUS_REGISTERS = (
-    ("status", 32, "Status bits of the last run: " + ", ".join(
-        f"bit{s.bit_length() - 1} {s.name.lower()}" for s in Status)),
-    ("busy_cycles", 64, "Cycles from start to done"),
+    status_register(Status),
+    BUSY_CYCLES,
     ("mac_active_cycles", 64, "Cycles the array accumulated"),
     ("mac_ops", 64, "Useful multiply-accumulates (m * n * k for a complete run)"),
     ("stall_cycles", 64, "Cycles the array was frozen by its drain or by write back-pressure"),

@@ -82,6 +82,7 @@ from .axi import unit_bus
 from .dma import ReadPort, WritePort, beats_to_boundary
 from .mac import MAC_INPUT_WIDTH
 from .pipeline import STAGE_COUNTERS, Pipeline
+from .regmap import BUS_COUNTERS, BUSY_CYCLES, status_register
 from .top import UnitTop
 
 ELEM_BYTES = MAC_INPUT_WIDTH // 8
@@ -224,12 +225,9 @@ def config_registers(stages: int) -> tuple:
 def status_registers(stages: int) -> tuple:
     """Registers the hardware drives of a ``stages``-stage unit."""
     regs = [
-        ("status", 32, "Status bits of the last run: " + ", ".join(
-            f"bit{s.bit_length() - 1} {s.name.lower()}" for s in Status)),
-        ("busy_cycles", 64, "Cycles from start to done"),
-        ("read_beats", 64, "R beats accepted"),
-        ("write_beats", 64, "W beats sent"),
-        ("stall_cycles", 64, "Cycles a manager channel (AR, AW, W) waited for ready"),
+        status_register(Status),
+        BUSY_CYCLES,
+        *BUS_COUNTERS,
         ("logits_done", 32, "TRAIN: microbatches whose logits are in memory (write responses in)"),
         ("grad_wait_cycles", 64, "TRAIN: cycles the gradient reader waited for grads_ready"),
     ]

@@ -475,6 +475,22 @@ class RegisterMap:
         return ET.tostring(root, encoding="unicode") + "\n"
 
 
+def status_register(flags) -> tuple:
+    """The ``status`` declaration ``(name, width, doc)`` of a unit whose status bits are the
+    ``enum.IntFlag`` ``flags`` (the doc lists each bit)."""
+    return ("status", 32, "Status bits of the last run: " + ", ".join(
+        f"bit{s.bit_length() - 1} {s.name.lower()}" for s in flags))
+
+
+#: Counter declarations every unit on the AXI front end (:mod:`.dma`) drives the same way.
+BUSY_CYCLES = ("busy_cycles", 64, "Cycles from start to done")
+BUS_COUNTERS = (
+    ("read_beats", 64, "R beats accepted"),
+    ("write_beats", 64, "W beats sent"),
+    ("stall_cycles", 64, "Cycles a manager channel (AR, AW, W) waited for ready"),
+)
+
+
 class RegisterBuilder:
     """Collects registers in call order and allocates their offsets.
 
