@@ -39,7 +39,7 @@ from amaranth.lib.memory import Memory
 from gnnweave.fixed import ACC_GUARD_BITS, MEAN_RECIP_BITS, MEAN_SUM_WIDTH
 
 from .arith import round_half_even_shift, saturate
-from .axi import unit_bus
+from .axi import UnitCore
 from .dma import ReadPort, StreamReader, WritePort, beats_to_boundary
 from .regmap import BUS_COUNTERS, BUSY_CYCLES, status_register
 
@@ -205,7 +205,7 @@ class _EdgeState(enum.Enum, shape=3):
     DONE = 6
 
 
-class AggregatorCore(Elaboratable):
+class AggregatorCore(UnitCore):
     """The engine without its control slave: ``cfg`` signals in, AXI4 ``bus`` out.
 
     ``start`` (one cycle, while ``idle``) runs one aggregation with the values of
@@ -213,13 +213,7 @@ class AggregatorCore(Elaboratable):
     """
 
     def __init__(self, config: AggregatorConfig = AggregatorConfig()):
-        self.config = config
-        self.bus = unit_bus(config).create(path=("m_axi",))
-        self.cfg = {name: Signal(width, name=f"cfg_{name}") for name, width, _ in CONFIG_REGISTERS}
-        self.stat = {name: Signal(width, name=f"stat_{name}") for name, width, _ in STATUS_REGISTERS}
-        self.start = Signal()
-        self.idle = Signal()
-        self.done = Signal()
+        super().__init__(config, CONFIG_REGISTERS, STATUS_REGISTERS)
 
     def elaborate(self, platform):
         c = self.config

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 
+from amaranth.hdl import Elaboratable, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -99,3 +100,19 @@ def unit_bus(config) -> AXI4Signature:
     """The AXI4 manager port of a unit built with ``config`` (its ``addr_width`` and
     ``bus_width``; two ID bits, as every unit uses)."""
     return AXI4Signature(addr_width=config.addr_width, data_width=config.bus_width, id_width=2)
+
+
+class UnitCore(Elaboratable):
+    """The contract every unit of the accelerator keeps (:mod:`.accelerator`): an AXI4
+    manager ``bus`` (:func:`unit_bus`), ``cfg`` (a signal per configuration register the
+    unit reads), ``stat`` (a signal per status register it drives), ``start``, ``idle`` and
+    ``done``. Registers are ``(name, width, doc)`` declarations."""
+
+    def __init__(self, config, config_registers, status_registers):
+        self.config = config
+        self.bus = unit_bus(config).create(path=("m_axi",))
+        self.cfg = {name: Signal(width, name=f"cfg_{name}") for name, width, _ in config_registers}
+        self.stat = {name: Signal(width, name=f"stat_{name}") for name, width, _ in status_registers}
+        self.start = Signal()
+        self.idle = Signal()
+        self.done = Signal()

@@ -77,9 +77,9 @@ import enum as py_enum
 from dataclasses import dataclass
 from pathlib import Path
 
-from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
 
-from .axi import unit_bus
+from .axi import UnitCore, unit_bus
 from .dma import ReadPort, StreamReader, WritePort, beats_to_boundary
 from .mac import MAC_INPUT_WIDTH, MacCore, MacMode, SkewedBuffer
 from .regmap import BUSY_CYCLES, status_register
@@ -281,7 +281,7 @@ class BlockLoader:
                          rows_to_recv.eq(Mux(empty, 0, self.nrows))]
 
 
-class MacArrayCore(Elaboratable):
+class MacArrayCore(UnitCore):
     """The MacArray without its control slave: ``cfg`` signals in, AXI4 ``bus`` out.
 
     Same interface as :class:`~.aggregator.AggregatorCore`: ``bus``, ``cfg`` (one signal
@@ -290,13 +290,7 @@ class MacArrayCore(Elaboratable):
     """
 
     def __init__(self, config: MacArrayConfig = MacArrayConfig()):
-        self.config = config
-        self.bus = unit_bus(config).create(path=("m_axi",))
-        self.cfg = {name: Signal(width, name=f"cfg_{name}") for name, width, _ in CONFIG_REGISTERS}
-        self.stat = {name: Signal(width, name=f"stat_{name}") for name, width, _ in STATUS_REGISTERS}
-        self.start = Signal()
-        self.idle = Signal()
-        self.done = Signal()
+        super().__init__(config, CONFIG_REGISTERS, STATUS_REGISTERS)
 
     def elaborate(self, platform):
         c = self.config

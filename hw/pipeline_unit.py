@@ -78,7 +78,7 @@ from dataclasses import dataclass
 from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal
 from amaranth.lib import enum, fifo
 
-from .axi import unit_bus
+from .axi import UnitCore, unit_bus
 from .dma import ReadPort, WritePort, beats_to_boundary
 from .mac import MAC_INPUT_WIDTH
 from .pipeline import STAGE_COUNTERS, Pipeline
@@ -312,20 +312,14 @@ class RowReader(Elaboratable):
         return m
 
 
-class PipelineUnitCore(Elaboratable):
+class PipelineUnitCore(UnitCore):
     """The Pipeline without its control slave: ``cfg`` signals in, AXI4 ``bus`` out (see
     the module doc). Same interface as :class:`~.aggregator.AggregatorCore`."""
 
     def __init__(self, config: PipelineUnitConfig = PipelineUnitConfig()):
-        self.config = config
         self.config_registers = config_registers(config.stages)
         self.status_registers = status_registers(config.stages)
-        self.bus = unit_bus(config).create(path=("m_axi",))
-        self.cfg = {name: Signal(width, name=f"cfg_{name}") for name, width, _ in self.config_registers}
-        self.stat = {name: Signal(width, name=f"stat_{name}") for name, width, _ in self.status_registers}
-        self.start = Signal()
-        self.idle = Signal()
-        self.done = Signal()
+        super().__init__(config, self.config_registers, self.status_registers)
 
     def elaborate(self, platform):
         c = self.config
