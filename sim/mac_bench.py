@@ -37,6 +37,37 @@ def operand_shapes(mode, m: int, n: int, k: int) -> tuple[tuple[int, int], tuple
     return (k, m), (k, n)           # X [rows=k, m], dY [rows=k, n]
 
 
+async def load_skewed(ctx, buf, mat, lanes: int) -> int:
+    """Write ``mat`` into a :class:`~gnnweave.hw.mac.SkewedBuffer` one ``lanes``-wide row
+    segment per cycle (Amaranth simulator); returns the writes (beats)."""
+    beats = 0
+    for i in range(mat.shape[0]):
+        for j0 in range(0, mat.shape[1], lanes):
+            seg = mat[i, j0:j0 + lanes]
+            ctx.set(buf.wr_en, 1)
+            ctx.set(buf.wr.row, i)
+            ctx.set(buf.wr.col, j0)
+            ctx.set(buf.wr.count, len(seg))
+            for lane, v in enumerate(seg):
+                ctx.set(buf.wr.data[lane], int(v))
+            await ctx.tick()
+            beats += 1
+    ctx.set(buf.wr_en, 0)
+    return beats
+
+
+async def load_bias(ctx, core, bias) -> None:
+    """Clear a MacCore's bias register file, then write ``bias`` one element per cycle."""
+    ctx.set(core.bias_clear, 1)
+    await ctx.tick()
+    ctx.set(core.bias_clear, 0)
+    for v in bias:
+        ctx.set(core.bias_wr_en, 1)
+        ctx.set(core.bias_wr_data, int(v))
+        await ctx.tick()
+    ctx.set(core.bias_wr_en, 0)
+
+
 def run_mac_rtl(mode, p_mat, q_mat, *, shift: int, relu: bool = False, bias=None,
                 bias_shift: int = 0, array_rows: int = 4, array_cols: int = 4,
                 ready_pattern=None, out_width: int = 16, max_cycles: int = 5_000_000) -> dict:
@@ -61,33 +92,11 @@ def run_mac_rtl(mode, p_mat, q_mat, *, shift: int, relu: bool = False, bias=None
     mask = np.zeros((mm, nn), dtype=bool)
     res: dict = {}
 
-    async def load(ctx, buf, mat):
-        beats = 0
-        for i in range(mat.shape[0]):
-            for j0 in range(0, mat.shape[1], lanes):
-                seg = mat[i, j0:j0 + lanes]
-                ctx.set(buf.wr_en, 1)
-                ctx.set(buf.wr.row, i)
-                ctx.set(buf.wr.col, j0)
-                ctx.set(buf.wr.count, len(seg))
-                for l, v in enumerate(seg):
-                    ctx.set(buf.wr.data[l], int(v))
-                await ctx.tick()
-                beats += 1
-        ctx.set(buf.wr_en, 0)
-        return beats
-
     async def bench(ctx):
-        res["load_beats"] = await load(ctx, unit.p, p_mat) + await load(ctx, unit.q, q_mat)
+        res["load_beats"] = (await load_skewed(ctx, unit.p, p_mat, lanes)
+                             + await load_skewed(ctx, unit.q, q_mat, lanes))
         if bias is not None:
-            ctx.set(core.bias_clear, 1)
-            await ctx.tick()
-            ctx.set(core.bias_clear, 0)
-            for v in bias:
-                ctx.set(core.bias_wr_en, 1)
-                ctx.set(core.bias_wr_data, int(v))
-                await ctx.tick()
-            ctx.set(core.bias_wr_en, 0)
+            await load_bias(ctx, core, bias)
         for sig, v in ((core.mode, HwMode(int(mode))), (core.m, mm), (core.n, nn), (core.k, kk),
                        (core.shift, shift), (core.relu, int(relu)),
                        (core.use_bias, int(bias is not None)), (core.bias_shift, bias_shift)):

@@ -124,7 +124,7 @@ def _run_core_depth_split(mode, p, q, *, shift, relu=False, bias=None, bias_shif
     from amaranth.sim import Simulator
 
     from gnnweave.hw.mac import MacCore, MacMode as HwMode, SkewedBuffer, connect_operand
-    from gnnweave.sim.mac_bench import operand_shapes
+    from gnnweave.sim.mac_bench import load_bias, load_skewed, operand_shapes
 
     m_, n_, k_ = {0: (p.shape[0], q.shape[1], p.shape[1]), 1: (p.shape[0], q.shape[0], p.shape[1]),
                   2: (p.shape[1], q.shape[1], p.shape[0])}[mode]
@@ -140,33 +140,13 @@ def _run_core_depth_split(mode, p, q, *, shift, relu=False, bias=None, bias_shif
     out = np.full((m_, n_), np.iinfo(np.int64).min, dtype=np.int64)
     res = {"mac_ops": 0, "saturations": 0, "outputs": 0}
 
-    async def load(ctx, buf, mat):
-        for i in range(mat.shape[0]):
-            for j0 in range(0, mat.shape[1], core.lanes):
-                seg = mat[i, j0:j0 + core.lanes]
-                ctx.set(buf.wr_en, 1)
-                ctx.set(buf.wr.row, i)
-                ctx.set(buf.wr.col, j0)
-                ctx.set(buf.wr.count, len(seg))
-                for lane, v in enumerate(seg):
-                    ctx.set(buf.wr.data[lane], int(v))
-                await ctx.tick()
-        ctx.set(buf.wr_en, 0)
-
     async def bench(ctx):
         if bias is not None:
-            ctx.set(core.bias_clear, 1)
-            await ctx.tick()
-            ctx.set(core.bias_clear, 0)
-            for v in bias:
-                ctx.set(core.bias_wr_en, 1)
-                ctx.set(core.bias_wr_data, int(v))
-                await ctx.tick()
-            ctx.set(core.bias_wr_en, 0)
+            await load_bias(ctx, core, bias)
         for k0 in range(0, k_, max_depth):
             ks = slice(k0, min(k0 + max_depth, k_))
-            await load(ctx, pbuf, p[ks, :] if mode == 2 else p[:, ks])
-            await load(ctx, qbuf, q[:, ks] if mode == 1 else q[ks, :])
+            await load_skewed(ctx, pbuf, p[ks, :] if mode == 2 else p[:, ks], core.lanes)
+            await load_skewed(ctx, qbuf, q[:, ks] if mode == 1 else q[ks, :], core.lanes)
             for sig, v in ((core.mode, HwMode(mode)), (core.m, m_), (core.n, n_),
                            (core.k, ks.stop - ks.start), (core.shift, shift), (core.relu, int(relu)),
                            (core.use_bias, int(bias is not None)), (core.bias_shift, bias_shift),
