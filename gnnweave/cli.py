@@ -39,6 +39,18 @@ def _emit(report: dict, as_json: bool, summary_keys=()) -> None:
                 print(f"{key:>24}: {report[key]}")
 
 
+def _plain_counters(counters: dict) -> dict:
+    """Driver counters for JSON: numbers as ints, nested dicts/lists (flags) as they are."""
+    return {k: int(v) if not isinstance(v, (dict, list)) else v for k, v in counters.items()}
+
+
+def _device_run_fields(cycles: int, wall: float, counters: dict) -> dict:
+    """The timing and counter fields every ``device run`` report carries."""
+    return {"wall_seconds": round(wall, 4),
+            "sim_cycles_per_second": round(cycles / max(wall, 1e-9), 1),
+            "counters": _plain_counters(counters)}
+
+
 # ---- verify ------------------------------------------------------------------------------
 def cmd_verify_aggregate(a) -> int:
     from gnnweave.sim.verify import verify_aggregate
@@ -100,10 +112,7 @@ def cmd_device_run_aggregate(a) -> int:
               "match": mismatches == 0, "mismatches": mismatches, "cycles": cycles,
               "read_beats": int(counters["read_beats"]),
               "port_utilization": round(int(counters["read_beats"]) / max(cycles, 1), 4),
-              "wall_seconds": round(wall, 4),
-              "sim_cycles_per_second": round(cycles / max(wall, 1e-9), 1),
-              "counters": {k: int(v) if not isinstance(v, (dict, list)) else v
-                           for k, v in counters.items()}}
+              **_device_run_fields(cycles, wall, counters)}
     _emit(report, a.json, ("match", "mismatches", "cycles", "port_utilization", "wall_seconds",
                            "sim_cycles_per_second"))
     return 0 if report["match"] else 1
@@ -147,10 +156,7 @@ def cmd_device_run_mac(a) -> int:
               "mac_utilization": round(int(counters["mac_ops"]) / max(cycles * cells, 1), 4),
               "saturations": int(counters["saturations"]),
               "golden_saturations": int(golden.saturations),
-              "wall_seconds": round(wall, 4),
-              "sim_cycles_per_second": round(cycles / max(wall, 1e-9), 1),
-              "counters": {k: int(v) if not isinstance(v, (dict, list)) else v
-                           for k, v in counters.items()}}
+              **_device_run_fields(cycles, wall, counters)}
     _emit(report, a.json, ("match", "mismatches", "cycles", "mac_utilization", "wall_seconds",
                            "sim_cycles_per_second"))
     return 0 if report["match"] and report["saturations"] == report["golden_saturations"] else 1
@@ -203,8 +209,7 @@ def cmd_device_run_pipeline(a) -> int:
               "saturations": sum(int(c["saturations"]) for c in run.stage_counters),
               "golden_saturations": int(sum(trace.saturations)),
               "wall_seconds": round(wall, 4),
-              "counters": {kk: int(v) if not isinstance(v, (dict, list)) else v
-                           for kk, v in run.counters.items()},
+              "counters": _plain_counters(run.counters),
               "stage_counters": run.stage_counters}
     _emit(report, a.json, ("match", "cycles", "bubble", "bubble_formula", "grad_wait_cycles",
                            "wall_seconds"))
