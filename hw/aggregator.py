@@ -39,13 +39,13 @@ from amaranth.lib.memory import Memory
 from gnnweave.fixed import ACC_GUARD_BITS, MEAN_RECIP_BITS, MEAN_SUM_WIDTH
 
 from .arith import round_half_even_shift, saturate
-from .axi import UnitCore
+from .axi import BusParams, UnitCore
 from .dma import ReadPort, StreamReader, WritePort, beats_to_boundary
 from .regmap import BUS_COUNTERS, BUSY_CYCLES, status_register
 
 
 @dataclass(frozen=True)
-class AggregatorConfig:
+class AggregatorConfig(BusParams):
     """Build-time parameters of one Aggregator instance."""
 
     elem_width: int = 16          # feature / weight / output element width
@@ -59,8 +59,7 @@ class AggregatorConfig:
     reduce_ops: tuple = ("sum", "mean", "max")  # reductions built in (others: config error)
 
     def __post_init__(self):
-        if self.bus_width not in (64, 128, 256, 512):
-            raise ValueError(f"bus_width must be 64, 128, 256 or 512, not {self.bus_width}")
+        self.check_bus()
         if self.elem_width not in (8, 16):
             raise ValueError(f"elem_width must be 8 or 16, not {self.elem_width}")
         if not 1 <= self.max_feat_dim or self.max_feat_dim * self.elem_width > 4096 * 8:
@@ -74,10 +73,6 @@ class AggregatorConfig:
     @property
     def lanes(self) -> int:
         return self.bus_width // self.elem_width
-
-    @property
-    def bytes_per_beat(self) -> int:
-        return self.bus_width // 8
 
     @property
     def max_beats(self) -> int:

@@ -96,6 +96,30 @@ def size_code(data_width: int) -> int:
     return (data_width // 8).bit_length() - 1
 
 
+#: AXI data widths every unit supports.
+BUS_WIDTHS = (64, 128, 256, 512)
+
+
+class BusParams:
+    """What the configuration of every unit with an AXI4 manager port shares (a dataclass
+    with ``bus_width`` and ``addr_width`` fields): their checks and the beat geometry."""
+
+    def check_bus(self):
+        """Raise ``ValueError`` naming the field (``<Config>.bus_width ...``) if the bus
+        parameters are not buildable."""
+        name = type(self).__name__
+        if self.bus_width not in BUS_WIDTHS:
+            raise ValueError(f"{name}.bus_width must be "
+                             f"{', '.join(map(str, BUS_WIDTHS[:-1]))} or {BUS_WIDTHS[-1]}, "
+                             f"not {self.bus_width}")
+        if not 32 <= self.addr_width <= 64:
+            raise ValueError(f"{name}.addr_width must be in 32..64, got {self.addr_width}")
+
+    @property
+    def bytes_per_beat(self) -> int:
+        return self.bus_width // 8
+
+
 def unit_bus(config) -> AXI4Signature:
     """The AXI4 manager port of a unit built with ``config`` (its ``addr_width`` and
     ``bus_width``; two ID bits, as every unit uses)."""

@@ -46,9 +46,19 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from .axi import BusParams
+
 
 #: Widest MAC operand (one DSP multiply); mirrors gnnweave.golden.mac.MAC_INPUT_WIDTH.
 MAC_INPUT_WIDTH = 16
+
+
+class MacBusParams(BusParams):
+    """:class:`~.axi.BusParams` of a unit whose bus carries int16 MAC operands."""
+
+    @property
+    def elems_per_beat(self) -> int:
+        return self.bus_width // MAC_INPUT_WIDTH
 
 
 class MacMode(enum.Enum, shape=2):

@@ -81,7 +81,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
 
 from .axi import UnitCore, unit_bus
 from .dma import ReadPort, StreamReader, WritePort, beats_to_boundary
-from .mac import MAC_INPUT_WIDTH, MacCore, MacMode, SkewedBuffer
+from .mac import MAC_INPUT_WIDTH, MacBusParams, MacCore, MacMode, SkewedBuffer
 from .regmap import BUSY_CYCLES, status_register
 from .top import UnitTop
 
@@ -94,7 +94,7 @@ def _pow2(x: int) -> int:
 
 
 @dataclass(frozen=True)
-class MacArrayConfig:
+class MacArrayConfig(MacBusParams):
     """Build-time parameters of one MacArray instance."""
 
     rows: int = 4              # array rows (output rows per tile)
@@ -106,8 +106,7 @@ class MacArrayConfig:
     max_burst: int = 16        # beats per read burst
 
     def __post_init__(self):
-        if self.bus_width not in (64, 128, 256, 512):
-            raise ValueError(f"MacArrayConfig.bus_width must be 64, 128, 256 or 512, not {self.bus_width}")
+        self.check_bus()
         if not 1 <= self.rows <= 64 or not 1 <= self.cols <= 64:
             raise ValueError(f"MacArrayConfig.rows/cols must be in 1..64, got {self.rows}x{self.cols}")
         if self.cols & (self.cols - 1):
@@ -127,16 +126,6 @@ class MacArrayConfig:
             raise ValueError(f"MacArrayConfig.max_depth must be <= 4096, got {self.max_depth}")
         if not 1 <= self.max_burst <= 256:
             raise ValueError(f"MacArrayConfig.max_burst must be in 1..256, got {self.max_burst}")
-        if not 32 <= self.addr_width <= 64:
-            raise ValueError(f"MacArrayConfig.addr_width must be in 32..64, got {self.addr_width}")
-
-    @property
-    def bytes_per_beat(self) -> int:
-        return self.bus_width // 8
-
-    @property
-    def elems_per_beat(self) -> int:
-        return self.bus_width // MAC_INPUT_WIDTH
 
     @property
     def cells(self) -> int:

@@ -80,7 +80,7 @@ from amaranth.lib import enum, fifo
 
 from .axi import UnitCore, unit_bus
 from .dma import ReadPort, WritePort, beats_to_boundary
-from .mac import MAC_INPUT_WIDTH
+from .mac import MAC_INPUT_WIDTH, MacBusParams
 from .pipeline import STAGE_COUNTERS, Pipeline
 from .regmap import BUS_COUNTERS, BUSY_CYCLES, status_register
 from .top import UnitTop
@@ -114,7 +114,7 @@ class Status(py_enum.IntFlag):
 
 
 @dataclass(frozen=True)
-class PipelineUnitConfig:
+class PipelineUnitConfig(MacBusParams):
     """Build-time parameters of one Pipeline unit."""
 
     stages: int = 2
@@ -134,8 +134,7 @@ class PipelineUnitConfig:
             raise ValueError(f"PipelineUnitConfig.{msg}")
         if not 1 <= self.stages <= 8:
             bad(f"stages must be in 1..8, got {self.stages}")
-        if self.bus_width not in (64, 128, 256, 512):
-            bad(f"bus_width must be 64, 128, 256 or 512, not {self.bus_width}")
+        self.check_bus()
         if not _is_pow2(self.lanes) or self.lanes * 8 * MASTER_BYTES > self.bus_width:
             bad(f"lanes must be a power of two with lanes * 32 <= bus_width ({self.bus_width}), "
                 f"got {self.lanes}")
@@ -155,16 +154,6 @@ class PipelineUnitConfig:
                 f"got {self.versions}")
         if not 1 <= self.max_burst <= 256 or self.max_burst > self.fifo_beats:
             bad(f"max_burst must be in 1..min(256, fifo_beats={self.fifo_beats}), got {self.max_burst}")
-        if not 32 <= self.addr_width <= 64:
-            bad(f"addr_width must be in 32..64, got {self.addr_width}")
-
-    @property
-    def bytes_per_beat(self) -> int:
-        return self.bus_width // 8
-
-    @property
-    def elems_per_beat(self) -> int:
-        return self.bus_width // MAC_INPUT_WIDTH
 
     def pipeline(self) -> Pipeline:
         """The Pipeline this unit wraps (TrainStage default formats: the bench's)."""

@@ -55,6 +55,7 @@ def test_core_interface_matches_the_aggregator_core():
     ({"max_dim": 4, "rows": 4, "cols": 4}, "multiple of 8 \\(int16 elements per bus beat\\)"),
     ({"max_depth": 8192}, "max_depth must be <= 4096"),
     ({"max_burst": 0}, "max_burst"),
+    ({"addr_width": 16}, "MacArrayConfig.addr_width must be in 32..64, got 16"),
 ])
 def test_bad_configs_name_the_field(kwargs, match):
     with pytest.raises(ValueError, match=match):

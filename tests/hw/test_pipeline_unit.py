@@ -22,6 +22,7 @@ from gnnweave.host import driver
     (dict(stages=3, versions=4), r"versions must be >= stages \+ 2 \(5\)"),
     (dict(max_burst=64), r"max_burst must be in 1..min\(256, fifo_beats=32\), got 64"),
     (dict(bus_width=96), r"bus_width must be 64, 128, 256 or 512, not 96"),
+    (dict(addr_width=72), r"addr_width must be in 32..64, got 72"),
 ])
 def test_config_errors_name_the_field(kw, msg):
     with pytest.raises(ValueError, match=r"PipelineUnitConfig\." + msg):
