@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gnnweave.fixed import FixedFormat
-from gnnweave.golden.mac import SgdFormat, master_to_weight
+from gnnweave.golden.mac import SgdFormat
 from gnnweave.hw.pipeline import STAGE_COUNTERS
 from gnnweave.golden.pipeline import (GoldenPipeline, OpKind, Schedule, TrainFormat,
                                       bubble_formula, max_in_flight, softmax_xent_grad, stage_ops)
@@ -362,8 +362,6 @@ def run_pipeline_rtl(masters, inputs, loss_grad, *, schedule, microbatches: int,
                      lanes: int = 4, max_cycles: int = 2_000_000, dx_first: bool = True,
                      segment_order: str = "streaming") -> RtlRun:
     """The bench on the Amaranth simulator (no Verilog toolchain; slow: small problems)."""
-    from amaranth.sim import Simulator
-
     p = len(masters)
     dims = [masters[0].shape[0]] + [w.shape[1] for w in masters]
     dut = build_pipeline(p, dims, inputs[0].shape[0], microbatches, schedule, lanes, fmt)
@@ -372,47 +370,7 @@ def run_pipeline_rtl(masters, inputs, loss_grad, *, schedule, microbatches: int,
                         seg_layout=dut.stage_list[0].act_out.payload.shape(),
                         master_width=fmt.sgd.master.width, dx_first=dx_first,
                         segment_order=segment_order)
-    result = {}
-
-    async def bench(ctx):
-        io = AmaranthIO(dut, ctx)
-        for name, value in host.config():
-            io.set(name, value)
-        for writes in host.weight_writes():
-            for name, value in writes:
-                io.set(name, value)
-            await ctx.tick()
-        io.set("start", 1)
-        await ctx.tick()
-        io.set("start", 0)
-        cycles = 0
-        while True:
-            host.drive(io)
-            done = host.sample(io)
-            await ctx.tick()
-            cycles += 1
-            if done:
-                break
-            if cycles > max_cycles:
-                raise RuntimeError(f"pipeline RTL did not finish in {max_cycles} cycles ({host.progress()})")
-        result["cycles"] = cycles
-        result["counters"] = [{name: io.get(f"s{s}_{name}") for name in STAGE_COUNTERS}
-                              for s in range(p)]
-        got = [np.zeros_like(w) for w in host.masters]
-        for s, r, c0, writes in host.readback_addresses():
-            for name, value in writes:
-                io.set(name, value)
-            await ctx.tick()
-            host.collect_master(got, s, r, c0, io.get(f"s{s}_w_rd_data"))
-        result["masters"] = got
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    t0 = time.time()
-    sim.run()
-    return RtlRun(host.outputs, host.input_grads, result["masters"], result["counters"],
-                  result["cycles"], time.time() - t0)
+    return _simulate_amaranth(dut, host, p, max_cycles)
 
 
 class DevicesIO:
@@ -639,17 +597,26 @@ def _rtl_top(problem, build, devices):
 
 
 def _run_problem_amaranth(problem, build, devices, link_delay, dx_first, max_cycles) -> RtlRun:
-    from amaranth.sim import Simulator
     dut = _rtl_top(problem, build, devices)
     seg = segment_layout(problem.fmt, problem.stages, **build)
     host = _host_for(problem, seg, build["lanes"], dx_first)
-    p = problem.stages
+    wrap = (lambda io: DevicesIO(io, devices, link_delay)) if devices else None
+    return _simulate_amaranth(dut, host, problem.stages, max_cycles, wrap)
+
+
+def _simulate_amaranth(dut, host: "PipelineHost", stages: int, max_cycles: int,
+                       wrap_io=None) -> RtlRun:
+    """Run ``host`` against ``dut`` on the Amaranth simulator: configure, load the weights,
+    start, drive and sample every cycle until the host has every result, then read the
+    counters and the master weights back. ``wrap_io`` wraps the simulator's port access
+    (:class:`DevicesIO` for a pipeline split over devices)."""
+    from amaranth.sim import Simulator
     result = {}
 
     async def bench(ctx):
         io = AmaranthIO(dut, ctx)
-        if devices:
-            io = DevicesIO(io, devices, link_delay)
+        if wrap_io is not None:
+            io = wrap_io(io)
             io.idle_links()
         for name, value in host.config():
             io.set(name, value)
@@ -672,7 +639,7 @@ def _run_problem_amaranth(problem, build, devices, link_delay, dx_first, max_cyc
                 raise RuntimeError(f"pipeline RTL did not finish in {max_cycles} cycles ({host.progress()})")
         result["cycles"] = cycles
         result["counters"] = [{name: io.get(f"s{s}_{name}") for name in STAGE_COUNTERS}
-                              for s in range(p)]
+                              for s in range(stages)]
         got = [np.zeros_like(w) for w in host.masters]
         for s, r, c0, writes in host.readback_addresses():
             for name, value in writes:
