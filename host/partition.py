@@ -15,7 +15,8 @@ is feasible when the last device reaches row ``N``. ``method="even"`` cuts at eq
 counts instead.
 
 :class:`Rebalancer` corrects each device's model by the ratio of measured to predicted time
-after every epoch (exponentially smoothed) and re-partitions only when the re-partition is
+after every epoch (exponentially smoothed, or the median of the last few epochs' ratios:
+``window``) and re-partitions only when the re-partition is
 predicted to cut the makespan by more than ``threshold`` (hysteresis: noise of a few percent
 on a balanced split predicts a gain below the threshold, so the split stays put).
 
@@ -206,17 +207,29 @@ class Rebalancer:
     the judged makespan in 4 sets and lengthened it in 7. ``prior_weight=0.5`` averages the
     two; for two devices the split then lies between the two splits, so its makespan is at
     most the worse of theirs.
+
+    ``window``: None (default) smooths each device's correction exponentially
+    (``smoothing``). An integer keeps the last ``window`` corrections of each device (the
+    first correction, then each later measured ratio) and uses their median: on a host whose
+    speed comes in bursts (a neighbour's memory traffic slowing one shard's calls 1.5-3x for a
+    second), one disturbed epoch moves an exponential average by ``smoothing`` times the
+    burst, and the split with it, while a median of 5 ignores up to 2 disturbed epochs and
+    still follows a lasting change after 3.
     """
 
     def __init__(self, graph, feat_dim: int, costs, *, devices=None, partition=None,
                  out_dim: int | None = None, threshold: float = 0.05, smoothing: float = 0.5,
-                 prior_weight: float = 0.0):
+                 prior_weight: float = 0.0, window: int | None = None):
         if not 0 < smoothing <= 1:
             raise ValueError(f"smoothing={smoothing}: must be in (0, 1]")
         if not 0 <= prior_weight < 1:
             raise ValueError(f"prior_weight={prior_weight}: must be in [0, 1)")
         if threshold < 0:
             raise ValueError(f"threshold={threshold}: must be >= 0")
+        if window is not None and (int(window) != window or window < 1):
+            raise ValueError(f"window={window}: must be an integer >= 1 or None")
+        self.window = None if window is None else int(window)
+        self._corrections: dict[str, list[float]] = {}
         self.graph = graph
         self.feat_dim = feat_dim
         self.out_dim = out_dim
@@ -252,11 +265,16 @@ class Rebalancer:
         for d, t in measured_times.items():
             if predicted[d] > 0:
                 ratios[d] = ratio = t / predicted[d]
-                if d in self._measured:
+                if d not in self._measured:   # a first measurement replaces the prior,
+                    # or is averaged with it
+                    self.factor[d] = self.prior_weight + (1 - self.prior_weight) * ratio
+                    self._corrections[d] = [self.factor[d]]
+                elif self.window is not None:
+                    self._corrections[d] = (self._corrections[d] + [ratio])[-self.window:]
+                    self.factor[d] = float(np.median(self._corrections[d]))
+                else:
                     self.factor[d] = ((1 - self.smoothing) * self.factor[d]
                                       + self.smoothing * ratio)
-                else:   # a first measurement replaces the prior, or is averaged with it
-                    self.factor[d] = self.prior_weight + (1 - self.prior_weight) * ratio
                 self._measured.add(d)
         if ratios:
             # a device never measured (no share yet) has no evidence of its own; it takes what

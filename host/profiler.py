@@ -410,7 +410,7 @@ def share_seconds(executor, graph, x, rows, *, reduce: str = "sum", clock: str =
 
 def measure_share_samples(tasks, graph, x, *, rounds: int = 5, seed: int = 0,
                           reduce: str = "sum", clock: str = "auto", warmup="auto",
-                          transfers: bool = True) -> dict:
+                          transfers: bool = True, groups=None) -> dict:
     """Device times of each ``(executor, (lo, hi))`` in ``tasks`` over ``rounds`` rounds, each
     round in a fresh random order (so drifting load hits all tasks alike). Deterministic
     (modelled) devices are measured once. Returns ``{task index: [seconds, ...]}``.
@@ -425,16 +425,35 @@ def measure_share_samples(tasks, graph, x, *, rounds: int = 5, seed: int = 0,
     warm-up before every share doubles the time a round takes, time better spent on more
     rounds: on a shared 2-core host one share's CPU time varies by 20-30 % (coefficient of
     variation) from call to call under a load of 4-8, and the median's error only falls with
-    more samples."""
+    more samples.
+
+    ``groups``: None (each round runs the tasks in one random order), or a list of lists of
+    task indices holding every task once: each round then runs the groups in a random order
+    and the tasks of a group back to back, in a random order. For the shares of one split,
+    which run at the same time on the real devices: run one after another on one host, the
+    closer together they run, the more alike the host's speed (its load comes in bursts)."""
     if rounds < 1:
         raise ValueError(f"rounds={rounds}: must be >= 1")
     if warmup not in (True, False, "auto"):
         raise ValueError(f"warmup={warmup!r}: choose True, False or 'auto'")
+    grouped = groups is not None
+    if grouped:
+        groups = [[int(i) for i in g] for g in groups]
+        flat = sorted(i for g in groups for i in g)
+        if flat != list(range(len(tasks))):
+            raise ValueError(f"groups: must hold every task index 0..{len(tasks) - 1} exactly "
+                             f"once (got {flat})")
+    else:
+        groups = [[i] for i in range(len(tasks))]
     rng = np.random.default_rng(seed)
     times: dict[int, list[float]] = {i: [] for i in range(len(tasks))}
     last_kind = None
     for r in range(rounds):
-        for i in rng.permutation(len(tasks)):
+        order = []
+        for k in rng.permutation(len(groups)):
+            g = groups[k]
+            order += [g[j] for j in rng.permutation(len(g))] if grouped else g
+        for i in order:
             ex, (lo, hi) = tasks[i]
             if r > 0 and _deterministic(ex):
                 continue

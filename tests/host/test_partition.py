@@ -259,3 +259,56 @@ def test_rebalancer_prior_weight_averages_the_first_correction():
     assert averaged.factor["b"] == pytest.approx(1.15)
     with pytest.raises(ValueError, match="prior_weight=1"):
         Rebalancer(g, 16, costs, prior_weight=1.0)
+
+
+class BurstyPair(SimulatedPair):
+    """SimulatedPair on a shared host: in a fraction of the epochs one device's shard, at
+    random, runs ``burst`` times slower (another process's memory traffic), otherwise 3 %
+    noise; ``slow_from``: from that epoch on, "cpu" is lastingly 1.6x slower."""
+
+    def __init__(self, graph, seed, burst=2.0, p_burst=0.25, slow_from=None):
+        super().__init__(graph, noise=0.03, seed=seed)
+        self.burst, self.p_burst, self.slow_from, self.epoch = burst, p_burst, slow_from, 0
+
+    def run_epoch(self, part):
+        t = super().run_epoch(part)
+        if self.slow_from is not None and self.epoch >= self.slow_from:
+            t["cpu"] *= 1.6
+        if self.rng.random() < self.p_burst:
+            t[list(t)[self.rng.integers(len(t))]] *= self.burst
+        self.epoch += 1
+        return t
+
+    def true_makespan(self, part):
+        t = predict_times(self.graph, part, self.true)
+        if self.slow_from is not None and self.epoch >= self.slow_from:
+            t["cpu"] *= 1.6
+        return max(t.values())
+
+
+def test_rebalancer_window_median_ignores_bursts_and_follows_a_lasting_change():
+    g = powerlaw_graph(20000, 8, 9)
+    results = {}
+    for name, kw in (("ema", {}), ("median", {"window": 5})):
+        sim = BurstyPair(g, seed=3)
+        rb = Rebalancer(g, 16, sim.true, **kw)   # the prior is right: only noise can move it
+        changes, excess = 0, []
+        for epoch in range(200):
+            changes += rb.update(sim.run_epoch(rb.partition)) is not None
+            excess.append(sim.true_makespan(rb.partition) / sim.optimum() - 1)
+        results[name] = (changes, float(np.mean(excess)))
+    # the exponential average follows the bursts; the median of 5 mostly ignores them
+    assert results["ema"][0] >= 20 and results["ema"][1] >= 0.03, results
+    assert results["median"][0] <= results["ema"][0] / 3, results
+    # (within the 5 % hysteresis: a split off by less than the threshold is kept)
+    assert results["median"][1] <= 0.05 and results["median"][1] < results["ema"][1] / 2, results
+    # a lasting change is followed within a few epochs
+    sim = BurstyPair(g, seed=4, p_burst=0.0, slow_from=10)
+    rb = Rebalancer(g, 16, sim.true, window=5)
+    for _ in range(16):
+        rb.update(sim.run_epoch(rb.partition))
+    slow = {d: c.scaled(1.6) if d == "cpu" else c for d, c in sim.true.items()}
+    best = max(predict_times(g, partition_rows(g, 16, slow), slow).values())
+    assert sim.true_makespan(rb.partition) <= 1.05 * best
+    with pytest.raises(ValueError, match="window=0"):
+        Rebalancer(g, 16, sim.true, window=0)

@@ -250,6 +250,36 @@ def test_measure_share_samples_warmup_rules(warmup, expected_calls):
         measure_share_samples(tasks, graph, x, warmup="always")
 
 
+def test_measure_share_samples_runs_each_group_back_to_back():
+    from gnnweave.host.profiler import measure_share_samples
+    graph = zipf_graph(60, 3, seed=1)
+    x = np.zeros((60, 2), np.float32)
+    log = []
+    a, b = CountingExecutor("a", "fpga", log), CountingExecutor("b", "fpga", log)
+    tasks = [(a, (0, 20)), (b, (20, 60)), (a, (0, 60)), (b, (0, 60)), (a, (0, 30)), (b, (30, 60))]
+    groups = [[0, 1], [2, 3], [4, 5]]
+    samples = measure_share_samples(tasks, graph, x, rounds=6, seed=2, warmup=False,
+                                    groups=groups)
+    assert [len(v) for v in samples.values()] == [6] * 6
+    assert samples[1] == [pytest.approx(0.040)] * 6
+    timed = [(name, (lo, hi)) for name, lo, hi in log]
+    index = {(ex.name, r): i for i, (ex, r) in enumerate(tasks)}
+    seq = [index[t] for t in timed]
+    group_of = {i: k for k, g in enumerate(groups) for i in g}
+    firsts, orders = set(), set()
+    for r in range(6):
+        chunk = seq[6 * r:6 * r + 6]
+        # the two tasks of a group run next to each other, every group once a round
+        pairs = [chunk[j:j + 2] for j in (0, 2, 4)]
+        assert sorted(group_of[p[0]] for p in pairs) == [0, 1, 2]
+        assert all(group_of[p[0]] == group_of[p[1]] for p in pairs)
+        firsts.add(tuple(group_of[p[0]] for p in pairs))
+        orders.update(p[0] for p in pairs)
+    assert len(firsts) > 1 and len(orders) > 3   # groups and tasks in them are shuffled
+    with pytest.raises(ValueError, match="groups: must hold every task index"):
+        measure_share_samples(tasks, graph, x, groups=[[0, 1], [2, 3], [4]])
+
+
 def test_limit_blas_threads_reaches_numpys_openblas():
     import glob
     import os
