@@ -1,44 +1,89 @@
-"""Partition quality: a split aggregation on devices of different speeds, measured.
+"""Partition quality: a split aggregation on devices of different speeds, over epochs.
 
-For each device set (see :func:`run_config` for the phases): profile every device on a size
-sweep (the prior cost model), calibrate each device's share model on row ranges of the
-benchmark's skewed graph (profiling on the workload), split the rows with
-:func:`~gnnweave.host.partition.partition_rows` from the calibrated model, refine the split
-once from its measured shard times (the runtime's ``Rebalancer``, the step's correction averaged
-with the calibrated model: ``prior_weight=0.5``), then -- a separate
-measurement -- run each device's share of that final split (features in, aggregate its rows,
-result rows out) and take the makespan = the slowest device's time. Compared with
+The target (issue 5): with two or more devices of different speeds, the measured makespan of
+a split aggregation is within 10 % of the ideal ``1 / sum_d (1 / T_d)`` (``T_d``: device
+``d`` alone on the whole graph; total work over summed rates) and within 10 % of the makespan
+the cost model predicted for that split before it ran.
 
-* the ideal ``1 / sum_d (1 / T_d)`` where ``T_d`` is the measured time of device ``d`` doing
-  the whole aggregation alone (total work over summed rates), target: within 10 %;
-* the makespan the model predicted for that split before it was run, target: within 10 %;
-* for contrast: the split sized from the sweep model alone (no calibration), the calibrated
-  split before refinement, and an even split (equal edges).
+How it is measured, per device set (:func:`run_config`), as the training runtime works:
 
-Devices and clocks (the same rules as the profiler): ``cpu`` = the numpy/scipy executor, CPU
-time of the call; ``cpu-slow3`` = the same executor doing every aggregation 3 times (a real,
-measured 3x slower device: the work is done, not slept); ``fpga-emu`` = the golden model with
-its cycle-model device time (an estimate of the RTL, deterministic); ``fpga-emu:100MHz`` the
-same with the cycle model clocked at 100 MHz (a slower board). The shares run one after
-another on the host (the emulated devices share its two cores); each share's time is its
-device's time, and devices run concurrently in the system modelled, so the makespan is the
-maximum. Every time is the median over the phase's ``ROUNDS`` in random order (CPU time still
-moves with other processes' cache and memory traffic on a shared host; the median ignores a
-disturbed round either way). It does not remove a change of load between the phases: under
-a load of 7-8 on the 2 cores, the same share's median CPU time was measured at 133 ms and,
-a few seconds later, 74 ms; each device set therefore records the load average it ran at,
-how long each phase took, the ratio of each device's whole-graph time in the judged phase
-to the same measurement in its calibration (``drift_alone_judged_over_calibration``: 1 when
-the host's speed held between the phases) and the relative interquartile range of the judged
-samples (``judged_rel_iqr``: the call-to-call noise the medians average over).
+1. prior: the profiler's size sweep on uniform graphs; calibration: every device runs shares
+   on row ranges of the benchmark's graph (:func:`~gnnweave.host.profiler.calibrate_shares`),
+   the first split is sized from that model (:func:`~gnnweave.host.partition.partition_rows`);
+2. ``EPOCHS`` epochs of the split aggregation. Before an epoch runs, its split and the
+   predicted makespan are fixed (the runtime's :class:`~gnnweave.host.partition.Rebalancer`:
+   the calibrated model, each device's corrected by the median of its last ``WINDOW``
+   measured/predicted ratios, re-partitioning only for a predicted gain above 5 %; a median,
+   not an exponential average, because this host's speed comes in bursts that an average
+   follows). In the epoch, each device's share (features in, aggregate its rows, result rows
+   out) and each device alone on the whole graph (for that epoch's ideal) run ``REPEATS``
+   times, in rounds: a round runs, in a random order, one block per split (its shares back
+   to back, in a random order: on the real devices they run at the same time, so here they
+   run as close together as one host allows) and one block of every device alone. Then the
+   Rebalancer sees the split's median shard times, as after a training epoch;
+3. judged: the epochs after ``WARMUP_EPOCHS`` (fixed before any run; the Rebalancer's first
+   corrections happen in them). Per epoch ``e``: ``makespan_e = max_d median(share_d)``,
+   ``ideal_e`` from the same epoch's medians alone; the figures are
+   ``vs_ideal = median_e(makespan_e / ideal_e) - 1`` and
+   ``vs_predicted = |median_e(makespan_e / predicted_e) - 1|``.
 
-A share is warmed up (run once untimed) only where the previous timed share ran on another
-kind of device (:func:`~gnnweave.host.profiler.measure_share_samples`); shares of the same
-graph and ``x`` leave each other the caches warm, and the time a warm-up per share took
-goes into more rounds, since on this host one CPU share's time varies by 20-30 % from call
-to call under load and only more samples shrink the median's error.
+Why this and not one split judged once. This host is a VM whose two cores, last-level cache
+and memory bus are shared with other processes and other VMs; the aggregation (random
+gathers of 64-float rows from a 7.7 MB feature matrix) is memory-bound, so the CPU time of
+the very same call moves with the neighbours' traffic: measured here while idle, 35-208 ms
+for one whole-graph call, and 73-166 ms (relative IQR 0.44) in 40 calls back to back, with a
+lag-1 autocorrelation of 0.4-0.9 between consecutive calls (slow bursts, not independent
+noise). The earlier bench sized one split from one phase and judged it on another a few
+seconds later: a device's whole-graph time moved by 0.57-1.74x between the phases, so it
+measured the neighbours more than the partitioner. Here the ideal and the makespan of an
+epoch come from calls interleaved within the same seconds (a burst slows both: ``cpu`` and
+``cpu-slow3`` run on the same CPU, so their ratio holds while both slow down), and drift
+enters the split only through one epoch of lag, as in training. The per-epoch ratios are
+paired: a ratio of two times measured within the same epoch, then a median over epochs.
 
-Run: ``python -m benchmarks.bench_partition [out_dir]``; writes partition.json and .png.
+Which makespan estimator. The makespan is a maximum over devices, and the maximum of noisy
+times is biased upwards: for two balanced devices whose single calls vary independently by
+a relative sigma, ``E[max]`` exceeds the true makespan by about ``0.56 sigma`` (+8-10 % at the
+15-20 % seen here) even for a perfect split, while the ideal, a harmonic sum, has no such
+term. So each device's share time is the median of its ``REPEATS`` calls in the epoch and
+the makespan the maximum of those medians (the same medians the ideal is built from). Two
+other estimators are reported beside it, not judged (the judged one was fixed before the
+final runs): the median over rounds of the per-round maximum over the per-round ideal
+(``vs_ideal_per_round_max``: paired within a round, but carrying that bias), and
+``vs_ideal_round_paired``: each device's share over its own whole-graph call of the same
+round (median over rounds), times its median whole-graph time of the epoch (pairs each
+device with itself; the shares' and the alone calls' blocks still run at different moments
+of the round). ``_ci90`` is a bootstrap interval of the median over the judged epochs
+(epochs resampled; they are not independent on a drifting host: a rough guide).
+
+Row granularity. Cuts fall between destination rows; the graph has a hub row of 77,336 of the
+1.44 M edges. ``row_granular_penalty`` is the best split any row-range cut can reach when
+each device's time is proportional to its edges at its measured alone rate (the model the
+ideal assumes), over the ideal; ``model_best_penalty`` the same with the calibrated share
+models (fixed and per-row costs too, e.g. fpga-emu's copy of the whole ``x`` to the device,
+which the ideal does not pay once per device), rescaled to the measured alone times. Both
+are reported; the target stays on the issue's ideal.
+
+For contrast, measured in the same judged epochs: ``static`` (the calibrated first split,
+never rebalanced), ``sweep`` (sized from the size-sweep prior alone) and ``even`` (equal
+edges). Every prediction is fixed before the measurement it is compared with. Each device set
+also records the load average, each device's within-epoch relative IQR and its
+between-epoch drift of the alone time (max / min of the epoch medians), and every epoch's
+figures.
+
+Devices and clocks (the profiler's rules): ``cpu`` = the numpy/scipy executor, CPU time of
+the call (``time.process_time``: other processes' CPU slices are not counted; their cache
+and memory traffic is); ``cpu-slow3`` = the same executor doing every aggregation 3 times
+(a real, measured 3x slower device: the work is done, not slept); ``fpga-emu`` = the golden
+model with its cycle-model device time (an estimate of the RTL, a formula of the sizes, so
+it is measured once per row range and reused); ``fpga-emu:100MHz`` the same at 100 MHz. The
+shares run one after another on the host; devices run concurrently in the system modelled,
+so the makespan is the maximum. A share is warmed up (run once untimed) only where the
+previous timed share ran on another kind of device
+(:func:`~gnnweave.host.profiler.measure_share_samples`).
+
+Run: ``python -m benchmarks.run partition`` or ``python -m benchmarks.bench_partition
+[out_dir]``; writes partition.json and .png.
 """
 from __future__ import annotations
 
@@ -56,10 +101,17 @@ import numpy as np  # noqa: E402
 from gnnweave.graph import CSRGraph  # noqa: E402
 
 FEAT = 64
-#: rounds of each phase (see :func:`run_config`): calibration, the refinement step (its
-#: medians size the final split, and a round of two or three shares is cheap), judged.
-#: Calibration at 5 rounds of 8 ranges: at 7 the bench took 212-238 s under a load of 8
-ROUNDS = {"calibrate": 5, "step": 21, "judged": 15}
+#: calibration rounds (each a median over rounds of 8 row ranges, random order)
+CALIBRATE_ROUNDS = 5
+#: epochs per device set, the first WARMUP_EPOCHS not judged (fixed before any run)
+EPOCHS = 12
+WARMUP_EPOCHS = 3
+#: calls of every share and every alone run per epoch (median per device and epoch)
+REPEATS = 5
+#: the Rebalancer's correction: median of each device's last WINDOW epochs (see Rebalancer)
+WINDOW = 3
+#: splits measured beside the rebalanced one in the judged epochs
+CONTRASTS = ("static", "sweep", "even")
 
 
 class SlowedExecutor:
@@ -105,105 +157,197 @@ def make_devices(names):
     return out
 
 
-def share_time_once(ex, graph, x, lo, hi) -> float:
-    """Device time of one share: x in, aggregate rows [lo, hi), rows out."""
-    from gnnweave.host.profiler import share_seconds
-    return share_seconds(ex, graph, x, (lo, hi))
-
-
-def _makespans(graph, part, measured, predicted, ideal):
-    mk, pmk = max(measured.values()), max(predicted.values())
-    return {"partition": {d: list(r) for d, r in part.items()},
-            "edges": {d: int(graph.indptr[hi] - graph.indptr[lo]) for d, (lo, hi) in part.items()},
-            "measured_s": measured, "predicted_s": predicted,
-            "makespan_s": mk, "predicted_makespan_s": pmk,
-            "vs_ideal": mk / ideal - 1.0, "vs_predicted": abs(mk - pmk) / pmk}
-
-
 def _rel_iqr(v) -> float:
     q25, q50, q75 = np.percentile(v, [25, 50, 75])
     return float((q75 - q25) / q50) if q50 > 0 else 0.0
 
 
-def run_config(names, graph, x, cost_model, rounds=None, seed=0):
-    """One device set, in three phases, each a median over rounds of random order:
+def measure_epoch(devs, blocks, graph, x, *, repeats: int, seed: int, modelled: dict) -> dict:
+    """``{(device, (lo, hi)): [seconds, ...]}`` for one epoch. ``blocks``: lists of
+    ``(device, (lo, hi))``, e.g. the shares of one split, or every device alone. The measured
+    devices' tasks run ``repeats`` times, in rounds; each round runs the blocks in a random
+    order and the tasks of a block back to back (the devices of one split run at the same
+    time in the system modelled: here they run as close together as one host allows). A task
+    in two blocks runs in the first. A modelled device (fpga-emu: its time is a formula of
+    the sizes) runs once per row range over the whole run (``modelled`` keeps it)."""
+    from gnnweave.host.profiler import _deterministic, measure_share_samples, share_seconds
+    out = {}
+    live, groups = [], []
+    for block in blocks:
+        group = []
+        for d, r in block:
+            if (d, r) in out or (d, r) in live:
+                continue
+            if _deterministic(devs[d]):
+                if (d, r) not in modelled:
+                    modelled[(d, r)] = share_seconds(devs[d], graph, x, r)
+                out[(d, r)] = [modelled[(d, r)]] * repeats
+            else:
+                group.append(len(live))
+                live.append((d, r))
+        if group:
+            groups.append(group)
+    samples = measure_share_samples([(devs[d], r) for d, r in live], graph, x,
+                                    rounds=repeats, seed=seed, groups=groups)
+    out.update({k: samples[i] for i, k in enumerate(live)})
+    return out
 
-    1. calibrate: every device runs shares on CALIBRATION_FRACTIONS row ranges of the graph;
-       its share model (prior: the profiler's size sweep) is rescaled or refitted on them;
-    2. split from the calibrated model, run that split (``rounds["step"]``) and let the
-       runtime's :class:`Rebalancer` correct it once from the measured shard times;
-    3. judged, a separate measurement: each device alone on the whole graph (the ideal),
-       the final split, and for contrast the calibrated split before refinement, the split
-       the step alone would have sized (``step_replaces_prior``: the Rebalancer's default,
-       its first measurement replacing the prior: the final split of earlier versions),
-       the split sized from the sweep model alone, and an even split; interleaved.
 
-    Every prediction is fixed before the measurement it is compared with."""
-    from gnnweave.host.partition import (Rebalancer, partition_rows, predict_times,
-                                         share_costs)
-    from gnnweave.host.profiler import calibrate_shares, measure_share_samples, measure_shares
-    rounds = {**ROUNDS, **(rounds or {})}
+def _ideal(alone: dict) -> float:
+    return 1.0 / sum(1.0 / v for v in alone.values())
+
+
+def _granular_best(graph, feat, names, alone, calibrated) -> tuple[float, float]:
+    """Best predicted makespan of any row-range split: (time proportional to edges at each
+    device's measured alone rate, the calibrated share models rescaled to those times)."""
+    from gnnweave.host.partition import ShareCost, partition_rows, predict_times
+    e, n = graph.num_edges, graph.num_nodes
+    out = []
+    for costs in ({d: ShareCost(per_edge_s=alone[d] / e) for d in names},
+                  {d: calibrated[d].scaled(alone[d] / float(calibrated[d](e, n)))
+                   for d in names}):
+        part = partition_rows(graph, feat, costs, devices=names)
+        out.append(max(predict_times(graph, part, costs).values()))
+    return out[0], out[1]
+
+
+def _median_ci(v, level=0.90, n_boot=2000, seed=0) -> list[float]:
+    """Bootstrap interval of the median of ``v`` (epochs resampled with replacement; epochs
+    are not independent on a drifting host, so it is a rough guide, not a guarantee)."""
+    v = np.asarray(v, dtype=np.float64)
+    idx = np.random.default_rng(seed).integers(0, len(v), (n_boot, len(v)))
+    meds = np.median(v[idx], axis=1)
+    return np.percentile(meds, [50 * (1 - level), 50 * (1 + level)]).tolist()
+
+
+def _judge(epochs, method):
+    """The judged figures of ``method`` over the judged epochs (see the module docstring)."""
+    rows = [ep["plans"][method] for ep in epochs if ep["judged"]]
+    ideal = np.array([ep["ideal_s"] for ep in epochs if ep["judged"]])
+    mk = np.array([r["makespan_s"] for r in rows])
+    paired = np.array([r["round_paired_makespan_s"] for r in rows])
+    pmk = np.array([r["predicted_makespan_s"] for r in rows])
+    gran = np.array([ep["row_granular_best_s"] for ep in epochs if ep["judged"]])
+    per_round = [v for r in rows for v in r["per_round_makespan_over_ideal"]]
+    last = rows[-1]
+    return {"vs_ideal": float(np.median(mk / ideal)) - 1.0,
+            "vs_predicted": abs(float(np.median(mk / pmk)) - 1.0),
+            "vs_ideal_ci90": [v - 1.0 for v in _median_ci(mk / ideal)],
+            "vs_predicted_signed_ci90": [v - 1.0 for v in _median_ci(mk / pmk)],
+            "vs_predicted_signed": float(np.median(mk / pmk)) - 1.0,
+            "per_epoch_abs_err_vs_predicted_median": float(np.median(np.abs(mk / pmk - 1.0))),
+            "vs_ideal_per_epoch": (mk / ideal - 1.0).tolist(),
+            "vs_predicted_per_epoch": (mk / pmk - 1.0).tolist(),
+            "vs_ideal_per_round_max": float(np.median(per_round)) - 1.0,
+            "vs_ideal_round_paired": float(np.median(paired / ideal)) - 1.0,
+            "vs_predicted_round_paired": abs(float(np.median(paired / pmk)) - 1.0),
+            "vs_row_granular_best": float(np.median(mk / gran)) - 1.0,
+            "makespan_s_median": float(np.median(mk)),
+            "predicted_makespan_s_median": float(np.median(pmk)),
+            "last_partition": last["partition"], "last_edges": last["edges"]}
+
+
+def run_config(names, graph, x, cost_model, *, epochs=EPOCHS, warmup=WARMUP_EPOCHS,
+               repeats=REPEATS, calibrate_rounds=CALIBRATE_ROUNDS, seed=0):
+    """One device set: calibrate, then ``epochs`` epochs of the split aggregation with the
+    Rebalancer between them; judged on the epochs after ``warmup`` (module docstring)."""
+    from gnnweave.host.partition import Rebalancer, partition_rows, predict_times, share_costs
+    from gnnweave.host.profiler import calibrate_shares
+    if not 0 <= warmup < epochs:
+        raise ValueError(f"warmup={warmup}: must be in [0, epochs={epochs})")
     load_before = os.getloadavg()[0]
-    clock = time.perf_counter
-    t_phase = [clock()]
+    t0 = time.perf_counter()
     devs = {ex.name: ex for ex in make_devices(names)}
     n, feat = graph.num_nodes, x.shape[1]
+    whole = (0, n)
     prior = share_costs(cost_model, names, feat_dim=feat, num_nodes=n)
     fits = calibrate_shares([devs[d] for d in names], graph, x, prior,
-                            rounds=rounds["calibrate"], seed=seed)
-    t_phase.append(clock())
+                            rounds=calibrate_rounds, seed=seed)
+    calibrate_s = time.perf_counter() - t0
     calibrated = {d: f.cost for d, f in fits.items()}
-    split = partition_rows(graph, feat, calibrated, devices=names)
-    step = measure_shares([(devs[d], r) for d, r in split.items()], graph, x,
-                          rounds=rounds["step"], seed=seed + 1)
-    t_phase.append(clock())
-    # the prior is calibrated on this graph in the same units as the step: the step's
-    # correction is averaged with it (prior_weight, see Rebalancer) instead of replacing it
-    rb = Rebalancer(graph, feat, calibrated, devices=names, partition=split, prior_weight=0.5)
-    rb.update({d: step[i] for i, d in enumerate(split)})
-    final = dict(rb.partition)
-    rb_replace = Rebalancer(graph, feat, calibrated, devices=names, partition=split)
-    rb_replace.update({d: step[i] for i, d in enumerate(split)})
-    plans = {   # method -> (partition, predicted seconds per device)
-        "final": (final, predict_times(graph, final, rb.corrected_costs())),
-        "calibrated": (split, predict_times(graph, split, calibrated)),
-        "step_replaces_prior": (dict(rb_replace.partition), predict_times(
-            graph, rb_replace.partition, rb_replace.corrected_costs())),
-    }
+    first = partition_rows(graph, feat, calibrated, devices=names)
+    rb = Rebalancer(graph, feat, calibrated, devices=names, partition=first, prior_weight=0.5,
+                    window=WINDOW)
+    fixed_plans = {"static": (first, predict_times(graph, first, calibrated))}
     sweep_split = partition_rows(graph, feat, prior, devices=names)
-    plans["sweep"] = (sweep_split, predict_times(graph, sweep_split, prior))
+    fixed_plans["sweep"] = (sweep_split, predict_times(graph, sweep_split, prior))
     even = partition_rows(graph, feat, names, method="even")
-    plans["even"] = (even, predict_times(graph, even, calibrated))
-    tasks = [("alone", d, (0, n)) for d in names]
-    tasks += [(m, d, r) for m, (p, _) in plans.items() for d, r in p.items()]
-    uniq = list(dict.fromkeys((d, r) for _, d, r in tasks))   # a split may repeat another
-    samples = measure_share_samples([(devs[d], r) for d, r in uniq], graph, x,
-                                    rounds=rounds["judged"], seed=seed + 2)
-    t_phase.append(clock())
-    t = {key: float(np.median(samples[i])) for i, key in enumerate(uniq)}
-    spread = {key: _rel_iqr(samples[i]) for i, key in enumerate(uniq)}
-    alone = {d: t[(d, (0, n))] for d in names}
-    ideal = 1.0 / sum(1.0 / v for v in alone.values())
-    # the whole graph is also a calibration range: the same device, same work, measured
-    # a phase earlier; a ratio away from 1 is the host's speed drifting between phases
+    fixed_plans["even"] = (even, predict_times(graph, even, calibrated))
+    modelled: dict = {}
+    records = []
+    for e in range(epochs):
+        judged = e >= warmup
+        part = dict(rb.partition)   # fixed before the epoch, with its prediction
+        plans = {"rebalanced": (part, predict_times(graph, part, rb.corrected_costs()))}
+        if judged:
+            plans.update({m: fixed_plans[m] for m in CONTRASTS})
+        blocks = [[(d, whole) for d in names]] + [list(p.items()) for p, _ in plans.values()]
+        samples = measure_epoch(devs, blocks, graph, x, repeats=repeats,
+                                seed=seed + 1 + e, modelled=modelled)
+        med = {k: float(np.median(v)) for k, v in samples.items()}
+        alone = {d: med[(d, whole)] for d in names}
+        ideal = _ideal(alone)
+        granular, model_best = _granular_best(graph, feat, names, alone, calibrated)
+        round_ideal = [_ideal({d: samples[(d, whole)][j] for d in names})
+                       for j in range(repeats)]
+        rec = {"epoch": e, "judged": judged, "alone_s": alone, "ideal_s": ideal,
+               "row_granular_best_s": granular, "model_best_s": model_best,
+               "alone_rel_iqr": {d: _rel_iqr(samples[(d, whole)]) for d in names},
+               "plans": {}}
+        for method, (p, predicted) in plans.items():
+            measured = {d: med[(d, r)] for d, r in p.items()}
+            # reported, not judged: each share over its device's whole-graph call in the
+            # same round, times the device's median whole-graph time of the epoch
+            fraction = {d: float(np.median([s / a for s, a in zip(samples[(d, r)],
+                                                                   samples[(d, whole)])]))
+                        for d, r in p.items()}
+            paired = {d: fraction[d] * alone[d] for d in p}
+            rec["plans"][method] = {
+                "partition": {d: list(r) for d, r in p.items()},
+                "edges": {d: int(graph.indptr[hi] - graph.indptr[lo])
+                          for d, (lo, hi) in p.items()},
+                "measured_s": measured, "paired_s": paired, "fraction_of_alone": fraction,
+                "predicted_s": predicted,
+                "makespan_s": max(measured.values()),
+                "round_paired_makespan_s": max(paired.values()),
+                "predicted_makespan_s": max(predicted.values()),
+                "per_round_makespan_over_ideal": [
+                    max(samples[(d, r)][j] for d, r in p.items()) / round_ideal[j]
+                    for j in range(repeats)]}
+        new = rb.update(rec["plans"]["rebalanced"]["measured_s"])
+        rec["rebalanced_after"] = new is not None
+        records.append(rec)
+    judged_recs = [r for r in records if r["judged"]]
+    alone_all = {d: [r["alone_s"][d] for r in records] for d in names}
+    alone_judged = {d: float(np.median([r["alone_s"][d] for r in judged_recs])) for d in names}
     calib_alone = {d: next((s[2] for s in f.samples if s[1] == n), None)
                    for d, f in fits.items()}
-    result = {"devices": names, "alone_s": alone, "ideal_s": ideal, "rounds": rounds,
-              "load_average_1min": [load_before, os.getloadavg()[0]],
-              "phase_seconds": dict(zip(("calibrate", "step", "judged"),
-                                        np.diff(t_phase).tolist())),
-              "drift_alone_judged_over_calibration": {
-                  d: (alone[d] / v if v else None) for d, v in calib_alone.items()},
-              "judged_rel_iqr": {"alone": {d: spread[(d, (0, n))] for d in names},
-                                 "final": {d: spread[(d, r)] for d, r in final.items()}},
-              "calibration": {d: f.to_dict() for d, f in fits.items()},
-              "refinement": {"step_measured_s": {d: step[i] for i, d in enumerate(split)},
-                             **{k: v for k, v in rb.history[-1].items() if k != "measured"}}}
-    for method, (part, predicted) in plans.items():
-        measured = {d: t[(d, r)] for d, r in part.items()}
-        result[method] = _makespans(graph, part, measured, predicted, ideal)
-    b = result["final"]
+    result = {
+        "devices": names, "epochs": epochs, "warmup_epochs": warmup, "repeats": repeats,
+        "calibrate_rounds": calibrate_rounds,
+        "load_average_1min": [load_before, os.getloadavg()[0]],
+        "seconds": {"calibrate": calibrate_s, "total": time.perf_counter() - t0},
+        "alone_s_judged_median": alone_judged,
+        "ideal_s_judged_median": float(np.median([r["ideal_s"] for r in judged_recs])),
+        "row_granular_penalty": float(np.median(
+            [r["row_granular_best_s"] / r["ideal_s"] for r in judged_recs])) - 1.0,
+        "model_best_penalty": float(np.median(
+            [r["model_best_s"] / r["ideal_s"] for r in judged_recs])) - 1.0,
+        "noise": {
+            "alone_rel_iqr_within_epoch_median": {
+                d: float(np.median([r["alone_rel_iqr"][d] for r in records])) for d in names},
+            "alone_max_over_min_between_epochs": {
+                d: float(max(v) / min(v)) for d, v in alone_all.items()},
+            "alone_judged_over_calibration": {
+                d: (alone_judged[d] / v if v else None) for d, v in calib_alone.items()}},
+        "repartitions_in_judged_epochs": sum(r["rebalanced_after"] for r in judged_recs[:-1]),
+        "calibration": {d: f.to_dict() for d, f in fits.items()},
+    }
+    for method in ("rebalanced", *CONTRASTS):
+        result[method] = _judge(records, method)
+    b = result["rebalanced"]
     result["meets_targets"] = bool(b["vs_ideal"] <= 0.10 and b["vs_predicted"] <= 0.10)
+    result["epoch_records"] = records
     return result
 
 
@@ -213,24 +357,49 @@ def plot(results, png: Path):
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.8), squeeze=False)
     for ax, r in zip(axes[0], results):
-        names = r["devices"]
-        xs = np.arange(len(names))
-        for off, method, color in ((-0.27, "even", "C7"), (0.0, "sweep", "C1"),
-                                   (0.27, "final", "C0")):
-            vals = [r[method]["measured_s"].get(d, 0.0) * 1e3 for d in names]
-            ax.bar(xs + off, vals, 0.27, color=color, label=f"{method} (measured)")
-        pred = [r["final"]["predicted_s"].get(d, 0.0) * 1e3 for d in names]
-        ax.scatter(xs + 0.27, pred, color="k", marker="_", s=200, label="final (predicted)",
-                   zorder=3)
-        ax.axhline(r["ideal_s"] * 1e3, color="C3", ls="--", lw=1, label="ideal")
-        ax.set_xticks(xs, names)
-        ax.set_ylabel("share time [ms]")
-        ax.set_title(f"{'+'.join(names)}\nfinal {r['final']['vs_ideal']:+.1%} vs ideal",
-                     fontsize=9)
+        recs = r["epoch_records"]
+        for method, color in (("rebalanced", "C0"), ("static", "C2"), ("sweep", "C1"),
+                              ("even", "C7")):
+            pts = [(ep["epoch"], ep["plans"][method]["makespan_s"] / ep["ideal_s"])
+                   for ep in recs if method in ep["plans"]]
+            ax.plot(*zip(*pts), "o-", color=color, ms=3, lw=1, label=method)
+        pred = [(ep["epoch"], ep["plans"]["rebalanced"]["predicted_makespan_s"] / ep["ideal_s"])
+                for ep in recs]
+        ax.plot(*zip(*pred), "k_", ms=8, label="rebalanced predicted")
+        ax.axhline(1.10, color="C3", ls="--", lw=1, label="ideal + 10 %")
+        ax.axhline(1.0, color="C3", lw=0.6)
+        ax.axvspan(-0.5, r["warmup_epochs"] - 0.5, color="0.9", zorder=0)
+        ax.set_xlabel("epoch (grey: warm-up, not judged)")
+        ax.set_ylabel("makespan / ideal (same epoch)")
+        b = r["rebalanced"]
+        ax.set_title(f"{'+'.join(r['devices'])}\nrebalanced {b['vs_ideal']:+.1%} vs ideal, "
+                     f"{b['vs_predicted']:.1%} vs predicted", fontsize=9)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
+
+
+def print_summary(rep) -> None:
+    for r in rep["configs"]:
+        nz = r["noise"]
+        print(f"{'+'.join(r['devices'])}: ideal {r['ideal_s_judged_median'] * 1e3:.2f} ms "
+              f"(load {r['load_average_1min'][0]:.1f} -> {r['load_average_1min'][1]:.1f}; "
+              f"row-granular best {r['row_granular_penalty']:+.1%}, model best "
+              f"{r['model_best_penalty']:+.1%}; alone IQR "
+              + ", ".join(f"{v:.2f}" for v in nz["alone_rel_iqr_within_epoch_median"].values())
+              + "; drift " + ", ".join(
+                  f"{v:.2f}" for v in nz["alone_max_over_min_between_epochs"].values()) + ")")
+        for m in ("rebalanced", *CONTRASTS):
+            b = r[m]
+            lo, hi = b["vs_ideal_ci90"]
+            print(f"  {m:10s} {b['makespan_s_median'] * 1e3:8.2f} ms  "
+                  f"vs ideal {b['vs_ideal']:+6.1%} [{lo:+.1%}, {hi:+.1%}] (round-paired "
+                  f"{b['vs_ideal_round_paired']:+6.1%}, per-round max "
+                  f"{b['vs_ideal_per_round_max']:+6.1%})"
+                  f"  vs predicted {b['vs_predicted']:6.1%} (per epoch "
+                  f"{b['per_epoch_abs_err_vs_predicted_median']:5.1%})")
+    print("all targets met:", rep["all_meet_targets"], f"({rep['seconds']:.0f} s)")
 
 
 def run(out_dir) -> dict:
@@ -264,8 +433,13 @@ def run(out_dir) -> dict:
         "all_meet_targets": all(r["meets_targets"] for r in results),
         "cost_model": "prior from the profiler's size sweep; per device set calibrated on "
                       "row ranges of the benchmark graph (profiler.calibrate_shares), split, "
-                      "refined once by Rebalancer (prior_weight 0.5) from measured shard "
-                      "times; judged on a separate measurement",
+                      "then re-sized by the Rebalancer (prior_weight 0.5) after every epoch "
+                      "from that epoch's measured shard times",
+        "method": {"epochs": EPOCHS, "warmup_epochs": WARMUP_EPOCHS, "repeats": REPEATS,
+                   "rebalancer": {"prior_weight": 0.5, "window": WINDOW, "threshold": 0.05},
+                   "judged": "median over judged epochs of makespan_e / ideal_e and "
+                             "makespan_e / predicted_e; makespan_e = max over devices of "
+                             "the device's median share time in epoch e"},
         "cost_model_heldout_median_rel_err": {
             d: {op: m.heldout_median_rel_err for op, m in dm.ops.items()}
             for d, dm in prof.cost_model.devices.items()},
@@ -280,13 +454,4 @@ def run(out_dir) -> dict:
 
 if __name__ == "__main__":
     rep = run(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results")
-    for r in rep["configs"]:
-        print(f"{'+'.join(r['devices'])}: ideal {r['ideal_s'] * 1e3:.2f} ms "
-              f"(load {r['load_average_1min'][0]:.1f} -> {r['load_average_1min'][1]:.1f})")
-        for m in ("final", "calibrated", "step_replaces_prior", "sweep", "even"):
-            b = r[m]
-            print(f"  {m[:10]:10s} {b['makespan_s'] * 1e3:8.2f} ms  "
-                  f"vs ideal {b['vs_ideal']:+6.1%}  "
-                  f"predicted {b['predicted_makespan_s'] * 1e3:8.2f} ms, off "
-                  f"{b['vs_predicted']:6.1%}")
-    print("all targets met:", rep["all_meet_targets"], f"({rep['seconds']:.0f} s)")
+    print_summary(rep)

@@ -1,0 +1,60 @@
+"""The partition benchmark's epoch loop on a small graph: its judged figures recomputed from
+the devices' own times (fpga-emu: a formula, so exact), and the epoch structure."""
+import numpy as np
+import pytest
+
+from benchmarks import bench_partition as bp
+from gnnweave.host.profiler import SweepSizes, profile, share_seconds
+
+SWEEP = SweepSizes(graphs=[(n, d) for n in (300, 1200) for d in (4, 16)], feats=[8, 16],
+                   heldout_graphs=[(600, 8)], heldout_feats=[8],
+                   transfer_bytes=[1 << 12, 1 << 16], heldout_transfer_bytes=[1 << 14])
+
+
+@pytest.fixture(scope="module")
+def setup():
+    g = bp.skewed_graph(1500, 12, seed=3)
+    x = np.random.default_rng(0).uniform(-1, 1, (g.num_nodes, 8)).astype(np.float32)
+    names = ["cpu", "fpga-emu", "fpga-emu:100MHz"]
+    prof = profile(bp.make_devices(names), sizes=SWEEP, repeats=1,
+                   ops=("aggregate", "transfer_in", "transfer_out"), progress=False)
+    return g, x, prof.cost_model
+
+
+def test_modelled_pair_figures_equal_the_devices_own_times(setup):
+    g, x, cm = setup
+    names = ["fpga-emu", "fpga-emu:100MHz"]
+    r = bp.run_config(names, g, x, cm, epochs=4, warmup=1, repeats=2, calibrate_rounds=1)
+    devs = {d.name: d for d in bp.make_devices(names)}
+    alone = {d: share_seconds(devs[d], g, x, (0, g.num_nodes)) for d in names}
+    ideal = 1.0 / sum(1.0 / t for t in alone.values())
+    part = r["rebalanced"]["last_partition"]
+    makespan = max(share_seconds(devs[d], g, x, tuple(rg)) for d, rg in part.items())
+    assert r["ideal_s_judged_median"] == pytest.approx(ideal, rel=1e-12)
+    assert r["rebalanced"]["vs_ideal"] == pytest.approx(makespan / ideal - 1, rel=1e-9)
+    # the calibrated model of a formula is exact, so is the prediction
+    assert r["rebalanced"]["vs_predicted"] < 1e-6
+    # the best row-range cut with the fitted models can be no worse than the split made
+    assert r["model_best_penalty"] <= r["rebalanced"]["vs_ideal"] + 1e-9
+    assert 0 <= r["row_granular_penalty"] <= r["model_best_penalty"] + 1e-9
+
+
+def test_epoch_structure_and_contrasts_only_in_judged_epochs(setup):
+    g, x, cm = setup
+    r = bp.run_config(["cpu", "fpga-emu"], g, x, cm, epochs=4, warmup=2, repeats=3,
+                      calibrate_rounds=1)
+    recs = r["epoch_records"]
+    assert [e["judged"] for e in recs] == [False, False, True, True]
+    for e in recs:
+        assert set(e["plans"]) == ({"rebalanced", *bp.CONTRASTS} if e["judged"]
+                                   else {"rebalanced"})
+        reb = e["plans"]["rebalanced"]
+        assert reb["makespan_s"] == max(reb["measured_s"].values())
+        assert len(reb["per_round_makespan_over_ideal"]) == 3
+        assert sum(reb["edges"].values()) == g.num_edges
+    judged = [e["plans"]["rebalanced"]["makespan_s"] / e["ideal_s"] for e in recs[2:]]
+    assert r["rebalanced"]["vs_ideal"] == pytest.approx(float(np.median(judged)) - 1)
+    lo, hi = r["rebalanced"]["vs_ideal_ci90"]
+    assert min(judged) - 1 <= lo <= hi <= max(judged) - 1
+    with pytest.raises(ValueError, match="warmup=4"):
+        bp.run_config(["cpu", "fpga-emu"], g, x, cm, epochs=4, warmup=4)
