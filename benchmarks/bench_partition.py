@@ -30,10 +30,10 @@ How it is measured, per device set (:func:`run_config`), as the training runtime
 Why this and not one split judged once. This host is a VM whose two cores, last-level cache
 and memory bus are shared with other processes and other VMs; the aggregation (random
 gathers of 64-float rows from a 7.7 MB feature matrix) is memory-bound, so the CPU time of
-the very same call moves with the neighbours' traffic: measured here while idle, 35-208 ms
-for one whole-graph call, and 73-166 ms (relative IQR 0.44) in 40 calls back to back, with a
-lag-1 autocorrelation of 0.4-0.9 between consecutive calls (slow bursts, not independent
-noise). The earlier bench sized one split from one phase and judged it on another a few
+the very same call moves with the neighbours' traffic: 9 whole-graph calls on the idle host
+took 35-208 ms; 40 calls back to back at a load of 2-3 took 73-166 ms (relative IQR 0.44),
+with a lag-1 autocorrelation of 0.40-0.86 between consecutive calls in four such series
+(slow bursts, not independent noise). The earlier bench sized one split from one phase and judged it on another a few
 seconds later: a device's whole-graph time moved by 0.57-1.74x between the phases, so it
 measured the neighbours more than the partitioner. Here the ideal and the makespan of an
 epoch come from calls interleaved within the same seconds (a burst slows both: ``cpu`` and
