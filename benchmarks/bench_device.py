@@ -97,6 +97,8 @@ def run(out_dir, graphs=GRAPHS, feat_dim: int = FEAT_DIM, latency: int = LATENCY
     build = simdevice.build_native(config)
     build_info = {"cached": build.cached, "build_seconds": round(build.build_seconds, 1),
                   "pgo": simdevice._pgo_enabled(),
+                  "cxx_flags": os.environ.get("GNNWEAVE_NATIVE_OPT",
+                                              simdevice.DEFAULT_NATIVE_OPT),
                   "wall_seconds": round(time.perf_counter() - t0, 1)}
     steps.update()
     runs = {}

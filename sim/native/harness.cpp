@@ -33,7 +33,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -65,6 +64,17 @@ template <typename R>
 struct HasClockPrev<R, std::void_t<decltype(std::declval<R&>().__Vtrigprevexpr___TOP__ap_clk__0)>>
     : std::true_type {};
 constexpr bool kOneEvalPossible = HasClockPrev<Root>::value;
+}  // namespace
+
+// The model's own evaluation (ico, act, nba regions). Vgnnweave_sim_top::eval() wraps it
+// in eval_step(), which also takes the context's deleter mutex and flushes the thread
+// message queue on every call (for class objects and --threads $display: neither exists
+// here), about 100 instructions a cycle. Declared weak: a Verilator without this function
+// leaves it null and the harness calls eval() (gw_create's first eval() always does the
+// model's initialisation).
+void Vgnnweave_sim_top___024root___eval(Vgnnweave_sim_top___024root* vlSelf) __attribute__((weak));
+
+namespace {
 
 // The outputs the bench samples at an edge (for the one-eval check).
 struct Sampled {
@@ -97,6 +107,37 @@ inline void bytes_to_wide(T& v, const uint8_t* in) {
     }
 }
 
+// A FIFO on a power-of-two ring that grows when full (std::deque allocated and walked
+// its node map on the per-cycle path; the bench queues hold 2 entries, the latency
+// line up to max_outstanding).
+template <typename T>
+class Fifo {
+  public:
+    Fifo() : buf_(new T[4]), mask_(3) {}
+    bool empty() const { return count_ == 0; }
+    size_t size() const { return count_; }
+    T& front() { return buf_[head_]; }
+    const T& front() const { return buf_[head_]; }
+    void pop_front() { head_ = (head_ + 1) & mask_; --count_; }
+    void push_back(const T& v) {
+        if (count_ > mask_) grow();
+        buf_[(head_ + count_) & mask_] = v;
+        ++count_;
+    }
+    void clear() { head_ = count_ = 0; }
+
+  private:
+    void grow() {
+        std::unique_ptr<T[]> bigger(new T[2 * (mask_ + 1)]);
+        for (size_t i = 0; i < count_; ++i) bigger[i] = buf_[(head_ + i) & mask_];
+        buf_ = std::move(bigger);
+        mask_ = 2 * mask_ + 1;
+        head_ = 0;
+    }
+    std::unique_ptr<T[]> buf_;
+    size_t mask_, head_ = 0, count_ = 0;
+};
+
 struct Burst {
     uint64_t addr;
     uint32_t beats;
@@ -127,26 +168,27 @@ struct Sim {
     // read side
     bool ar_ready = false;
     int ar_sink = 0;                 // bursts in the AR sink queue (not yet pumped)
-    std::deque<Burst> ar_sink_q;
-    std::deque<Burst> line;          // pumped, waiting for their latency / the read process
+    Fifo<Burst> ar_sink_q;
+    Fifo<Burst> line;                // pumped, waiting for their latency / the read process
     uint32_t in_flight = 0;          // bursts in `line` (the bench's _in_flight)
     Burst cur_r{};
     uint32_t cur_r_left = 0, cur_r_beat = 0;
-    std::deque<RBeat> r_q;
+    Fifo<RBeat> r_q;
     bool r_valid = false;
 
     // write side
     bool aw_ready = false, w_ready = false;
-    std::deque<Burst> aw_q;
+    Fifo<Burst> aw_q;
     struct WBeat { uint8_t data[kBusBytes]; uint64_t strb; bool last; };
-    std::deque<WBeat> w_q;
+    Fifo<WBeat> w_q;
     bool w_active = false;
     Burst cur_w{};
     uint32_t cur_w_beat = 0;
     uint32_t cur_w_resp = 0;
     bool b_waiting = false;          // a B response waits for room in the B queue
     uint32_t b_waiting_id = 0, b_waiting_resp = 0;
-    std::deque<std::pair<uint32_t, uint32_t>> b_q;  // (id, resp)
+    struct BResp { uint32_t id, resp; };
+    Fifo<BResp> b_q;
     bool b_valid = false;
 
     // statistics and faults
@@ -185,6 +227,12 @@ struct Sim {
         if (burst != 1 || (1u << sz) != kBusBytes || addr % kBusBytes ||
             (addr % kBoundary) + nbytes > kBoundary)
             note_protocol(kind, addr, beats, sz, burst);
+    }
+
+    // One evaluation of the model from the per-cycle path (see the weak declaration above).
+    inline void eval_model() {
+        if (&Vgnnweave_sim_top___024root___eval) Vgnnweave_sim_top___024root___eval(top->rootp);
+        else top->eval();
     }
 
     void apply_inputs() {
@@ -255,8 +303,8 @@ struct Sim {
         // --- B source
         if (b_fire || !b_valid) {
             if (!b_q.empty()) {
-                t->m_axi_gmem_bid = b_q.front().first;
-                t->m_axi_gmem_bresp = b_q.front().second;
+                t->m_axi_gmem_bid = b_q.front().id;
+                t->m_axi_gmem_bresp = b_q.front().resp;
                 b_q.pop_front();
                 b_valid = true;
             } else {
@@ -279,11 +327,11 @@ struct Sim {
         apply_inputs();
         if (!one_eval) {
             t->ap_clk = 0;
-            t->eval();
+            eval_model();
         } else if (check_one_eval) {
             const Sampled before = sample();
             t->ap_clk = 0;
-            t->eval();
+            eval_model();
             if (!(sample() == before)) ++one_eval_mismatches;
         }
     }
@@ -295,7 +343,7 @@ struct Sim {
             if (one_eval) t->rootp->__Vtrigprevexpr___TOP__ap_clk__0 = 0;
         }
         t->ap_clk = 1;
-        t->eval();
+        eval_model();
     }
 
     Sampled sample() const {
@@ -353,7 +401,7 @@ struct Sim {
         for (;;) {
             if (b_waiting) {
                 if (int(b_q.size()) >= kQueueLimit) return;
-                b_q.emplace_back(b_waiting_id, b_waiting_resp);
+                b_q.push_back({b_waiting_id, b_waiting_resp});
                 b_waiting = false;
             }
             if (!w_active) {

@@ -196,3 +196,18 @@ def test_one_eval_per_cycle_is_exact(native):
         check(job, b, "two evals")
         assert a.cycles == b.cycles and a.counters == b.counters
         assert np.array_equal(a.out, b.out)
+
+
+def test_build_cache_key_names_the_cpu(monkeypatch):
+    """The default build compiles for this CPU (-march=native, compile and LTO link), so its
+    cache key includes the CPU: a build directory reached from another kind of CPU is
+    rebuilt, not loaded (where it could stop on an illegal instruction)."""
+    monkeypatch.delenv("GNNWEAVE_NATIVE_OPT", raising=False)
+    here = simdevice._build_plan(CONFIG)
+    assert "-march=native" in here.cflags.split() and "-march=native" in here.ldflags.split()
+    assert simdevice._build_plan(CONFIG).key == here.key
+    monkeypatch.setattr(simdevice, "_cpu_identity", lambda: '["x86_64", "another CPU"]')
+    assert simdevice._build_plan(CONFIG).key != here.key
+    monkeypatch.undo()
+    monkeypatch.setenv("GNNWEAVE_NATIVE_OPT", "-O3")     # a portable build: its own key
+    assert simdevice._build_plan(CONFIG).key != here.key
