@@ -72,7 +72,12 @@ class DoesNotFitError(ValueError):
 
 
 class ToolError(RuntimeError):
-    """A synthesis or place-and-route tool failed (message names the tool and its last error)."""
+    """A synthesis or place-and-route tool failed (message names the tool and its last error);
+    ``output`` is everything it printed (the log a user needs to see why)."""
+
+    def __init__(self, message: str, output: str = ""):
+        super().__init__(message)
+        self.output = output
 
 
 def _units(own: dict, children: dict, top: str, kinds, depth: int) -> dict:
@@ -163,10 +168,6 @@ _PASS_RE = re.compile(r"^[\d.]+ Executing (\S+)")
 class ToolTimeout(ToolError):
     """A tool ran past its wall-clock limit and was stopped; ``output`` is what it printed."""
 
-    def __init__(self, message: str, output: str):
-        super().__init__(message)
-        self.output = output
-
 
 def _run_wasm(tool: str, args: list[str], cwd: Path, *, what: str, progress: bool,
               time_limit_s: float | None = None) -> str:
@@ -210,7 +211,7 @@ def _run_wasm(tool: str, args: list[str], cwd: Path, *, what: str, progress: boo
         raise ToolTimeout(f"{what} stopped at its {time_limit_s:g} s limit", out)
     if proc.returncode != 0:
         errs = [ln for ln in lines if "ERROR" in ln or "Error" in ln] or lines[-3:] or ["(no output)"]
-        raise ToolError(f"{what} failed (exit {proc.returncode}): {errs[-1].strip()}")
+        raise ToolError(f"{what} failed (exit {proc.returncode}): {errs[-1].strip()}", out)
     return out
 
 
@@ -295,6 +296,8 @@ ECP5_DEVICES = {"25k": "LFE5U-25F", "45k": "LFE5U-45F", "85k": "LFE5U-85F"}
 _FMAX_LINE = re.compile(r"Max frequency for clock '(?P<clk>[^']+)': (?P<mhz>[\d.]+) MHz "
                         r"\((?P<verdict>PASS|FAIL) at (?P<target>[\d.]+) MHz\)")
 _UTIL_LINE = re.compile(r"^Info:\s+(?P<kind>[A-Z][A-Z0-9_]*):\s+(?P<used>\d+)/\s*(?P<avail>\d+)\s+\d+%")
+#: nextpnr's error when the packed design needs more cells of a kind than the part has
+_NO_BEL_LINE = re.compile(r"no BELs remaining to implement cell type '(?P<cell>[^']+)'")
 #: log lines at which nextpnr enters each phase (in order)
 _PHASES = (("placement", ("Creating initial analytic placement", "Creating initial placement")),
            ("placement refinement", ("Running simulated annealing placer",)),
@@ -429,6 +432,13 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
                             progress=progress, time_limit_s=pnr_limit_s)
         except ToolTimeout as e:
             log, stopped = e.output, f"nextpnr stopped at its {pnr_limit_s:g} s limit"
+        except ToolError as e:
+            full = _NO_BEL_LINE.search(e.output)
+            if full is None:
+                raise
+            # a unit larger than the ECP5 is a result (no Fmax on this part), not a crash
+            log, stopped = e.output, (f"does not fit the {ECP5_DEVICES[device]}: no "
+                                      f"{full['cell']} left to place")
     t_pnr = time.monotonic() - t0 - t_synth
     if keep_log is not None:
         keep_log.append(log)
@@ -445,6 +455,12 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
         result.update(stage=STAGE_PLACED, fmax_mhz=parsed["placed"])
         if stopped is not None:
             stopped += " while routing; the post-placement estimate stands"
+    elif stopped.startswith("does not fit"):
+        result.update(stage=None, fmax_mhz=None)
+        used = {k: f"{v['used']}/{v['available']}" for k, v in parsed["utilisation"].items()
+                if v["used"] > v["available"]}
+        if used:
+            stopped += " (" + ", ".join(f"{k} {v}" for k, v in used.items()) + ")"
     else:
         result.update(stage=None, fmax_mhz=None)
         stopped += f" during {parsed['reached']}: no Fmax printed yet"
@@ -746,6 +762,13 @@ def run(args) -> int:
                 est["fits"], fit_error = False, e
     except (ValueError, ToolError) as e:
         print(f"error: {e}", file=sys.stderr)
+        if isinstance(e, ToolError) and e.output:
+            # keep the whole tool log: the one-line error rarely says which module or pass
+            log = Path(str(Path(args.out or "build/estimate/estimate.json").with_suffix(""))
+                       + ".failed.log")
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(e.output)
+            print(f"error: the tool's whole output is in {log}", file=sys.stderr)
         return 2
     text = json.dumps(est, indent=2)
     if args.out:

@@ -298,6 +298,59 @@ def test_ecp5_timing_limit_before_placement_gives_no_figure():
         est_mod.ecp5_timing("", "x", pnr_limit_s=0)
 
 
+class ManyMultipliers(wiring.Component):
+    """``count`` registered 18x18 products: more MULT18X18D than a small ECP5 has."""
+
+    def __init__(self, count):
+        self.count = count
+        super().__init__({"q": Out(36)})
+
+    def elaborate(self, platform):
+        m = Module()
+        seed = Signal(18)
+        m.d.sync += seed.eq(seed + 1)
+        acc = 0
+        for i in range(self.count):
+            product = Signal(36, name=f"product{i}")
+            m.d.sync += product.eq((seed ^ (0x2AAAA + 977 * i)) * (seed + 131 * i + 1))
+            acc = acc ^ product
+        m.d.sync += self.q.eq(acc)
+        return m
+
+
+@needs_ecp5
+def test_a_unit_larger_than_the_ecp5_is_reported_not_raised(tmp_path):
+    # LFE5U-25F has 28 MULT18X18D: 30 multipliers cannot be placed; nextpnr fails in placement
+    design = est_mod.component_rtlil(ManyMultipliers(30), "mults")
+    t = est_mod.ecp5_timing(design, "mults", device="25k", log_path=tmp_path / "m.log")
+    assert t["stage"] is None and t["fmax_mhz"] is None
+    assert t["stopped"].startswith("does not fit the LFE5U-25F: no MULT18X18D left to place")
+    used = t["ecp5_utilisation"]["MULT18X18D"]
+    assert used["used"] > used["available"] == 28
+    assert f"MULT18X18D {used['used']}/28" in t["stopped"]
+    assert "no BELs remaining" in (tmp_path / "m.log").read_text()
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_a_failing_tool_leaves_its_whole_log(monkeypatch, tmp_path, capsys):
+    output = "".join(f"pass {i}\n" for i in range(50)) + "Running ABC command: yosys-abc\n"
+
+    def failing(tool, args, cwd, **kw):
+        raise est_mod.ToolError("yosys synth_xilinx -family xcup failed (exit 1): Running ABC "
+                                "command: yosys-abc", output)
+
+    monkeypatch.setattr(est_mod, "_run_wasm", failing)
+    monkeypatch.setattr(est_mod, "have_yowasp", lambda tool: True)
+    monkeypatch.setattr(est_mod, "component_rtlil", lambda component, name: "")  # no elaboration
+    out = tmp_path / "est" / "small-zcu104.json"
+    assert est_mod.main(["small", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    log = tmp_path / "est" / "small-zcu104.failed.log"
+    assert "error: yosys synth_xilinx -family xcup failed (exit 1)" in err
+    assert f"the tool's whole output is in {log}" in err
+    assert log.read_text() == output and not out.exists()
+
+
 class Counter(Elaboratable):
     def __init__(self, width):
         self.q = Signal(width)
