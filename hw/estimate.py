@@ -259,7 +259,11 @@ def synth_xilinx_stat(design: str, top: str, family: str = "xcup", *, fmt: str =
         tmp.mkdir(parents=True, exist_ok=True)
         src = "design.il" if fmt == "rtlil" else "design.v"
         (tmp / src).write_text(design)
-        script = (f"read_{fmt} {src}; synth_xilinx -family {family} -top {top} -noiopad -noclkbuf; "
+        # `splitnets` first: ABC9's re-integration otherwise asserts on some Amaranth designs
+        # (duplicate wire name; Yosys issues #4349/#4451, hit here by the Pipeline unit's
+        # top module); it only splits multi-bit wires into bits, the logic is unchanged
+        script = (f"read_{fmt} {src}; hierarchy -top {top}; proc; splitnets; "
+                  f"synth_xilinx -family {family} -top {top} -noiopad -noclkbuf; "
                   "tee -q -o stat.json stat -json")
         _run_wasm("yosys", ["-l", "synth.log", "-p", script], tmp,
                   what=f"yosys synth_xilinx -family {family}", progress=progress)
