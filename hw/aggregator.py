@@ -38,7 +38,7 @@ from amaranth.lib.memory import Memory
 
 from gnnweave.fixed import ACC_GUARD_BITS, MEAN_RECIP_BITS, MEAN_SUM_WIDTH
 
-from .arith import round_half_even_shift, saturate
+from .arith import round_half_even_shift, rounding_constants, saturate
 from .axi import BusParams, UnitCore
 from .dma import ReadPort, StreamReader, WritePort, beats_to_boundary
 from .regmap import BUS_COUNTERS, BUSY_CYCLES, status_register
@@ -539,9 +539,13 @@ class AggregatorCore(UnitCore):
                                                Signal.like(d1_recip))
         dp.d.sync += [d2_valid.eq(d1_valid), d2_mask.eq(d1_mask), d2_last.eq(d1_last),
                       d2_zero.eq(d1_zero), d2_recip.eq(d1_recip)]
+        # the shift is fixed for the run: its mask and half are registered once for all lanes
+        shift_mask, shift_half = Signal(acc_w), Signal(acc_w)
+        mask_now, half_now = rounding_constants(cfg["shift"][:6], acc_w)
+        m.d.sync += [shift_mask.eq(mask_now), shift_half.eq(half_now)]
         for lane in range(lanes):
             rounded = round_half_even_shift(d1_acc.word_select(lane, acc_w).as_signed(),
-                                            cfg["shift"][:6])
+                                            cfg["shift"][:6], (shift_mask, shift_half))
             value, sat = saturate(rounded, MEAN_SUM_WIDTH)
             dp.d.sync += [d2_sum.word_select(lane, MEAN_SUM_WIDTH).eq(value), d2_sat[lane].eq(sat)]
         # stage 3: mean's reciprocal, saturate to the element width, queue the beat
