@@ -46,6 +46,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from .arith import round_half_even_shift, rounding_constants, saturate
 from .axi import BusParams
 
 
@@ -176,26 +177,10 @@ def _wire(m: Module, expr, name: str | None = None):
     return sig
 
 
-def _round_half_even_shift(m: Module, value, shift, width):
-    """``value / 2**shift`` rounded half to even (gnnweave.fixed.shift_round_half_even);
-    ``shift`` an unsigned signal. Result is ``width + 1`` bits signed."""
-    value = _wire(m, value.as_signed())
-    kept_expr = _wire(m, value >> shift)
-    one = Const(1, unsigned(width + 1))
-    mask = ((one << shift) - 1)[:width]
-    dropped = _wire(m, value.as_unsigned() & mask)
-    half = _wire(m, ((one << shift) >> 1)[:width])
-    round_up = (shift != 0) & ((dropped > half) | ((dropped == half) & kept_expr[0]))
-    return _wire(m, kept_expr + round_up)
-
-
 def _saturate(m: Module, value, width):
-    lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
-    value = _wire(m, value.as_signed())
-    big, small = value > hi, value < lo
-    return (_wire(m, Mux(big, Const(hi, signed(width)), Mux(small, Const(lo, signed(width)),
-                                                             value[:width].as_signed()))),
-            _wire(m, big | small))
+    """:func:`~.arith.saturate` with its clamped value and flag materialised in signals."""
+    clamped, saturated = saturate(_wire(m, value.as_signed()), width)
+    return _wire(m, clamped), _wire(m, saturated)
 
 
 def operand_request_signature(index_bits: int) -> wiring.Signature:
@@ -432,12 +417,20 @@ class MacCore(wiring.Component):
         sat_flags = []
         new_payload = Signal.like(out_payload)
         wide = max(AW, self.bias_width + 31) + 2
+        # the rounding mask and half depend on the shift only: latched with it at start, once
+        # for all lanes, instead of a wide 1 << shift per lane. Both are written exactly when
+        # `shift` is, and their reset value 0 is that of shift = 0, so in every cycle they
+        # equal rounding_constants(shift, wide) (the first output of a run included).
+        round_mask, round_half = Signal(wide), Signal(wide)
+        mask_at_start, half_at_start = rounding_constants(self.shift, wide)
+        with m.If(self.start & ~running):
+            m.d.sync += [round_mask.eq(mask_at_start), round_half.eq(half_at_start)]
         for c in range(C):
             acc_v = row_sel[c * AW:(c + 1) * AW].as_signed()
             with_bias = Signal(signed(wide), name=f"biased{c}")
             m.d.comb += with_bias.eq(Mux(use_bias & (mode == MacMode.FWD) & ~acc_keep,
                                          acc_v + (bias_ports[c].data << bias_shift), acc_v))
-            rounded = _round_half_even_shift(m, with_bias, shift, wide)
+            rounded = _wire(m, round_half_even_shift(with_bias, shift, (round_mask, round_half)))
             value, sat = _saturate(m, rounded, self.out_width)
             positive = value > 0
             in_tile = c < res_cols
