@@ -421,7 +421,7 @@ class MacCore(wiring.Component):
         # for all lanes, instead of a wide 1 << shift per lane. Both are written exactly when
         # `shift` is, and their reset value 0 is that of shift = 0, so in every cycle they
         # equal rounding_constants(shift, wide) (the first output of a run included).
-        round_mask, round_half = Signal(wide), Signal(wide)
+        round_mask, round_half = Signal(wide, name="round_mask"), Signal(wide, name="round_half")
         mask_at_start, half_at_start = rounding_constants(self.shift, wide)
         with m.If(self.start & ~running):
             m.d.sync += [round_mask.eq(mask_at_start), round_half.eq(half_at_start)]
