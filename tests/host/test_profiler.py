@@ -166,6 +166,41 @@ def test_measure_shares_median_ignores_bursts_and_calibration_errors():
         calibrate_shares([dev], graph, x, {"other": ShareCost(per_edge_s=1.0)})
 
 
+class MostlySlowedExecutor(HubExecutor):
+    """Every call but each fourth is slowed 2.5x: a host busier than not."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.calls = 0
+
+    def aggregate(self, graph, x, reduce="sum", *, rows=None):
+        res = super().aggregate(graph, x, reduce, rows=rows)
+        self.calls += 1
+        if self.calls % 4:
+            res.device_seconds *= 2.5
+        return res
+
+
+def test_measure_shares_min_ignores_bursts_that_most_calls_meet():
+    """The median takes a slowed call; the fastest call is the device's own time
+    (neighbours only ever slow a call down)."""
+    graph = zipf_graph(400, 6, seed=0)
+    x = np.zeros((400, 4), np.float32)
+    ranges = [(0, 400), (100, 300)]
+    for statistic, factor in (("min", 1.0), ("median", 2.5)):
+        tasks = [(MostlySlowedExecutor("d", 1e-6), r) for r in ranges]
+        got = measure_shares(tasks, graph, x, rounds=9, seed=1, statistic=statistic)
+        for i, (dev, (lo, hi)) in enumerate(tasks):
+            assert got[i] == pytest.approx(factor * dev.true_seconds(graph, lo, hi), rel=1e-9)
+    with pytest.raises(ValueError, match="statistic='mean'"):
+        measure_shares(tasks, graph, x, statistic="mean")
+    dev = MostlySlowedExecutor("d", 1e-6)
+    fits = calibrate_shares([dev], graph, x, rounds=9, statistic="min")
+    # the fit (fixed + per-row + per-edge) is exact up to the hub rows' cheaper edges
+    assert fits["d"].cost(graph.num_edges, 400) == pytest.approx(
+        dev.true_seconds(graph, 0, 400), rel=0.1)
+
+
 def test_calibrate_shares_on_real_executors():
     graph = zipf_graph(2000, 8, seed=4)
     x = np.random.default_rng(0).uniform(-1, 1, (2000, 16)).astype(np.float32)
