@@ -63,7 +63,7 @@ class TrainConfig:
     prefetch: int = 2                    # batches prepared ahead on a background thread
     eval_every: int = 1
     select: str = "last"                 # 'last' epoch or 'best_val' epoch's test accuracy
-    normalize_features: bool = True      # row-normalise (Kipf & Welling)
+    normalize_features: bool = True      # row-normalise non-negative features (Kipf & Welling)
     sparse_input: object = "auto"        # keep input features as CSR: True | False | 'auto' (<10 % non-zero)
     checkpoint_dir: str | None = None     # default: <out_dir>/checkpoints when out_dir is set
     checkpoint_every: int = 10
@@ -114,6 +114,17 @@ def _resolved(config: TrainConfig, model_cls) -> dict:
               epochs=config.epochs if config.epochs is not None else d.get("epochs", 200))
     if hp["epochs"] < 0:
         raise ValueError(f"TrainConfig.epochs = {hp['epochs']}: must be >= 0")
+    if str(config.model).lower() != "sgc":   # SGC: no hidden layer; layers = K hops (0 allowed)
+        if hp["hidden"] < 1:
+            raise ValueError(f"TrainConfig.hidden = {hp['hidden']}: must be >= 1")
+        if config.layers < 1:
+            raise ValueError(f"TrainConfig.layers = {config.layers}: must be >= 1")
+    elif config.layers < 0:
+        raise ValueError(f"TrainConfig.layers = {config.layers}: must be >= 0")
+    if not hp["lr"] > 0:
+        raise ValueError(f"TrainConfig.lr = {hp['lr']}: must be > 0")
+    if hp["weight_decay"] < 0:
+        raise ValueError(f"TrainConfig.weight_decay = {hp['weight_decay']}: must be >= 0")
     if not 0 <= hp["dropout"] < 1:
         raise ValueError(f"TrainConfig.dropout = {hp['dropout']}: must be in [0, 1)")
     return hp
@@ -505,11 +516,21 @@ class Trainer:
 
 def prepare(config: TrainConfig, model_cls) -> Prepared:
     ds = _load(config.dataset)
-    x = row_normalize(ds.x) if config.normalize_features else np.asarray(ds.x, np.float32)
+    # Kipf & Welling's row normalisation is for non-negative (bag-of-words) features: a signed
+    # row sum can be near 0 and blow a row up (it cost the SBM demo 40 points), so signed
+    # features stay as they are
+    x = (row_normalize(ds.x) if config.normalize_features and features_are_counts(ds.x)
+         else np.asarray(ds.x, np.float32))
     graph = model_cls.norm_graph(ds.graph)
     y = np.asarray(ds.y, dtype=np.int64)
     return Prepared(ds, graph, x, y, np.flatnonzero(ds.train_mask), np.flatnonzero(ds.val_mask),
                     np.flatnonzero(ds.test_mask), int(ds.num_classes))
+
+
+def features_are_counts(x) -> bool:
+    """True when no feature is negative: the features row normalisation is meant for."""
+    x = x.data if sp.issparse(x) else np.asarray(x)
+    return not x.size or bool(x.min() >= 0)
 
 
 def run_training(config: TrainConfig) -> dict:
