@@ -225,14 +225,18 @@ def _unweighted_format():
 # ---- host runtime ------------------------------------------------------------------------
 def cmd_train(a) -> int:
     from gnnweave.host.train import run_training, config_from_args
-    if a.partition == "auto":
-        # adaptive: start from a split calibrated on this graph, rebalance from measured times
-        a.partition, a.rebalance = "even", True
-    if a.devices and a.partition == "none" and len(a.devices.split(",")) > 1:
-        a.partition = "even"
+    # --partition auto (adaptive: a split calibrated on this graph, rebalanced from measured
+    # times), the defaults of --device/--partition: config_from_args
     report = run_training(config_from_args(a))
     _emit(report, a.json, ("test_acc_mean", "test_acc_std", "epoch_seconds", "shares",
                            "predicted_vs_measured"))
+    if report.get("interrupted"):
+        last = report["seeds"][-1] if report.get("seeds") else {}
+        saved = (f"checkpoint {last['checkpoint']} (continue with --resume)"
+                 if last.get("checkpoint") else "no checkpoint (give --checkpoint-dir or --out)")
+        print(f"gnnweave train: interrupted after epoch {last.get('epochs_done')} of seed "
+              f"{last.get('seed')}; {saved}", file=sys.stderr)
+        return 130
     return 0
 
 
@@ -409,9 +413,6 @@ def build_parser() -> argparse.ArgumentParser:
     from gnnweave.host.train import add_train_arguments
     train = sub.add_parser("train", help="train a GNN across devices")
     add_train_arguments(train)
-    for action in train._actions:
-        if action.dest == "partition":
-            action.help = "auto (adaptive) | none | even | balanced | DEVICE=LO:HI,..."
     train.add_argument("--json", action="store_true")
     train.set_defaults(func=cmd_train)
 

@@ -660,8 +660,58 @@ def _ranges_arg(text: str) -> dict:
         lo, sep2, hi = rng.partition(":")
         if not (sep and sep2):
             raise ValueError(f"--partition: {part!r} is not DEVICE=LO:HI")
-        out[dev.strip()] = (int(lo), int(hi))
+        try:
+            out[dev.strip()] = (int(lo), int(hi))
+        except ValueError:
+            raise ValueError(f"--partition: {part!r}: LO and HI must be integers") from None
     return out
+
+
+def _ints_arg(option: str, text: str) -> tuple[int, ...]:
+    """'10,5' -> (10, 5); anything else is a one-line error naming the option."""
+    try:
+        return tuple(int(f) for f in str(text).split(","))
+    except ValueError:
+        raise ValueError(f"--{option}: {text!r} is not a comma list of integers, e.g. 10,5") from None
+
+
+def _devices_arg(text) -> list[str] | None:
+    if not text:
+        return None
+    names = [d.strip() for d in str(text).split(",") if d.strip()]
+    seen = set()
+    for name in names:
+        if name.lower() in seen:
+            raise ValueError(f"--devices: {name!r} appears twice (name further instances "
+                             f"{name}:1, {name}:2, ...)")
+        seen.add(name.lower())
+    return names or None
+
+
+def _placement_args(device, devices, partition) -> tuple[str, object, bool]:
+    """(device, partition, rebalance) from ``--device``, ``--devices`` and ``--partition``.
+
+    Not given, ``--partition`` is ``even`` over several ``--devices`` and ``none`` otherwise;
+    ``auto`` is ``even`` rebalanced after each epoch. One ``--devices`` entry is the device
+    that trains (or, beside a different ``--device`` for the dense ops, the one that
+    aggregates); ``--partition none`` with several is a contradiction, not a silent split.
+    """
+    rebalance = False
+    if partition == "auto":
+        if not devices:
+            raise ValueError("--partition auto needs --devices (a comma list, e.g. fpga-emu,cpu)")
+        partition, rebalance = "even", True
+    elif partition is None:
+        partition = "even" if devices and len(devices) > 1 else "none"
+    elif partition == "none" and devices and len(devices) > 1:
+        raise ValueError(f"--partition none trains on one device, got --devices "
+                         f"{','.join(devices)}: choose --partition even or auto to split them")
+    if devices and len(devices) == 1 and partition == "none":
+        if device is None or device == devices[0]:
+            device = devices[0]
+        else:   # --device does the dense ops, the one --devices entry aggregates
+            partition = "even"
+    return device or "cpu", partition, rebalance
 
 
 def add_train_arguments(parser):
@@ -669,10 +719,16 @@ def add_train_arguments(parser):
     p = parser
     p.add_argument("--dataset", default="cora", help="cora, citeseer, sbm[:N:C], a path, ...")
     p.add_argument("--model", default="gcn", choices=["gcn", "sage", "sgc"])
-    p.add_argument("--device", default="cpu", help="executor for dense ops (and aggregation)")
-    p.add_argument("--devices", default=None, help="comma list for --partition even")
-    p.add_argument("--partition", default="none",
-                   help="none | even | balanced (needs --cost-model) | DEVICE=LO:HI,DEVICE=LO:HI")
+    p.add_argument("--device", default=None,
+                   help="executor for dense ops (and aggregation); default: the one --devices "
+                        "entry, else cpu")
+    p.add_argument("--devices", default=None,
+                   help="comma list: the devices that share the aggregation (one: trains on it)")
+    p.add_argument("--partition", default=None,
+                   help="auto (a split calibrated on the graph, rebalanced after each epoch) | none | "
+                        "even | balanced (needs "
+                        "--cost-model) | DEVICE=LO:HI,DEVICE=LO:HI; default: even over several "
+                        "--devices, else none")
     p.add_argument("--epochs", type=int, default=None)
     p.add_argument("--hidden", type=int, default=None)
     p.add_argument("--layers", type=int, default=2)
@@ -682,7 +738,8 @@ def add_train_arguments(parser):
     p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
     p.add_argument("--seeds", type=int, default=1, help="train seeds 0..N-1")
     p.add_argument("--batch-size", type=int, default=None, help="mini-batch (default full-batch)")
-    p.add_argument("--fanouts", default="10,10", help="neighbours per hop, e.g. 25,10")
+    p.add_argument("--fanouts", default=None,
+                   help="neighbours per hop for --batch-size, e.g. 25,10 (default 10 per hop)")
     p.add_argument("--prefetch", type=int, default=2)
     p.add_argument("--select", default="last", choices=["last", "best_val"])
     p.add_argument("--checkpoint-dir", default=None)
@@ -702,19 +759,24 @@ def config_from_args(args) -> TrainConfig:
     import argparse
     defaults = vars(add_train_arguments(argparse.ArgumentParser()).parse_args([]))
     a = {k: getattr(args, k, v) for k, v in defaults.items()}
-    part = a["partition"]
+    devices = _devices_arg(a["devices"])
+    device, part, auto = _placement_args(a["device"], devices, a["partition"])
     if part not in ("none", "even", "balanced"):
         part = _ranges_arg(part)
+    if a["fanouts"] is not None and a["batch_size"] is None:
+        raise ValueError(f"--fanouts {a['fanouts']} samples the neighbours of mini-batches: give "
+                         f"--batch-size too (without it training is full-batch)")
+    fanouts = (_ints_arg("fanouts", a["fanouts"]) if a["fanouts"] is not None
+               else (10,) * max(a["layers"], 1))
     return TrainConfig(
-        dataset=a["dataset"], model=a["model"], device=a["device"],
-        devices=[d.strip() for d in a["devices"].split(",")] if a["devices"] else None,
+        dataset=a["dataset"], model=a["model"], device=device, devices=devices,
         partition=part, hidden=a["hidden"], layers=a["layers"], dropout=a["dropout"], lr=a["lr"],
         weight_decay=a["weight_decay"], epochs=a["epochs"], optimizer=a["optimizer"],
-        seeds=a["seeds"], batch_size=a["batch_size"],
-        fanouts=tuple(int(f) for f in str(a["fanouts"]).split(",")), prefetch=a["prefetch"],
+        seeds=a["seeds"], batch_size=a["batch_size"], fanouts=fanouts, prefetch=a["prefetch"],
         select=a["select"], checkpoint_dir=a["checkpoint_dir"],
         checkpoint_every=a["checkpoint_every"], resume=a["resume"], out_dir=a["out"],
-        cost_model=a["cost_model"], rebalance=a["rebalance"], progress=not a["no_progress"])
+        cost_model=a["cost_model"], rebalance=a["rebalance"] or auto,
+        progress=not a["no_progress"])
 
 
 def train_main(argv=None) -> dict:

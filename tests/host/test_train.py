@@ -3,6 +3,7 @@ GCN number, the fixed-point path against float, partitioned training against one
 mini-batch training, timeline/partition outputs, config errors."""
 import json
 import os
+import re
 import time
 
 import numpy as np
@@ -370,6 +371,69 @@ def test_balanced_partition_from_rates(sbm):
     with pytest.raises(ValueError, match="needs a cost model"):
         run_training(TrainConfig(dataset=sbm, partition="balanced", devices=["cpu"], epochs=1,
                                  progress=False))
+
+
+def _config(*argv):
+    import argparse
+    from gnnweave.host.train import add_train_arguments, config_from_args
+    return config_from_args(add_train_arguments(argparse.ArgumentParser()).parse_args(list(argv)))
+
+
+def test_command_line_devices_and_partition():
+    """What --device/--devices/--partition mean together (gnnweave train)."""
+    c = _config("--devices", "fpga-emu")                   # one device: it trains
+    assert (c.device, c.partition, c.rebalance) == ("fpga-emu", "none", False)
+    c = _config("--device", "cpu", "--devices", "fpga-emu")  # it aggregates, cpu does dense
+    assert (c.device, c.partition, c.devices) == ("cpu", "even", ["fpga-emu"])
+    c = _config("--devices", "fpga-emu,cpu")
+    assert (c.device, c.partition, c.devices) == ("cpu", "even", ["fpga-emu", "cpu"])
+    c = _config("--devices", "fpga-emu,cpu", "--partition", "auto")
+    assert (c.partition, c.rebalance) == ("even", True)
+    c = _config()
+    assert (c.device, c.partition, c.batch_size, c.fanouts) == ("cpu", "none", None, (10, 10))
+    assert _config("--layers", "3", "--batch-size", "8").fanouts == (10, 10, 10)
+    assert _config("--batch-size", "8", "--fanouts", "10,5").fanouts == (10, 5)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--devices", "fpga-emu,cpu", "--partition", "none"], "--partition none trains on one device"),
+    (["--partition", "auto"], "--partition auto needs --devices"),
+    (["--devices", "cpu,cpu"], "--devices: 'cpu' appears twice"),
+    (["--fanouts", "10,5"], "--fanouts 10,5 samples the neighbours of mini-batches: give --batch-size"),
+    (["--batch-size", "8", "--fanouts", "10,x"], "--fanouts: '10,x' is not a comma list"),
+    (["--partition", "cpu=a:b"], "--partition: 'cpu=a:b': LO and HI must be integers"),
+])
+def test_command_line_contradictions_are_one_line_errors(argv, needle):
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        _config(*argv)
+
+
+def test_ctrl_c_on_the_command_line_saves_and_exits_130(tmp_path):
+    """SIGINT to a running `gnnweave train`: the last completed epoch is saved, the exit
+    status is 130 and stderr says where the checkpoint is; --resume continues from it."""
+    import signal
+    import subprocess
+    import sys
+    ckpt = tmp_path / "ck"
+    cmd = [sys.executable, "-m", "gnnweave.cli", "train", "--dataset", "sbm:300:3",
+           "--epochs", "1000000", "--checkpoint-dir", str(ckpt), "--checkpoint-every", "1",
+           "--no-progress", "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (ckpt / "gcn-seed0.npz").is_file():   # training has started
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    report = json.loads(out)
+    done = report["seeds"][0]["epochs_done"]
+    assert report["interrupted"] and 1 <= done < 1000000
+    assert f"interrupted after epoch {done} of seed 0" in err and "--resume" in err
+    resumed = train_main(["--dataset", "sbm:300:3", "--epochs", str(done + 2), "--resume",
+                          "--checkpoint-dir", str(ckpt), "--no-progress"])
+    assert resumed["seeds"][0]["resumed_from"] == done
+    assert resumed["seeds"][0]["epochs_done"] == done + 2
 
 
 def test_config_from_a_foreign_namespace_uses_defaults():
