@@ -1056,25 +1056,30 @@ def open_executor(kind: str, name: str | None = None, **kw):
     cls = _make_executor_class()
     timeout_s = kw.pop("timeout_s", 600.0)
     dense = kw.pop("dense", "device")
+
+    def unavailable(reason: str):
+        # the user asked for a device that is not there: say what is
+        return ex.DeviceUnavailable(f"{reason}; available: {', '.join(ex.available_devices())}")
+
     if kind == "fpga-sim":
         problem = _native_toolchain_problem()
         if problem:
-            raise ex.DeviceUnavailable(f"no fpga-sim device: {problem}")
+            raise unavailable(f"no fpga-sim device: {problem}")
         accel, _device, owner = open_sim_accel(**kw)
         return cls(accel, kind, name, timeout_s=timeout_s, owner=owner, dense=dense)
     if kind == "fpga":
         pynq = _pynq()
         if pynq is None:
-            raise ex.DeviceUnavailable("no fpga device: pynq is not installed (pip install pynq)")
+            raise unavailable("no fpga device: pynq is not installed (pip install pynq)")
         bit = kw.pop("bitstream", None) or os.environ.get("GNNWEAVE_BITSTREAM")
         if not bit or not Path(bit).is_file():
-            raise ex.DeviceUnavailable(
+            raise unavailable(
                 f"no fpga device: give bitstream=<path to .bit> or set GNNWEAVE_BITSTREAM "
                 f"(got {bit!r})")
         overlay = pynq.Overlay(str(bit))
         accels = [getattr(overlay, n) for n, d in overlay.ip_dict.items()
                   if d.get("type") == VLNV]
         if not accels:
-            raise ex.DeviceUnavailable(f"no fpga device: {bit} has no IP with VLNV {VLNV}")
+            raise unavailable(f"no fpga device: {bit} has no IP with VLNV {VLNV}")
         return cls(accels[0], kind, name, timeout_s=timeout_s, dense=dense)
     raise ex.DeviceUnavailable(f"unknown accelerator kind {kind!r}: choose fpga-sim or fpga")

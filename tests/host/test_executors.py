@@ -130,6 +130,12 @@ def test_registry():
     assert issubclass(DeviceUnavailable, ValueError)
 
 
+def test_fpga_without_a_board_lists_the_devices_there(monkeypatch):
+    monkeypatch.delenv("GNNWEAVE_BITSTREAM", raising=False)
+    with pytest.raises(DeviceUnavailable, match="no fpga device.*; available: cpu, .*fpga-emu"):
+        make_executor("fpga")
+
+
 def test_gpu_absent_is_device_unavailable():
     if any(d.startswith("gpu:") for d in available_devices()):
         pytest.skip("a CUDA device is present")
