@@ -491,26 +491,28 @@ def plan_placement(devices: list[OpDevice], *, num_edges: int, num_nodes: int, d
 
 
 def _dataset_shape(dataset: str) -> tuple[int, int, int, int, "object"]:
-    """(nodes, edges, features, classes, CSRGraph) of a dataset name or .npz path."""
-    import os
+    """(nodes, edges, features, classes, CSRGraph) of any ``load_dataset`` spec (name,
+    ``sbm[:N:C]``, ``rmat:...``, OGB folder, edge list); an ``.npz`` file needs only ``x``,
+    ``y`` and ``edge_index`` (a plan needs no split)."""
     from pathlib import Path
 
+    from gnnweave.datasets import load_dataset
     from gnnweave.graph import CSRGraph
 
     p = Path(dataset)
-    if not p.is_file():
-        root = Path(os.environ.get("GNNWEAVE_DATA") or
-                    Path(__file__).resolve().parent.parent.parent / "shared" / "datasets")
-        p = root / f"{dataset}.npz"
-    if not p.is_file():
-        raise FileNotFoundError(f"dataset {dataset!r} not found (looked for {p}; set GNNWEAVE_DATA)")
+    if not (p.suffix.lower() == ".npz" and p.is_file()):
+        ds = load_dataset(dataset)
+        return ds.num_nodes, ds.num_edges, ds.num_features, ds.num_classes, ds.graph
     with np.load(p, allow_pickle=False) as z:
         for key in ("x", "y", "edge_index"):
             if key not in z:
                 raise ValueError(f"{p}: missing array {key!r}")
         n, f = z["x"].shape
         classes = int(z["y"].max()) + 1
-        g = CSRGraph.from_edge_index(z["edge_index"], n)
+        try:
+            g = CSRGraph.from_edge_index(z["edge_index"], n)
+        except ValueError as exc:
+            raise ValueError(f"{p.name}: {exc}") from None
     return n, g.num_edges, f, classes, g
 
 
@@ -550,6 +552,9 @@ def format_plan(report: dict) -> str:
                      f"predicted step {pl['predicted_step_s'] * 1e3:.3f} ms")
         for p in pl["placement"]:
             lines.append(f"  layer {p['layer']}: aggregate on {p['aggregate']}, dense on {p['dense']}")
+    nominal = [d for d, src in report.get("rates_from", {}).items() if src != "cost model"]
+    if nominal and len(nominal) < len(report["rates_from"]):
+        lines.append(f"rates: not in the cost model, nominal x SPEED: {', '.join(nominal)}")
     if report.get("partition"):
         lines.append("aggregation row split: " + ", ".join(
             f"{d} rows {lo}..{hi}" for d, (lo, hi) in report["partition"].items()))
@@ -599,6 +604,9 @@ def plan_main(model: str | None = None, devices: list[str] | None = None, *,
         n, e, f, classes, graph = _dataset_shape(dataset)
         dims = [f] + [hidden] * (layers - 1) + [classes]
         opdevs = _op_devices(specs, cm)
+        # a device the cost model does not hold gets nominal rates x SPEED: say which is which
+        report["rates_from"] = {s.name: "cost model" if cm is not None and s.name in cm.devices
+                                else "nominal x speed" for s in specs}
         report["model"] = f"gcn{layers} on {dataset}"
         report["graph"] = {"nodes": n, "edges": e, "features": f, "classes": classes, "dims": dims}
         report["placement"] = plan_placement(opdevs, num_edges=e, num_nodes=n, dims=dims,

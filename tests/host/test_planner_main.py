@@ -109,3 +109,30 @@ def test_plan_main_on_a_dataset_and_bad_input(tmp_path):
         plan_main(dataset=str(path), devices=["gpu", "gpu=2"])
     with pytest.raises(FileNotFoundError, match="not found"):
         plan_main("no-such-model", ["gpu"])
+
+
+def test_plan_main_takes_every_dataset_spec_train_takes(tmp_path):
+    """`gnnweave plan --dataset sbm` / an edge list / an OGB folder, as `gnnweave train`."""
+    rep = plan_main(dataset="sbm:300:3", devices=["gpu=4", "fpga=1"])
+    assert rep["graph"]["nodes"] == 300 and rep["graph"]["classes"] == 3
+    edges = tmp_path / "g.txt"
+    edges.write_text("0 1\n1 2\n2 3\n3 0\n4 0\n")
+    rep = plan_main(dataset=str(edges), devices=["gpu=4", "fpga=1"])
+    assert rep["graph"]["nodes"] == 5 and rep["graph"]["edges"] == 5
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=np.zeros((3, 2), np.float32), y=np.zeros(3, np.int64),
+             edge_index=np.array([[0, -1], [1, 2]]))
+    with pytest.raises(ValueError, match="bad.npz: edge_index"):
+        plan_main(dataset=str(bad), devices=["gpu"])
+
+
+def test_plan_says_which_devices_the_cost_model_lacks(tmp_path):
+    from gnnweave.host.costmodel import CostModel
+    from gnnweave.host.profiler import profile
+    path = tmp_path / "cm.json"
+    profile(["fpga-emu"], quick=True, progress=False).cost_model.save(path)
+    rep = plan_main(dataset="sbm:300:3", devices=["fpga-emu", "gpu=4"], cost_model=str(path))
+    assert rep["rates_from"] == {"fpga-emu": "cost model", "gpu": "nominal x speed"}
+    assert "nominal x SPEED: gpu" in rep["text"]
+    assert CostModel.load(path).devices
+
