@@ -386,6 +386,11 @@ def load_npz(path, *, name: str | None = None) -> Dataset:
     x = arrays["x"]
     if x.ndim != 2:
         raise DatasetError(f"{source}: x: shape {x.shape}, expected (N, F)")
+    y = arrays["y"]
+    if y.ndim >= 1 and y.shape[0] != x.shape[0]:
+        # N comes from x: say so, rather than blame an edge or a mask for x's missing rows
+        raise DatasetError(f"{source}: y: shape {y.shape}, expected ({x.shape[0]},): x has "
+                           f"{x.shape[0]} rows, y {y.shape[0]}; both need one row per node")
     return _build(source, name or path.stem, arrays["edge_index"], x.shape[0], x, arrays["y"],
                   {k: arrays[k] for k in MASK_NAMES}, arrays.get("edge_weight"))
 

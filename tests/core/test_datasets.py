@@ -141,6 +141,8 @@ NPZ_ERRORS = [
     (dict(y=np.array([0, 1, -3, 0, 0])), "bad.npz: y[2] = -3 is a negative class label"),
     (dict(y=np.zeros(5)), "bad.npz: y: dtype float64, expected integer class labels"),
     (dict(y=np.zeros(4, dtype=np.int64)), "bad.npz: y: shape (4,), expected (5,)"),
+    # x short of rows: named as such, not as an edge to a node past x's end
+    (dict(x=np.zeros((4, 2))), "bad.npz: y: shape (5,), expected (4,): x has 4 rows, y 5"),
     (dict(val_mask=np.zeros(6, bool)), "bad.npz: val_mask: shape (6,), expected (5,)"),
     (dict(train_mask=np.full(5, 0.5)), "bad.npz: train_mask: dtype float64, expected bool"),
     (dict(edge_weight=np.array([1, 2, np.inf, 1, 1, 1.0])), "bad.npz: edge_weight[2] = inf is not finite"),
