@@ -242,7 +242,14 @@ def cmd_train(a) -> int:
 
 def cmd_profile(a) -> int:
     from gnnweave.host.profiler import profile_main
-    devices = [d for d in a.devices.split(",") if d]
+    devices = [d.strip() for d in a.devices.split(",") if d.strip()]
+    if not devices:
+        raise CommandError("--devices: give at least one device, e.g. cpu,fpga-emu")
+    repeated = next((d for i, d in enumerate(devices) if d.lower() in
+                     [e.lower() for e in devices[:i]]), None)
+    if repeated:
+        raise CommandError(f"--devices: {repeated!r} appears twice (name further instances "
+                           f"{repeated}:1, {repeated}:2, ...)")
     report = profile_main(devices, a.out, a.quick)
     _emit(report, a.json, ("devices", "heldout_median_rel_err", "heldout_p90_rel_err",
                            "meets_target", "seconds"))
