@@ -125,6 +125,11 @@ def _resolved(config: TrainConfig, model_cls) -> dict:
         raise ValueError(f"TrainConfig.lr = {hp['lr']}: must be > 0")
     if hp["weight_decay"] < 0:
         raise ValueError(f"TrainConfig.weight_decay = {hp['weight_decay']}: must be >= 0")
+    if config.checkpoint_every < 0:
+        raise ValueError(f"TrainConfig.checkpoint_every = {config.checkpoint_every}: must be >= 0 "
+                         f"(0: only at the end and on Ctrl-C)")
+    if not 0 <= config.momentum < 1:
+        raise ValueError(f"TrainConfig.momentum = {config.momentum}: must be in [0, 1)")
     if not 0 <= hp["dropout"] < 1:
         raise ValueError(f"TrainConfig.dropout = {hp['dropout']}: must be in [0, 1)")
     return hp
@@ -736,6 +741,7 @@ def add_train_arguments(parser):
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--weight-decay", type=float, default=None)
     p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
+    p.add_argument("--momentum", type=float, default=0.9, help="for --optimizer sgd")
     p.add_argument("--seeds", type=int, default=1, help="train seeds 0..N-1")
     p.add_argument("--batch-size", type=int, default=None, help="mini-batch (default full-batch)")
     p.add_argument("--fanouts", default=None,
@@ -743,7 +749,8 @@ def add_train_arguments(parser):
     p.add_argument("--prefetch", type=int, default=2)
     p.add_argument("--select", default="last", choices=["last", "best_val"])
     p.add_argument("--checkpoint-dir", default=None)
-    p.add_argument("--checkpoint-every", type=int, default=10)
+    p.add_argument("--checkpoint-every", type=int, default=10,
+                   help="epochs between checkpoints (0: only at the end and on Ctrl-C)")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--out", default=None, help="folder for result.json, timeline.png, partition.txt")
     p.add_argument("--cost-model", default=None, help="cost model JSON (fills predicted_vs_measured)")
@@ -772,7 +779,7 @@ def config_from_args(args) -> TrainConfig:
         dataset=a["dataset"], model=a["model"], device=device, devices=devices,
         partition=part, hidden=a["hidden"], layers=a["layers"], dropout=a["dropout"], lr=a["lr"],
         weight_decay=a["weight_decay"], epochs=a["epochs"], optimizer=a["optimizer"],
-        seeds=a["seeds"], batch_size=a["batch_size"], fanouts=fanouts, prefetch=a["prefetch"],
+        momentum=a["momentum"], seeds=a["seeds"], batch_size=a["batch_size"], fanouts=fanouts, prefetch=a["prefetch"],
         select=a["select"], checkpoint_dir=a["checkpoint_dir"],
         checkpoint_every=a["checkpoint_every"], resume=a["resume"], out_dir=a["out"],
         cost_model=a["cost_model"], rebalance=a["rebalance"] or auto,

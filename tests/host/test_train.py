@@ -281,7 +281,8 @@ def test_sbm_demo_learns_its_planted_classes():
 
 
 @pytest.mark.parametrize("field, value", [("hidden", 0), ("layers", 0), ("lr", -0.01),
-                                          ("lr", 0.0), ("weight_decay", -1e-4)])
+                                          ("lr", 0.0), ("weight_decay", -1e-4),
+                                          ("checkpoint_every", -1), ("momentum", 1.5)])
 def test_bad_hyperparameters_are_one_line_errors(sbm, field, value):
     with pytest.raises(ValueError, match=f"TrainConfig.{field} = {value}"):
         run_training(TrainConfig(dataset=sbm, epochs=1, progress=False, **{field: value}))
@@ -393,6 +394,7 @@ def test_command_line_devices_and_partition():
     assert (c.device, c.partition, c.batch_size, c.fanouts) == ("cpu", "none", None, (10, 10))
     assert _config("--layers", "3", "--batch-size", "8").fanouts == (10, 10, 10)
     assert _config("--batch-size", "8", "--fanouts", "10,5").fanouts == (10, 5)
+    assert _config("--optimizer", "sgd", "--momentum", "0.5").momentum == 0.5
 
 
 @pytest.mark.parametrize("argv, needle", [
