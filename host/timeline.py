@@ -41,6 +41,17 @@ class OpRecord:
         return "host" if self.op in HOST_OPS else "compute"
 
     @property
+    def clock(self) -> str:
+        """Which clock :attr:`measured_seconds` reads: ``device`` (an FPGA's cycle counters
+        at the board's clock; fpga-emu's cycle model), ``cpu`` (the calling thread's CPU
+        time) or ``wall`` (host wall clock)."""
+        if self.kind in FPGA_KINDS and self.device_seconds is not None:
+            return "device"
+        if self.kind == "cpu" and self.cpu_seconds is not None:
+            return "cpu"
+        return "wall"
+
+    @property
     def measured_seconds(self) -> float:
         """The profiler's clock for the kind: device time on FPGA kinds (the cycle estimate
         on fpga-emu), the calling thread's CPU time on ``cpu`` (shards run in threads
@@ -212,9 +223,20 @@ def plot_timeline(timeline: Timeline | list[OpRecord], path, *, epochs=None, tit
     return path
 
 
+def measured_clocks(records: list[OpRecord]) -> dict[str, str]:
+    """Per device: the clock(s) its measured seconds come from (:attr:`OpRecord.clock`),
+    e.g. ``{'fpga-emu': 'device', 'cpu': 'cpu'}``; ``'device+wall'`` where they mix."""
+    seen: dict[str, dict[str, None]] = {}
+    for r in records:
+        if r.category != "host":
+            seen.setdefault(r.device, {})[r.clock] = None
+    return {dev: "+".join(clocks) for dev, clocks in seen.items()}
+
+
 def partition_rows_table(graph, shares: dict, measured: dict | None = None,
-                         predicted: dict | None = None) -> list[dict]:
-    """One row per device: node range, rows, edges, edge share, measured/predicted seconds."""
+                         predicted: dict | None = None, clocks: dict | None = None) -> list[dict]:
+    """One row per device: node range, rows, edges, edge share, measured seconds (and the
+    clock they were read from: :func:`measured_clocks`), predicted seconds."""
     total = max(graph.num_edges, 1)
     rows = []
     for dev, (lo, hi) in shares.items():
@@ -223,6 +245,8 @@ def partition_rows_table(graph, shares: dict, measured: dict | None = None,
                    edge_share=e / total)
         if measured is not None:
             row["measured_s"] = measured.get(dev)
+            if clocks is not None:
+                row["clock"] = clocks.get(dev)
         if predicted is not None:
             row["predicted_s"] = predicted.get(dev)
         rows.append(row)
@@ -234,6 +258,8 @@ def format_partition_table(rows: list[dict]) -> str:
     cols = ["device", "lo", "hi", "rows", "edges", "edge_share"]
     if rows and "measured_s" in rows[0]:
         cols.append("measured_s")
+    if rows and "clock" in rows[0]:
+        cols.append("clock")
     if rows and "predicted_s" in rows[0]:
         cols.append("predicted_s")
 
@@ -270,5 +296,6 @@ def interval_overlap(a: list[OpRecord], b: list[OpRecord]) -> float:
     return total
 
 
-__all__ = ["OpRecord", "Timeline", "busy_fractions", "plot_timeline", "partition_rows_table",
+__all__ = ["OpRecord", "Timeline", "busy_fractions", "plot_timeline", "measured_clocks",
+           "partition_rows_table",
            "format_partition_table", "interval_overlap"]

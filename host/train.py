@@ -37,8 +37,8 @@ from gnnweave.host.models import (
 )
 from gnnweave.host.sampling import MiniBatch, NeighborSampler, Prefetcher, seed_batches
 from gnnweave.host.timeline import (
-    Timeline, busy_fractions, format_partition_table, interval_overlap, partition_rows_table,
-    plot_timeline,
+    Timeline, busy_fractions, format_partition_table, interval_overlap, measured_clocks,
+    partition_rows_table, plot_timeline,
 )
 
 
@@ -597,8 +597,11 @@ def run_training(config: TrainConfig) -> dict:
     measured = {dev: s.get("compute_s", 0.0) + s.get("transfer_s", 0.0)
                 for dev, s in (timeline.summary(last_epoch).items() if timeline else [])}
     pvm = predicted_vs_measured(last_records, cost_model)
+    # measured seconds are device time on FPGA kinds, CPU time on cpu, else wall: say which
+    clocks = measured_clocks(last_records)
     table_rows = partition_rows_table(data.graph, share_map, measured,
-                                      {d: v["predicted_s"] for d, v in pvm.items()} if pvm else None)
+                                      {d: v["predicted_s"] for d, v in pvm.items()} if pvm else None,
+                                      clocks)
     result = dict(
         dataset=name, model=key, device=config.device,
         mode="mini-batch" if config.batch_size is not None else "full-batch",
@@ -612,6 +615,7 @@ def run_training(config: TrainConfig) -> dict:
                         edge_share=r["edge_share"]) for d, r in zip(share_map, table_rows)},
         partition_table=format_partition_table(table_rows),
         predicted_vs_measured=pvm,
+        measured_clock=clocks,
         busy=busy_fractions(last_records),
         saturations=sum(r.saturations for r in (timeline.records if timeline else [])),
         interrupted=interrupted,

@@ -241,6 +241,21 @@ def test_outputs_timeline_and_partition_table(sbm, tmp_path):
     assert json.loads(json.dumps(r))["shares"]["fpga-emu"]["lo"] == 120   # plain JSON types
 
 
+def test_partition_table_says_which_clock_each_device_was_measured_with(sbm):
+    """FPGA kinds report device time (fpga-emu: its cycle model), cpu its thread's CPU time:
+    the outputs say which, per device (issue: 'timelines say which is which')."""
+    from gnnweave.host.timeline import OpRecord
+    n = sbm.graph.num_nodes
+    r = run_training(TrainConfig(dataset=sbm, seeds=[0], epochs=2, progress=False,
+                                 partition={"cpu": (0, 120), "fpga-emu": (120, n)}))
+    assert r["measured_clock"] == {"cpu": "cpu", "fpga-emu": "device"}
+    lines = [line.split() for line in r["partition_table"].splitlines()]
+    column = lines[0].index("clock")
+    assert {row[0]: row[column] for row in lines[2:]} == {"cpu": "cpu", "fpga-emu": "device"}
+    rec = OpRecord("g", "gpu", "aggregate", 0.0, 1.0, 1.0, 0.5, 0, 0, 0)
+    assert rec.clock == "wall" and rec.measured_seconds == 1.0
+
+
 class _FakeCostModel:
     """Predicts 1 ms per aggregate and 2 ms per dense op, for cpu only."""
 
