@@ -230,6 +230,10 @@ def cmd_train(a) -> int:
     report = run_training(config_from_args(a))
     _emit(report, a.json, ("test_acc_mean", "test_acc_std", "epoch_seconds", "shares",
                            "predicted_vs_measured"))
+    if a.resume and not any(r.get("resumed_from") is not None for r in report.get("seeds", [])):
+        print(f"gnnweave train: --resume found no checkpoint in "
+              f"{a.checkpoint_dir or Path(a.out) / 'checkpoints'}: trained from epoch 0",
+              file=sys.stderr)
     if report.get("interrupted"):
         last = report["seeds"][-1] if report.get("seeds") else {}
         saved = (f"checkpoint {last['checkpoint']} (continue with --resume)"

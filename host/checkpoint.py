@@ -37,6 +37,10 @@ def save_checkpoint(path, arrays: dict[str, np.ndarray], meta: dict) -> Path:
             np.savez(f, **{_META_KEY: blob}, **{k: np.asarray(v) for k, v in arrays.items()})
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp makes the file 0600: give it the mode a plain open() would have
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -547,6 +547,9 @@ def run_training(config: TrainConfig) -> dict:
     if config.select not in ("last", "best_val"):
         raise ValueError(f"TrainConfig.select = {config.select!r}: choose 'last' or 'best_val'")
     model_cls = MODELS[key]
+    if config.resume and config.checkpoint_dir is None and config.out_dir is None:
+        raise ValueError("TrainConfig.resume: give checkpoint_dir (--checkpoint-dir) or out_dir "
+                         "(--out) to say where the checkpoint is")
     hp = _resolved(config, model_cls)
     data = prepare(config, model_cls)
     name = getattr(data.dataset, "name", str(config.dataset))

@@ -1,4 +1,7 @@
 """Checkpoints: atomic files, readable errors, bit-identical resume, Ctrl-C."""
+import os
+import stat
+
 import numpy as np
 import pytest
 
@@ -75,6 +78,20 @@ def test_resume_with_other_settings_is_refused(sbm, tmp_path):
     run_training(TrainConfig(**kw))
     with pytest.raises(CheckpointError, match="config.lr"):
         run_training(TrainConfig(resume=True, lr=0.5, **kw))
+
+
+def test_resume_needs_to_know_where_the_checkpoint_is(sbm):
+    with pytest.raises(ValueError, match="TrainConfig.resume: give checkpoint_dir"):
+        run_training(TrainConfig(dataset=sbm, epochs=1, resume=True, progress=False))
+
+
+def test_checkpoint_file_mode_follows_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        path = save_checkpoint(tmp_path / "c.npz", {"a": np.ones(2)}, {})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
 
 
 def test_resume_of_a_finished_run_trains_no_more(sbm, tmp_path):

@@ -453,6 +453,14 @@ def test_ctrl_c_on_the_command_line_saves_and_exits_130(tmp_path):
     assert resumed["seeds"][0]["epochs_done"] == done + 2
 
 
+def test_resume_without_a_checkpoint_says_so(tmp_path, capsys):
+    from gnnweave import cli
+    rc = cli.main(["train", "--dataset", "sbm:100:2", "--epochs", "1", "--resume",
+                   "--checkpoint-dir", str(tmp_path / "none"), "--no-progress"])
+    assert rc == 0
+    assert "--resume found no checkpoint in" in capsys.readouterr().err
+
+
 def test_config_from_a_foreign_namespace_uses_defaults():
     import argparse
     from gnnweave.host.train import config_from_args
