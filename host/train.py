@@ -597,6 +597,10 @@ def run_training(config: TrainConfig) -> dict:
     last_records = timeline.of_epoch(last_epoch) if last_epoch is not None else []
     share_map = ({d: r for d, (_, r) in engine.shards.items()} if engine.shards
                  else {config.device: (0, data.graph.num_nodes)})
+    if engine.shards:
+        # a listed device the split left without rows (a rebalance can) is shown with none
+        n = data.graph.num_nodes
+        share_map.update({d: (n, n) for d in (config.devices or []) if d not in share_map})
     measured = {dev: s.get("compute_s", 0.0) + s.get("transfer_s", 0.0)
                 for dev, s in (timeline.summary(last_epoch).items() if timeline else [])}
     pvm = predicted_vs_measured(last_records, cost_model)

@@ -256,6 +256,14 @@ def test_partition_table_says_which_clock_each_device_was_measured_with(sbm):
     assert rec.clock == "wall" and rec.measured_seconds == 1.0
 
 
+def test_a_listed_device_without_rows_is_shown_with_none(sbm):
+    n = sbm.graph.num_nodes
+    r = run_training(TrainConfig(dataset=sbm, seeds=[0], epochs=1, progress=False,
+                                 devices=["cpu", "fpga-emu"], partition={"cpu": (0, n)}))
+    assert r["shares"]["fpga-emu"] == dict(lo=n, hi=n, rows=0, edges=0, edge_share=0.0)
+    assert "fpga-emu" in r["partition_table"]
+
+
 class _FakeCostModel:
     """Predicts 1 ms per aggregate and 2 ms per dense op, for cpu only."""
 
