@@ -283,6 +283,10 @@ class _EpochRebalancer:
                                  shares={d: list(r) for d, r in new.items()}))
 
 
+#: ``--fanouts`` without ``--batch-size``: the seed nodes per mini-batch (GraphSAGE's 512)
+DEFAULT_FANOUT_BATCH_SIZE = 512
+
+
 @dataclass
 class Prepared:
     dataset: object
@@ -754,9 +758,11 @@ def add_train_arguments(parser):
     p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
     p.add_argument("--momentum", type=float, default=0.9, help="for --optimizer sgd")
     p.add_argument("--seeds", type=int, default=1, help="train seeds 0..N-1")
-    p.add_argument("--batch-size", type=int, default=None, help="mini-batch (default full-batch)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help=f"mini-batch (default full-batch; {DEFAULT_FANOUT_BATCH_SIZE} with --fanouts)")
     p.add_argument("--fanouts", default=None,
-                   help="neighbours per hop for --batch-size, e.g. 25,10 (default 10 per hop)")
+                   help="neighbours sampled per hop, e.g. 25,10; turns on mini-batch training "
+                        "(default 10 per hop with --batch-size)")
     p.add_argument("--prefetch", type=int, default=2)
     p.add_argument("--select", default="last", choices=["last", "best_val"])
     p.add_argument("--checkpoint-dir", default=None)
@@ -782,8 +788,8 @@ def config_from_args(args) -> TrainConfig:
     if part not in ("none", "even", "balanced"):
         part = _ranges_arg(part)
     if a["fanouts"] is not None and a["batch_size"] is None:
-        raise ValueError(f"--fanouts {a['fanouts']} samples the neighbours of mini-batches: give "
-                         f"--batch-size too (without it training is full-batch)")
+        # fan-outs only mean something for mini-batches: asking for them asks for mini-batch
+        a["batch_size"] = DEFAULT_FANOUT_BATCH_SIZE
     fanouts = (_ints_arg("fanouts", a["fanouts"]) if a["fanouts"] is not None
                else (10,) * max(a["layers"], 1))
     return TrainConfig(
