@@ -29,7 +29,7 @@ import scipy.sparse as sp
 
 from gnnweave.graph import CSRGraph, gcn_norm
 from gnnweave.host.executors import Executor, _nbytes, transposed
-from gnnweave.host.timeline import Timeline
+from gnnweave.host.timeline import FPGA_KINDS, Timeline
 
 
 # --------------------------------------------------------------------------- engine
@@ -81,13 +81,19 @@ class Engine:
 
     def __init__(self, dense: Executor, timeline: Timeline | None = None, *,
                  shards: dict[str, tuple[Executor, tuple[int, int]]] | None = None,
-                 num_nodes: int | None = None, base_graph: CSRGraph | None = None):
+                 num_nodes: int | None = None, base_graph: CSRGraph | None = None,
+                 overlap_chunks: int = 1):
+        if (isinstance(overlap_chunks, bool) or not isinstance(overlap_chunks, (int, np.integer))
+                or overlap_chunks < 1):
+            raise ValueError(f"overlap_chunks = {overlap_chunks!r}: expected an integer >= 1")
         self.dense = dense
         self.timeline = timeline or Timeline()
         self.num_nodes = num_nodes
         self.base_graph = base_graph
+        self.overlap_chunks = int(overlap_chunks)
         self.shards = None
         self._pool = None
+        self._dense_worker = None
         self._fractions = None
         self.set_shards(shards)
 
@@ -108,6 +114,41 @@ class Engine:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        if self._dense_worker is not None:
+            self._dense_worker.shutdown(wait=True)
+            self._dense_worker = None
+
+    def overlaps(self) -> bool:
+        """True when a layer's aggregation runs in row chunks overlapped with the dense work
+        they feed: ``overlap_chunks > 1``, the aggregation is partitioned onto executors
+        that are not the dense one (one executor never runs two ops at once), and the dense
+        executor computes each row on its own (an FPGA kind quantises a whole operand with
+        one format taken from its range, so a chunk would round differently)."""
+        if self.overlap_chunks < 2 or not self.shards:
+            return False
+        if any(ex is self.dense for ex, _ in self.shards.values()):
+            return False
+        return getattr(self.dense, "kind", "") not in FPGA_KINDS
+
+    def pipelined_aggregate(self, graph: CSRGraph, x: np.ndarray, n_dst: int, consume) -> list:
+        """Aggregate rows ``[0, n_dst)`` in ``overlap_chunks`` row chunks (about equal edge
+        counts); ``consume(lo, hi, out_rows)`` runs on one dense worker thread, in chunk
+        order, while the aggregation executors work on the next chunk (HyGCN / HP-GNN's
+        aggregation -> combination pipeline). Returns ``consume``'s results in row order."""
+        ranges = [r for r in cut_rows_by_fractions(graph.indptr, 0, n_dst,
+                                                   [1.0] * self.overlap_chunks) if r[1] > r[0]]
+        if self._dense_worker is None:
+            self._dense_worker = ThreadPoolExecutor(max_workers=1,
+                                                    thread_name_prefix="gnnweave-dense")
+        futures = []
+        try:
+            for lo, hi in ranges:
+                part = self.aggregate(graph, x, rows=(lo, hi))
+                futures.append(self._dense_worker.submit(consume, lo, hi, part))
+            return [f.result() for f in futures]
+        finally:
+            for f in futures:   # never leave the dense executor busy behind an error
+                f.cancel() or f.exception()
 
     def _call(self, ex, method, *args, sizes=None, **kw):
         return self.timeline.call(ex, method, *args, sizes=sizes, **kw).value
@@ -279,18 +320,50 @@ class Model:
 
 class _MessagePassing(Model):
     """The layer loop GCN and SAGE share: dropout, the layer's transform + aggregation,
-    ReLU between layers; subclasses give one layer's forward and backward."""
+    ReLU between layers; subclasses give one layer's forward (``_pre``: the dense work
+    before the aggregation, ``_agg_input``: what is aggregated, ``_post``: output rows from
+    their aggregation) and backward. With ``Engine.overlaps()`` the forward pipelines a
+    layer's aggregation with the next layer's transform in row chunks; the backward pass
+    runs its ops one after the other."""
 
     def forward(self, eng: Engine, x, layers: list[LayerGraph], *, train, rng):
         cache = []
-        h = x
         L = self.num_layers
+        hd, keep = _dropout(x, self.dropout, rng, train)
+        pre = self._pre(eng, i=0, hd=hd, lg=layers[0])
         for i in range(L):
-            hd, keep = _dropout(h, self.dropout, rng, train)
-            a = self._layer_forward(eng, i, hd, layers[i])
+            lg = layers[i]
+            if i < L - 1 and lg.n_dst > 1 and eng.overlaps():
+                # a layer's output rows feed the next layer's transform row by row: chunk k's
+                # ReLU, dropout and transform run on the dense device while the aggregation
+                # devices work on chunk k+1. The chunks draw the dropout in row order, so
+                # the numbers are those of the unchunked step.
+                nxt = layers[i + 1]
+
+                def consume(lo, hi, agg, i=i, pre=pre, nxt=nxt):
+                    a_c = self._post(i, pre, agg, lo, hi)
+                    hd_c, keep_c = _dropout(np.maximum(a_c, 0), self.dropout, rng, train)
+                    return a_c, hd_c, keep_c, self._pre(eng, i + 1, hd_c, nxt, rows=(lo, hi))
+
+                parts = eng.pipelined_aggregate(lg.graph, self._agg_input(pre), lg.n_dst,
+                                                consume)
+                a = np.concatenate([p[0] for p in parts], axis=0)
+                cache.append((hd, keep, a))
+                hd = np.concatenate([p[1] for p in parts], axis=0)
+                hd.flags.writeable = False   # as _dropout's output: executors may cache it
+                keep = (None if parts[0][2] is None
+                        else np.concatenate([p[2] for p in parts], axis=0))
+                pre = tuple(np.concatenate([p[3][j] for p in parts], axis=0)
+                            for j in range(len(parts[0][3])))
+                continue
+            a = self._post(i, pre, eng.aggregate(lg.graph, self._agg_input(pre),
+                                                 rows=(0, lg.n_dst)), 0, lg.n_dst)
             cache.append((hd, keep, a))
-            h = np.maximum(a, 0) if i < L - 1 else a
-        return h, cache
+            if i == L - 1:
+                return a, cache
+            hd, keep = _dropout(np.maximum(a, 0), self.dropout, rng, train)
+            pre = self._pre(eng, i + 1, hd, layers[i + 1])
+        return a, cache
 
     def backward(self, eng: Engine, dout, cache, layers: list[LayerGraph]):
         grads = {}
@@ -319,9 +392,18 @@ class GCN(_MessagePassing):
         self.decay = ["W0"]
         self.hops = self.num_layers
 
-    def _layer_forward(self, eng, i, hd, lg):
-        z = eng.dense_forward(hd, self.params[f"W{i}"])
-        return eng.aggregate(lg.graph, z, rows=(0, lg.n_dst)) + self.params[f"b{i}"]
+    def _pre(self, eng, i, hd, lg, rows=None):
+        """Dense work before layer ``i``'s aggregation, on all of ``hd`` or on its rows
+        ``rows`` (``hd`` is then just those rows): ``(h W,)``."""
+        return (eng.dense_forward(hd, self.params[f"W{i}"]),)
+
+    @staticmethod
+    def _agg_input(pre):
+        return pre[0]
+
+    def _post(self, i, pre, agg, lo, hi):
+        """Layer ``i``'s output rows ``[lo, hi)`` from their aggregation ``agg``."""
+        return agg + self.params[f"b{i}"]
 
     def _layer_backward(self, eng, i, hd, da, lg, grads, *, input_grad):
         dz = eng.aggregate(lg.graph, _pad_rows(da, lg.n_src), transpose=True)
@@ -347,10 +429,22 @@ class SAGE(_MessagePassing):
     def norm_graph(cls, graph):
         return mean_norm(graph)
 
-    def _layer_forward(self, eng, i, hd, lg):
-        zs = eng.dense_forward(hd[: lg.n_dst], self.params[f"Ws{i}"], self.params[f"b{i}"])
-        zn = eng.dense_forward(hd, self.params[f"Wn{i}"])
-        return zs + eng.aggregate(lg.graph, zn, rows=(0, lg.n_dst))
+    def _pre(self, eng, i, hd, lg, rows=None):
+        """``(h_dst Ws + b, h Wn)`` on all of ``hd`` or on its rows ``rows`` (``hd`` is then
+        just those rows; the self term covers the part of them below ``n_dst``)."""
+        lo, hi = rows if rows is not None else (0, hd.shape[0])
+        n_self = max(0, min(hi, lg.n_dst) - lo)
+        ws, b = self.params[f"Ws{i}"], self.params[f"b{i}"]
+        zs = (eng.dense_forward(hd[:n_self], ws, b) if n_self or rows is None
+              else np.zeros((0, ws.shape[1]), dtype=np.float32))
+        return zs, eng.dense_forward(hd, self.params[f"Wn{i}"])
+
+    @staticmethod
+    def _agg_input(pre):
+        return pre[1]
+
+    def _post(self, i, pre, agg, lo, hi):
+        return pre[0][lo:hi] + agg
 
     def _layer_backward(self, eng, i, hd, da, lg, grads, *, input_grad):
         grads[f"Ws{i}"] = eng.dense_weight_grad(hd[: lg.n_dst], da)

@@ -61,6 +61,7 @@ class TrainConfig:
     batch_size: int | None = None        # None: full-batch
     fanouts: tuple = (10, 10)            # per hop from the seeds (PyG order)
     prefetch: int = 2                    # batches prepared ahead on a background thread
+    overlap_chunks: int = 1              # >1: aggregation in row chunks overlapped with the dense device
     eval_every: int = 1
     select: str = "last"                 # 'last' epoch or 'best_val' epoch's test accuracy
     normalize_features: bool = True      # row-normalise non-negative features (Kipf & Welling)
@@ -551,6 +552,9 @@ def run_training(config: TrainConfig) -> dict:
     if config.select not in ("last", "best_val"):
         raise ValueError(f"TrainConfig.select = {config.select!r}: choose 'last' or 'best_val'")
     model_cls = MODELS[key]
+    k = config.overlap_chunks
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"TrainConfig.overlap_chunks = {k!r}: expected an integer >= 1")
     if config.resume and config.checkpoint_dir is None and config.out_dir is None:
         raise ValueError("TrainConfig.resume: give checkpoint_dir (--checkpoint-dir) or out_dir "
                          "(--out) to say where the checkpoint is")
@@ -567,7 +571,7 @@ def run_training(config: TrainConfig) -> dict:
         shards = {dev: (_executor_for(dev, executors, config.executor_options), r)
                   for dev, r in shares.items()}
     engine = Engine(dense, Timeline(), shards=shards, num_nodes=data.graph.num_nodes,
-                    base_graph=data.graph)
+                    base_graph=data.graph, overlap_chunks=config.overlap_chunks)
     transposed(data.graph)   # built once here, not inside the first shard that needs it
     per_seed, interrupted = [], False
     timeline = None
@@ -764,6 +768,9 @@ def add_train_arguments(parser):
                    help="neighbours sampled per hop, e.g. 25,10; turns on mini-batch training "
                         "(default 10 per hop with --batch-size)")
     p.add_argument("--prefetch", type=int, default=2)
+    p.add_argument("--overlap-chunks", type=int, default=1,
+                   help="split each layer's aggregation into K row chunks; the dense device "
+                        "transforms chunk k while the --devices aggregate chunk k+1 (1: no overlap)")
     p.add_argument("--select", default="last", choices=["last", "best_val"])
     p.add_argument("--checkpoint-dir", default=None)
     p.add_argument("--checkpoint-every", type=int, default=10,
@@ -797,6 +804,7 @@ def config_from_args(args) -> TrainConfig:
         partition=part, hidden=a["hidden"], layers=a["layers"], dropout=a["dropout"], lr=a["lr"],
         weight_decay=a["weight_decay"], epochs=a["epochs"], optimizer=a["optimizer"],
         momentum=a["momentum"], seeds=a["seeds"], batch_size=a["batch_size"], fanouts=fanouts, prefetch=a["prefetch"],
+        overlap_chunks=a["overlap_chunks"],
         select=a["select"], checkpoint_dir=a["checkpoint_dir"],
         checkpoint_every=a["checkpoint_every"], resume=a["resume"], out_dir=a["out"],
         cost_model=a["cost_model"], rebalance=a["rebalance"] or auto,
