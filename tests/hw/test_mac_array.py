@@ -127,6 +127,8 @@ def _run_core_depth_split(mode, p, q, *, shift, relu=False, bias=None, bias_shif
     from gnnweave.hw.mac import MacCore, MacMode as HwMode, SkewedBuffer, connect_operand
     from gnnweave.sim.mac_bench import load_bias, load_skewed, operand_shapes
 
+    from .mac_core_sim import run_core
+
     m_, n_, k_ = {0: (p.shape[0], q.shape[1], p.shape[1]), 1: (p.shape[0], q.shape[0], p.shape[1]),
                   2: (p.shape[1], q.shape[1], p.shape[0])}[mode]
     assert operand_shapes(mode, m_, n_, k_) == (p.shape, q.shape)
@@ -148,27 +150,11 @@ def _run_core_depth_split(mode, p, q, *, shift, relu=False, bias=None, bias_shif
             ks = slice(k0, min(k0 + max_depth, k_))
             await load_skewed(ctx, pbuf, p[ks, :] if mode == 2 else p[:, ks], core.lanes)
             await load_skewed(ctx, qbuf, q[:, ks] if mode == 1 else q[ks, :], core.lanes)
-            for sig, v in ((core.mode, HwMode(mode)), (core.m, m_), (core.n, n_),
-                           (core.k, ks.stop - ks.start), (core.shift, shift), (core.relu, int(relu)),
-                           (core.use_bias, int(bias is not None)), (core.bias_shift, bias_shift),
-                           (core.acc_init, int(k0 > 0)), (core.acc_keep, int(ks.stop < k_))):
-                ctx.set(sig, v)
-            ctx.set(core.start, 1)
-            ctx.set(core.out.ready, 1)
-            await ctx.tick()
-            ctx.set(core.start, 0)
-            for _ in range(100_000):
-                if ctx.get(core.out.valid):
-                    pl = ctx.get(core.out.payload)
-                    res["outputs"] += 1
-                    for c in range(pl.count):
-                        out[pl.row, pl.col + c] = pl.data[c]
-                done = ctx.get(core.done)
-                await ctx.tick()
-                if done:
-                    break
-            else:
-                raise AssertionError("MacCore did not finish a depth block")
+            settings = ((core.mode, HwMode(mode)), (core.m, m_), (core.n, n_),
+                        (core.k, ks.stop - ks.start), (core.shift, shift), (core.relu, int(relu)),
+                        (core.use_bias, int(bias is not None)), (core.bias_shift, bias_shift),
+                        (core.acc_init, int(k0 > 0)), (core.acc_keep, int(ks.stop < k_)))
+            res["outputs"] += await run_core(ctx, core, settings, out)
             res["mac_ops"] += ctx.get(core.mac_ops)
             res["saturations"] += ctx.get(core.saturations)
 

@@ -11,6 +11,8 @@ from gnnweave.golden.mac import mac
 from gnnweave.hw.mac import MacMode, MacUnit
 from gnnweave.sim.mac_bench import load_bias, load_skewed
 
+from .mac_core_sim import run_core
+
 ROWS, COLS = 2, 4
 # FWD with depth 1: out[i, j] = narrow(x[i] * w[j] + (bias[j] << bias_shift), shift)
 X = np.array([[0], [1], [-1], [2], [-2], [3], [-3], [-12345]], dtype=np.int64)
@@ -44,26 +46,11 @@ def _run_back_to_back(runs):
             if loaded is None or not np.array_equal(bias, loaded):
                 await load_bias(ctx, core, bias)
                 loaded = bias
-            for sig, v in ((core.mode, MacMode.FWD), (core.m, X.shape[0]), (core.n, W.shape[1]),
-                           (core.k, 1), (core.shift, shift), (core.relu, 0), (core.use_bias, 1),
-                           (core.bias_shift, bias_shift)):
-                ctx.set(sig, v)
-            ctx.set(core.start, 1)
-            await ctx.tick()
-            ctx.set(core.start, 0)
-            ctx.set(core.out.ready, 1)
+            settings = ((core.mode, MacMode.FWD), (core.m, X.shape[0]), (core.n, W.shape[1]),
+                        (core.k, 1), (core.shift, shift), (core.relu, 0), (core.use_bias, 1),
+                        (core.bias_shift, bias_shift))
             out = np.full((X.shape[0], W.shape[1]), np.iinfo(np.int64).min, dtype=np.int64)
-            for _ in range(1000):
-                if ctx.get(core.out.valid):
-                    pl = ctx.get(core.out.payload)
-                    for c in range(pl.count):
-                        out[pl.row, pl.col + c] = pl.data[c]
-                done = ctx.get(core.done)
-                await ctx.tick()
-                if done:
-                    break
-            else:
-                raise AssertionError(f"run with shift {shift} did not finish")
+            await run_core(ctx, core, settings, out, max_cycles=1000)
             results.append((out, ctx.get(core.saturations)))
 
     sim = Simulator(unit)
