@@ -50,6 +50,12 @@ def test_epoch_structure_and_contrasts_only_in_judged_epochs(setup):
                                    else {"rebalanced"})
         reb = e["plans"]["rebalanced"]
         assert reb["makespan_s"] == max(reb["measured_s"].values())
+        # the judged time of a share is its fastest call; the median is reported beside it
+        assert bp.STATISTIC == "min"
+        assert reb["measured_s"] == {d: min(v) for d, v in reb["samples_s"].items()}
+        assert reb["median_makespan_s"] == max(float(np.median(v))
+                                               for v in reb["samples_s"].values())
+        assert all(len(v) == 3 for v in reb["samples_s"].values())
         assert len(reb["per_round_makespan_over_ideal"]) == 3
         assert sum(reb["edges"].values()) == g.num_edges
     judged = [e["plans"]["rebalanced"]["makespan_s"] / e["ideal_s"] for e in recs[2:]]
