@@ -116,7 +116,7 @@ CALIBRATE_ROUNDS = 5
 EPOCHS = 12
 WARMUP_EPOCHS = 3
 #: calls of every share and every alone run per epoch (reduced by STATISTIC per device and epoch)
-REPEATS = 7
+REPEATS = 15
 #: how a device's calls in an epoch (and in calibration) become its time: the fastest call
 #: (module docstring, "Which statistic"); the median is reported beside it
 STATISTIC = "min"
@@ -263,7 +263,8 @@ def _judge(epochs, method):
 
 
 def run_config(names, graph, x, cost_model, *, epochs=EPOCHS, warmup=WARMUP_EPOCHS,
-               repeats=REPEATS, calibrate_rounds=CALIBRATE_ROUNDS, seed=0):
+               repeats=REPEATS, calibrate_rounds=CALIBRATE_ROUNDS, seed=0, window=WINDOW,
+               contrasts=CONTRASTS):
     """One device set: calibrate, then ``epochs`` epochs of the split aggregation with the
     Rebalancer between them; judged on the epochs after ``warmup`` (module docstring)."""
     from gnnweave.host.partition import Rebalancer, partition_rows, predict_times, share_costs
@@ -282,7 +283,7 @@ def run_config(names, graph, x, cost_model, *, epochs=EPOCHS, warmup=WARMUP_EPOC
     calibrated = {d: f.cost for d, f in fits.items()}
     first = partition_rows(graph, feat, calibrated, devices=names)
     rb = Rebalancer(graph, feat, calibrated, devices=names, partition=first, prior_weight=0.5,
-                    window=WINDOW)
+                    window=window)
     fixed_plans = {"static": (first, predict_times(graph, first, calibrated))}
     sweep_split = partition_rows(graph, feat, prior, devices=names)
     fixed_plans["sweep"] = (sweep_split, predict_times(graph, sweep_split, prior))
@@ -295,7 +296,7 @@ def run_config(names, graph, x, cost_model, *, epochs=EPOCHS, warmup=WARMUP_EPOC
         part = dict(rb.partition)   # fixed before the epoch, with its prediction
         plans = {"rebalanced": (part, predict_times(graph, part, rb.corrected_costs()))}
         if judged:
-            plans.update({m: fixed_plans[m] for m in CONTRASTS})
+            plans.update({m: fixed_plans[m] for m in contrasts})
         blocks = [[(d, whole) for d in names]] + [list(p.items()) for p, _ in plans.values()]
         samples = measure_epoch(devs, blocks, graph, x, repeats=repeats,
                                 seed=seed + 1 + e, modelled=modelled)
@@ -367,7 +368,7 @@ def run_config(names, graph, x, cost_model, *, epochs=EPOCHS, warmup=WARMUP_EPOC
         "repartitions_in_judged_epochs": sum(r["rebalanced_after"] for r in judged_recs[:-1]),
         "calibration": {d: f.to_dict() for d, f in fits.items()},
     }
-    for method in ("rebalanced", *CONTRASTS):
+    for method in ("rebalanced", *contrasts):
         result[method] = _judge(records, method)
     b = result["rebalanced"]
     result["meets_targets"] = bool(b["vs_ideal"] <= 0.10 and b["vs_predicted"] <= 0.10)
