@@ -42,6 +42,9 @@ epoch come from calls interleaved within the same seconds (a burst slows both: `
 ``cpu-slow3`` run on the same CPU, so their ratio holds while both slow down), and drift
 enters the split only through one epoch of lag, as in training. The per-epoch ratios are
 paired: a ratio of two times measured within the same epoch, then a median over epochs.
+After the device sets, :func:`host_speed` records how the host's speed moved during the run
+(whole-graph aggregations alternated with an L1-resident compute loop: ``host_speed`` in the
+report).
 
 Which statistic. The makespan is a maximum over devices, and the maximum of noisy times is
 biased upwards: for two balanced devices whose single calls vary independently by a relative
@@ -376,6 +379,39 @@ def run_config(names, graph, x, cost_model, *, epochs=EPOCHS, warmup=WARMUP_EPOC
     return result
 
 
+def host_speed(graph, x, *, pairs: int = 30, loop: int = 3000) -> dict:
+    """How much this host's speed moves: ``pairs`` alternated calls of the cpu executor's
+    whole-graph aggregation (memory-bound) and of an L1-resident compute loop (a 64x64
+    matmul + tanh, ``loop`` times), CPU time of each. If the compute loop moves as the
+    aggregation does, in the same stretches, the whole CPU runs at a changing speed, not only
+    its memory (on this VM: both, in stretches of a few seconds)."""
+    from gnnweave.host.executors import make_executor
+    cpu = make_executor("cpu")
+    small = np.random.default_rng(0).uniform(-1, 1, (64, 64)).astype(np.float32)
+
+    def compute():
+        a = small
+        for _ in range(loop):
+            a = np.tanh(a @ small * np.float32(0.01))
+        return a
+
+    cpu.aggregate(graph, x)
+    compute()
+    series = {"aggregate": [], "compute_loop": []}
+    for _ in range(pairs):
+        for name, fn in (("aggregate", lambda: cpu.aggregate(graph, x)), ("compute_loop", compute)):
+            t0 = time.process_time()
+            fn()
+            series[name].append(time.process_time() - t0)
+    out = {"pairs": pairs, "load_average_1min": os.getloadavg()[0]}
+    for name, v in series.items():
+        q25, q50, q75 = np.percentile(v, [25, 50, 75])
+        out[name] = {"min_s": float(np.min(v)), "median_s": float(q50), "max_s": float(np.max(v)),
+                     "rel_iqr": float((q75 - q25) / q50), "series_s": [float(t) for t in v]}
+    out["correlation"] = float(np.corrcoef(series["aggregate"], series["compute_loop"])[0, 1])
+    return out
+
+
 def plot(results, png: Path):
     import matplotlib
     matplotlib.use("Agg")
@@ -425,6 +461,12 @@ def print_summary(rep) -> None:
                   f"{b['vs_ideal_per_round_max']:+6.1%})"
                   f"  vs predicted {b['vs_predicted']:6.1%} (per epoch "
                   f"{b['per_epoch_abs_err_vs_predicted_median']:5.1%})")
+    hs = rep.get("host_speed")
+    if hs:
+        print("host speed (CPU time, alternated): " + "; ".join(
+            f"{k} {hs[k]['min_s'] * 1e3:.0f}-{hs[k]['max_s'] * 1e3:.0f} ms (median "
+            f"{hs[k]['median_s'] * 1e3:.0f})" for k in ("aggregate", "compute_loop"))
+              + f"; correlation {hs['correlation']:.2f}")
     print("all targets met:", rep["all_meet_targets"], f"({rep['seconds']:.0f} s)")
 
 
@@ -450,6 +492,7 @@ def run(out_dir) -> dict:
     prof = profile(make_devices(all_names), sizes=sweep, repeats=3,
                    ops=("aggregate", "transfer_in", "transfer_out"), progress=False)
     results = [run_config(c, graph, x, prof.cost_model) for c in configs]
+    speed = host_speed(graph, x)
     report = {
         "benchmark": "partition", "graph": {"nodes": graph.num_nodes, "edges": graph.num_edges,
                                             "max_in_degree": int(graph.in_degree.max()),
@@ -470,6 +513,7 @@ def run(out_dir) -> dict:
         "cost_model_heldout_median_rel_err": {
             d: {op: m.heldout_median_rel_err for op, m in dm.ops.items()}
             for d, dm in prof.cost_model.devices.items()},
+        "host_speed": speed,
         "load_average": os.getloadavg(),
         "seconds": time.perf_counter() - t0,
     }

@@ -64,3 +64,12 @@ def test_epoch_structure_and_contrasts_only_in_judged_epochs(setup):
     assert min(judged) - 1 <= lo <= hi <= max(judged) - 1
     with pytest.raises(ValueError, match="warmup=4"):
         bp.run_config(["cpu", "fpga-emu"], g, x, cm, epochs=4, warmup=4)
+
+
+def test_host_speed_probe_times_both_series(setup):
+    g, x, _ = setup
+    hs = bp.host_speed(g, x, pairs=3, loop=10)
+    for k in ("aggregate", "compute_loop"):
+        assert len(hs[k]["series_s"]) == 3
+        assert 0 < hs[k]["min_s"] <= hs[k]["median_s"] <= hs[k]["max_s"]
+    assert -1.0 <= hs["correlation"] <= 1.0
