@@ -51,6 +51,7 @@ from amaranth.lib.wiring import In, Out
 
 from gnnweave.fixed import FixedFormat
 
+from .arith import round_half_even_shift
 from .mac import (MAC_INPUT_WIDTH, MacCore, MacMode, SkewedBuffer, _log2_exact, _saturate,
                   _wire, output_layout)
 
@@ -62,14 +63,9 @@ class Phase:
 
 
 def _rhe_const(m, value, shift: int):
-    """Round half to even by a constant shift (shift_round_half_even)."""
-    value = _wire(m, value.as_signed())
-    if shift == 0:
-        return value
-    kept = _wire(m, value >> shift)
-    dropped = value.as_unsigned()[:shift]
-    half = Const(1 << (shift - 1), shift)
-    return _wire(m, kept + ((dropped > half) | ((dropped == half) & kept[0])))
+    """:func:`~.arith.round_half_even_shift` by a constant shift, its operand and result
+    materialised in signals."""
+    return _wire(m, round_half_even_shift(_wire(m, value.as_signed()), shift))
 
 
 class _FillTracker:
