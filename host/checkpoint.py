@@ -22,6 +22,21 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used; the message names the file and the field."""
 
 
+def _umask() -> int:
+    """The process umask. Linux reports it in /proc/self/status; elsewhere it can only be
+    read by setting it, which changes it for an instant for every thread of the process
+    (so the /proc route first, and the restrictive value for that instant)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    umask = os.umask(0o077)   # the restrictive side for that instant
+    os.umask(umask)
+    return umask
+
 def save_checkpoint(path, arrays: dict[str, np.ndarray], meta: dict) -> Path:
     """Write ``arrays`` and JSON-serialisable ``meta`` to ``path`` atomically."""
     path = Path(path)
@@ -38,9 +53,7 @@ def save_checkpoint(path, arrays: dict[str, np.ndarray], meta: dict) -> Path:
             f.flush()
             os.fsync(f.fileno())
         # mkstemp makes the file 0600: give it the mode a plain open() would have
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         try:

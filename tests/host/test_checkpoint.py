@@ -85,13 +85,16 @@ def test_resume_needs_to_know_where_the_checkpoint_is(sbm):
         run_training(TrainConfig(dataset=sbm, epochs=1, resume=True, progress=False))
 
 
-def test_checkpoint_file_mode_follows_the_umask(tmp_path):
-    old = os.umask(0o022)
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640), (0o002, 0o664)])
+def test_checkpoint_file_mode_follows_the_umask(tmp_path, umask, mode):
+    old = os.umask(umask)
     try:
         path = save_checkpoint(tmp_path / "c.npz", {"a": np.ones(2)}, {})
+        # reading the umask for that leaves it as it was
+        assert os.umask(umask) == umask
     finally:
         os.umask(old)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert stat.S_IMODE(path.stat().st_mode) == mode
 
 
 def test_resume_of_a_finished_run_trains_no_more(sbm, tmp_path):
