@@ -137,6 +137,10 @@ class Engine:
         aggregation -> combination pipeline). Returns ``consume``'s results in row order."""
         ranges = [r for r in cut_rows_by_fractions(graph.indptr, 0, n_dst,
                                                    [1.0] * self.overlap_chunks) if r[1] > r[0]]
+        if isinstance(x, np.ndarray) and x.base is None:
+            # every chunk reads all of x: read-only, an FPGA executor quantises it once for
+            # all chunks (its cache holds read-only arrays) instead of once per chunk
+            x.flags.writeable = False
         if self._dense_worker is None:
             self._dense_worker = ThreadPoolExecutor(max_workers=1,
                                                     thread_name_prefix="gnnweave-dense")
