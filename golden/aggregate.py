@@ -109,9 +109,16 @@ def effective_indptr(indptr, num_nodes: int, num_edges: int) -> tuple[np.ndarray
 
 
 def aggregate_raw(indptr, indices, x, *, reduce: Reduce, shift: int, out_width: int,
-                  weights=None, num_edges: int | None = None) -> AggregateResult:
+                  weights=None, num_edges: int | None = None,
+                  num_rows: int | None = None) -> AggregateResult:
     """The engine on raw memory contents: unsigned 32-bit ``indptr``/``indices`` as stored,
-    integer features ``x [N, F]``, optional integer ``weights [E]``."""
+    integer features ``x [N, F]``, optional integer ``weights [E]``.
+
+    ``num_rows``: compute only the first ``num_rows`` destination rows (default all N), for
+    a caller whose rows from ``num_rows`` on are empty (``indptr[num_rows] == num_edges``;
+    e.g. a row range of a graph laid out as the engine sees a shard). A row's output depends
+    on its own edges only, so the result is then the whole one's (``out`` and ``degree``
+    cut to those rows, every count and flag equal) at the cost of those rows, not N."""
     reduce = Reduce.parse(reduce)
     x = np.asarray(x)
     if x.ndim != 2:
@@ -119,13 +126,16 @@ def aggregate_raw(indptr, indices, x, *, reduce: Reduce, shift: int, out_width: 
     if x.dtype.kind not in "biu":
         x = x.astype(np.int64)   # integers are expected; floats truncate as they always did
     n, f = x.shape
+    rows = n if num_rows is None else int(num_rows)
+    if not 0 <= rows <= n:
+        raise ValueError(f"num_rows={num_rows}: must be in [0, {n}] (the rows of x)")
     indices = np.asarray(indices).astype(np.int64) & 0xFFFF_FFFF  # as the 32-bit words in memory
     e = indices.shape[0] if num_edges is None else int(num_edges)
     if e > indices.shape[0]:
         raise ValueError(f"num_edges={e} but only {indices.shape[0]} indices given")
     indices = indices[:e]
     indptr = np.asarray(indptr).astype(np.int64) & 0xFFFF_FFFF
-    eff, bad = effective_indptr(indptr, n, e)
+    eff, bad = effective_indptr(indptr, rows, e)
     out_fmt = FixedFormat(out_width, 0)
 
     # Node v owns stream positions [eff[v], eff[v+1]); eff never decreases, so together
@@ -144,11 +154,11 @@ def aggregate_raw(indptr, indices, x, *, reduce: Reduce, shift: int, out_width: 
     if rejected:
         invalid_positions = first + np.flatnonzero(~valid)
         owner = np.searchsorted(eff, invalid_positions, side="right") - 1
-        degree = degree - np.bincount(owner, minlength=n)
+        degree = degree - np.bincount(owner, minlength=rows)
         stream = stream[valid]
         if w is not None:
             w = w[valid]
-    row_ptr = np.zeros(n + 1, dtype=np.int64)
+    row_ptr = np.zeros(rows + 1, dtype=np.int64)
     np.cumsum(degree, out=row_ptr[1:])
 
     acc = _segment_reduce(x, row_ptr, stream, w, reduce)
@@ -193,7 +203,7 @@ def _segment_reduce(x, row_ptr, src, w, reduce: Reduce) -> np.ndarray:
     Two fast exact routes (the tests hold both against an independent naive model):
     sums go through a scipy sparse product, maxima through degree-bucketed gathers.
     """
-    n, f = x.shape
+    n, f = len(row_ptr) - 1, x.shape[1]
     if src.shape[0] == 0 or f == 0:
         return np.zeros((n, f), dtype=np.int64)
     if reduce is Reduce.MAX:
@@ -202,7 +212,7 @@ def _segment_reduce(x, row_ptr, src, w, reduce: Reduce) -> np.ndarray:
 
 
 def _segment_sum(x, row_ptr, src, w) -> np.ndarray:
-    n = x.shape[0]
+    rows, n = len(row_ptr) - 1, x.shape[0]
     x_peak = _peak(x)
     if w is None:
         row_weight = np.diff(row_ptr)
@@ -213,7 +223,7 @@ def _segment_sum(x, row_ptr, src, w) -> np.ndarray:
     float_exact = x_peak * int(row_weight.max(initial=0)) < _FLOAT_EXACT_LIMIT
     dtype = np.float64 if float_exact else np.int64
     data = np.ones(src.shape[0], dtype=dtype) if w is None else w.astype(dtype)
-    matrix = sp.csr_matrix((data, src, row_ptr), shape=(n, n))
+    matrix = sp.csr_matrix((data, src, row_ptr), shape=(rows, n))
     acc = matrix @ x.astype(dtype)
     return acc.astype(np.int64) if float_exact else acc
 
@@ -222,7 +232,7 @@ def _segment_max(x, row_ptr, src, w) -> np.ndarray:
     # Nodes are bucketed by degree and each bucket gathered as a dense [nodes, cap, F]
     # block; rows shorter than cap repeat their own first edge (max is idempotent), so
     # no padding value can win. Products are formed in the narrowest exact integer type.
-    n, f = x.shape
+    n, f = len(row_ptr) - 1, x.shape[1]
     x_peak = _peak(x)
     w_peak = 1 if w is None else _peak(w)
     xs = x.astype(_narrowest_int(x_peak), copy=False)

@@ -491,9 +491,11 @@ class FpgaEmuExecutor(Executor):
         n = g.num_nodes
         indptr = np.full(n + 1, e - s, dtype=np.int64)
         indptr[: hi - lo + 1] = g.indptr[lo:hi + 1] - s
+        # rows from hi - lo on are empty: the golden model computes only the shard's rows
         res = aggregate_raw(indptr, g.indices[s:e], x_q, reduce=reduce, shift=fmt.shift,
-                            out_width=FPGA_WIDTH, weights=None if w_q is None else w_q[s:e])
-        out = fmt.out.to_float(res.out[: hi - lo]).astype(np.float32)
+                            out_width=FPGA_WIDTH, weights=None if w_q is None else w_q[s:e],
+                            num_rows=hi - lo)
+        out = fmt.out.to_float(res.out).astype(np.float32)
         f = x.shape[1]
         dev = self.cycle_model.aggregate_seconds(res.edges, f)
         return OpResult(out, time.perf_counter() - t0, dev,

@@ -75,6 +75,35 @@ def test_random_inputs_match_naive_model(reduce):
 
 
 @pytest.mark.parametrize("reduce", REDUCES)
+def test_num_rows_is_the_prefix_of_the_whole_result(reduce):
+    """Rows from num_rows on empty (as a shard is laid out): computing only the first rows
+    gives the whole run's first rows, degrees and every count and flag (malformed inputs
+    included)."""
+    rng = np.random.default_rng(99 + REDUCES.index(reduce))
+    cut = 0
+    for _ in range(300):
+        indptr, indices, x, shift, out_width, weights, num_edges = random_case(rng)
+        n = len(x)
+        r = int(rng.integers(0, n + 1))
+        indptr = np.asarray(indptr).copy()
+        indptr[r + 1:] = indptr[r]
+        kw = dict(reduce=reduce, shift=shift, out_width=out_width, weights=weights,
+                  num_edges=num_edges)
+        whole = assert_matches_reference(indptr, indices, x, reduce, shift, out_width,
+                                         weights, num_edges)
+        part = aggregate_raw(indptr, indices, x, num_rows=r, **kw)
+        np.testing.assert_array_equal(part.out, whole.out[:r])
+        np.testing.assert_array_equal(part.degree, whole.degree[:r])
+        assert (part.saturations, part.rejected, part.edges, part.bad_indptr) == (
+            whole.saturations, whole.rejected, whole.edges, whole.bad_indptr)
+        cut += r < n and whole.edges > 0
+    assert cut >= 30   # cases that really cut rows with edges before the cut
+    with pytest.raises(ValueError, match="num_rows=3: must be in"):
+        aggregate_raw([0, 0, 0], [], np.zeros((2, 1), np.int64), reduce=reduce, shift=0,
+                      out_width=16, num_rows=3)
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
 def test_larger_random_graph_matches_naive_model(reduce):
     rng = np.random.default_rng(7)
     n, f, e = 60, 5, 500
