@@ -271,7 +271,7 @@ def run_config(names, graph, x, cost_model, *, epochs=EPOCHS, warmup=WARMUP_EPOC
     """One device set: calibrate, then ``epochs`` epochs of the split aggregation with the
     Rebalancer between them; judged on the epochs after ``warmup`` (module docstring)."""
     from gnnweave.host.partition import Rebalancer, partition_rows, predict_times, share_costs
-    from gnnweave.host.profiler import calibrate_shares
+    from gnnweave.host.profiler import SHARE_STATISTICS, calibrate_shares
     if not 0 <= warmup < epochs:
         raise ValueError(f"warmup={warmup}: must be in [0, epochs={epochs})")
     load_before = os.getloadavg()[0]
@@ -304,8 +304,7 @@ def run_config(names, graph, x, cost_model, *, epochs=EPOCHS, warmup=WARMUP_EPOC
         samples = measure_epoch(devs, blocks, graph, x, repeats=repeats,
                                 seed=seed + 1 + e, modelled=modelled)
         med = {k: float(np.median(v)) for k, v in samples.items()}
-        fast = {k: float(np.min(v)) for k, v in samples.items()}
-        stat = fast if STATISTIC == "min" else med
+        stat = {k: float(SHARE_STATISTICS[STATISTIC](v)) for k, v in samples.items()}
         alone = {d: stat[(d, whole)] for d in names}
         ideal = _ideal(alone)
         ideal_median = _ideal({d: med[(d, whole)] for d in names})
@@ -322,7 +321,7 @@ def run_config(names, graph, x, cost_model, *, epochs=EPOCHS, warmup=WARMUP_EPOC
             measured = {d: stat[(d, r)] for d, r in p.items()}
             measured_median = {d: med[(d, r)] for d, r in p.items()}
             # reported, not judged: each share over its device's whole-graph call in the
-            # same round, times the device's median whole-graph time of the epoch
+            # same round, times the device's whole-graph time of the epoch (alone)
             fraction = {d: float(np.median([s / a for s, a in zip(samples[(d, r)],
                                                                    samples[(d, whole)])]))
                         for d, r in p.items()}

@@ -37,6 +37,7 @@ def _umask() -> int:
     os.umask(umask)
     return umask
 
+
 def save_checkpoint(path, arrays: dict[str, np.ndarray], meta: dict) -> Path:
     """Write ``arrays`` and JSON-serialisable ``meta`` to ``path`` atomically."""
     path = Path(path)

@@ -486,12 +486,10 @@ class FpgaEmuExecutor(Executor):
         product_frac = feat_fmt.frac + (w_fmt.frac if w_fmt is not None else 0)
         out_frac = min(_frac_for_bound(bound), product_frac)
         fmt = AggregateFormat(feat=feat_fmt, weight=w_fmt, out=FixedFormat(FPGA_WIDTH, out_frac))
-        # the shard as the engine sees it: rows lo..hi, the other rows empty (N+1 pointers)
+        # the shard as the engine sees it: rows lo..hi first, the other N - (hi - lo) rows
+        # empty, so the golden model computes (and is given pointers for) the shard's rows only
         s, e = int(g.indptr[lo]), int(g.indptr[hi])
-        n = g.num_nodes
-        indptr = np.full(n + 1, e - s, dtype=np.int64)
-        indptr[: hi - lo + 1] = g.indptr[lo:hi + 1] - s
-        # rows from hi - lo on are empty: the golden model computes only the shard's rows
+        indptr = np.asarray(g.indptr[lo:hi + 1], dtype=np.int64) - s
         res = aggregate_raw(indptr, g.indices[s:e], x_q, reduce=reduce, shift=fmt.shift,
                             out_width=FPGA_WIDTH, weights=None if w_q is None else w_q[s:e],
                             num_rows=hi - lo)
