@@ -76,6 +76,17 @@ models (fixed and per-row costs too, e.g. fpga-emu's copy of the whole ``x`` to 
 which the ideal does not pay once per device), rescaled to the measured alone times. Both
 are reported; the target stays on the issue's ideal.
 
+Work stealing (``stealing``, measured in every epoch, reported beside the judged split): the
+same runtime with ``--steal`` (:func:`~gnnweave.host.partition.run_with_stealing`): from its
+own Rebalancer's split, each device runs its rows in chunks sized in predicted time and a
+device that runs out takes the back end of a slower one's rows, so a device found slower or
+faster *during* the call hands rows over instead of setting the makespan. The chunks run one
+after another on the host, scheduled on the devices' own clocks; one stealing run joins every
+round at a random place among the blocks. Its epoch figure is its fastest run's makespan
+(the whole run, all devices in it together: a stricter figure than the split's, whose
+devices' fastest calls may come from different rounds); that run's work and busy times feed
+its Rebalancer (``Rebalancer.update(work=)``).
+
 For contrast, measured in the same judged epochs: ``static`` (the calibrated first split,
 never rebalanced), ``sweep`` (sized from the size-sweep prior alone) and ``even`` (equal
 edges). Every prediction is fixed before the measurement it is compared with. Each device set
@@ -177,15 +188,43 @@ def _rel_iqr(v) -> float:
     return float((q75 - q25) / q50) if q50 > 0 else 0.0
 
 
-def measure_epoch(devs, blocks, graph, x, *, repeats: int, seed: int, modelled: dict) -> dict:
-    """``{(device, (lo, hi)): [seconds, ...]}`` for one epoch. ``blocks``: lists of
-    ``(device, (lo, hi))``, e.g. the shares of one split, or every device alone. The measured
-    devices' tasks run ``repeats`` times, in rounds; each round runs the blocks in a random
-    order and the tasks of a block back to back (the devices of one split run at the same
-    time in the system modelled: here they run as close together as one host allows). A task
-    in two blocks runs in the first. A modelled device (fpga-emu: its time is a formula of
-    the sizes) runs once per row range over the whole run (``modelled`` keeps it)."""
+def _chunk_runner(devs, graph, x, modelled: dict, state: dict):
+    """``run_chunk`` for :func:`~gnnweave.host.partition.run_with_stealing` on the benchmark's
+    devices, by the same rules as a share: device time of (``x`` in on the device's first
+    chunk,) the chunk's aggregation, its rows out; a modelled device's chunk once per range;
+    a measured device's chunk warmed up where the previous measured call ran on another kind."""
+    from gnnweave.host.profiler import _deterministic, share_seconds
+
+    def run_chunk(d, lo, hi, first):
+        ex = devs[d]
+        if _deterministic(ex):
+            key = ("chunk", d, lo, hi, first)
+            if key not in modelled:   # runs the golden model: the caches are its now
+                modelled[key] = share_seconds(ex, graph, x, (lo, hi), copy_in=first)
+                state["last_kind"] = ex.kind
+            return modelled[key]
+        if state.get("last_kind") != ex.kind:
+            ex.aggregate(graph, x, "sum", rows=(lo, hi))
+        state["last_kind"] = ex.kind
+        return share_seconds(ex, graph, x, (lo, hi), copy_in=first)
+    return run_chunk
+
+
+def measure_epoch(devs, blocks, graph, x, *, repeats: int, seed: int, modelled: dict,
+                  steal=None) -> tuple[dict, dict]:
+    """``({(device, (lo, hi)): [seconds, ...]}, {name: [StealRun, ...]})`` for one epoch.
+    ``blocks``: lists of ``(device, (lo, hi))``, e.g. the shares of one split, or every device
+    alone. The measured devices' tasks run ``repeats`` times, in rounds; each round runs the
+    blocks in a random order and the tasks of a block back to back (the devices of one split
+    run at the same time in the system modelled: here they run as close together as one host
+    allows). A task in two blocks runs in the first. A modelled device (fpga-emu: its time is
+    a formula of the sizes) runs once per row range over the whole run (``modelled`` keeps
+    it). ``steal``: ``{name: (partition, costs)}``: once per round, at a random place among
+    the blocks, a split aggregation with work stealing from that partition
+    (:func:`~gnnweave.host.partition.run_with_stealing`)."""
+    from gnnweave.host.partition import run_with_stealing
     from gnnweave.host.profiler import _deterministic, measure_share_samples, share_seconds
+    steal = steal or {}
     out = {}
     live, groups = [], []
     for block in blocks:
@@ -202,10 +241,66 @@ def measure_epoch(devs, blocks, graph, x, *, repeats: int, seed: int, modelled: 
                 live.append((d, r))
         if group:
             groups.append(group)
-    samples = measure_share_samples([(devs[d], r) for d, r in live], graph, x,
-                                    rounds=repeats, seed=seed, groups=groups)
+    tasks = [(devs[d], r) for d, r in live]
+    if not steal:
+        samples = measure_share_samples(tasks, graph, x, rounds=repeats, seed=seed,
+                                        groups=groups)
+    else:   # the stealing runs join every round at a random place
+        rng = np.random.default_rng(seed)
+        samples = {i: [] for i in range(len(live))}
+        runs = {name: [] for name in steal}
+        state: dict = {}
+        run_chunk = _chunk_runner(devs, graph, x, modelled, state)
+        for j in range(repeats):
+            items = [None, *steal]
+            for k in rng.permutation(len(items)):
+                item = items[k]
+                if item is None:
+                    if tasks:
+                        one = measure_share_samples(tasks, graph, x, rounds=1,
+                                                    seed=seed * 1009 + j, groups=groups)
+                        for i, v in one.items():
+                            samples[i] += v
+                        state["last_kind"] = getattr(tasks[-1][0], "kind", None)
+                else:
+                    part, costs = steal[item]
+                    runs[item].append(run_with_stealing(graph.indptr, part, costs, run_chunk))
     out.update({k: samples[i] for i, k in enumerate(live)})
-    return out
+    return (out, runs) if steal else (out, {})
+
+
+def predicted_stealing(graph, part, costs):
+    """The stealing run the calibrated models predict (no surprise, so no steal unless the
+    chunking itself leaves a device idle): its makespan and each device's busy time."""
+    from gnnweave.host.partition import run_with_stealing
+
+    def run_chunk(d, lo, hi, first):
+        e = int(graph.indptr[hi] - graph.indptr[lo])
+        c = costs[d]
+        return c.per_edge_s * e + c.per_row_s * (hi - lo) + (c.fixed_s if first else 0.0)
+    return run_with_stealing(graph.indptr, part, costs, run_chunk)
+
+
+def _stealing_record(graph, plan, runs, round_ideal):
+    """The epoch's record of the stealing runs (one per round), judged by the same rule as
+    a share: the fastest run (``STATISTIC``) is the split's makespan in the epoch."""
+    from gnnweave.host.profiler import SHARE_STATISTICS
+    part, costs = plan
+    pred = predicted_stealing(graph, part, costs)
+    mk = [r.makespan_s for r in runs]
+    best = runs[int(np.argmin(mk))] if STATISTIC == "min" else runs[
+        int(np.argsort(mk)[len(mk) // 2])]
+    stat = float(SHARE_STATISTICS[STATISTIC](mk))
+    return {"partition": {d: list(r) for d, r in part.items()},
+            "edges": {d: w[0] for d, w in best.work(graph.indptr).items()},
+            "measured_s": best.busy_s(), "predicted_s": pred.busy_s(),
+            "samples_s": {"makespan": mk},
+            "makespan_s": stat, "median_makespan_s": float(np.median(mk)),
+            "round_paired_makespan_s": stat,
+            "predicted_makespan_s": pred.makespan_s,
+            "steals": [r.steals for r in runs],
+            "chunks": {d: len(c) for d, c in best.chunks.items()},
+            "per_round_makespan_over_ideal": [m / i for m, i in zip(mk, round_ideal)]}, best
 
 
 def _ideal(alone: dict) -> float:
@@ -267,7 +362,7 @@ def _judge(epochs, method):
 
 def run_config(names, graph, x, cost_model, *, epochs=EPOCHS, warmup=WARMUP_EPOCHS,
                repeats=REPEATS, calibrate_rounds=CALIBRATE_ROUNDS, seed=0, window=WINDOW,
-               contrasts=CONTRASTS):
+               contrasts=CONTRASTS, steal=True):
     """One device set: calibrate, then ``epochs`` epochs of the split aggregation with the
     Rebalancer between them; judged on the epochs after ``warmup`` (module docstring)."""
     from gnnweave.host.partition import Rebalancer, partition_rows, predict_times, share_costs
@@ -287,6 +382,9 @@ def run_config(names, graph, x, cost_model, *, epochs=EPOCHS, warmup=WARMUP_EPOC
     first = partition_rows(graph, feat, calibrated, devices=names)
     rb = Rebalancer(graph, feat, calibrated, devices=names, partition=first, prior_weight=0.5,
                     window=window)
+    # the same runtime with work stealing: its own Rebalancer, fed with the stealing runs
+    steal_rb = Rebalancer(graph, feat, calibrated, devices=names, partition=first,
+                          prior_weight=0.5, window=window) if steal else None
     fixed_plans = {"static": (first, predict_times(graph, first, calibrated))}
     sweep_split = partition_rows(graph, feat, prior, devices=names)
     fixed_plans["sweep"] = (sweep_split, predict_times(graph, sweep_split, prior))
@@ -301,8 +399,12 @@ def run_config(names, graph, x, cost_model, *, epochs=EPOCHS, warmup=WARMUP_EPOC
         if judged:
             plans.update({m: fixed_plans[m] for m in contrasts})
         blocks = [[(d, whole) for d in names]] + [list(p.items()) for p, _ in plans.values()]
-        samples = measure_epoch(devs, blocks, graph, x, repeats=repeats,
-                                seed=seed + 1 + e, modelled=modelled)
+        steal_plan = None
+        if steal:
+            steal_plan = (dict(steal_rb.partition), steal_rb.corrected_costs())
+        samples, steal_runs = measure_epoch(
+            devs, blocks, graph, x, repeats=repeats, seed=seed + 1 + e, modelled=modelled,
+            steal={"stealing": steal_plan} if steal else None)
         med = {k: float(np.median(v)) for k, v in samples.items()}
         stat = {k: float(SHARE_STATISTICS[STATISTIC](v)) for k, v in samples.items()}
         alone = {d: stat[(d, whole)] for d in names}
@@ -341,6 +443,13 @@ def run_config(names, graph, x, cost_model, *, epochs=EPOCHS, warmup=WARMUP_EPOC
                 "per_round_makespan_over_ideal": [
                     max(samples[(d, r)][j] for d, r in p.items()) / round_ideal[j]
                     for j in range(repeats)]}
+        if steal:
+            rec["plans"]["stealing"], best = _stealing_record(
+                graph, steal_plan, steal_runs["stealing"], round_ideal)
+            busy = best.busy_s()
+            work = best.work(graph.indptr)
+            ran = {d: t for d, t in busy.items() if t > 0 and work[d][1] > 0}
+            rec["stealing_repartitioned_after"] = steal_rb.update(ran, work=work) is not None
         new = rb.update(rec["plans"]["rebalanced"]["measured_s"])
         rec["rebalanced_after"] = new is not None
         records.append(rec)
@@ -370,10 +479,14 @@ def run_config(names, graph, x, cost_model, *, epochs=EPOCHS, warmup=WARMUP_EPOC
         "repartitions_in_judged_epochs": sum(r["rebalanced_after"] for r in judged_recs[:-1]),
         "calibration": {d: f.to_dict() for d, f in fits.items()},
     }
-    for method in ("rebalanced", *contrasts):
+    for method in ("rebalanced", *contrasts, *(("stealing",) if steal else ())):
         result[method] = _judge(records, method)
     b = result["rebalanced"]
     result["meets_targets"] = bool(b["vs_ideal"] <= 0.10 and b["vs_predicted"] <= 0.10)
+    if steal:
+        st = result["stealing"]
+        result["stealing_meets_targets"] = bool(st["vs_ideal"] <= 0.10
+                                                and st["vs_predicted"] <= 0.10)
     result["epoch_records"] = records
     return result
 
@@ -419,7 +532,7 @@ def plot(results, png: Path):
     for ax, r in zip(axes[0], results):
         recs = r["epoch_records"]
         for method, color in (("rebalanced", "C0"), ("static", "C2"), ("sweep", "C1"),
-                              ("even", "C7")):
+                              ("even", "C7"), ("stealing", "C4")):
             pts = [(ep["epoch"], ep["plans"][method]["makespan_s"] / ep["ideal_s"])
                    for ep in recs if method in ep["plans"]]
             ax.plot(*zip(*pts), "o-", color=color, ms=3, lw=1, label=method)
@@ -450,7 +563,7 @@ def print_summary(rep) -> None:
               + ", ".join(f"{v:.2f}" for v in nz["alone_rel_iqr_within_epoch_median"].values())
               + "; drift " + ", ".join(
                   f"{v:.2f}" for v in nz["alone_max_over_min_between_epochs"].values()) + ")")
-        for m in ("rebalanced", *CONTRASTS):
+        for m in ("rebalanced", *CONTRASTS, *(("stealing",) if "stealing" in r else ())):
             b = r[m]
             lo, hi = b["vs_ideal_ci90"]
             print(f"  {m:10s} {b['makespan_s_median'] * 1e3:8.2f} ms  "

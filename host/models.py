@@ -77,12 +77,19 @@ class Engine:
     ``shards``: ``{device: (executor, (lo, hi))}`` over the nodes of the full graph, or
     None for aggregation on ``dense`` alone. A graph with a different node count (a
     sampled block) is cut into row ranges holding the same edge fractions.
+
+    ``steal``: the shard devices steal rows from each other within each aggregation
+    (:func:`~gnnweave.host.partition.run_with_stealing`): a device whose rows are done takes
+    the back end of a slower one's. The chunks run one after another on the host, scheduled
+    on the devices' own clocks (device time on FPGA kinds, CPU time on cpu), which is the
+    order concurrent devices would run them in; ``steal_costs`` (``{device: ShareCost}``,
+    default: equal per-edge costs, corrected from the first chunks) predict the chunks.
     """
 
     def __init__(self, dense: Executor, timeline: Timeline | None = None, *,
                  shards: dict[str, tuple[Executor, tuple[int, int]]] | None = None,
                  num_nodes: int | None = None, base_graph: CSRGraph | None = None,
-                 overlap_chunks: int = 1):
+                 overlap_chunks: int = 1, steal: bool = False, steal_costs=None):
         if (isinstance(overlap_chunks, bool) or not isinstance(overlap_chunks, (int, np.integer))
                 or overlap_chunks < 1):
             raise ValueError(f"overlap_chunks = {overlap_chunks!r}: expected an integer >= 1")
@@ -91,6 +98,9 @@ class Engine:
         self.num_nodes = num_nodes
         self.base_graph = base_graph
         self.overlap_chunks = int(overlap_chunks)
+        self.steal = bool(steal)
+        self.steal_costs = steal_costs
+        self.steals = 0          # rows ranges stolen so far (reported per run)
         self.shards = None
         self._pool = None
         self._dense_worker = None
@@ -176,6 +186,8 @@ class Engine:
         else:
             g = transposed(graph) if transpose else graph
             ranges = cut_rows_by_fractions(g.indptr, lo, hi, self._fractions)
+        if self.steal and len(self.shards) > 1:
+            return self._aggregate_stealing(graph, x, reduce, transpose, ranges, lo, hi)
         jobs = [(ex, r) for (ex, _), r in zip(self.shards.values(), ranges) if r[1] > r[0]]
         if not jobs:
             return np.zeros((0, x.shape[1]), dtype=np.float32)
@@ -186,6 +198,32 @@ class Engine:
                        for ex, r in jobs]
             parts = [f.result() for f in futures]
         return np.concatenate(parts, axis=0)
+
+    def _aggregate_stealing(self, graph, x, reduce, transpose, ranges, lo, hi):
+        from gnnweave.host.partition import ShareCost, run_with_stealing
+        g = transposed(graph) if transpose else graph
+        names = list(self.shards)
+        shares = dict(zip(names, ranges))
+        costs = self.steal_costs or {d: ShareCost(per_edge_s=1e-9, per_row_s=1e-12)
+                                     for d in names}
+        parts = {}
+
+        def run_chunk(d, a, b, first):
+            ex = self.shards[d][0]
+            sizes = dict(edges=int(g.indptr[b] - g.indptr[a]), rows=b - a,
+                         feat=int(x.shape[1]), nodes=int(g.num_nodes))
+            res, seconds = self.timeline.call_timed(ex, "aggregate", graph, x, reduce,
+                                                    rows=(a, b), transpose=transpose,
+                                                    sizes=sizes)
+            parts[a] = res.value
+            return seconds
+        run = run_with_stealing(g.indptr, shares, costs, run_chunk)
+        self.steals += run.steals
+        if not parts:
+            return np.zeros((0, x.shape[1]), dtype=np.float32)
+        out = np.concatenate([parts[a] for a in sorted(parts)], axis=0)
+        assert out.shape[0] == hi - lo, (out.shape, lo, hi)
+        return out
 
     def dense_forward(self, x, w, b=None, *, relu=False):
         return self._call(self.dense, "dense_forward", x, w, b, relu=relu,

@@ -250,17 +250,31 @@ class Rebalancer:
     def corrected_costs(self) -> dict[str, ShareCost]:
         return {d: c.scaled(self.factor[d]) for d, c in self.base.items()}
 
-    def update(self, measured_times: Mapping[str, float]) -> Partition | None:
-        for d in self.partition:
-            if d not in measured_times:
-                raise ValueError(f"measured_times: no time for device {d!r} "
-                                 f"(partition has {sorted(self.partition)})")
+    def update(self, measured_times: Mapping[str, float],
+               work: Mapping[str, tuple[int, int]] | None = None) -> Partition | None:
+        """``work``: ``{device: (edges, rows)}`` each device aggregated, when that is not its
+        share of the partition (a run with :func:`run_with_stealing`); a device's model is
+        then corrected by its measured time over the predicted time of that work."""
+        if work is None:
+            for d in self.partition:
+                if d not in measured_times:
+                    raise ValueError(f"measured_times: no time for device {d!r} "
+                                     f"(partition has {sorted(self.partition)})")
         for d, t in measured_times.items():
-            if d not in self.partition:
+            if work is None and d not in self.partition:
                 raise ValueError(f"measured_times: device {d!r} has no share in the partition")
+            if work is not None and d not in work:
+                raise ValueError(f"measured_times: device {d!r} has no entry in work "
+                                 f"(have {sorted(work)})")
+            if d not in self.base:
+                raise ValueError(f"measured_times: device {d!r} has no cost entry")
             if not (math.isfinite(t) and t > 0):
                 raise ValueError(f"measured_times[{d!r}] = {t}: must be finite and > 0")
-        predicted = predict_times(self.graph, self.partition, self.base)
+        if work is None:
+            predicted = predict_times(self.graph, self.partition, self.base)
+        else:
+            predicted = {d: float(self.base[d](int(e), int(r))) for d, (e, r) in work.items()
+                         if d in measured_times}
         ratios = {}
         for d, t in measured_times.items():
             if predicted[d] > 0:
@@ -409,3 +423,173 @@ def fit_share_cost(samples, prior: ShareCost | None = None, *, method: str = "au
     return ShareFit(cost, chosen, scale, loo[chosen] if chosen in loo else None,
                     float(np.median(_rel_err(cost, s))),
                     tuple(tuple(float(v) for v in row) for row in s))
+
+
+# --------------------------------------------------------------------------- work stealing
+
+
+@dataclass
+class StealRun:
+    """What :func:`run_with_stealing` did: the row ranges each device ran (in its order),
+    each device's clock when it went idle, and how many ranges were stolen."""
+
+    chunks: dict            # device -> [(lo, hi, seconds), ...]
+    finish_s: dict          # device -> its clock after its last chunk (0 if it ran none)
+    steals: int
+
+    @property
+    def makespan_s(self) -> float:
+        return max(self.finish_s.values(), default=0.0)
+
+    def work(self, indptr) -> dict:
+        """``{device: (edges, rows)}`` the device aggregated (for :meth:`Rebalancer.update`)."""
+        return {d: (int(sum(int(indptr[hi] - indptr[lo]) for lo, hi, _ in c)),
+                    int(sum(hi - lo for lo, hi, _ in c))) for d, c in self.chunks.items()}
+
+    def busy_s(self) -> dict:
+        return {d: float(sum(t for _, _, t in c)) for d, c in self.chunks.items()}
+
+
+def run_with_stealing(indptr, shares: Mapping, costs: Mapping[str, ShareCost], run_chunk, *,
+                      min_chunk_edges: int | None = None, first_fraction: float = 0.5) -> StealRun:
+    """Run a split aggregation whose devices steal rows from each other as they go idle.
+
+    A static split is sized from predicted speeds; when a device turns out faster or slower
+    than predicted *during* the call (a host CPU whose speed moves 1.5-2x within seconds, a
+    board sharing its memory), the split's makespan follows the slowest surprise. Here each
+    device starts on its share of ``shares`` (``{device: (lo, hi)}``, e.g. from
+    :func:`partition_rows`) and runs it front to back in chunks, each predicted to take
+    ``first_fraction`` of the time all rows left would take on all devices together (guided
+    self-scheduling in time, at least ``min_chunk_edges``: few calls, the last ones short,
+    and a device found slow commits to short ones); a device that runs out of rows takes the
+    back end of another device's remaining rows, cut where both are predicted to finish together
+    (each device's :class:`ShareCost`, corrected during the run by its measured / predicted
+    ratio so far), and only if that finishes the rows earlier than leaving them. The chunks
+    of one device stay in its row order, and every row is aggregated exactly once.
+
+    ``run_chunk(device, lo, hi, first)`` runs destination rows ``[lo, hi)`` on ``device``
+    and returns the seconds it took on the device's own clock (``first``: the device's first
+    call of this aggregation, which pays its fixed cost, e.g. copying ``x`` in). The devices
+    are scheduled as concurrent devices would run: the device whose clock is earliest picks
+    next, so the calls can run one after another on the host (emulated devices) and the
+    makespan is the latest clock.
+    """
+    indptr = np.asarray(indptr)
+    total_edges = int(indptr[-1] - indptr[0])
+    if not 0 < first_fraction <= 1:
+        raise ValueError(f"first_fraction={first_fraction}: must be in (0, 1]")
+    names = list(shares)
+    if not names:
+        raise ValueError("run_with_stealing: no shares")
+    for d in names:
+        if d not in costs:
+            raise ValueError(f"costs: no entry for device {d!r} (have {sorted(costs)})")
+    if min_chunk_edges is None:
+        min_chunk_edges = max(1, total_edges // (32 * len(names)))
+    front = {d: int(shares[d][0]) for d in names}
+    back = {d: int(shares[d][1]) for d in names}
+    avail = {d: 0.0 for d in names}     # when the device picks its next rows
+    finish = {d: 0.0 for d in names}    # the end of its last chunk
+    done = {d: [] for d in names}
+    measured = {d: 0.0 for d in names}
+    predicted = {d: 0.0 for d in names}
+    retired: set = set()
+    steals = 0
+
+    def edges(lo, hi):
+        return int(indptr[hi] - indptr[lo])
+
+    def raw(d, lo, hi):
+        c = costs[d]
+        return (c.per_edge_s * edges(lo, hi) + c.per_row_s * (hi - lo)
+                + (c.fixed_s if not done[d] else 0.0))
+
+    def estimate(d, lo, hi):
+        """Predicted seconds of rows [lo, hi) on d, corrected by d's ratio so far."""
+        if hi <= lo:
+            return 0.0
+        return raw(d, lo, hi) * (measured[d] / predicted[d] if predicted[d] > 0 else 1.0)
+
+    avg_rows_per_edge = (len(indptr) - 1) / max(total_edges, 1)
+
+    def per_edge(d):
+        """d's predicted seconds per edge (rows at the graph's average), corrected so far."""
+        c = costs[d]
+        ratio = measured[d] / predicted[d] if predicted[d] > 0 else 1.0
+        return (c.per_edge_s + c.per_row_s * avg_rows_per_edge) * ratio
+
+    def run(d, lo, hi):
+        pred = raw(d, lo, hi)
+        first = not done[d]
+        t = float(run_chunk(d, lo, hi, first))
+        if not (math.isfinite(t) and t >= 0):
+            raise ValueError(f"run_chunk({d!r}, {lo}, {hi}) returned {t}: expected seconds >= 0")
+        done[d].append((lo, hi, t))
+        avail[d] = finish[d] = avail[d] + t
+        measured[d] += t
+        predicted[d] += pred
+
+    def best_steal(d):
+        """(gain, victim, cut): d takes the victim's rows [cut, back); None if no gain."""
+        best = None
+        for v in names:
+            if v == d or front[v] >= back[v]:
+                continue
+            lo, hi = front[v], back[v]
+            keep_all = avail[v] + estimate(v, lo, hi)
+            # v keeps [lo, c), d takes [c, hi): v's finish grows with c, d's falls; the
+            # later of the two is smallest where they cross (binary search on rows)
+            a, b = lo, hi
+            while b - a > 1:
+                m = (a + b) // 2
+                if avail[v] + estimate(v, lo, m) < avail[d] + estimate(d, m, hi):
+                    a = m
+                else:
+                    b = m
+            for c in (a, b):
+                if lo <= c < hi:
+                    fin = max(avail[v] + estimate(v, lo, c), avail[d] + estimate(d, c, hi))
+                    if fin < keep_all and (best is None or keep_all - fin > best[0]):
+                        best = (keep_all - fin, v, c)
+        return best
+
+    while True:
+        live = [d for d in names if d not in retired]
+        if not live or all(front[v] >= back[v] for v in names):
+            break
+        d = min(live, key=lambda k: (avail[k], front[k] >= back[k], names.index(k)))
+        if front[d] >= back[d]:   # idle: take the back end of rows that would finish last
+            steal = best_steal(d)
+            if steal is None:
+                # nothing to gain now; look again when the next busy device picks
+                later = [avail[v] for v in live if v != d and avail[v] > avail[d]]
+                if later:
+                    avail[d] = min(later)
+                else:
+                    retired.add(d)
+                continue
+            _, v, c = steal
+            front[d], back[d] = c, back[v]
+            back[v] = c
+            steals += 1
+        lo, hi = front[d], back[d]
+        # its own rows, from the front: a chunk predicted to take first_fraction of the time
+        # all rows left would take on all devices (guided self-scheduling in time: chunks
+        # shrink as the end nears, and a device found slow commits to short ones)
+        left_edges = sum(edges(front[v], back[v]) for v in names)
+        speed = sum(1.0 / per_edge(v) for v in names if v not in retired)
+        budget = first_fraction * left_edges / speed
+        if edges(lo, hi) <= 2 * min_chunk_edges or estimate(d, lo, hi) <= budget:
+            c = hi
+        else:
+            a, b = lo + 1, hi   # the longest chunk within budget, at least min_chunk_edges
+            while a < b:
+                m = (a + b + 1) // 2
+                if estimate(d, lo, m) <= budget or edges(lo, m) <= min_chunk_edges:
+                    a = m
+                else:
+                    b = m - 1
+            c = a
+        front[d] = c
+        run(d, lo, c)
+    return StealRun(chunks=done, finish_s=dict(finish), steals=steals)

@@ -390,17 +390,22 @@ def _deterministic(executor) -> bool:
 
 
 def share_seconds(executor, graph, x, rows, *, reduce: str = "sum", clock: str = "auto",
-                  transfers: bool = True) -> float:
+                  transfers: bool = True, copy_in: bool = True) -> float:
     """Device time of one share as a partitioned aggregation runs it: ``x`` in, aggregate
     destination rows ``rows = (lo, hi)``, the result rows out (each timed by
-    :func:`device_time`'s rules and summed; ``transfers=False``: the aggregation only). An
-    empty range costs 0."""
+    :func:`device_time`'s rules and summed; ``transfers=False``: the aggregation only;
+    ``copy_in=False``: ``x`` is on the device already, as for a work-stealing chunk after the
+    device's first). An empty range costs 0."""
     lo, hi = rows
     if hi <= lo:
         return 0.0
     if not transfers:
         return device_time(executor, lambda: executor.aggregate(graph, x, reduce, rows=(lo, hi)),
                            clock)[0]
+    if not copy_in:
+        t_agg, _, res = device_time(executor, lambda: executor.aggregate(
+            graph, x, reduce, rows=(lo, hi)), clock)
+        return t_agg + device_time(executor, lambda: executor.transfer_out(res.value), clock)[0]
     t_in, _, res_in = device_time(executor, lambda: executor.transfer_in(x), clock)
     t_agg, _, res = device_time(executor, lambda: executor.aggregate(
         graph, res_in.value, reduce, rows=(lo, hi)), clock)

@@ -75,9 +75,8 @@ class Timeline:
         self.enabled = True
 
     def record(self, executor, result, start: float, end: float, sizes: dict | None = None,
-               cpu_seconds: float | None = None):
-        if not self.enabled:
-            return
+               cpu_seconds: float | None = None) -> OpRecord:
+        """Store the op (unless disabled) and return its record."""
         rec = OpRecord(device=executor.name, kind=executor.kind, op=result.op,
                        start=start - self.origin, end=end - self.origin,
                        wall_seconds=float(result.wall_seconds),
@@ -87,8 +86,10 @@ class Timeline:
                        epoch=self.epoch, sizes=dict(sizes or {}),
                        saturations=int(getattr(result, "saturations", 0)),
                        cpu_seconds=cpu_seconds)
-        with self._lock:
-            self.records.append(rec)
+        if self.enabled:
+            with self._lock:
+                self.records.append(rec)
+        return rec
 
     def record_host(self, op: str, start: float, end: float, sizes: dict | None = None):
         """Host-side work that is no executor op (sampling a mini-batch), on the 'host' row."""
@@ -108,6 +109,16 @@ class Timeline:
         t1 = time.perf_counter()
         self.record(executor, res, t0, t1, sizes, time.thread_time() - c0)
         return res
+
+    def call_timed(self, executor, method: str, *args, sizes: dict | None = None, **kw):
+        """As :meth:`call`; returns ``(OpResult, seconds on the kind's clock)`` (see
+        :attr:`OpRecord.measured_seconds`)."""
+        c0 = time.thread_time()
+        t0 = time.perf_counter()
+        res = getattr(executor, method)(*args, **kw)
+        t1 = time.perf_counter()
+        rec = self.record(executor, res, t0, t1, sizes, time.thread_time() - c0)
+        return res, rec.measured_seconds
 
     def of_epoch(self, epoch: int) -> list[OpRecord]:
         with self._lock:

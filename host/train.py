@@ -72,6 +72,7 @@ class TrainConfig:
     out_dir: str | None = None           # timeline.png, partition.txt, result.json
     cost_model: object = None            # CostModel, its JSON path, or {device: rate}
     rebalance: bool = False              # re-partition after each epoch from measured shard times
+    steal: bool = False                  # shard devices steal rows from each other within an aggregation
     progress: bool = True
     executor_options: dict = field(default_factory=dict)   # {device kind: {kwarg: value}}
     on_epoch_end: Callable | None = None  # hook(seed, epoch, stats); may raise KeyboardInterrupt
@@ -266,18 +267,36 @@ class _EpochRebalancer:
         engine.set_shards({d: (executors[d], r) for d, r in shares.items()})
         self.rebalancer = Rebalancer(graph, feat_dim, costs, devices=devices,
                                      partition=dict(shares))
+        if engine.steal:   # the split's models also predict the stolen chunks
+            engine.steal_costs = self.rebalancer.corrected_costs()
 
     def __call__(self, epoch: int):
         if epoch == 0:
             return   # the first epoch builds per-graph caches on each device: not its speed
         current = self.rebalancer.partition
-        times = {d: 0.0 for d in current}
-        for r in self.engine.timeline.of_epoch(epoch):
-            if r.op == "aggregate" and r.device in times:
-                times[r.device] += r.measured_seconds
-        if any(t <= 0 for t in times.values()):
-            return
-        new = self.rebalancer.update(times)
+        if self.engine.steal:
+            # each device is judged on the rows it aggregated, whoever's share they were
+            names = list(self.engine.shards or current)
+            times = {d: 0.0 for d in names}
+            work = {d: [0, 0] for d in names}
+            for r in self.engine.timeline.of_epoch(epoch):
+                if r.op == "aggregate" and r.device in times:
+                    times[r.device] += r.measured_seconds
+                    work[r.device][0] += int(r.sizes.get("edges", 0))
+                    work[r.device][1] += int(r.sizes.get("rows", 0))
+            ran = {d: t for d, t in times.items() if t > 0 and work[d][1] > 0}
+            if not ran:
+                return
+            new = self.rebalancer.update(ran, work={d: tuple(w) for d, w in work.items()})
+            self.engine.steal_costs = self.rebalancer.corrected_costs()
+        else:
+            times = {d: 0.0 for d in current}
+            for r in self.engine.timeline.of_epoch(epoch):
+                if r.op == "aggregate" and r.device in times:
+                    times[r.device] += r.measured_seconds
+            if any(t <= 0 for t in times.values()):
+                return
+            new = self.rebalancer.update(times)
         if new is not None:
             self.engine.set_shards({d: (self.executors[d], r) for d, r in new.items()})
             self.log.append(dict(seed=self.seed, after_epoch=epoch + 1, measured_s=times,
@@ -570,8 +589,12 @@ def run_training(config: TrainConfig) -> dict:
     if shares is not None:
         shards = {dev: (_executor_for(dev, executors, config.executor_options), r)
                   for dev, r in shares.items()}
+    if config.steal and (shares is None or len(shares) < 2):
+        raise ValueError("TrainConfig.steal: work stealing needs the aggregation split over "
+                         "two or more devices (--devices A,B with a --partition)")
     engine = Engine(dense, Timeline(), shards=shards, num_nodes=data.graph.num_nodes,
-                    base_graph=data.graph, overlap_chunks=config.overlap_chunks)
+                    base_graph=data.graph, overlap_chunks=config.overlap_chunks,
+                    steal=config.steal)
     transposed(data.graph)   # built once here, not inside the first shard that needs it
     per_seed, interrupted = [], False
     timeline = None
@@ -635,6 +658,7 @@ def run_training(config: TrainConfig) -> dict:
         saturations=sum(r.saturations for r in (timeline.records if timeline else [])),
         interrupted=interrupted,
         rebalances=rebalances if config.rebalance else None,
+        steals=engine.steals if config.steal else None,
         seeds=[{k: v for k, v in r.items() if k != "history"} for r in per_seed],
     )
     if config.batch_size is not None and timeline is not None:
@@ -780,6 +804,10 @@ def add_train_arguments(parser):
     p.add_argument("--cost-model", default=None, help="cost model JSON (fills predicted_vs_measured)")
     p.add_argument("--rebalance", action="store_true",
                    help="re-partition after each epoch from the measured shard times")
+    p.add_argument("--steal", action="store_true",
+                   help="work stealing: a device whose rows of an aggregation are done takes "
+                        "rows from a slower one (within each aggregation; --rebalance still "
+                        "moves the split between epochs)")
     p.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -807,7 +835,7 @@ def config_from_args(args) -> TrainConfig:
         overlap_chunks=a["overlap_chunks"],
         select=a["select"], checkpoint_dir=a["checkpoint_dir"],
         checkpoint_every=a["checkpoint_every"], resume=a["resume"], out_dir=a["out"],
-        cost_model=a["cost_model"], rebalance=a["rebalance"] or auto,
+        cost_model=a["cost_model"], rebalance=a["rebalance"] or auto, steal=a["steal"],
         progress=not a["no_progress"])
 
 

@@ -34,6 +34,9 @@ def test_modelled_pair_figures_equal_the_devices_own_times(setup):
     assert r["rebalanced"]["vs_ideal"] == pytest.approx(makespan / ideal - 1, rel=1e-9)
     # the calibrated model of a formula is exact, so is the prediction
     assert r["rebalanced"]["vs_predicted"] < 1e-6
+    # and stealing from an exact split finds nothing to steal: the same makespan
+    assert r["stealing"]["vs_predicted"] < 1e-6
+    assert r["stealing"]["vs_ideal"] <= r["rebalanced"]["vs_ideal"] + 1e-6
     # the best row-range cut with the fitted models can be no worse than the split made
     assert r["model_best_penalty"] <= r["rebalanced"]["vs_ideal"] + 1e-9
     assert 0 <= r["row_granular_penalty"] <= r["model_best_penalty"] + 1e-9
@@ -46,8 +49,14 @@ def test_epoch_structure_and_contrasts_only_in_judged_epochs(setup):
     recs = r["epoch_records"]
     assert [e["judged"] for e in recs] == [False, False, True, True]
     for e in recs:
-        assert set(e["plans"]) == ({"rebalanced", *bp.CONTRASTS} if e["judged"]
-                                   else {"rebalanced"})
+        assert set(e["plans"]) == ({"rebalanced", "stealing", *bp.CONTRASTS} if e["judged"]
+                                   else {"rebalanced", "stealing"})
+        st = e["plans"]["stealing"]
+        # one stealing run per round; the epoch's figure is the fastest, as for a share
+        assert len(st["samples_s"]["makespan"]) == 3 == len(st["steals"])
+        assert st["makespan_s"] == min(st["samples_s"]["makespan"])
+        assert sum(st["edges"].values()) == g.num_edges
+        assert st["makespan_s"] == pytest.approx(max(st["measured_s"].values()))
         reb = e["plans"]["rebalanced"]
         assert reb["makespan_s"] == max(reb["measured_s"].values())
         # the judged time of a share is its fastest call; the median is reported beside it
