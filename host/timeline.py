@@ -245,9 +245,11 @@ def measured_clocks(records: list[OpRecord]) -> dict[str, str]:
 
 
 def partition_rows_table(graph, shares: dict, measured: dict | None = None,
-                         predicted: dict | None = None, clocks: dict | None = None) -> list[dict]:
+                         predicted: dict | None = None, clocks: dict | None = None,
+                         ran: dict | None = None) -> list[dict]:
     """One row per device: node range, rows, edges, edge share, measured seconds (and the
-    clock they were read from: :func:`measured_clocks`), predicted seconds."""
+    clock they were read from: :func:`measured_clocks`), predicted seconds; ``ran``
+    (with work stealing): the share of the aggregated edges each device actually ran."""
     total = max(graph.num_edges, 1)
     rows = []
     for dev, (lo, hi) in shares.items():
@@ -260,6 +262,8 @@ def partition_rows_table(graph, shares: dict, measured: dict | None = None,
                 row["clock"] = clocks.get(dev)
         if predicted is not None:
             row["predicted_s"] = predicted.get(dev)
+        if ran is not None:
+            row["ran_edge_share"] = ran.get(dev, 0.0)
         rows.append(row)
     return rows
 
@@ -273,11 +277,13 @@ def format_partition_table(rows: list[dict]) -> str:
         cols.append("clock")
     if rows and "predicted_s" in rows[0]:
         cols.append("predicted_s")
+    if rows and "ran_edge_share" in rows[0]:
+        cols.append("ran_edge_share")
 
     def fmt(col, v):
         if v is None:
             return "-"
-        if col == "edge_share":
+        if col in ("edge_share", "ran_edge_share"):
             return f"{v:.3f}"
         if isinstance(v, float):
             return f"{v:.3g}"

@@ -637,9 +637,17 @@ def run_training(config: TrainConfig) -> dict:
     pvm = predicted_vs_measured(last_records, cost_model)
     # measured seconds are device time on FPGA kinds, CPU time on cpu, else wall: say which
     clocks = measured_clocks(last_records)
+    ran = None
+    if config.steal:   # the split is where each device starts; stealing moves rows
+        ran_edges = {d: 0 for d in share_map}
+        for r in last_records:
+            if r.op == "aggregate" and r.device in ran_edges:
+                ran_edges[r.device] += int(r.sizes.get("edges", 0))
+        total_ran = sum(ran_edges.values())
+        ran = {d: (e / total_ran if total_ran else 0.0) for d, e in ran_edges.items()}
     table_rows = partition_rows_table(data.graph, share_map, measured,
                                       {d: v["predicted_s"] for d, v in pvm.items()} if pvm else None,
-                                      clocks)
+                                      clocks, ran)
     result = dict(
         dataset=name, model=key, device=config.device,
         mode="mini-batch" if config.batch_size is not None else "full-batch",

@@ -205,6 +205,12 @@ def test_training_with_stealing_is_bit_identical_on_fixed_point(sbm, minibatch):
     stolen = run_training(TrainConfig(partition=lopsided, steal=True, **kw))
     assert stolen["seeds"][0]["params_sha256"] == single["seeds"][0]["params_sha256"]
     assert stolen["steals"] > 0
+    # the table shows where each device started and what it ran: the idle one took rows
+    table = stolen["partition_table"].splitlines()
+    assert "ran_edge_share" in table[0]
+    ran = {line.split()[0]: float(line.split()[-1]) for line in table[2:]}
+    assert sum(ran.values()) == pytest.approx(1.0, abs=2e-3)
+    assert ran["fpga-emu"] > stolen["shares"]["fpga-emu"]["edge_share"] + 0.1
     auto = run_training(TrainConfig(partition="even", devices=["fpga-emu", "fpga-emu:1"],
                                     rebalance=True, steal=True, **kw))
     assert auto["seeds"][0]["params_sha256"] == single["seeds"][0]["params_sha256"]
