@@ -100,7 +100,7 @@ class Engine:
         self.overlap_chunks = int(overlap_chunks)
         self.steal = bool(steal)
         self.steal_costs = steal_costs
-        self.steals = 0          # rows ranges stolen so far (reported per run)
+        self.steals = 0          # row ranges stolen so far (reported per run)
         self.shards = None
         self._pool = None
         self._dense_worker = None

@@ -264,11 +264,20 @@ class _EpochRebalancer:
                 d: {k: v for k, v in f.to_dict().items() if k != "samples"}
                 for d, f in fits.items()}, shares={d: list(r) for d, r in shares.items()}))
         self.engine, self.executors, self.log, self.seed = engine, executors, log, seed
-        engine.set_shards({d: (executors[d], r) for d, r in shares.items()})
+        self.devices, self.num_nodes = devices, graph.num_nodes
+        self._set_shards(shares)
         self.rebalancer = Rebalancer(graph, feat_dim, costs, devices=devices,
                                      partition=dict(shares))
         if engine.steal:   # the split's models also predict the stolen chunks
             engine.steal_costs = self.rebalancer.corrected_costs()
+
+    def _set_shards(self, partition):
+        shards = {d: (self.executors[d], r) for d, r in partition.items()}
+        if self.engine.steal:   # a device the split leaves out may still steal rows
+            n = self.num_nodes
+            shards.update({d: (self.executors[d], (n, n)) for d in self.devices
+                           if d not in shards})
+        self.engine.set_shards(shards)
 
     def __call__(self, epoch: int):
         if epoch == 0:
@@ -298,7 +307,7 @@ class _EpochRebalancer:
                 return
             new = self.rebalancer.update(times)
         if new is not None:
-            self.engine.set_shards({d: (self.executors[d], r) for d, r in new.items()})
+            self._set_shards(new)
             self.log.append(dict(seed=self.seed, after_epoch=epoch + 1, measured_s=times,
                                  shares={d: list(r) for d, r in new.items()}))
 
@@ -589,9 +598,13 @@ def run_training(config: TrainConfig) -> dict:
     if shares is not None:
         shards = {dev: (_executor_for(dev, executors, config.executor_options), r)
                   for dev, r in shares.items()}
-    if config.steal and (shares is None or len(shares) < 2):
-        raise ValueError("TrainConfig.steal: work stealing needs the aggregation split over "
-                         "two or more devices (--devices A,B with a --partition)")
+    if config.steal:
+        if shares is None or len(set(shares) | set(config.devices or [])) < 2:
+            raise ValueError("TrainConfig.steal: work stealing needs the aggregation split "
+                             "over two or more devices (--devices A,B with a --partition)")
+        n = data.graph.num_nodes   # a device the split leaves out may still steal rows
+        shards.update({d: (_executor_for(d, executors, config.executor_options), (n, n))
+                       for d in config.devices or [] if d not in shards})
     engine = Engine(dense, Timeline(), shards=shards, num_nodes=data.graph.num_nodes,
                     base_graph=data.graph, overlap_chunks=config.overlap_chunks,
                     steal=config.steal)

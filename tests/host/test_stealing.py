@@ -226,3 +226,27 @@ def test_stealing_needs_a_split_and_the_cli_turns_it_on(sbm):
         ["--devices", "cpu,fpga-emu", "--partition", "auto", "--steal"])
     cfg = config_from_args(args)
     assert cfg.steal and cfg.rebalance
+
+
+def test_a_device_the_split_leaves_out_still_steals(sbm):
+    """A device with no rows steals when it is predicted to help; one the cost model calls
+    10,000x slower gets no rows from the split and steals none (a steal must be predicted
+    to finish the rows earlier), and training is still the single device's."""
+    from gnnweave.host.train import TrainConfig, run_training
+    kw = dict(dataset=sbm, model="gcn", seeds=[1], epochs=3, progress=False, device="fpga-emu")
+    single = run_training(TrainConfig(**kw))
+    n = sbm.graph.num_nodes
+
+    def ran_of(result):
+        return {line.split()[0]: float(line.split()[-1])
+                for line in result["partition_table"].splitlines()[2:]}
+    idle = run_training(TrainConfig(partition={"fpga-emu": (0, n), "fpga-emu:1": (n, n)},
+                                    steal=True, **kw))
+    assert idle["seeds"][0]["params_sha256"] == single["seeds"][0]["params_sha256"]
+    assert idle["steals"] > 0 and ran_of(idle)["fpga-emu:1"] > 0.2
+    slow = run_training(TrainConfig(partition="balanced", devices=["fpga-emu", "fpga-emu:1"],
+                                    cost_model={"fpga-emu": 1.0, "fpga-emu:1": 1e-4},
+                                    rebalance=True, steal=True, **kw))
+    assert slow["seeds"][0]["params_sha256"] == single["seeds"][0]["params_sha256"]
+    assert slow["shares"]["fpga-emu:1"]["rows"] == 0
+    assert slow["steals"] == 0 and ran_of(slow)["fpga-emu:1"] == 0.0
