@@ -106,11 +106,20 @@ def _load(dataset):
     return load_dataset(dataset)
 
 
+#: ``--optimizer sgd`` without ``--lr``: the models' default learning rates are Adam's
+#: (Kipf & Welling's 0.01); SGD with momentum 0.9 reached 19.0 % on Cora at 0.01 and 65.9 %
+#: at 0.2 in 200 epochs, 76.8 % at 0.2 in 500 (GCN, 3 seeds)
+SGD_DEFAULT_LR = 0.2
+
+
 def _resolved(config: TrainConfig, model_cls) -> dict:
     d = model_cls.defaults
+    default_lr = d.get("lr", 0.01)
+    if str(config.optimizer).lower() == "sgd":
+        default_lr = max(default_lr, SGD_DEFAULT_LR)
     hp = dict(hidden=config.hidden if config.hidden is not None else d.get("hidden", 16),
               dropout=config.dropout if config.dropout is not None else d.get("dropout", 0.5),
-              lr=config.lr if config.lr is not None else d.get("lr", 0.01),
+              lr=config.lr if config.lr is not None else default_lr,
               weight_decay=(config.weight_decay if config.weight_decay is not None
                             else d.get("weight_decay", 5e-4)),
               epochs=config.epochs if config.epochs is not None else d.get("epochs", 200))
@@ -802,7 +811,8 @@ def add_train_arguments(parser):
     p.add_argument("--hidden", type=int, default=None)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--dropout", type=float, default=None)
-    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--lr", type=float, default=None,
+                   help=f"default: the model's (Adam) or {SGD_DEFAULT_LR} with --optimizer sgd")
     p.add_argument("--weight-decay", type=float, default=None)
     p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
     p.add_argument("--momentum", type=float, default=0.9, help="for --optimizer sgd")
