@@ -619,6 +619,9 @@ def run(out_dir) -> dict:
         "method": {"epochs": EPOCHS, "warmup_epochs": WARMUP_EPOCHS, "repeats": REPEATS,
                    "statistic": STATISTIC,
                    "rebalancer": {"prior_weight": 0.5, "window": WINDOW, "threshold": 0.05},
+                   "stealing": "one run_with_stealing run per round from its own "
+                               "Rebalancer's split; epoch figure: the fastest run's "
+                               "makespan (reported, not judged)",
                    "judged": "median over judged epochs of makespan_e / ideal_e and "
                              "makespan_e / predicted_e; makespan_e = max over devices of "
                              f"the {STATISTIC} of the device's share calls in epoch e"},
