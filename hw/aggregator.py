@@ -228,7 +228,9 @@ class AggregatorCore(UnitCore):
 
         # ---- datapath (everything under `dp` is cleared at start) ----------------------
         dp = Module()
-        read_port = ReadPort(self.bus, num_clients=4)     # 0 indptr, 1 indices, 2 weights, 3 rows
+        # 0 indptr, 1 indices, 2 weights, 3 rows; registered requests keep the readers' request
+        # logic and the guard's adders out of the arbitration (the ECP5 critical path)
+        read_port = ReadPort(self.bus, num_clients=4, registered_requests=True)
         write_port = WritePort(self.bus, beat_depth=16, address_depth=4)
         ptr_reader = StreamReader(addr_width=aw, data_width=c.bus_width, elem_width=32,
                                   fifo_beats=c.meta_fifo_beats, max_burst=c.meta_burst_beats)

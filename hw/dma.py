@@ -38,11 +38,21 @@ class ReadPort(Elaboratable):
     Per client ``i``: ``requests[i]`` (stream of :func:`read_request_layout`),
     ``responses[i]`` (``valid``/``data``/``last``, no ready: clients reserve room before
     they request), ``guard_base[i]``/``guard_size[i]`` (the client's buffer).
+
+    With ``registered_requests`` every client gets a one-entry register slice: a request
+    is accepted into it (``ready`` is high while the slice is empty or being issued, so a
+    client can still pass one request per cycle), its guard check is computed on the way
+    in, and the arbiter chooses among the registered slices only. Nothing combinational
+    then runs from a client's request logic through the arbitration and the guard's adders
+    to the AR registers (the Aggregator's ECP5 critical path); a request waits one cycle
+    longer. In that mode the end of each guard (``guard_base + guard_size``) is registered,
+    so a guard must be set a cycle before its client requests.
     """
 
-    def __init__(self, bus, num_clients: int):
+    def __init__(self, bus, num_clients: int, *, registered_requests: bool = False):
         self.bus = bus
         self.num_clients = num_clients
+        self.registered_requests = registered_requests
         aw = len(bus.araddr)
         dw = len(bus.rdata)
         self.bytes_per_beat = dw // 8
@@ -58,40 +68,76 @@ class ReadPort(Elaboratable):
         self.beat = Signal()                # pulse: one R beat accepted
         self.outstanding = Signal(32)       # beats requested and not yet returned
 
+    def _inside(self, m, addr, length, base, limit, prefix):
+        """Guard: [addr, addr + bytes) inside [base, limit), and no 4 KiB crossing."""
+        burst_bytes = (length + 1) * self.bytes_per_beat
+        end = Signal(len(limit), name=f"{prefix}end")
+        m.d.comb += end.eq(addr + burst_bytes)
+        crosses = (addr[:12] + burst_bytes) > BOUNDARY_BYTES
+        return (addr >= base) & (end <= limit) & ~crosses
+
     def elaborate(self, platform):
         m = Module()
         bus = self.bus
-        bpb = self.bytes_per_beat
         aw = len(bus.araddr)
 
+        n = self.num_clients
+        if self.registered_requests:
+            # One register slice per client; its guard check is computed on the way in.
+            valids, addrs, lens, insides = [], [], [], []
+            taken = [Signal(name=f"taken{i}") for i in range(n)]
+            for i, req in enumerate(self.requests):
+                limit = Signal(aw + 1, name=f"guard_limit{i}")
+                m.d.sync += limit.eq(self.guard_base[i] + self.guard_size[i])
+                slot_valid = Signal(name=f"slot{i}_valid")
+                slot_addr = Signal(aw, name=f"slot{i}_addr")
+                slot_len = Signal(8, name=f"slot{i}_len")
+                slot_inside = Signal(name=f"slot{i}_inside")
+                inside_in = self._inside(m, req.payload.addr, req.payload.len,
+                                         self.guard_base[i], limit, f"slot{i}_")
+                m.d.comb += req.ready.eq(~slot_valid | taken[i])
+                with m.If(taken[i]):
+                    m.d.sync += slot_valid.eq(0)
+                with m.If(req.valid & req.ready):
+                    m.d.sync += [slot_valid.eq(1), slot_addr.eq(req.payload.addr),
+                                 slot_len.eq(req.payload.len), slot_inside.eq(inside_in)]
+                valids.append(slot_valid)
+                addrs.append(slot_addr)
+                lens.append(slot_len)
+                insides.append(slot_inside)
+        else:
+            valids = [req.valid for req in self.requests]
+            addrs = [req.payload.addr for req in self.requests]
+            lens = [req.payload.len for req in self.requests]
+
         # Fixed priority: the lowest-numbered valid client wins.
-        grant = Signal(range(max(self.num_clients, 2)))
+        grant = Signal(range(max(n, 2)))
         any_valid = Signal()
-        for i in reversed(range(self.num_clients)):
-            with m.If(self.requests[i].valid):
+        for i in reversed(range(n)):
+            with m.If(valids[i]):
                 m.d.comb += [grant.eq(i), any_valid.eq(1)]
 
         sel_addr = Signal(aw)
         sel_len = Signal(8)
-        sel_base = Signal(aw)
-        sel_size = Signal(aw)
+        sel_inside = Signal()
+        if not self.registered_requests:
+            sel_base = Signal(aw)
+            sel_size = Signal(aw)
         with m.Switch(grant):
-            for i in range(self.num_clients):
+            for i in range(n):
                 with m.Case(i):
-                    m.d.comb += [
-                        sel_addr.eq(self.requests[i].payload.addr),
-                        sel_len.eq(self.requests[i].payload.len),
-                        sel_base.eq(self.guard_base[i]),
-                        sel_size.eq(self.guard_size[i]),
-                    ]
-
-        # Guard: [addr, addr + bytes) inside [base, base + size), and no 4 KiB crossing.
-        burst_bytes = (sel_len + 1) * bpb
-        end = Signal(aw + 1)
-        limit = Signal(aw + 1)
-        m.d.comb += [end.eq(sel_addr + burst_bytes), limit.eq(sel_base + sel_size)]
-        crosses = (sel_addr[:12] + burst_bytes) > BOUNDARY_BYTES
-        inside = (sel_addr >= sel_base) & (end <= limit) & ~crosses
+                    m.d.comb += [sel_addr.eq(addrs[i]), sel_len.eq(lens[i])]
+                    if self.registered_requests:
+                        m.d.comb += sel_inside.eq(insides[i])
+                    else:
+                        m.d.comb += [sel_base.eq(self.guard_base[i]),
+                                     sel_size.eq(self.guard_size[i])]
+        if self.registered_requests:
+            inside = sel_inside
+        else:
+            limit = Signal(aw + 1)
+            m.d.comb += limit.eq(sel_base + sel_size)
+            inside = self._inside(m, sel_addr, sel_len, sel_base, limit, "")
 
         # Registered AR output (one burst per cycle at most).
         ar_valid = Signal()
@@ -108,8 +154,11 @@ class ReadPort(Elaboratable):
         with m.If(take):
             m.d.sync += [ar_valid.eq(1), bus.araddr.eq(sel_addr), bus.arlen.eq(sel_len),
                          bus.arid.eq(grant)]
-        for i in range(self.num_clients):
-            m.d.comb += self.requests[i].ready.eq(take & (grant == i))
+        for i in range(n):
+            if self.registered_requests:
+                m.d.comb += taken[i].eq(take & (grant == i))
+            else:
+                m.d.comb += self.requests[i].ready.eq(take & (grant == i))
 
         # R: always ready; route by ID.
         r_fire = bus.rvalid & bus.rready
@@ -131,7 +180,9 @@ class StreamReader(Elaboratable):
 
     Connect ``request`` to a :class:`ReadPort` client and feed ``response`` from it.
     ``start`` (one cycle) latches ``base`` and ``count``; ``elements`` then yields exactly
-    ``count`` elements, least significant first within each beat.
+    ``count`` elements, least significant first within each beat. The request leaves from
+    registers, computed a cycle ahead: at most one burst every two cycles, which with bursts
+    of up to ``max_burst`` beats does not limit the stream.
     """
 
     def __init__(self, *, addr_width: int, data_width: int, elem_width: int,
@@ -172,16 +223,27 @@ class StreamReader(Elaboratable):
         m.d.comb += capped.eq(Mux(beats_left < self.max_burst, beats_left, self.max_burst))
         m.d.comb += burst.eq(Mux(to_boundary < capped, to_boundary, capped))
 
+        # The request is computed a cycle ahead into registers, so its valid and length
+        # leave this module straight from flip-flops (no compare chain in front of the
+        # arbiter). They describe the state of the cycle before; `stale` blocks the cycle
+        # after an issue or a start, when that state has changed. Otherwise only `pop` can
+        # have changed it, which only adds credits: a request once valid stays valid.
+        next_burst = Signal.like(burst)
+        can_issue = Signal()
+        stale = Signal(init=1)
+        m.d.sync += [next_burst.eq(burst), can_issue.eq((beats_left != 0) & (credits >= burst)),
+                     stale.eq(0)]
         m.d.comb += [
-            self.request.valid.eq((beats_left != 0) & (credits >= burst)),
+            self.request.valid.eq(can_issue & ~stale),
             self.request.payload.addr.eq(next_addr),
-            self.request.payload.len.eq(burst - 1),
+            self.request.payload.len.eq(next_burst - 1),
         ]
         issue = self.request.valid & self.request.ready
         pop = Signal()
-        m.d.sync += credits.eq(credits - Mux(issue, burst, 0) + pop)
+        m.d.sync += credits.eq(credits - Mux(issue, next_burst, 0) + pop)
         with m.If(issue):
-            m.d.sync += [next_addr.eq(next_addr + burst * bpb), beats_left.eq(beats_left - burst)]
+            m.d.sync += [next_addr.eq(next_addr + next_burst * bpb),
+                         beats_left.eq(beats_left - next_burst), stale.eq(1)]
 
         m.d.comb += [beats.w_en.eq(self.response.valid), beats.w_data.eq(self.response.data)]
 
@@ -200,6 +262,7 @@ class StreamReader(Elaboratable):
         with m.If(self.start):
             total_bytes = self.count * elem_bytes
             m.d.sync += [
+                stale.eq(1),
                 next_addr.eq(self.base),
                 beats_left.eq((total_bytes + bpb - 1) >> (bpb.bit_length() - 1)),
                 elems_left.eq(self.count),
