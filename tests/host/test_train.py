@@ -5,6 +5,7 @@ import json
 import os
 import re
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -438,29 +439,45 @@ def test_command_line_contradictions_are_one_line_errors(argv, needle):
 def test_ctrl_c_on_the_command_line_saves_and_exits_130(tmp_path):
     """SIGINT to a running `gnnweave train`: the last completed epoch is saved, the exit
     status is 130 and stderr says where the checkpoint is; --resume continues from it."""
+    import shutil
     import signal
     import subprocess
     import sys
-    ckpt = tmp_path / "ck"
-    cmd = [sys.executable, "-m", "gnnweave.cli", "train", "--dataset", "sbm:300:3",
-           "--epochs", "1000000", "--checkpoint-dir", str(ckpt), "--checkpoint-every", "1",
-           "--no-progress", "--json"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (ckpt / "gcn-seed0.npz").is_file():   # training has started
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    report = json.loads(out)
-    done = report["seeds"][0]["epochs_done"]
-    assert report["interrupted"] and 1 <= done < 1000000
-    assert f"interrupted after epoch {done} of seed 0" in err and "--resume" in err
-    resumed = train_main(["--dataset", "sbm:300:3", "--epochs", str(done + 2), "--resume",
-                          "--checkpoint-dir", str(ckpt), "--no-progress"])
-    assert resumed["seeds"][0]["resumed_from"] == done
-    assert resumed["seeds"][0]["epochs_done"] == done + 2
+    import tempfile
+    # the checkpoint fsyncs every epoch; on a disk busy with other tests' builds (GBs of
+    # Verilator output) one fsync can wait for all of it (ext4's ordered journal), which once
+    # outlasted the 120 s below. The signal handling is what is tested here: use tmpfs.
+    shm = Path("/dev/shm")
+    base = Path(tempfile.mkdtemp(dir=shm)) if shm.is_dir() and os.access(shm, os.W_OK) \
+        else tmp_path
+    proc = None
+    try:
+        ckpt = base / "ck"
+        cmd = [sys.executable, "-m", "gnnweave.cli", "train", "--dataset", "sbm:300:3",
+               "--epochs", "1000000", "--checkpoint-dir", str(ckpt), "--checkpoint-every", "1",
+               "--no-progress", "--json"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while not (ckpt / "gcn-seed0.npz").is_file():   # training has started
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        report = json.loads(out)
+        done = report["seeds"][0]["epochs_done"]
+        assert report["interrupted"] and 1 <= done < 1000000
+        assert f"interrupted after epoch {done} of seed 0" in err and "--resume" in err
+        resumed = train_main(["--dataset", "sbm:300:3", "--epochs", str(done + 2), "--resume",
+                              "--checkpoint-dir", str(ckpt), "--no-progress"])
+        assert resumed["seeds"][0]["resumed_from"] == done
+        assert resumed["seeds"][0]["epochs_done"] == done + 2
+    finally:
+        if proc is not None and proc.poll() is None:   # never leave it training on
+            proc.kill()
+            proc.communicate()
+        if base != tmp_path:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 def test_resume_without_a_checkpoint_says_so(tmp_path, capsys):
