@@ -167,13 +167,19 @@ class Engine:
     def _call(self, ex, method, *args, sizes=None, **kw):
         return self.timeline.call(ex, method, *args, sizes=sizes, **kw).value
 
-    def _agg_one(self, ex, graph, x, reduce, rows, transpose):
+    def _agg_timed(self, ex, graph, x, reduce, rows, transpose):
+        """One executor's aggregation of ``rows``, recorded: ``(result rows, seconds on the
+        kind's clock)``."""
         g = transposed(graph) if transpose else graph
         lo, hi = rows
         sizes = dict(edges=int(g.indptr[hi] - g.indptr[lo]), rows=hi - lo, feat=int(x.shape[1]),
                      nodes=int(g.num_nodes))
-        return self._call(ex, "aggregate", graph, x, reduce, rows=rows, transpose=transpose,
-                          sizes=sizes)
+        res, seconds = self.timeline.call_timed(ex, "aggregate", graph, x, reduce, rows=rows,
+                                                transpose=transpose, sizes=sizes)
+        return res.value, seconds
+
+    def _agg_one(self, ex, graph, x, reduce, rows, transpose):
+        return self._agg_timed(ex, graph, x, reduce, rows, transpose)[0]
 
     def aggregate(self, graph: CSRGraph, x: np.ndarray, *, rows=None, transpose=False,
                   reduce="sum") -> np.ndarray:
@@ -209,13 +215,8 @@ class Engine:
         parts = {}
 
         def run_chunk(d, a, b, first):
-            ex = self.shards[d][0]
-            sizes = dict(edges=int(g.indptr[b] - g.indptr[a]), rows=b - a,
-                         feat=int(x.shape[1]), nodes=int(g.num_nodes))
-            res, seconds = self.timeline.call_timed(ex, "aggregate", graph, x, reduce,
-                                                    rows=(a, b), transpose=transpose,
-                                                    sizes=sizes)
-            parts[a] = res.value
+            parts[a], seconds = self._agg_timed(self.shards[d][0], graph, x, reduce, (a, b),
+                                                transpose)
             return seconds
         run = run_with_stealing(g.indptr, shares, costs, run_chunk)
         self.steals += run.steals

@@ -103,12 +103,7 @@ class Timeline:
 
     def call(self, executor, method: str, *args, sizes: dict | None = None, **kw):
         """Run ``executor.method(*args, **kw)``, record it, return the OpResult."""
-        c0 = time.thread_time()
-        t0 = time.perf_counter()
-        res = getattr(executor, method)(*args, **kw)
-        t1 = time.perf_counter()
-        self.record(executor, res, t0, t1, sizes, time.thread_time() - c0)
-        return res
+        return self.call_timed(executor, method, *args, sizes=sizes, **kw)[0]
 
     def call_timed(self, executor, method: str, *args, sizes: dict | None = None, **kw):
         """As :meth:`call`; returns ``(OpResult, seconds on the kind's clock)`` (see

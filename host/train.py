@@ -292,26 +292,22 @@ class _EpochRebalancer:
         if epoch == 0:
             return   # the first epoch builds per-graph caches on each device: not its speed
         current = self.rebalancer.partition
+        names = list(self.engine.shards or current) if self.engine.steal else list(current)
+        times = {d: 0.0 for d in names}
+        work = {d: [0, 0] for d in names}
+        for r in self.engine.timeline.of_epoch(epoch):
+            if r.op == "aggregate" and r.device in times:
+                times[r.device] += r.measured_seconds
+                work[r.device][0] += int(r.sizes.get("edges", 0))
+                work[r.device][1] += int(r.sizes.get("rows", 0))
         if self.engine.steal:
             # each device is judged on the rows it aggregated, whoever's share they were
-            names = list(self.engine.shards or current)
-            times = {d: 0.0 for d in names}
-            work = {d: [0, 0] for d in names}
-            for r in self.engine.timeline.of_epoch(epoch):
-                if r.op == "aggregate" and r.device in times:
-                    times[r.device] += r.measured_seconds
-                    work[r.device][0] += int(r.sizes.get("edges", 0))
-                    work[r.device][1] += int(r.sizes.get("rows", 0))
             ran = {d: t for d, t in times.items() if t > 0 and work[d][1] > 0}
             if not ran:
                 return
             new = self.rebalancer.update(ran, work={d: tuple(w) for d, w in work.items()})
             self.engine.steal_costs = self.rebalancer.corrected_costs()
         else:
-            times = {d: 0.0 for d in current}
-            for r in self.engine.timeline.of_epoch(epoch):
-                if r.op == "aggregate" and r.device in times:
-                    times[r.device] += r.measured_seconds
             if any(t <= 0 for t in times.values()):
                 return
             new = self.rebalancer.update(times)
