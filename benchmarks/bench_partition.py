@@ -275,9 +275,7 @@ def predicted_stealing(graph, part, costs):
     from gnnweave.host.partition import run_with_stealing
 
     def run_chunk(d, lo, hi, first):
-        e = int(graph.indptr[hi] - graph.indptr[lo])
-        c = costs[d]
-        return c.per_edge_s * e + c.per_row_s * (hi - lo) + (c.fixed_s if first else 0.0)
+        return costs[d].chunk(int(graph.indptr[hi] - graph.indptr[lo]), hi - lo, first)
     return run_with_stealing(graph.indptr, part, costs, run_chunk)
 
 

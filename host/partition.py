@@ -62,6 +62,12 @@ class ShareCost:
         t = self.fixed_s + self.per_edge_s * edges + self.per_row_s * rows
         return np.where(rows > 0, t, 0.0)
 
+    def chunk(self, edges: int, rows: int, first: bool) -> float:
+        """Seconds of one chunk of a work-stealing run: the fixed cost only on the device's
+        ``first`` chunk (``x`` is on the device after it)."""
+        return (self.per_edge_s * edges + self.per_row_s * rows
+                + (self.fixed_s if first else 0.0))
+
     def scaled(self, factor: float) -> "ShareCost":
         return ShareCost(self.fixed_s * factor, self.per_edge_s * factor, self.per_row_s * factor)
 
@@ -464,8 +470,8 @@ def run_with_stealing(indptr, shares: Mapping, costs: Mapping[str, ShareCost], r
     and a device found slow commits to short ones); a device that runs out of rows takes the
     back end of another device's remaining rows, cut where both are predicted to finish together
     (each device's :class:`ShareCost`, corrected during the run by its measured / predicted
-    ratio so far), and only if that finishes the rows earlier than leaving them. The chunks
-    of one device stay in its row order, and every row is aggregated exactly once.
+    ratio so far), and only if that finishes the rows earlier than leaving them. Every chunk
+    is a contiguous row range, and every row is aggregated exactly once.
 
     ``run_chunk(device, lo, hi, first)`` runs destination rows ``[lo, hi)`` on ``device``
     and returns the seconds it took on the device's own clock (``first``: the device's first
@@ -500,23 +506,22 @@ def run_with_stealing(indptr, shares: Mapping, costs: Mapping[str, ShareCost], r
         return int(indptr[hi] - indptr[lo])
 
     def raw(d, lo, hi):
-        c = costs[d]
-        return (c.per_edge_s * edges(lo, hi) + c.per_row_s * (hi - lo)
-                + (c.fixed_s if not done[d] else 0.0))
+        return costs[d].chunk(edges(lo, hi), hi - lo, first=not done[d])
+
+    def ratio(d):
+        """d's measured / predicted seconds over its chunks so far (1 before any)."""
+        return measured[d] / predicted[d] if predicted[d] > 0 else 1.0
 
     def estimate(d, lo, hi):
         """Predicted seconds of rows [lo, hi) on d, corrected by d's ratio so far."""
-        if hi <= lo:
-            return 0.0
-        return raw(d, lo, hi) * (measured[d] / predicted[d] if predicted[d] > 0 else 1.0)
+        return raw(d, lo, hi) * ratio(d) if hi > lo else 0.0
 
     avg_rows_per_edge = (len(indptr) - 1) / max(total_edges, 1)
 
     def per_edge(d):
         """d's predicted seconds per edge (rows at the graph's average), corrected so far."""
         c = costs[d]
-        ratio = measured[d] / predicted[d] if predicted[d] > 0 else 1.0
-        return (c.per_edge_s + c.per_row_s * avg_rows_per_edge) * ratio
+        return (c.per_edge_s + c.per_row_s * avg_rows_per_edge) * ratio(d)
 
     def run(d, lo, hi):
         pred = raw(d, lo, hi)

@@ -254,6 +254,19 @@ def predicted_vs_measured(records, cost_model) -> dict | None:
     return out
 
 
+def aggregation_work(records, devices) -> tuple[dict, dict]:
+    """Per device of ``devices``, over the aggregate ops in ``records``: ``({device: seconds
+    on its clock}, {device: (edges, rows)})``."""
+    times = {d: 0.0 for d in devices}
+    work = {d: (0, 0) for d in devices}
+    for r in records:
+        if r.op == "aggregate" and r.device in times:
+            times[r.device] += r.measured_seconds
+            e, n = work[r.device]
+            work[r.device] = (e + int(r.sizes.get("edges", 0)), n + int(r.sizes.get("rows", 0)))
+    return times, work
+
+
 class _EpochRebalancer:
     """After each epoch: feed each shard device's measured aggregation time of that epoch to
     :class:`~gnnweave.host.partition.Rebalancer` and move the engine to the partition it
@@ -293,19 +306,13 @@ class _EpochRebalancer:
             return   # the first epoch builds per-graph caches on each device: not its speed
         current = self.rebalancer.partition
         names = list(self.engine.shards or current) if self.engine.steal else list(current)
-        times = {d: 0.0 for d in names}
-        work = {d: [0, 0] for d in names}
-        for r in self.engine.timeline.of_epoch(epoch):
-            if r.op == "aggregate" and r.device in times:
-                times[r.device] += r.measured_seconds
-                work[r.device][0] += int(r.sizes.get("edges", 0))
-                work[r.device][1] += int(r.sizes.get("rows", 0))
+        times, work = aggregation_work(self.engine.timeline.of_epoch(epoch), names)
         if self.engine.steal:
             # each device is judged on the rows it aggregated, whoever's share they were
             ran = {d: t for d, t in times.items() if t > 0 and work[d][1] > 0}
             if not ran:
                 return
-            new = self.rebalancer.update(ran, work={d: tuple(w) for d, w in work.items()})
+            new = self.rebalancer.update(ran, work=work)
             self.engine.steal_costs = self.rebalancer.corrected_costs()
         else:
             if any(t <= 0 for t in times.values()):
@@ -657,10 +664,7 @@ def run_training(config: TrainConfig) -> dict:
     clocks = measured_clocks(last_records)
     ran = None
     if config.steal:   # the split is where each device starts; stealing moves rows
-        ran_edges = {d: 0 for d in share_map}
-        for r in last_records:
-            if r.op == "aggregate" and r.device in ran_edges:
-                ran_edges[r.device] += int(r.sizes.get("edges", 0))
+        ran_edges = {d: e for d, (e, _) in aggregation_work(last_records, share_map)[1].items()}
         total_ran = sum(ran_edges.values())
         ran = {d: (e / total_ran if total_ran else 0.0) for d, e in ran_edges.items()}
     table_rows = partition_rows_table(data.graph, share_map, measured,
