@@ -16,6 +16,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from benchmarks.report import write_report
+
 BENCHMARKS = ["golden", "planner", "partition", "train", "aggregator", "device", "mac", "pipeline"]
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -51,7 +53,7 @@ def main(argv=None) -> int:
         tqdm.write(f"{name}: {'FAILED ' + report['error'] if 'error' in report else 'done'} "
                    f"-> {RESULTS / (name + '.json')}")
     (RESULTS / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    print(f"wrote {RESULTS / 'summary.json'}")
+    print(f"wrote {RESULTS / 'summary.json'} and {write_report(RESULTS)}")
     return 1 if failed else 0
 
 
