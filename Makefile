@@ -21,6 +21,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[sim,dev,board]'
 	@touch $(STAMP)
+	@echo "installed: the command is $(VENV)/bin/gnnweave; 'source $(VENV)/bin/activate' puts it on PATH"
 
 demo: setup
 	$(PY) -m gnnweave.cli demo
