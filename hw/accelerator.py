@@ -31,7 +31,7 @@ from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import enum, wiring
 from amaranth.lib.wiring import In, Out
 
-from .axi import AXI4LiteSignature, AXI4Signature
+from .axi import AXI4LiteSignature, AXI4Signature, AXIRegisterSlice
 from .control import AxiLiteControl
 from .regmap import Access, RegisterBuilder, RegisterMap
 
@@ -122,10 +122,17 @@ def _bus_shape(core) -> AXI4Signature:
 
 class AcceleratorTop(wiring.Component):
     """``control`` (AXI4-Lite slave, ``ap_ctrl_hs`` at 0x00), ``gmem`` (AXI4 manager),
-    ``interrupt``; the units of ``units`` (a list of :class:`UnitInstance`) inside."""
+    ``interrupt``; the units of ``units`` (a list of :class:`UnitInstance`) inside.
 
-    def __init__(self, units: list[UnitInstance], *, name: str = "gnnweave"):
+    With ``register_slices`` (the default) an :class:`~.axi.AXIRegisterSlice` sits on
+    every channel of ``control`` and ``gmem``: no valid or ready travels combinationally
+    between the IP's pins and the control slave, the bus gating or the units (one cycle
+    more each way on every channel)."""
+
+    def __init__(self, units: list[UnitInstance], *, name: str = "gnnweave",
+                 register_slices: bool = True):
         self.units = list(units)
+        self.register_slices = register_slices
         self.regmap = accelerator_regmap([u.registers for u in self.units], name)
         sigs = [_bus_shape(u.core) for u in self.units]
         addr_width = {s.addr_width for s in sigs}
@@ -144,8 +151,17 @@ class AcceleratorTop(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.control = ctrl = AxiLiteControl(self.regmap)
-        wiring.connect(m, wiring.flipped(self.control), ctrl.bus)
         units = self.units
+        if self.register_slices:
+            m.submodules.control_slice = control_slice = AXIRegisterSlice(self.control.signature.flip())
+            m.submodules.gmem_slice = gmem_slice = AXIRegisterSlice(self.gmem_signature)
+            wiring.connect(m, wiring.flipped(self.control), control_slice.s)
+            wiring.connect(m, control_slice.m, ctrl.bus)
+            wiring.connect(m, gmem_slice.m, wiring.flipped(self.gmem))
+            gmem = gmem_slice.s         # the units' side of the slice, driven as the port
+        else:
+            wiring.connect(m, wiring.flipped(self.control), ctrl.bus)
+            gmem = self.gmem
         for u in units:
             m.submodules[u.unit.name.lower()] = u.core
 
@@ -196,7 +212,6 @@ class AcceleratorTop(wiring.Component):
             m.d.comb += getattr(ctrl_ro, reg.name).eq(value)
 
         # gmem: manager outputs from the owner; responses and readies only to the owner
-        gmem = self.gmem
         for path, member, _ in self.gmem_signature.flatten(gmem):
             (port,) = path
             out = getattr(gmem, port)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import enum
 
-from amaranth.hdl import Elaboratable, Signal
-from amaranth.lib import wiring
+from amaranth.hdl import Elaboratable, Module, Signal
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 #: AXI4 bursts may not cross a 4 KiB address boundary (AXI spec A3.4.1).
@@ -140,3 +140,78 @@ class UnitCore(Elaboratable):
         self.start = Signal()
         self.idle = Signal()
         self.done = Signal()
+
+
+class SkidBuffer(wiring.Component):
+    """Two-entry register slice on a stream of ``shape``: full throughput, and ``i.ready``,
+    ``o.valid`` and ``o.payload`` all leave from flip-flops, so no combinational path runs
+    through it in either direction.
+
+    ``o`` is fed from the main register; when ``o`` stalls with the main register full, the
+    beat in flight on ``i`` (accepted because ``i.ready`` was decided a cycle earlier) is
+    caught by the skid register, and ``i.ready`` drops until it drains.
+    """
+
+    def __init__(self, shape):
+        self.shape = shape
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        main_valid = Signal()
+        skid_valid = Signal()
+        # datapath registers: only the valids need a reset
+        main = Signal(self.shape, reset_less=True)
+        skid = Signal(self.shape, reset_less=True)
+        m.d.comb += [self.i.ready.eq(~skid_valid), self.o.valid.eq(main_valid),
+                     self.o.payload.eq(main)]
+        with m.If(~main_valid | self.o.ready):
+            with m.If(skid_valid):
+                m.d.sync += [main.eq(skid), main_valid.eq(1), skid_valid.eq(0)]
+            with m.Else():
+                m.d.sync += [main.eq(self.i.payload), main_valid.eq(self.i.valid)]
+        with m.Elif(self.i.valid & ~skid_valid):
+            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
+        return m
+
+
+def axi_channels(signature: wiring.Signature) -> dict[str, tuple[bool, list[str]]]:
+    """The channels of an AXI4 or AXI4-Lite signature: ``{prefix: (forward, payload
+    members)}`` where ``forward`` is true for a channel the manager drives (AW, W, AR) and
+    the payload is every member of the channel except its ``valid``/``ready``."""
+    members = dict(signature.members.items())
+    channels = {}
+    for name, member in members.items():
+        if name.endswith("valid"):
+            prefix = name[:-len("valid")]
+            fields = [n for n in members if n.startswith(prefix)
+                      and n not in (f"{prefix}valid", f"{prefix}ready")]
+            channels[prefix] = (member.flow == Out, fields)
+    return channels
+
+
+class AXIRegisterSlice(wiring.Component):
+    """A :class:`SkidBuffer` on every channel of an AXI4 or AXI4-Lite interface
+    (``signature``, seen from the manager): ``s`` faces the manager, ``m`` the
+    subordinate. Each channel gains one cycle of latency and keeps full throughput and
+    its order; no valid or ready passes combinationally from one side to the other."""
+
+    def __init__(self, signature: wiring.Signature):
+        self.bus_signature = signature
+        self.channels = axi_channels(signature)
+        super().__init__({"s": In(signature), "m": Out(signature)})
+
+    def elaborate(self, platform):
+        m = Module()
+        for prefix, (forward, fields) in self.channels.items():
+            src, dst = (self.s, self.m) if forward else (self.m, self.s)
+            layout = data.StructLayout({f: len(getattr(src, f)) for f in fields})
+            m.submodules[f"{prefix}_slice"] = skid = SkidBuffer(layout)
+            m.d.comb += [skid.i.valid.eq(getattr(src, f"{prefix}valid")),
+                         getattr(src, f"{prefix}ready").eq(skid.i.ready),
+                         getattr(dst, f"{prefix}valid").eq(skid.o.valid),
+                         skid.o.ready.eq(getattr(dst, f"{prefix}ready"))]
+            for f in fields:
+                m.d.comb += [getattr(skid.i.payload, f).eq(getattr(src, f)),
+                             getattr(dst, f).eq(getattr(skid.o.payload, f))]
+        return m
