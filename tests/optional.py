@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-REQUIRED_BY = {"torch": "GNNWEAVE_REQUIRE_TORCH", "torch_geometric": "GNNWEAVE_REQUIRE_TORCH"}
+REQUIRED_BY = {"torch": "GNNWEAVE_REQUIRE_TORCH", "torch_geometric": "GNNWEAVE_REQUIRE_TORCH",
+               "pymetis": "GNNWEAVE_REQUIRE_TORCH"}   # the dist extra, installed with gpu
 
 
 def require(module: str):
