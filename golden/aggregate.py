@@ -278,6 +278,26 @@ def _bucket_caps(max_degree: int) -> list[int]:
     return caps
 
 
+def _check_quantised(name: str, a: np.ndarray, fmt: FixedFormat) -> None:
+    """``a`` must hold integers of ``fmt`` (the words the hardware reads), not raw floats."""
+    if a.size == 0:
+        return
+    if a.dtype.kind == "f":
+        frac = np.flatnonzero(np.trunc(a).ravel() != a.ravel())
+        if frac.size:
+            idx = np.unravel_index(frac[0], a.shape)
+            raise ValueError(f"{name}{list(idx)} = {a[idx]!r} is not an integer: quantise with "
+                             f"{fmt!r}.quantize() first")
+    elif a.dtype.kind not in "biu":
+        raise ValueError(f"{name}: dtype {a.dtype} is not numeric")
+    lo, hi = -(1 << (fmt.width - 1)), (1 << (fmt.width - 1)) - 1
+    out = np.flatnonzero((a.ravel() < lo) | (a.ravel() > hi))
+    if out.size:
+        idx = np.unravel_index(out[0], a.shape)
+        raise ValueError(f"{name}{list(idx)} = {a[idx]} is outside the {fmt.width}-bit range "
+                         f"[{lo}, {hi}] of {fmt!r}")
+
+
 def aggregate(graph, x, reduce="sum", fmt: AggregateFormat = AggregateFormat(),
               weights=None) -> AggregateResult:
     """Golden Aggregator on a :class:`~gnnweave.graph.CSRGraph` with quantised inputs.
@@ -287,6 +307,17 @@ def aggregate(graph, x, reduce="sum", fmt: AggregateFormat = AggregateFormat(),
     """
     if (weights is None) != (fmt.weight is None):
         raise ValueError("weights must be given exactly when fmt.weight is set")
+    x = np.asarray(x)
+    if x.ndim != 2 or x.shape[0] != graph.num_nodes:
+        raise ValueError(f"x: shape {x.shape}, expected [{graph.num_nodes}, F] "
+                         f"(one row per node of the graph)")
+    _check_quantised("x", x, fmt.feat)
+    if weights is not None:
+        weights = np.asarray(weights)
+        if weights.shape != graph.indices.shape:
+            raise ValueError(f"weights: shape {weights.shape}, expected "
+                             f"{graph.indices.shape} (one per edge in CSR order)")
+        _check_quantised("weights", weights, fmt.weight)
     return aggregate_raw(graph.indptr, graph.indices, x, reduce=reduce, shift=fmt.shift,
                          out_width=fmt.out.width, weights=weights)
 

@@ -315,3 +315,32 @@ def test_accumulators_stay_exact_beyond_float64(reduce):
         want = [0, 0] if not terms else [
             (max if reduce == "max" else sum)(t[j] for t in terms) for j in range(2)]
         assert acc[v].tolist() == want, v
+
+
+@pytest.mark.parametrize("x, message", [
+    (np.zeros((2, 3), dtype=np.int64), r"x: shape \(2, 3\), expected \[3, F\]"),
+    (np.full((3, 3), 0.25), r"x\[0, 0\] = 0.25 is not an integer: quantise"),
+    (np.full((3, 3), 1 << 15), r"x\[0, 0\] = 32768 is outside the 16-bit range"),
+    (np.zeros(3, dtype=np.int64), r"x: shape \(3,\), expected \[3, F\]"),
+])
+def test_aggregate_refuses_features_the_hardware_cannot_hold(x, message):
+    graph = CSRGraph(np.array([0, 1, 2, 3]), np.array([2, 0, 1]), 3)
+    with pytest.raises(ValueError, match=message):
+        aggregate(graph, x, "sum", AggregateFormat(weight=None))
+
+
+def test_aggregate_refuses_weights_of_the_wrong_count_or_range():
+    graph = CSRGraph(np.array([0, 1, 2, 3]), np.array([2, 0, 1]), 3)
+    x = np.ones((3, 2), dtype=np.int64)
+    with pytest.raises(ValueError, match=r"weights: shape \(2,\), expected \(3,\)"):
+        aggregate(graph, x, "sum", AggregateFormat(), weights=np.ones(2, dtype=np.int64))
+    with pytest.raises(ValueError, match=r"weights\[1\] = -40000 is outside"):
+        aggregate(graph, x, "sum", AggregateFormat(), weights=np.array([1, -40000, 1]))
+
+
+def test_integral_floats_are_the_same_words():
+    graph = CSRGraph(np.array([0, 2, 3]), np.array([0, 1, 0]), 2)
+    x = np.array([[3, -5], [7, 1]])
+    fmt = AggregateFormat(weight=None)
+    assert np.array_equal(aggregate(graph, x.astype(np.float64), "mean", fmt).out,
+                          aggregate(graph, x, "mean", fmt).out)
