@@ -53,6 +53,22 @@ def ideal_read_beats(job: AggregateJob, edges: int) -> int:
     return total + edges * beats(job.row_bytes)
 
 
+def check_run_options(cfg, config: str, *, feat_dim: int, reduce: str, latency: int,
+                      backpressure: float | None) -> None:
+    """Refuse, before any build, a run the configuration cannot do or the bench cannot drive
+    (the RTL would answer a too-wide row with a config error, read as mismatches)."""
+    if not 1 <= feat_dim <= cfg.max_feat_dim:
+        raise ValueError(f"feat_dim={feat_dim}: configuration {config!r} takes 1..{cfg.max_feat_dim}")
+    if reduce not in cfg.reduce_ops:
+        raise ValueError(f"reduce={reduce!r}: configuration {config!r} is built with "
+                         f"{', '.join(cfg.reduce_ops)} only")
+    if latency < 0:
+        raise ValueError(f"latency={latency}: must be >= 0 cycles")
+    if backpressure is not None and not 0.0 <= backpressure < 1.0:
+        raise ValueError(f"backpressure={backpressure}: a pause probability in [0, 1) "
+                         f"(1 would pause every cycle and never finish)")
+
+
 def verify_aggregate(graph: str, feat_dim: int, reduce: str = "sum", sim: str = "verilator",
                      latency: int = 32, seed: int = 0, config: str = "default",
                      weighted: bool = False, backpressure: float | None = None,
@@ -68,7 +84,10 @@ def verify_aggregate(graph: str, feat_dim: int, reduce: str = "sum", sim: str = 
     from gnnweave.hw.configs import get_config
     from gnnweave.sim.aggregate_bench import job_to_npz, layout_for
 
-    layout = layout_for(get_config(config))
+    cfg = get_config(config)
+    check_run_options(cfg, config, feat_dim=feat_dim, reduce=reduce, latency=latency,
+                      backpressure=backpressure)
+    layout = layout_for(cfg)
     g = load_graph(graph, seed=seed)
     job = make_job(g, feat_dim, reduce, weighted=weighted, seed=seed, layout=layout)
     t0 = time.perf_counter()
