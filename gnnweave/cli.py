@@ -10,8 +10,10 @@ import json
 import sys
 from pathlib import Path
 
+from gnnweave.errors import GnnweaveError
 
-class CommandError(Exception):
+
+class CommandError(GnnweaveError):
     """A user-facing failure: printed as one line, exit status 2."""
 
 
@@ -486,6 +488,9 @@ def main(argv=None) -> int:
         return args.func(args)
     except CommandError as exc:
         print(f"gnnweave: error: {exc}", file=sys.stderr)
+        return 2
+    except GnnweaveError as exc:
+        print(f"gnnweave {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except (ValueError, FileNotFoundError, ImportError) as exc:
         # bad arguments, bad files, missing optional parts: one line, no traceback

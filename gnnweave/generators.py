@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,6 +19,25 @@ if TYPE_CHECKING:
 
 #: Graph500 initiator probabilities (A, B, C; D = 1 - A - B - C).
 GRAPH500_ABC = (0.57, 0.19, 0.19)
+
+
+# int64 source and target, a float32 draw and masks per level, the CSR and its sort
+_RMAT_BYTES_PER_EDGE = 48
+
+
+def _physical_memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_fits_memory(what: str, need_bytes: int) -> None:
+    """Refuse up front a graph that cannot fit this machine, instead of a MemoryError later."""
+    have = _physical_memory_bytes()
+    if have is not None and need_bytes > have:
+        raise ValueError(f"{what}: needs about {need_bytes / 2**30:,.1f} GiB, this machine has "
+                         f"{have / 2**30:,.1f} GiB; choose a smaller scale or edge factor")
 
 
 def rmat_edges(scale: int, edge_factor: int, *, a: float = GRAPH500_ABC[0],
@@ -43,6 +63,7 @@ def rmat_edges(scale: int, edge_factor: int, *, a: float = GRAPH500_ABC[0],
     rng = np.random.default_rng(seed)
     num_nodes = 1 << scale
     num_edges = int(edge_factor) * num_nodes
+    _check_fits_memory(f"rmat:{scale}:{edge_factor}", num_edges * _RMAT_BYTES_PER_EDGE)
     src = np.zeros(num_edges, dtype=np.int64)
     dst = np.zeros(num_edges, dtype=np.int64)
     # One uniform u per level picks the quadrant: [0, a) -> (0,0), [a, a+b) -> (0,1),

@@ -14,8 +14,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from gnnweave.errors import GnnweaveError
 
-class ToolchainError(RuntimeError):
+
+class ToolchainError(GnnweaveError, RuntimeError):
     """A simulator or tool is missing or broken; the message says how to get it."""
 
 

@@ -84,6 +84,8 @@ def verify_aggregate(graph: str, feat_dim: int, reduce: str = "sum", sim: str = 
     from gnnweave.hw.configs import get_config
     from gnnweave.sim.aggregate_bench import job_to_npz, layout_for
 
+    from gnnweave.sim import toolchain
+    toolchain.setup(sim)   # a missing simulator is named before minutes of generation
     cfg = get_config(config)
     check_run_options(cfg, config, feat_dim=feat_dim, reduce=reduce, latency=latency,
                       backpressure=backpressure)

@@ -37,6 +37,7 @@ def test_help_lists_the_commands():
       "--config", "small-sum"], "reduce='max': configuration 'small-sum' is built with sum only"),
     (["verify", "mac", "--rows", "4", "--cols", "4", "--depth", "4", "--backpressure", "2"],
      "backpressure must be in [0, 1)"),
+    (["train", "--dataset", "rmat:40:16", "--epochs", "1"], "rmat:40:16: needs about"),
     (["plan", "--model", "vgg16", "--devices", "a", "a", "--json"], "repeat"),
     (["profile", "--devices", "", "--quick"], "--devices: give at least one device"),
     (["profile", "--devices", "cpu,cpu", "--quick"], "--devices: 'cpu' appears twice"),
@@ -67,3 +68,13 @@ def test_parser_builds_without_running():
     parser = cli.build_parser()
     ns = parser.parse_args(["verify", "aggregate", "--graph", "cora", "--feat-dim", "16"])
     assert ns.func is cli.cmd_verify_aggregate and ns.latency == 32
+
+
+def test_a_missing_simulator_is_named_before_any_build():
+    env = {"PATH": "/nonexistent", "HOME": "/nonexistent"}
+    proc = subprocess.run([sys.executable, "-m", "gnnweave.cli", "verify", "aggregate", "--graph",
+                           "rmat:6:2", "--feat-dim", "4", "--sim", "icarus"], capture_output=True,
+                          text=True, timeout=600, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert "Icarus Verilog not found: `apt-get install iverilog`" in proc.stderr
+    assert "Traceback" not in proc.stderr

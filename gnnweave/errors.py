@@ -1,0 +1,9 @@
+"""The user-facing error: raised for bad input, files or environment, never for a bug.
+
+The command line prints a :class:`GnnweaveError` as one line and exits 2; anything else is
+a bug in gnnweave and keeps its traceback.
+"""
+
+
+class GnnweaveError(Exception):
+    """A problem the user can fix; the message names the option, file, field or tool."""
