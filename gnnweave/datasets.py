@@ -564,6 +564,8 @@ def load_edge_list(path, *, num_nodes: int | None = None, features: str = "auto"
             raise DatasetError(f"{source}: line {line}, column {col + 1}: "
                                f"{edge_index[col, row]} is not a node id (N={num_nodes})")
         n = num_nodes
+    if n == 0:
+        raise DatasetError(f"{source}: no edges and no num_nodes: the graph would have no nodes")
     weight = table[:, 2] if table.shape[1] == 3 else None
     if weight is not None and not np.isfinite(weight).all():
         row = int(np.flatnonzero(~np.isfinite(weight))[0])

@@ -357,8 +357,10 @@ def test_edge_list_node_count_too_small(tmp_path):
 def test_empty_edge_list(tmp_path):
     path = tmp_path / "empty.txt"
     path.write_text("# nothing\n")
-    d = load_edge_list(path)
-    assert d.num_nodes == 0 and d.num_edges == 0
+    with pytest.raises(DatasetError, match="empty.txt: no edges and no num_nodes"):
+        load_edge_list(path)
+    d = load_edge_list(path, num_nodes=5)
+    assert d.num_nodes == 5 and d.num_edges == 0
 
 
 # ------------------------------------------------------------------------ in memory
