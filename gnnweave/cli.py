@@ -262,6 +262,47 @@ def cmd_profile(a) -> int:
     return 0
 
 
+def cmd_predict(a) -> int:
+    """Inference with a model saved by ``train --save-model``."""
+    import numpy as np
+
+    from gnnweave.host.modelfile import load_model
+    from gnnweave.host.predict import predict
+    out = _output_folder(a.out) if a.out else None
+    saved = load_model(a.model)
+    devices = [d.strip() for d in a.devices.split(",")] if a.devices else None
+    if devices is not None and (not all(devices) or len(set(devices)) < len(devices)):
+        raise CommandError(f"--devices {a.devices!r}: give distinct names, e.g. fpga-emu,cpu")
+    res = predict(saved, a.dataset if a.dataset else saved.dataset, device=a.device,
+                  devices=devices)
+    report = dict(res.summary(), model=str(a.model), trained_test_acc=saved.test_acc)
+    if out is not None:
+        path = out / "predictions.csv"
+        rows = np.stack([np.arange(res.predictions.shape[0]), res.predictions], axis=1)
+        np.savetxt(path, rows, fmt="%d", delimiter=",", header="node,predicted_class",
+                   comments="")
+        report["predictions_csv"] = str(path)
+        (out / "prediction.json").write_text(json.dumps(report, indent=1, default=_json_default))
+    _emit(report, a.json, ("dataset", "nodes", "test_acc", "trained_test_acc",
+                           "dataset_matches_training", "device", "devices"))
+    return 0
+
+
+def _output_folder(path) -> Path:
+    """An output folder, created and checked for writing before any work starts."""
+    import os
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise CommandError(f"--out {path}: is a file; give a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CommandError(f"--out {path}: cannot create the folder ({exc.strerror})") from None
+    if not os.access(out, os.W_OK):
+        raise CommandError(f"--out {path}: folder is not writable")
+    return out
+
+
 def cmd_plan(a) -> int:
     from gnnweave.host.planner import plan_main
     report = plan_main(a.model, a.devices, dataset=a.dataset, hidden=a.hidden, layers=a.layers,
@@ -435,6 +476,19 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--quick", action="store_true")
     prof.add_argument("--json", action="store_true")
     prof.set_defaults(func=cmd_profile)
+
+    pred = sub.add_parser("predict", help="inference with a model saved by train --save-model")
+    pred.add_argument("--model", required=True, help="model file (.npz) from train --save-model")
+    pred.add_argument("--dataset", default=None,
+                      help="dataset spec as train takes it (default: the one it was trained on)")
+    pred.add_argument("--device", default=None,
+                      help="device of the dense ops (default: the training run's)")
+    pred.add_argument("--devices", default=None,
+                      help="comma list of aggregation devices (default: the training run's)")
+    pred.add_argument("--out", default=None,
+                      help="folder for predictions.csv (node, predicted class) and prediction.json")
+    pred.add_argument("--json", action="store_true", help="print the report as JSON")
+    pred.set_defaults(func=cmd_predict)
 
     plan = sub.add_parser("plan", help="plan pipeline stages / op placement / row split")
     src = plan.add_mutually_exclusive_group(required=True)
