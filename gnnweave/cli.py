@@ -230,8 +230,10 @@ def cmd_train(a) -> int:
     # --partition auto (adaptive: a split calibrated on this graph, rebalanced from measured
     # times), the defaults of --device/--partition: config_from_args
     report = run_training(config_from_args(a))
-    _emit(report, a.json, ("test_acc_mean", "test_acc_std", "epoch_seconds", "shares",
-                           "predicted_vs_measured"))
+    if a.json:
+        _print_json(report)
+    else:
+        print(train_summary(report))
     if a.resume and not any(r.get("resumed_from") is not None for r in report.get("seeds", [])):
         print(f"gnnweave train: --resume found no checkpoint in "
               f"{a.checkpoint_dir or Path(a.out) / 'checkpoints'}: trained from epoch 0",
@@ -244,6 +246,35 @@ def cmd_train(a) -> int:
               f"{last.get('seed')}; {saved}", file=sys.stderr)
         return 130
     return 0
+
+
+def _percent(v) -> str:
+    return "-" if v is None else f"{100 * v:.1f} %"
+
+
+def train_summary(report: dict) -> str:
+    """A training report for people: accuracy, time per epoch, the split, what was saved."""
+    hp = report.get("hyperparameters") or {}
+    seeds = report.get("seeds") or []
+    lines = [f"{report.get('model', '?').upper()} on {report.get('dataset')} "
+             f"({report.get('mode')}, {len(seeds)} seed{'s' if len(seeds) != 1 else ''}, "
+             f"{hp.get('epochs')} epochs, dense ops on {report.get('device')})"]
+    acc = report.get("test_acc_mean")
+    std = report.get("test_acc_std")
+    lines.append(f"  test accuracy   {_percent(acc)}"
+                 + (f" ± {100 * std:.1f}" if std and len(seeds) > 1 else ""))
+    if report.get("epoch_seconds") is not None:
+        lines.append(f"  time per epoch  {1e3 * report['epoch_seconds']:.1f} ms (host wall clock)")
+    if report.get("saturations"):
+        lines.append(f"  saturations     {report['saturations']:,} fixed-point values clipped")
+    table = report.get("partition_table")
+    if table and len(report.get("shares") or {}) > 1:
+        lines.append("  aggregation split (last epoch):")
+        lines += ["    " + row for row in str(table).splitlines()]
+    for key, label in (("saved_model", "model saved to"), ("timeline_png", "timeline")):
+        if report.get(key):
+            lines.append(f"  {label:<15} {report[key]}")
+    return "\n".join(lines)
 
 
 def cmd_profile(a) -> int:
@@ -535,9 +566,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# options whose value is a comma list of numbers, which may start with a minus sign
+_NUMBER_LIST_OPTIONS = ("--fanouts",)
+
+
+def _join_number_lists(argv: list[str]) -> list[str]:
+    """``--fanouts -1,5`` -> ``--fanouts=-1,5``: argparse reads a value that starts with '-'
+    (and is not one number) as an option, so the value's own check never saw it."""
+    out, i = [], 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok in _NUMBER_LIST_OPTIONS and i + 1 < len(argv) and \
+                argv[i + 1][:2].lstrip("-")[:1].isdigit() and argv[i + 1].startswith("-"):
+            out.append(f"{tok}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(tok)
+        i += 1
+    return out
+
+
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_join_number_lists(list(sys.argv[1:] if argv is None else argv)))
     try:
         return args.func(args)
     except CommandError as exc:

@@ -78,3 +78,22 @@ def test_a_missing_simulator_is_named_before_any_build():
     assert proc.returncode == 2, proc.stderr
     assert "Icarus Verilog not found: `apt-get install iverilog`" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_train_prints_a_summary_people_can_read():
+    rc, out, err = run_cli("train", "--dataset", "sbm:300:3", "--epochs", "2", "--devices",
+                           "fpga-emu,cpu", "--no-progress")
+    assert rc == 0, err
+    assert out.startswith("GCN on sbm:300:3 (full-batch, 1 seed, 2 epochs")
+    assert "test accuracy" in out and "aggregation split" in out and "fpga-emu" in out
+    assert "{'" not in out   # no Python reprs
+
+
+def test_fanouts_may_start_with_minus_one():
+    rc, out, err = run_cli("train", "--dataset", "sbm:300:3", "--fanouts", "-1,5", "--epochs", "1",
+                           "--no-progress", "--json")
+    assert rc == 0, err
+    report = json.loads(out)
+    assert report["mode"] == "mini-batch" and report["hyperparameters"]["fanouts"] == [-1, 5]
+    rc, _, err = run_cli("train", "--dataset", "sbm:300:3", "--fanouts", "-2,5", "--epochs", "1")
+    assert rc == 2 and "fanouts[0] = -2" in err
