@@ -26,7 +26,9 @@ is written into its buffer); with ``dx_first`` (default) ``dX`` leaves before ``
 computed, so the upstream stage's backward overlaps this stage's ``dW`` (a shorter
 backward critical path than the textbook model, where a backward's output is ready
 only when the whole backward ends; ``dx_first = 0`` gives the textbook order); ``U``: SGD over the weight words, one word (``lanes``
-elements) per cycle, into the next version slot. The numerics are those of
+elements) per cycle through the :class:`~.sgd_pipeline.SgdPipeline` (its results are
+written ``LATENCY`` cycles after the read; the new version becomes current once the last
+is in), into the next version slot. The numerics are those of
 ``gnnweave.golden.mac.sgd_update`` / ``mac_*`` bit for bit.
 
 The ends of the pipeline stream: the first stage (``stage == 0``) starts a forward while
@@ -51,21 +53,15 @@ from amaranth.lib.wiring import In, Out
 
 from gnnweave.fixed import FixedFormat
 
-from .arith import round_half_even_shift
-from .mac import (MAC_INPUT_WIDTH, MacCore, MacMode, SkewedBuffer, _log2_exact, _saturate,
-                  _wire, output_layout)
+from .arith import saturate
+from .mac import MAC_INPUT_WIDTH, MacCore, MacMode, SkewedBuffer, _log2_exact, output_layout
+from .sgd_pipeline import RegisterStages, SgdPipeline, round_up_bit
 
 SCHEDULE_GPIPE, SCHEDULE_1F1B_FLUSH, SCHEDULE_1F1B_ASYNC = 0, 1, 2
 
 
 class Phase:
-    IDLE, DECIDE, F_START, F_RUN, DX_START, DX_RUN, DW_START, DW_RUN, U_RUN, U_DRAIN, DONE = range(11)
-
-
-def _rhe_const(m, value, shift: int):
-    """:func:`~.arith.round_half_even_shift` by a constant shift, its operand and result
-    materialised in signals."""
-    return _wire(m, round_half_even_shift(_wire(m, value.as_signed()), shift))
+    IDLE, DECIDE, F_START, F_RUN, DX_START, DX_RUN, DW_START, DW_RUN, U_RUN, U_DRAIN, DONE, SETUP = range(12)
 
 
 class _FillTracker:
@@ -122,8 +118,14 @@ class TrainStage(wiring.Component):
                  versions: int = 4, master: FixedFormat = FixedFormat(32, 24),
                  weight: FixedFormat = FixedFormat(16, 12), grad_sum: FixedFormat = FixedFormat(32, 12),
                  lr: FixedFormat = FixedFormat(16, 16), wd: FixedFormat = FixedFormat(16, 20),
-                 mu: FixedFormat = FixedFormat(16, 15), velocity: FixedFormat | None = None):
+                 mu: FixedFormat = FixedFormat(16, 15), velocity: FixedFormat | None = None,
+                 state_ram_style: str | None = None):
         _log2_exact("lanes", lanes)
+        if state_ram_style not in (None, "block", "ultra"):
+            raise ValueError(f"TrainStage state_ram_style must be None, 'block' or 'ultra', "
+                             f"got {state_ram_style!r}")
+        # synthesis attribute of the master / velocity / gradient-sum memories
+        self.state_ram_style = state_ram_style
         self.lanes = lanes
         self.max_dim = max(max_dim, lanes)
         # input / output feature capacity (default: max_dim both; a wide, short layer such
@@ -196,8 +198,13 @@ class TrainStage(wiring.Component):
         sched = self.schedule
         is_async = sched == SCHEDULE_1F1B_ASYNC
         mbs = self.microbatches
+        # N = microbatches * steps, once per run in SETUP: operand, product and result
+        # registers (a DSP with its input, M and P registers, not a multiply every cycle)
         n_total = Signal(24)
-        m.d.comb += n_total.eq(mbs * self.steps)
+        n_ops = [Signal(8, name="n_mbs_q", reset_less=True), Signal(16, name="n_steps_q", reset_less=True)]
+        n_prod = Signal(24, name="n_prod", reset_less=True)
+        m.d.sync += [n_ops[0].eq(mbs), n_ops[1].eq(self.steps), n_prod.eq(n_ops[0] * n_ops[1])]
+        setup_left = Signal(2)
         m_eff = Mux(is_async, n_total, mbs)          # microbatches per flush
         f_loc, b_loc = Signal(24), Signal(24)       # F / B issued in this step
         base = Signal(24)                           # global index of the step's first microbatch
@@ -219,7 +226,8 @@ class TrainStage(wiring.Component):
         # a slot is free when its previous occupant's backward is done; synchronous
         # schedules also wait for the flush before taking the next step's inputs
         sync_gate = Mux(is_async, 1, rx_f < base + mbs)
-        m.d.comb += rx_row_ok.eq(running & (rx_f < b_done + S) & sync_gate & (rx_f < n_total))
+        m.d.comb += rx_row_ok.eq(running & (phase != Phase.SETUP) & (rx_f < b_done + S) & sync_gate &
+                                 (rx_f < n_total))
         m.d.comb += self.act_in.ready.eq(rx_row_ok)
         act = self.act_in.payload
         m.d.comb += [
@@ -286,9 +294,12 @@ class TrainStage(wiring.Component):
         # ---------------------------------------------------------------- master/velocity/grad
         n_words = DI * DO // L
         mw = f["master"].width
-        masters = Memory(shape=data.ArrayLayout(signed(mw), L), depth=n_words, init=[])
-        velocity = Memory(shape=data.ArrayLayout(signed(f["velocity"].width), L), depth=n_words, init=[])
-        gsum = Memory(shape=data.ArrayLayout(signed(f["grad_sum"].width), L), depth=n_words, init=[])
+        attrs = {"ram_style": self.state_ram_style} if self.state_ram_style else None
+        masters = Memory(shape=data.ArrayLayout(signed(mw), L), depth=n_words, init=[], attrs=attrs)
+        velocity = Memory(shape=data.ArrayLayout(signed(f["velocity"].width), L), depth=n_words, init=[],
+                          attrs=attrs)
+        gsum = Memory(shape=data.ArrayLayout(signed(f["grad_sum"].width), L), depth=n_words, init=[],
+                      attrs=attrs)
         m.submodules.masters, m.submodules.velocity, m.submodules.gsum = masters, velocity, gsum
         ms_rp, ms_wp = masters.read_port(), masters.write_port()
         vl_rp, vl_wp = velocity.read_port(), velocity.write_port()
@@ -354,52 +365,66 @@ class TrainStage(wiring.Component):
         m.d.comb += [mask_wp.addr.eq(mask_addr(op_slot, out.row, out.col)),
                      mask_wp.data.eq(out.relu_mask),
                      mask_wp.en.eq(in_f & core.out.valid & self.act_out.ready)]
-        # DW: add each segment into the gradient sum (read now, write next cycle)
+        # DW: add each segment into the gradient sum: read, register the read data, add and
+        # write. The segments of one DW have distinct addresses, so no word is read while
+        # an earlier write to it is in flight; the SGD walk starts only once the last write
+        # is in (``dw_busy``), and the next DW is a DX op later.
         dw_fire = in_dw & core.out.valid
-        dw_q = Signal()
-        dw_addr_q = Signal.like(gs_wp.addr)
-        dw_data_q = Signal.like(out.data)
         dw_addr = word_addr(out.row, out.col >> lb)
-        m.d.sync += [dw_q.eq(dw_fire), dw_addr_q.eq(dw_addr), dw_data_q.eq(out.data)]
+        dw_q1, dw_q2 = Signal(), Signal()
+        dw_addr1, dw_addr2 = (Signal.like(gs_wp.addr, name=f"dw_addr{i}", reset_less=True) for i in (1, 2))
+        dw_data1, dw_data2 = (Signal.like(out.data, name=f"dw_data{i}", reset_less=True) for i in (1, 2))
+        gs_q = Signal.like(gs_rp.data, name="gs_q", reset_less=True)     # the read data register
+        m.d.sync += [dw_q1.eq(dw_fire), dw_addr1.eq(dw_addr), dw_data1.eq(out.data),
+                     dw_q2.eq(dw_q1), dw_addr2.eq(dw_addr1), dw_data2.eq(dw_data1), gs_q.eq(gs_rp.data)]
+        dw_busy = dw_q1 | dw_q2
 
         # ---------------------------------------------------------------- SGD datapath
+        # the walk issues one word address per cycle (read), the words' results come out of
+        # the SgdPipeline LATENCY cycles after the read data and are written there; each
+        # word is read and written once per update, so no read meets a write in flight
         u_row, u_word = Signal(ib), Signal(wbits)
         u_issue = Signal()     # reading word (u_row, u_word) this cycle
-        u_q = Signal()         # the word read last cycle is written this cycle
-        u_row_q, u_word_q = Signal(ib), Signal(wbits)
+        u_q = Signal()         # its read data is out this cycle
+        u_row_q, u_word_q = Signal(ib, reset_less=True), Signal(wbits, reset_less=True)
+        u_lanes_q = Signal(L, reset_less=True)      # lanes of the word inside d_out
         u_addr = word_addr(u_row, u_word)
         u_addr_q = word_addr(u_row_q, u_word_q)
-        m.d.sync += [u_q.eq(u_issue), u_row_q.eq(u_row), u_word_q.eq(u_word)]
+        m.d.sync += [u_q.eq(u_issue), u_row_q.eq(u_row), u_word_q.eq(u_word),
+                     u_lanes_q.eq(Cat(((u_word << lb) + l) < self.d_out for l in range(L)))]
         new_ver = Signal(range(V))
         m.d.comb += new_ver.eq(Mux(cur_ver == V - 1, 0, cur_ver + 1))
         use_mom = self.mu != 0
-        sgd_sat = []
-        new_master = Signal.like(ms_wp.data)
-        new_vel = Signal.like(vl_wp.data)
-        new_w = Signal(data.ArrayLayout(signed(16), L))
-        grad_align = f["master"].frac - f["grad_sum"].frac
-        for l in range(L):
-            w = ms_rp.data[l]
-            g = gs_rp.data[l].as_signed() << grad_align
-            decay = _rhe_const(m, self.wd * w, f["wd"].frac)
-            d = Signal(signed(mw + 24), name=f"sgd_d{l}")
-            m.d.comb += d.eq(g + decay)
-            vel_raw = _rhe_const(m, self.mu * vl_rp.data[l], f["mu"].frac) + d
-            vel, vsat = _saturate(m, vel_raw, f["velocity"].width)
-            src = _wire(m, Mux(use_mom, vel, d))
-            step = _rhe_const(m, self.lr * src, f["lr"].frac)
-            master_new, msat = _saturate(m, w - step, mw)
-            wq, wsat = _saturate(m, _rhe_const(m, master_new, f["master"].frac - f["weight"].frac),
-                                 f["weight"].width)
-            m.d.comb += [new_master[l].eq(master_new), new_vel[l].eq(vel), new_w[l].eq(wq)]
-            sgd_sat.append((Mux(use_mom, vsat, 0) | msat | wsat) & (u_word_q * L + l < self.d_out))
+        m.submodules.sgd = sgd = SgdPipeline(
+            lanes=L, tag_width=wbits + ib, master=f["master"], weight=f["weight"],
+            grad_sum=f["grad_sum"], velocity=f["velocity"], lr=f["lr"], wd=f["wd"], mu=f["mu"])
+        m.d.comb += [sgd.valid.eq(u_q), sgd.tag.eq(Cat(u_word_q, u_row_q)), sgd.lane_on.eq(u_lanes_q),
+                     sgd.w.eq(ms_rp.data), sgd.g.eq(gs_rp.data), sgd.v.eq(vl_rp.data),
+                     sgd.lr.eq(self.lr), sgd.wd.eq(self.wd), sgd.mu.eq(self.mu)]
+        sgd_word, sgd_row = sgd.out_tag[:wbits], sgd.out_tag[wbits:]
+        sgd_addr = word_addr(sgd_row, sgd_word)
 
-        # host weight load: narrowed MAC weights go to the current version slot
+        # host weight load: the master word is written at once; the narrowed MAC weights go
+        # to the current version slot through three stages (round parts, round, saturate)
+        host = RegisterStages(m, "host_w")
+        host_valid = [self.w_wr_en]
+        for i in range(3):
+            host_valid.append(Signal(name=f"host_w_valid{i + 1}"))
+            m.d.sync += host_valid[-1].eq(host_valid[-2])
+        host_row = host.delay(self.w_row, 3, "row")
+        host_word = host.delay(self.w_word, 3, "word")
         host_w = Signal(data.ArrayLayout(signed(16), L))
+        nshift = f["master"].frac - f["weight"].frac
         for l in range(L):
-            wq, _ = _saturate(m, _rhe_const(m, self.w_wr_data[l], f["master"].frac - f["weight"].frac),
-                              f["weight"].width)
-            m.d.comb += host_w[l].eq(wq)
+            x = self.w_wr_data[l]
+            if nshift:
+                kept = host.reg(x >> nshift, f"kept{l}")
+                up = host.reg(round_up_bit(x.as_unsigned()[:nshift], x[nshift], nshift), f"up{l}")
+            else:
+                kept, up = host.reg(x, f"kept{l}"), host.reg(Const(0, 1), f"up{l}")
+            raw = host.reg(kept + up, f"raw{l}")
+            clamped, _ = saturate(raw, f["weight"].width)
+            m.d.comb += host_w[l].eq(host.reg(clamped, f"weight{l}"))
 
         # memory port muxing: host access (idle) / DW accumulate / SGD
         with m.If(~running):
@@ -408,30 +433,32 @@ class TrainStage(wiring.Component):
                          vl_wp.data.eq(self.v_wr_data), vl_wp.en.eq(self.v_wr_en)]
             m.d.comb += [ms_rp.addr.eq(word_addr(self.w_row, self.w_word)),
                          ms_wp.addr.eq(word_addr(self.w_row, self.w_word)),
-                         ms_wp.data.eq(self.w_wr_data), ms_wp.en.eq(self.w_wr_en),
-                         wbuf.wr_en.eq(self.w_wr_en),
-                         wbuf.wr.row.eq(self.w_row + (cur_ver << d_shift)),
-                         wbuf.wr.col.eq(self.w_word << lb), wbuf.wr.count.eq(L),
-                         wbuf.wr.data.eq(host_w)]
+                         ms_wp.data.eq(self.w_wr_data), ms_wp.en.eq(self.w_wr_en)]
         with m.Else():
             m.d.comb += [ms_rp.addr.eq(u_addr), vl_rp.addr.eq(u_addr),
-                         ms_wp.addr.eq(u_addr_q), ms_wp.data.eq(new_master), ms_wp.en.eq(u_q),
-                         vl_wp.addr.eq(u_addr_q), vl_wp.data.eq(new_vel), vl_wp.en.eq(u_q & use_mom),
-                         wbuf.wr_en.eq(u_q), wbuf.wr.row.eq(u_row_q + (new_ver << d_shift)),
-                         wbuf.wr.col.eq(u_word_q << lb), wbuf.wr.count.eq(L), wbuf.wr.data.eq(new_w)]
+                         ms_wp.addr.eq(sgd_addr), ms_wp.data.eq(sgd.master), ms_wp.en.eq(sgd.out_valid),
+                         vl_wp.addr.eq(sgd_addr), vl_wp.data.eq(sgd.velocity),
+                         vl_wp.en.eq(sgd.out_valid & use_mom)]
+        # MAC weights: a host write still in its narrowing stages goes first (the SGD writes
+        # only while running, long after the host's last write)
+        with m.If(host_valid[3]):
+            m.d.comb += [wbuf.wr_en.eq(1), wbuf.wr.row.eq(host_row + (cur_ver << d_shift)),
+                         wbuf.wr.col.eq(host_word << lb), wbuf.wr.count.eq(L), wbuf.wr.data.eq(host_w)]
+        with m.Else():
+            m.d.comb += [wbuf.wr_en.eq(sgd.out_valid), wbuf.wr.row.eq(sgd_row + (new_ver << d_shift)),
+                         wbuf.wr.col.eq(sgd_word << lb), wbuf.wr.count.eq(L), wbuf.wr.data.eq(sgd.weight)]
         m.d.comb += [self.w_rd_data.eq(ms_rp.data), self.v_rd_data.eq(vl_rp.data), ms_rp.en.eq(1),
                      vl_rp.en.eq(1), gs_rp.en.eq(1)]
-        with m.If(in_dw | dw_q):
-            m.d.comb += [gs_rp.addr.eq(dw_addr), gs_wp.addr.eq(dw_addr_q), gs_wp.en.eq(dw_q)]
-            m.d.comb += [gs_wp.data[l].eq(gs_rp.data[l] + dw_data_q[l]) for l in range(L)]
+        with m.If(in_dw | dw_busy):
+            m.d.comb += [gs_rp.addr.eq(dw_addr), gs_wp.addr.eq(dw_addr2), gs_wp.en.eq(dw_q2)]
+            m.d.comb += [gs_wp.data[l].eq(gs_q[l] + dw_data2[l]) for l in range(L)]
         with m.Elif(~running):      # a host weight write clears the word's gradient sum
             m.d.comb += [gs_rp.addr.eq(word_addr(self.w_row, self.w_word)),
                          gs_wp.addr.eq(word_addr(self.w_row, self.w_word)), gs_wp.en.eq(self.w_wr_en)]
             m.d.comb += [gs_wp.data[l].eq(0) for l in range(L)]
-        with m.Else():
+        with m.Else():              # the SGD walk zeroes each sum once it has been read
             m.d.comb += [gs_rp.addr.eq(u_addr), gs_wp.addr.eq(u_addr_q), gs_wp.en.eq(u_q)]
             m.d.comb += [gs_wp.data[l].eq(0) for l in range(L)]
-        # (DW results of consecutive segments have distinct addresses: no read-after-write hazard)
 
         # ---------------------------------------------------------------- streaming at the ends
         # The first stage's forward may start while its input (from the host) is still
@@ -459,7 +486,7 @@ class TrainStage(wiring.Component):
                                                ("busy_c", "fwd_c", "bwd_c", "upd_c", "wait_c"))
         mac_ops, sats, ops_done = Signal(48), Signal(32), Signal(32)
         with m.If(self.start & ~running):
-            m.d.sync += [running.eq(1), phase.eq(Phase.DECIDE), f_loc.eq(0), b_loc.eq(0),
+            m.d.sync += [running.eq(1), phase.eq(Phase.SETUP), setup_left.eq(3), f_loc.eq(0), b_loc.eq(0),
                          base.eq(0), step_idx.eq(0), b_done.eq(0), rx_f.eq(0), rx_b.eq(0),
                          rx_b_loc.eq(0), rx_b_base.eq(0),
                          busy_c.eq(0), fwd_c.eq(0), bwd_c.eq(0), upd_c.eq(0), wait_c.eq(0),
@@ -477,6 +504,13 @@ class TrainStage(wiring.Component):
                 m.d.sync += [phase.eq(Phase.DECIDE), b_done.eq(b_done + 1)]
 
         with m.Switch(phase):
+            with m.Case(Phase.SETUP):
+                # the configuration is steady from start: its operands, product and N settle
+                m.d.sync += setup_left.eq(setup_left - 1)
+                with m.If(setup_left == 0):
+                    m.d.sync += phase.eq(Phase.DECIDE)
+                with m.Else():
+                    m.d.sync += n_total.eq(n_prod)
             with m.Case(Phase.DECIDE):
                 want_f = Signal()
                 with m.If(is_async):
@@ -532,25 +566,27 @@ class TrainStage(wiring.Component):
                     with m.Else():
                         m.d.sync += phase.eq(Phase.DX_START)
             with m.Case(Phase.U_RUN):
-                m.d.comb += u_issue.eq(~dw_q)
-                with m.If(~dw_q):
+                m.d.comb += u_issue.eq(~dw_busy)
+                with m.If(~dw_busy):
                     m.d.sync += u_word.eq(u_word + 1)
                     with m.If(u_word + 1 >= words_per_row):
                         m.d.sync += [u_word.eq(0), u_row.eq(u_row + 1)]
                         with m.If(u_row + 1 >= self.d_in):
                             m.d.sync += phase.eq(Phase.U_DRAIN)
             with m.Case(Phase.U_DRAIN):
-                # the last word is written this cycle; the new version becomes current
-                m.d.sync += [cur_ver.eq(new_ver), phase.eq(Phase.DECIDE), ops_done.eq(ops_done + 1)]
-                with m.If(is_async):
-                    m.d.sync += b_done.eq(b_done + 1)
-                with m.Else():
-                    m.d.sync += [f_loc.eq(0), b_loc.eq(0), base.eq(base + mbs), step_idx.eq(step_idx + 1)]
+                # once the last word is written (and counted) the new version becomes current
+                with m.If(~sgd.busy):
+                    m.d.sync += [cur_ver.eq(new_ver), phase.eq(Phase.DECIDE), ops_done.eq(ops_done + 1)]
+                    with m.If(is_async):
+                        m.d.sync += b_done.eq(b_done + 1)
+                    with m.Else():
+                        m.d.sync += [f_loc.eq(0), b_loc.eq(0), base.eq(base + mbs),
+                                     step_idx.eq(step_idx + 1)]
             with m.Case(Phase.DONE):
                 m.d.sync += [running.eq(0), phase.eq(Phase.IDLE)]
                 m.d.comb += self.done.eq(1)
-        with m.If(u_q):
-            m.d.sync += sats.eq(sats + sum(sgd_sat))
+        with m.If(sgd.sat_valid):
+            m.d.sync += sats.eq(sats + sgd.sat_count)
         # the last U of a synchronous run is followed by a DECIDE that finds step_idx == steps
         with m.If(running):
             m.d.sync += busy_c.eq(busy_c + 1)
