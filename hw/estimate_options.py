@@ -24,6 +24,10 @@ def add_arguments(ap) -> None:
                                     "that does not fit it")
     ap.add_argument("--family", choices=FAMILIES, help="Xilinx family (default: the board's, else xcup)")
     ap.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    ap.add_argument("--depth", action="store_true",
+                    help="also report each unit's longest register-to-register path of the "
+                         "Xilinx-mapped netlist (LUT levels, carry cells, DSPs) and the "
+                         "UltraScale+ clock it allows (JSON field depth)")
     ap.add_argument("--timing", action="store_true",
                     help=f"also place and route on an ECP5 with nextpnr: {TIMING_LABEL}")
     ap.add_argument("--no-route", action="store_true",
