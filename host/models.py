@@ -101,6 +101,7 @@ class Engine:
         self.steal = bool(steal)
         self.steal_costs = steal_costs
         self.steals = 0          # row ranges stolen so far (reported per run)
+        self.row_sum = None      # sum over rows for bias gradients; None: a.sum(axis=0)
         self.shards = None
         self._pool = None
         self._dense_worker = None
@@ -226,6 +227,11 @@ class Engine:
         assert out.shape[0] == hi - lo, (out.shape, lo, hi)
         return out
 
+    def sum_rows(self, a) -> np.ndarray:
+        """A bias gradient (a sum over the rows); ``row_sum`` when set (an order-independent
+        sum, see :func:`gnnweave.host.distributed.invariant_row_sum`)."""
+        return a.sum(axis=0) if self.row_sum is None else self.row_sum(a)
+
     def dense_forward(self, x, w, b=None, *, relu=False):
         return self._call(self.dense, "dense_forward", x, w, b, relu=relu,
                           sizes=dict(m=x.shape[0], k=x.shape[1], n=w.shape[1]))
@@ -302,21 +308,33 @@ def _nonzero_positions(h: np.ndarray) -> np.ndarray:
     return nz
 
 
-def _dropout(h, p, rng, train):
+def _draw(rng, layer, count, rows, cols):
+    """``count`` uniform draws for the elements at ``rows(), cols()``: in sequence from a
+    numpy Generator, or by position from a counter-based one
+    (:class:`~gnnweave.host.dropout.CounterDropout`)."""
+    if hasattr(rng, "draw_at"):
+        return rng.draw_at(layer, rows(), cols())
+    return rng.random(count, dtype=np.float32)
+
+
+def _dropout(h, p, rng, train, layer=0):
     """Inverted dropout that draws only for the non-zero elements (Kipf & Welling's sparse
     dropout): a zero stays zero whether dropped or not, and bag-of-words inputs are ~99 %
-    zeros. Returns (output, keep mask)."""
+    zeros. ``layer`` keys a counter-based generator. Returns (output, keep mask)."""
     if not train or p <= 0:
         return h, None
     if sp.issparse(h):
         # the same draw per stored element; the structure (and so the CSR arrays) is kept
         h = sp.csr_matrix(h)
-        keep = rng.random(h.data.shape[0], dtype=np.float32) >= p
+        keep = _draw(rng, layer, h.nnz,
+                     lambda: np.repeat(np.arange(h.shape[0]), np.diff(h.indptr)),
+                     lambda: h.indices) >= p
         data = (h.data * keep) * np.float32(1.0 / (1.0 - p))
         return sp.csr_matrix((data.astype(h.dtype), h.indices, h.indptr), shape=h.shape), None
     flat = h.reshape(-1)
     nz = _nonzero_positions(h)
-    kept = nz[rng.random(nz.shape[0], dtype=np.float32) >= p]
+    cols = max(h.shape[1], 1)
+    kept = nz[_draw(rng, layer, nz.shape[0], lambda: nz // cols, lambda: nz % cols) >= p]
     out = np.zeros_like(h)
     out.reshape(-1)[kept] = flat[kept] * np.float32(1.0 / (1.0 - p))
     keep = np.zeros(h.shape, dtype=bool)
@@ -372,7 +390,7 @@ class _MessagePassing(Model):
     def forward(self, eng: Engine, x, layers: list[LayerGraph], *, train, rng):
         cache = []
         L = self.num_layers
-        hd, keep = _dropout(x, self.dropout, rng, train)
+        hd, keep = _dropout(x, self.dropout, rng, train, layer=0)
         pre = self._pre(eng, i=0, hd=hd, lg=layers[0])
         for i in range(L):
             lg = layers[i]
@@ -385,7 +403,8 @@ class _MessagePassing(Model):
 
                 def consume(lo, hi, agg, i=i, pre=pre, nxt=nxt):
                     a_c = self._post(i, pre, agg, lo, hi)
-                    hd_c, keep_c = _dropout(np.maximum(a_c, 0), self.dropout, rng, train)
+                    hd_c, keep_c = _dropout(np.maximum(a_c, 0), self.dropout, rng, train,
+                                            layer=i + 1)
                     return a_c, hd_c, keep_c, self._pre(eng, i + 1, hd_c, nxt, rows=(lo, hi))
 
                 parts = eng.pipelined_aggregate(lg.graph, self._agg_input(pre), lg.n_dst,
@@ -404,7 +423,7 @@ class _MessagePassing(Model):
             cache.append((hd, keep, a))
             if i == L - 1:
                 return a, cache
-            hd, keep = _dropout(np.maximum(a, 0), self.dropout, rng, train)
+            hd, keep = _dropout(np.maximum(a, 0), self.dropout, rng, train, layer=i + 1)
             pre = self._pre(eng, i + 1, hd, layers[i + 1])
         return a, cache
 
@@ -415,7 +434,7 @@ class _MessagePassing(Model):
             hd, keep, a = cache[i]
             if i < self.num_layers - 1:
                 da = da * (a > 0)
-            grads[f"b{i}"] = da.sum(axis=0)
+            grads[f"b{i}"] = eng.sum_rows(da)
             dh = self._layer_backward(eng, i, hd, da, layers[i], grads, input_grad=i > 0)
             if i > 0:
                 da = _dropout_back(dh, keep, self.dropout)
@@ -525,7 +544,7 @@ class SGC(Model):
         return eng.dense_forward(hd, self.params["W0"], self.params["b0"]), [hd]
 
     def backward(self, eng, dout, cache, layers):
-        return {"W0": eng.dense_weight_grad(cache[0], dout), "b0": dout.sum(axis=0)}
+        return {"W0": eng.dense_weight_grad(cache[0], dout), "b0": eng.sum_rows(dout)}
 
 
 MODELS = {"gcn": GCN, "sage": SAGE, "graphsage": SAGE, "sgc": SGC}

@@ -76,6 +76,14 @@ class TrainConfig:
     progress: bool = True
     executor_options: dict = field(default_factory=dict)   # {device kind: {kwarg: value}}
     on_epoch_end: Callable | None = None  # hook(seed, epoch, stats); may raise KeyboardInterrupt
+    # over ranks (gnnweave.host.distributed; docs/distributed.md)
+    nproc: int = 1                       # >1: spawn this many local ranks (torch's elastic launcher)
+    dist: bool = False                   # this process is one rank of a torchrun job
+    rank_devices: object = None          # {rank: [devices]} or '0=fpga-emu,cpu 1=cpu'
+    rank_speeds: list | None = None      # relative rank speeds: each rank's share of the work
+    partition_method: str = "metis"      # metis | rcm | rows | random (nodes over ranks)
+    digest_every: int = 10               # epochs between cross-rank parameter digest checks
+    rank_invariant: bool = False         # counter-based dropout and exact bias sums: the bits of any rank count
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
@@ -375,6 +383,13 @@ class Trainer:
                                   weight_decay=hp["weight_decay"], decay=self.model.decay,
                                   momentum=config.momentum)
         self.rng = np.random.default_rng([seed, 0xD0])
+        self.dropout_rng = self.rng
+        if config.rank_invariant:
+            from gnnweave.host.dropout import CounterDropout
+            if config.batch_size is not None or config.overlap_chunks > 1:
+                raise ValueError("TrainConfig.rank_invariant: full-batch training without "
+                                 "overlap_chunks only")
+            self.dropout_rng = CounterDropout(seed, np.arange(data.graph.num_nodes))
         self.epoch = 0
         self.history: list[dict] = []
         self.best = dict(val_acc=-1.0, test_acc=None, epoch=None)
@@ -448,7 +463,7 @@ class Trainer:
 
     def _step(self, x, layers, labels, rows):
         eng = self.engine
-        logits, cache = self.model.forward(eng, x, layers, train=True, rng=self.rng)
+        logits, cache = self.model.forward(eng, x, layers, train=True, rng=self.dropout_rng)
         loss, dlogits = softmax_cross_entropy(logits, labels, rows)
         grads = self.model.backward(eng, dlogits, cache, layers)
         self.model.params = self.opt.step(self.model.params, grads)
@@ -473,6 +488,8 @@ class Trainer:
 
     def train_epoch(self, epoch: int) -> float:
         d = self.data
+        if self.dropout_rng is not self.rng:
+            self.dropout_rng.epoch = epoch
         if self.config.batch_size is None:
             return self._step(self.x_in, self.full_layers, d.y, d.train_idx)
         losses, weights = [], []
@@ -592,6 +609,9 @@ def run_training(config: TrainConfig) -> dict:
     if config.select not in ("last", "best_val"):
         raise ValueError(f"TrainConfig.select = {config.select!r}: choose 'last' or 'best_val'")
     model_cls = MODELS[key]
+    if config.nproc > 1 or config.dist:
+        from gnnweave.host.distributed import run_distributed
+        return run_distributed(config)
     k = config.overlap_chunks
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise ValueError(f"TrainConfig.overlap_chunks = {k!r}: expected an integer >= 1")
@@ -621,6 +641,9 @@ def run_training(config: TrainConfig) -> dict:
                     base_graph=data.graph, overlap_chunks=config.overlap_chunks,
                     steal=config.steal)
     transposed(data.graph)   # built once here, not inside the first shard that needs it
+    if config.rank_invariant:
+        from gnnweave.host.distributed import invariant_row_sum
+        engine.row_sum = invariant_row_sum
     per_seed, interrupted = [], False
     timeline = None
     rebalances: list[dict] = []
@@ -840,6 +863,25 @@ def add_train_arguments(parser):
                         "rows from a slower one (within each aggregation; --rebalance still "
                         "moves the split between epochs)")
     p.add_argument("--no-progress", action="store_true")
+    d = p.add_argument_group("over ranks (docs/distributed.md)")
+    d.add_argument("--nproc", type=int, default=1,
+                   help="spawn N local ranks (torch.distributed, gloo) and train over them")
+    d.add_argument("--dist", action="store_true",
+                   help="be one rank of a torchrun job (torchrun --nproc-per-node N -m gnnweave "
+                        "train --dist ...)")
+    d.add_argument("--rank-devices", default=None,
+                   help="each rank's devices, e.g. '0=fpga-emu,cpu 1=cpu' (default: --devices, "
+                        "else --device)")
+    d.add_argument("--rank-speeds", default=None,
+                   help="relative rank speeds, e.g. 2,1: each rank's share of the nodes' work")
+    d.add_argument("--partition-method", default="metis",
+                   choices=["metis", "rcm", "rows", "random"],
+                   help="how nodes are split over ranks (metis falls back to rcm without pymetis)")
+    d.add_argument("--digest-every", type=int, default=10,
+                   help="epochs between cross-rank parameter digest checks (0: never)")
+    d.add_argument("--rank-invariant", action="store_true",
+                   help="one process: counter-based dropout and exact bias sums, the bits that "
+                        "any number of ranks gives")
     return parser
 
 
@@ -867,7 +909,19 @@ def config_from_args(args) -> TrainConfig:
         select=a["select"], checkpoint_dir=a["checkpoint_dir"],
         checkpoint_every=a["checkpoint_every"], resume=a["resume"], out_dir=a["out"],
         cost_model=a["cost_model"], rebalance=a["rebalance"] or auto, steal=a["steal"],
-        progress=not a["no_progress"])
+        progress=not a["no_progress"], nproc=a["nproc"], dist=a["dist"],
+        rank_devices=a["rank_devices"],
+        rank_speeds=(None if a["rank_speeds"] is None else
+                     [float(v) for v in _ints_or_floats("rank-speeds", a["rank_speeds"])]),
+        partition_method=a["partition_method"], digest_every=a["digest_every"],
+        rank_invariant=a["rank_invariant"])
+
+
+def _ints_or_floats(option: str, text: str) -> list[float]:
+    try:
+        return [float(f) for f in str(text).split(",")]
+    except ValueError:
+        raise ValueError(f"--{option}: {text!r} is not a comma list of numbers, e.g. 2,1") from None
 
 
 def train_main(argv=None) -> dict:

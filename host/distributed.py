@@ -1,0 +1,782 @@
+"""Full-graph GNN training over ranks (processes, hosts) with ``torch.distributed``.
+
+Each rank owns a contiguous range of relabelled nodes (:mod:`gnnweave.host.graphpart`: rank 0
+partitions, the others receive its assignment) and trains on its local block: its own rows
+as destinations, own + halo rows as sources. The models of :mod:`gnnweave.host.models` run
+unchanged on a :class:`DistEngine`, which
+
+* fetches halo rows before each aggregation with one ``all_to_all_single`` in the local
+  dtype (GCN and GraphSAGE transform before aggregating, so hidden-width rows move);
+* in the backward pass computes the transposed block's rows for own *and* halo nodes and
+  sends the halo rows' partial sums back to their owners, who add them in (reverse
+  exchange, scatter-add);
+* turns the gradients (all sums over nodes) into one flat all-reduce per step: float64 on
+  the float path, int64 accumulators on the fixed-point path;
+* on the fixed-point path (every device ``fpga-emu``) computes each op as the fpga-emu
+  executor does, with the formats agreed across ranks (``all_reduce`` MAX of the peaks the
+  executor would take over the whole tensor), so the integers are those of one process.
+
+Dropout draws come from :class:`gnnweave.host.dropout.CounterDropout` (keyed by seed, epoch,
+layer and global node id) and bias gradients are exact integer sums (:func:`exact_row_sum`):
+N ranks give the parameters of one process bit for bit on the fixed-point path, and the
+same process trained with ``TrainConfig.rank_invariant`` (``gnnweave train
+--rank-invariant``) is that one process.
+
+A digest of the parameters is compared across ranks every ``digest_every`` epochs; a
+mismatch stops the run (:class:`DivergenceError`).
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+import scipy.sparse as sp
+
+from gnnweave.errors import GnnweaveError
+from gnnweave.fixed import FixedFormat, choose_frac, narrow
+from gnnweave.graph import CSRGraph
+
+FPGA_WIDTH = 16
+
+
+class DivergenceError(GnnweaveError, RuntimeError):
+    """Ranks hold different parameters (a bug or a fault: they must agree bit for bit)."""
+
+
+class RankLost(GnnweaveError, RuntimeError):
+    """A collective failed: another rank died, hung past the timeout, or left the group."""
+
+
+def _collective(comm, what, fn):
+    try:
+        return fn()
+    except RuntimeError as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise RankLost(f"rank {comm.rank} of {comm.world}: {what} failed at epoch "
+                       f"{comm.epoch}: another rank has stopped or is unreachable ({first})") \
+            from None
+
+
+# --------------------------------------------------------------------------- communication
+
+
+class Comm:
+    """The collectives a rank uses, counting the bytes it sends to other ranks.
+
+    ``Comm()`` is a world of one (no torch needed); :meth:`from_env` joins the process
+    group that ``torchrun`` (or ``gnnweave train --nproc``) describes in the environment.
+    """
+
+    def __init__(self, rank: int = 0, world: int = 1):
+        self.rank, self.world = int(rank), int(world)
+        self.halo_bytes = 0           # halo rows sent to other ranks (both directions)
+        self.allreduce_bytes = 0      # gradient all-reduce payload
+        self.format_bytes = 0         # fixed-point format agreement (peaks)
+        self.comm_seconds = 0.0
+        self.epoch = 0                # for error messages
+        self.records: list[tuple] = []   # (category, start, end, bytes)
+
+    @classmethod
+    def from_env(cls, timeout_s: float = 60.0) -> "Comm":
+        import datetime
+
+        import torch.distributed as dist
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
+        return cls(dist.get_rank(), dist.get_world_size())
+
+    def _record(self, category, t0, nbytes):
+        t1 = time.perf_counter()
+        self.comm_seconds += t1 - t0
+        self.records.append((category, t0, t1, nbytes))
+
+    def all_to_all(self, send: np.ndarray, send_counts, recv_counts) -> np.ndarray:
+        """Rows ``send`` (grouped by destination rank, ``send_counts`` each) out, rows from
+        every rank (``recv_counts`` each, in rank order) in; same dtype and row width."""
+        send = np.ascontiguousarray(send)
+        width = send.shape[1] if send.ndim == 2 else 0
+        out = np.empty((int(sum(recv_counts)), width), dtype=send.dtype)
+        if self.world == 1:
+            return out
+        import torch
+        import torch.distributed as dist
+        t0 = time.perf_counter()
+        row = width * send.dtype.itemsize
+        # as bytes: gloo has no int16, and every dtype travels unchanged this way
+        src = torch.from_numpy(send.view(np.uint8).reshape(-1)) if send.size else \
+            torch.empty(0, dtype=torch.uint8)
+        dst = torch.from_numpy(out.view(np.uint8).reshape(-1)) if out.size else \
+            torch.empty(0, dtype=torch.uint8)
+        _collective(self, "the halo exchange", lambda: dist.all_to_all_single(
+            dst, src, output_split_sizes=[int(c) * row for c in recv_counts],
+            input_split_sizes=[int(c) * row for c in send_counts]))
+        nbytes = sum(int(c) for q, c in enumerate(send_counts) if q != self.rank) * row
+        self.halo_bytes += nbytes
+        self._record("exchange", t0, nbytes)
+        return out
+
+    def _reduce(self, a: np.ndarray, op: str, counter: str) -> np.ndarray:
+        a = np.ascontiguousarray(a)
+        if self.world == 1:
+            return a.copy()
+        import torch
+        import torch.distributed as dist
+        t0 = time.perf_counter()
+        t = torch.from_numpy(a.copy())
+        _collective(self, f"an all-reduce ({op})", lambda: dist.all_reduce(
+            t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX))
+        setattr(self, counter, getattr(self, counter) + a.nbytes)
+        self._record("allreduce", t0, a.nbytes)
+        return t.numpy()
+
+    def sum(self, a, counter="allreduce_bytes"):
+        return self._reduce(a, "sum", counter)
+
+    def max(self, a, counter="format_bytes"):
+        return self._reduce(a, "max", counter)
+
+    def peak(self, x) -> float:
+        """``max |x|`` over the whole (row-split) tensor."""
+        data = x.data if sp.issparse(x) else np.asarray(x)
+        local = float(np.max(np.abs(data))) if data.size else 0.0
+        return float(self.max(np.array([local], dtype=np.float64))[0])
+
+    def broadcast(self, a: np.ndarray) -> np.ndarray:
+        """Rank 0's ``a`` (every rank passes an array of the same shape and dtype)."""
+        a = np.ascontiguousarray(a)
+        if self.world == 1:
+            return a
+        import torch
+        import torch.distributed as dist
+        t = torch.from_numpy(a.copy())
+        _collective(self, "a broadcast from rank 0", lambda: dist.broadcast(t, src=0))
+        return t.numpy()
+
+    def check_same(self, value: int, what: str):
+        """Raise :class:`DivergenceError` unless every rank passes the same integer."""
+        v = np.array([value, -value], dtype=np.int64)
+        hi, neg_lo = self.max(v, counter="format_bytes")
+        if hi != -neg_lo:
+            raise DivergenceError(f"rank {self.rank}: {what} differs between ranks")
+
+
+# --------------------------------------------------------------------------- exact sums
+
+
+def exact_row_sum(a, comm: Comm | None = None, total_rows: int | None = None):
+    """This rank's share of ``a.sum(axis=0)`` as ``(int64 sums, scale)``, independent of how
+    the rows are split over ranks (:func:`finish_row_sum` turns the ranks' added shares
+    into float32).
+
+    Every element is rounded onto one grid ``2**-scale`` fine enough that ``total_rows`` of
+    them add up in int64 without overflow (the scale comes from the peak over all ranks);
+    integer sums do not depend on the order, so any row split gives the same bits. The grid
+    keeps at least 62 - log2(rows) significant bits of the largest element."""
+    a = np.asarray(a.toarray() if sp.issparse(a) else a)
+    comm = comm or Comm()
+    n = a.shape[0] if total_rows is None else int(total_rows)
+    peak = comm.peak(a)
+    if peak == 0.0 or n == 0:
+        return np.zeros(a.shape[1], dtype=np.int64), 0
+    scale = 62 - math.ceil(math.log2(max(n, 1) + 1)) - (math.frexp(peak)[1])
+    q = np.rint(np.ldexp(a.astype(np.float64), scale)).astype(np.int64)
+    return q.sum(axis=0), scale
+
+
+def finish_row_sum(partial) -> np.ndarray:
+    """float32 column sums from ``(int64 sums, scale)``."""
+    if isinstance(partial, np.ndarray):
+        return partial
+    s, scale = partial
+    return np.ldexp(np.asarray(s, dtype=np.int64).astype(np.float64), -scale).astype(np.float32)
+
+
+def invariant_row_sum(a) -> np.ndarray:
+    """:func:`exact_row_sum` in one process (``Engine.row_sum`` for ``rank_invariant``)."""
+    return finish_row_sum(exact_row_sum(a))
+
+
+# --------------------------------------------------------------------------- fixed point
+
+
+def _q16(x, frac: int):
+    """fpga-emu's ``_quantize16`` with a given ``frac`` (the one agreed across ranks)."""
+    if sp.issparse(x):
+        x = sp.csr_matrix(x)
+        data = np.rint(np.ldexp(np.asarray(x.data, dtype=np.float64), frac)).astype(np.int16)
+        return sp.csr_matrix((data, x.indices, x.indptr), shape=x.shape)
+    x = np.asarray(x)
+    if x.dtype not in (np.float32, np.float64):
+        return FixedFormat(FPGA_WIDTH, frac).quantize(x)[0]
+    return np.rint(np.ldexp(x, frac)).astype(np.int16)
+
+
+def _frac(peak: float) -> int:
+    return choose_frac(np.array([peak]), FPGA_WIDTH)
+
+
+@dataclass
+class _Accumulated:
+    """A weight gradient's exact MAC accumulators, narrowed after the all-reduce."""
+
+    acc: np.ndarray      # int64
+    product_frac: int
+
+
+class DistEngine:
+    """The :class:`~gnnweave.host.models.Engine` interface over one rank's local block.
+
+    Args:
+        comm: the rank's :class:`Comm`.
+        block: its :class:`~gnnweave.host.graphpart.LocalBlock` of the normalised graph.
+        global_graph: the whole normalised graph (for the fixed-point output bounds, which
+            the fpga-emu executor takes over the whole graph).
+        local: the rank's own :class:`~gnnweave.host.models.Engine` (its dense executor and
+            the devices its block's aggregations are split over); float path only.
+        fixed: compute the fixed-point ops here with formats agreed across ranks.
+        total_rows: nodes over all ranks (the exact bias sums' grid).
+    """
+
+    def __init__(self, comm: Comm, block, global_graph: CSRGraph, *, local=None,
+                 fixed: bool = False, total_rows: int):
+        from gnnweave.host.timeline import Timeline
+        self.comm, self.block, self.local, self.fixed = comm, block, local, bool(fixed)
+        self.total_rows = int(total_rows)
+        self.timeline = local.timeline if local is not None else Timeline()
+        self.saturations = 0
+        self.steals = 0
+        self._send = block.send_index
+        self._bt = None
+        if self.fixed:
+            from gnnweave.host.executors import _abs_row_weight_max, quantize_dynamic, transposed
+            w = global_graph.weights
+            self._w_fmt = None if w is None else quantize_dynamic(w)[1]
+            self._row_bound = {False: _abs_row_weight_max(global_graph),
+                               True: _abs_row_weight_max(transposed(global_graph))}
+            g = block.graph
+            data = (np.ones(g.num_edges, dtype=np.int64) if g.weights is None
+                    else self._w_fmt.quantize(g.weights)[0].astype(np.int64))
+            self._a_q = sp.csr_matrix((data, g.indices, g.indptr), shape=(g.num_nodes,) * 2)
+            self._at_q = self._a_q.T.tocsr()
+
+    # -- plumbing the models use
+
+    def overlaps(self) -> bool:
+        return False
+
+    def close(self):
+        if self.local is not None:
+            self.local.close()
+
+    def transfer_in(self, array):
+        return self.local.transfer_in(array) if self.local is not None else array
+
+    @property
+    def n_own(self) -> int:
+        return self.block.n_own
+
+    # -- halo exchange
+
+    def _fetch_halo(self, x: np.ndarray) -> np.ndarray:
+        b = self.block
+        halo = self.comm.all_to_all(x[self._send], b.send_counts, b.recv_counts)
+        return np.concatenate([x, halo], axis=0)
+
+    def _return_halo(self, rows: np.ndarray) -> np.ndarray:
+        """Send rows ``n_own..n_src`` (partial sums for halo nodes) to their owners; add
+        what comes back into the own rows."""
+        b = self.block
+        back = self.comm.all_to_all(rows[b.n_own:], b.recv_counts, b.send_counts)
+        own = rows[: b.n_own].copy()
+        np.add.at(own, self._send, back)
+        return own
+
+    # -- aggregation
+
+    def aggregate(self, graph, x, *, rows=None, transpose=False, reduce="sum"):
+        if str(reduce).lower() != "sum":
+            raise ValueError(f"DistEngine: reduce {reduce!r}: only 'sum' runs over ranks")
+        x = x.toarray() if sp.issparse(x) else np.asarray(x)
+        b = self.block
+        if x.shape[0] != b.n_own:
+            raise ValueError(f"DistEngine.aggregate: x has {x.shape[0]} rows, the rank owns "
+                             f"{b.n_own}")
+        if self.fixed:
+            return self._aggregate_fixed(x, transpose)
+        if not transpose:
+            return self.local.aggregate(b.graph, self._fetch_halo(x), rows=(0, b.n_own))
+        pad = np.zeros((b.n_src, x.shape[1]), dtype=x.dtype)
+        pad[: b.n_own] = x
+        return self._return_halo(self.local.aggregate(b.graph, pad, transpose=True))
+
+    def _aggregate_fixed(self, x, transpose):
+        b = self.block
+        peak = self.comm.peak(x)
+        feat_frac = _frac(peak)
+        x_q = _q16(x, feat_frac)
+        product_frac = feat_frac + (self._w_fmt.frac if self._w_fmt is not None else 0)
+        out_frac = min(_frac(self._row_bound[transpose] * peak), product_frac)
+        shift = product_frac - out_frac
+        if not transpose:
+            src = self._fetch_halo(x_q).astype(np.int64)
+            acc = np.asarray(self._a_q[: b.n_own] @ src)
+        else:
+            pad = np.zeros((b.n_src, x.shape[1]), dtype=np.int64)
+            pad[: b.n_own] = x_q
+            acc = self._return_halo(np.asarray(self._at_q @ pad))
+        z, saturated = narrow(acc, shift, FixedFormat(FPGA_WIDTH, 0))
+        self.saturations += int(np.count_nonzero(saturated))
+        return FixedFormat(FPGA_WIDTH, out_frac).to_float(z).astype(np.float32)
+
+    # -- dense ops
+
+    def _gemm_fixed(self, mode, a, b, *, bias=None, relu=False, reduce_over_ranks=False):
+        from gnnweave.host.executors import FpgaEmuExecutor
+        a_frac = _frac(self.comm.peak(a))
+        b_frac = _frac(self.comm.peak(b)) if mode == "dw" else _frac(_local_peak(b))
+        a_q, b_q = _q16(a, a_frac), _q16(b, b_frac)
+        product_frac = a_frac + b_frac
+        bias_q = None
+        if bias is not None:
+            bias = np.asarray(bias, dtype=np.float64).reshape(-1)
+            bfmt = FixedFormat(FPGA_WIDTH, min(choose_frac(bias, FPGA_WIDTH), product_frac))
+            bias_q = (bfmt.quantize(bias)[0].astype(np.int64), product_frac - bfmt.frac)
+        acc = FpgaEmuExecutor._accumulator(mode, a_q, b_q, bias=bias_q).astype(np.int64)
+        if reduce_over_ranks:
+            return _Accumulated(acc, product_frac)
+        peak = float(np.max(np.abs(acc))) * 2.0 ** -product_frac if acc.size else 0.0
+        return self._narrow_acc(acc, product_frac, self.comm.peak(np.array([peak])), relu)
+
+    def _narrow_acc(self, acc, product_frac, peak, relu=False):
+        out_frac = min(_frac(peak), product_frac)
+        z, saturated = narrow(acc, product_frac - out_frac, FixedFormat(FPGA_WIDTH, 0))
+        self.saturations += int(np.count_nonzero(saturated))
+        if relu:
+            z = np.where(z > 0, z, 0)
+        return np.ldexp(z.astype(np.float64), -out_frac).astype(np.float32)
+
+    def dense_forward(self, x, w, b=None, *, relu=False):
+        if self.fixed:
+            return self._gemm_fixed("fwd", x, w, bias=b, relu=relu)
+        return self.local.dense_forward(x, w, b, relu=relu)
+
+    def dense_input_grad(self, dy, w, *, relu_mask=None):
+        if relu_mask is not None:
+            dy = dy * relu_mask
+        if self.fixed:
+            return self._gemm_fixed("dx", dy, w)
+        return self.local.dense_input_grad(dy, w)
+
+    def dense_weight_grad(self, x, dy, *, relu_mask=None):
+        """This rank's share of ``x^T dy`` (a sum over nodes): :meth:`reduce_gradients`
+        adds the ranks' shares."""
+        if relu_mask is not None:
+            dy = dy * relu_mask
+        if self.fixed:
+            return self._gemm_fixed("dw", x, dy, reduce_over_ranks=True)
+        return self.local.dense_weight_grad(x, dy)
+
+    def sum_rows(self, a):
+        """Bias gradients: exact integer sums on the fixed-point path (the same bits for
+        any row split), float64 sums on the float path; added over ranks with the rest."""
+        if self.fixed:
+            return exact_row_sum(a, self.comm, self.total_rows)
+        a = a.toarray() if sp.issparse(a) else np.asarray(a)
+        return a.sum(axis=0, dtype=np.float64)
+
+    # -- the step's one all-reduce
+
+    def reduce_gradients(self, grads: dict) -> dict:
+        """Every gradient is a sum over nodes: add the ranks' shares in one flat
+        all-reduce (int64 on the fixed-point path: MAC accumulators and exact bias sums;
+        float64 otherwise), then narrow the fixed-point ones as one process would."""
+        names = sorted(grads)
+        parts = []
+        for k in names:
+            g = grads[k]
+            if isinstance(g, _Accumulated):
+                parts.append(g.acc.reshape(-1))
+            elif isinstance(g, tuple):   # exact_row_sum's (int64 sums, scale)
+                parts.append(np.asarray(g[0], dtype=np.int64).reshape(-1))
+            else:
+                parts.append(np.asarray(g, dtype=np.float64).reshape(-1))
+        kinds = {p.dtype for p in parts}
+        if len(kinds) > 1:   # a float gradient on the fixed path: keep it exact as int64
+            raise ValueError(f"DistEngine.reduce_gradients: mixed gradient kinds {kinds}")
+        flat = self.comm.sum(np.concatenate(parts) if parts else np.zeros(0))
+        out, at = {}, 0
+        for k, p in zip(names, parts):
+            seg = flat[at:at + p.shape[0]]
+            at += p.shape[0]
+            g = grads[k]
+            if isinstance(g, _Accumulated):
+                acc = seg.reshape(g.acc.shape)
+                peak = float(np.max(np.abs(acc))) * 2.0 ** -g.product_frac if acc.size else 0.0
+                out[k] = self._narrow_acc(acc, g.product_frac, peak)
+            elif isinstance(g, tuple):
+                out[k] = finish_row_sum((seg, g[1]))
+            else:
+                out[k] = seg.reshape(np.shape(g)).astype(np.float32)
+        return out
+
+
+def _local_peak(x) -> float:
+    data = x.data if sp.issparse(x) else np.asarray(x)
+    return float(np.max(np.abs(data))) if data.size else 0.0
+
+
+# --------------------------------------------------------------------------- one rank's run
+
+
+class _RankLayer:
+    """A layer graph as the models see it on a rank: own rows in, own rows out (the
+    engine fetches the halo rows itself)."""
+
+    def __init__(self, graph, n_own):
+        self.graph, self.n_dst, self.n_src = graph, n_own, n_own
+
+
+def parse_rank_devices(spec) -> dict[int, list[str]]:
+    """``'0=fpga-emu,cpu 1=cpu'`` (or a dict) -> ``{0: ['fpga-emu', 'cpu'], 1: ['cpu']}``."""
+    if spec is None or isinstance(spec, dict):
+        return {int(k): list(v) for k, v in (spec or {}).items()}
+    out = {}
+    for item in str(spec).split():
+        rank, sep, devs = item.partition("=")
+        names = [d.strip() for d in devs.split(",") if d.strip()]
+        if not sep or not rank.strip().isdigit() or not names:
+            raise ValueError(f"--rank-devices: {item!r} is not RANK=DEVICE[,DEVICE...]")
+        out[int(rank)] = names
+    return out
+
+
+def _loss_and_grad(logits, labels, rows, total: int):
+    """:func:`~gnnweave.host.models.softmax_cross_entropy` over this rank's ``rows`` with the
+    mean taken over ``total`` rows on all ranks (the same float32 ops row by row)."""
+    logits = np.asarray(logits, dtype=np.float32)
+    z = logits - logits.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    n = max(int(total), 1)
+    d = np.zeros_like(logits)
+    p = np.exp(logp[rows])
+    p[np.arange(rows.shape[0]), labels[rows]] -= 1.0
+    d[rows] = p / n
+    return float(-logp[rows, labels[rows]].astype(np.float64).sum()), d
+
+
+def _devices_of(config, rank) -> list[str]:
+    rd = parse_rank_devices(config.rank_devices)
+    if rank in rd:
+        return rd[rank]
+    return list(config.devices or [config.device])
+
+
+def _speeds(config, world) -> list[float] | None:
+    s = getattr(config, "rank_speeds", None)
+    return None if s is None else [float(v) for v in s]
+
+
+def run_rank(config, comm: Comm) -> dict:
+    """Train ``config`` (full-batch, one seed at a time) as rank ``comm.rank``; every rank
+    returns the same summary."""
+    from gnnweave.host.graphpart import local_block, partition_graph, GraphPartition
+    from gnnweave.host.models import MODELS, Engine, make_model, make_optimizer
+    from gnnweave.host.timeline import Timeline
+    from gnnweave.host.train import _executor_for, _resolved, params_digest, prepare
+
+    key = str(config.model).lower()
+    if key not in MODELS:
+        raise ValueError(f"TrainConfig.model = {config.model!r}: choose one of gcn, sage, sgc")
+    if config.batch_size is not None:
+        raise ValueError("TrainConfig.batch_size: mini-batch training over ranks is not "
+                         "available; train full-batch (no --batch-size) with --nproc/--dist")
+    model_cls = MODELS[key]
+    hp = _resolved(config, model_cls)
+    data = prepare(config, model_cls)
+    n = data.graph.num_nodes
+    if comm.world > n:
+        raise ValueError(f"{comm.world} ranks for a graph of {n} nodes")
+    # rank 0 partitions (METIS is not deterministic across processes) and broadcasts
+    method = str(getattr(config, "partition_method", "metis")).lower()
+    parts = np.zeros(n, dtype=np.int64)
+    meta = np.zeros(2, dtype=np.int64)
+    from gnnweave.host.graphpart import METHODS
+    if method not in METHODS:
+        raise ValueError(f"--partition-method {method!r}: choose one of {', '.join(METHODS)}")
+    if comm.rank == 0:
+        p0 = partition_graph(data.dataset.graph, comm.world, method=method,
+                             speeds=_speeds(config, comm.world), seed=0)
+        parts, meta = p0.parts, np.array([METHODS.index(p0.method), 0], dtype=np.int64)
+    parts = comm.broadcast(parts)
+    ran = METHODS[int(comm.broadcast(meta)[0])]
+    part = GraphPartition(parts, comm.world, ran, method,
+                          None if ran == method else f"{method} unavailable on rank 0")
+    block = local_block(data.graph, part, comm.rank)
+    own = block.own
+
+    devices = _devices_of(config, comm.rank)
+    # with --rank-devices a rank's first device does its dense ops, else --device does
+    dense_name = devices[0] if config.rank_devices else config.device
+    kinds = {d.partition(":")[0].lower() for d in devices + [dense_name]}
+    fixed_here = kinds == {"fpga-emu"}
+    fixed_all = comm.sum(np.array([int(fixed_here)], dtype=np.int64),
+                         counter="format_bytes")[0] == comm.world
+    executors = {}
+    local = None
+    if not fixed_all:
+        dense = _executor_for(dense_name, executors, config.executor_options)
+        shards = None
+        if len(devices) > 1:
+            from gnnweave.host.models import cut_rows_by_fractions
+            ranges = cut_rows_by_fractions(block.graph.indptr, 0, block.n_src, [1.0] * len(devices))
+            shards = {d: (_executor_for(d, executors, config.executor_options), r)
+                      for d, r in zip(devices, ranges)}
+        local = Engine(dense, Timeline(), shards=shards, num_nodes=block.n_src,
+                       base_graph=block.graph)
+    elif (config.executor_options.get("fpga-emu", {}).get("dense_range", "peak") != "peak"):
+        raise ValueError("executor_options['fpga-emu']['dense_range']: only 'peak' runs over ranks")
+    eng = DistEngine(comm, block, data.graph, local=local, fixed=fixed_all, total_rows=n)
+
+    train_local = np.flatnonzero(np.isin(own, data.train_idx))
+    val_local = np.flatnonzero(np.isin(own, data.val_idx))
+    test_local = np.flatnonzero(np.isin(own, data.test_idx))
+    y_own = data.y[own]
+    x_own = data.x[own]
+    per_seed = []
+    try:
+        for seed in config.seed_list():
+            per_seed.append(_train_seed(config, comm, eng, hp, key, data, block, x_own, y_own,
+                                        (train_local, val_local, test_local), seed,
+                                        params_digest))
+    finally:
+        eng.close()
+        for ex in executors.values():
+            ex.close()
+    widths = _exchanged_widths(key, hp, config.layers, data.num_classes)
+    fwd_b, bwd_b = (2, 8) if fixed_all else (4, 4)
+    report = part.report(data.dataset.graph, widths, forward_itemsize=fwd_b,
+                         backward_itemsize=bwd_b)
+    accs = [r["test_acc"] for r in per_seed]
+    return dict(
+        dataset=getattr(data.dataset, "name", str(config.dataset)), model=key,
+        mode="full-batch", numeric="fixed" if fixed_all else "float",
+        world_size=comm.world, rank_devices={comm.rank: devices},
+        partition_method=ran, partition_requested=method, partition=report,
+        halo_nodes=report["halo_nodes"],
+        hyperparameters=dict(hp, layers=config.layers, optimizer=config.optimizer),
+        test_acc_mean=float(np.mean(accs)), test_acc_std=float(np.std(accs)),
+        epoch_seconds=float(np.mean([r["epoch_seconds"] for r in per_seed])),
+        comm_bytes_per_epoch=per_seed[-1]["comm_bytes_per_epoch"],
+        predicted_comm_bytes_per_epoch=report["predicted_bytes_per_step"],
+        allreduce_bytes_per_step=per_seed[-1]["allreduce_bytes_per_step"],
+        rank_epoch_seconds=per_seed[-1]["rank_epoch_seconds"],
+        saturations=eng.saturations,
+        seeds=per_seed)
+
+
+def _exchanged_widths(model, hp, layers, num_classes) -> list[int]:
+    """Row widths the halo exchanges move per step (both directions count in the report)."""
+    if model == "sgc":
+        return []
+    return [hp["hidden"]] * (layers - 1) + [num_classes]
+
+
+def _train_seed(config, comm, eng, hp, key, data, block, x_own, y_own, splits, seed, digest):
+    from gnnweave.host.dropout import CounterDropout
+    from gnnweave.host.models import make_model, make_optimizer
+    from gnnweave.host.train import _maybe_sparse
+    train_local, val_local, test_local = splits
+    totals = comm.sum(np.array([len(train_local), len(val_local), len(test_local)],
+                               dtype=np.int64), counter="format_bytes")
+    model = make_model(key, data.x.shape[1], data.num_classes, hidden=hp["hidden"],
+                       layers=config.layers, dropout=hp["dropout"], seed=seed)
+    x_in = model.prepare_features(eng, block.graph, x_own)
+    # one decision for all ranks, as one process would take it on the whole matrix
+    dense = x_in.toarray() if sp.issparse(x_in) else np.asarray(x_in)
+    nnz, size = comm.sum(np.array([np.count_nonzero(dense), dense.size], dtype=np.int64),
+                         counter="format_bytes")
+    mode = config.sparse_input
+    if mode == "auto":
+        mode = bool(size and nnz < 0.1 * size)
+    x_in = _maybe_sparse(x_in, mode)
+    opt = make_optimizer(config.optimizer, model.params, lr=hp["lr"],
+                         weight_decay=hp["weight_decay"], decay=model.decay,
+                         momentum=config.momentum)
+    layers = [_RankLayer(block.graph, block.n_own)] * model.hops
+    rng = CounterDropout(seed, block.own)
+    epochs = hp["epochs"]
+    history, times, halo_per_epoch, ar_per_step = [], [], 0, 0
+    ckpt = _Checkpoints(config, hp, key, seed, data, eng.fixed)
+    epoch, resumed_from = 0, None
+    if config.resume:
+        state = ckpt.load()
+        if state is not None:
+            model.params, epoch, history = state["params"], state["epoch"], state["history"]
+            opt.load_state(state["opt"], state["t"])
+            resumed_from = epoch
+    digest_every = max(int(getattr(config, "digest_every", 10) or 0), 0)
+    from tqdm.auto import tqdm
+    bar = tqdm(total=epochs, initial=epoch, desc=f"{key} seed {seed} ({comm.world} ranks)",
+               unit="epoch", disable=not config.progress or comm.rank != 0, leave=False)
+    try:
+        while epoch < epochs:
+            rng.epoch = comm.epoch = epoch
+            h0, a0 = comm.halo_bytes, comm.allreduce_bytes
+            t0 = time.perf_counter()
+            logits, cache = model.forward(eng, x_in, layers, train=True, rng=rng)
+            loss_sum, dlogits = _loss_and_grad(logits, y_own, train_local, totals[0])
+            grads = model.backward(eng, dlogits, cache, layers)
+            grads = eng.reduce_gradients(grads)
+            model.params = opt.step(model.params, grads)
+            times.append(time.perf_counter() - t0)
+            halo_per_epoch = comm.halo_bytes - h0
+            ar_per_step = comm.allreduce_bytes - a0
+            epoch += 1
+            stats = dict(epoch=epoch)
+            if epoch % max(config.eval_every, 1) == 0 or epoch == epochs:
+                stats.update(_evaluate(comm, eng, model, x_in, layers, y_own, splits, totals,
+                                       loss_sum))
+            history.append(stats)
+            if digest_every and (epoch % digest_every == 0 or epoch == epochs):
+                comm.check_same(int(digest(model.params)[:15], 16),
+                                f"parameter digest after epoch {epoch}")
+            bar.update(1)
+            if comm.rank == 0 and (epoch == epochs or (config.checkpoint_every and
+                                                       epoch % config.checkpoint_every == 0)):
+                ckpt.save(model.params, opt, epoch, history)
+            if config.on_epoch_end is not None:
+                config.on_epoch_end(seed, epoch, dict(stats, rank=comm.rank))
+    finally:
+        bar.close()
+    # per-rank epoch times, each rank in its own slot
+    mine = np.zeros(comm.world, dtype=np.float64)
+    mine[comm.rank] = float(np.mean(times)) if times else 0.0
+    rank_times = comm.sum(mine, counter="format_bytes")
+    halo_total = int(comm.sum(np.array([halo_per_epoch], dtype=np.int64),
+                              counter="format_bytes")[0])
+    final = history[-1] if history else {}
+    return dict(seed=seed, test_acc=final.get("test_acc"), val_acc=final.get("val_acc"),
+                train_acc=final.get("train_acc"), epochs_done=epoch, resumed_from=resumed_from,
+                checkpoint=str(ckpt.path) if ckpt.path else None,
+                final_loss=final.get("loss"), params_sha256=digest(model.params),
+                epoch_seconds=float(np.mean(times)) if times else None,
+                comm_bytes_per_epoch=halo_total, allreduce_bytes_per_step=int(ar_per_step),
+                rank_epoch_seconds=[float(t) for t in rank_times], history=history,
+                params={k: np.array(v) for k, v in model.params.items()})
+
+
+class _Checkpoints:
+    """Rank 0's checkpoints (atomic, :func:`~gnnweave.host.checkpoint.save_checkpoint`):
+    parameters, optimiser state, epoch and history, nothing that depends on the number of
+    ranks (the dropout generator is keyed by the epoch), so any world size resumes them."""
+
+    def __init__(self, config, hp, model, seed, data, fixed):
+        from pathlib import Path
+        d = config.checkpoint_dir
+        if d is None and config.out_dir is not None:
+            d = Path(config.out_dir) / "checkpoints"
+        self.path = None if d is None else Path(d) / f"{model}-seed{seed}.npz"
+        self.fingerprint = dict(
+            dataset=getattr(data.dataset, "name", str(config.dataset)), model=model,
+            layers=config.layers, optimizer=config.optimizer, momentum=config.momentum,
+            seed=seed, numeric="fixed" if fixed else "float", ranks="any",
+            normalize_features=config.normalize_features,
+            **{k: v for k, v in hp.items() if k != "epochs"})
+
+    def save(self, params, opt, epoch, history):
+        from gnnweave.host.checkpoint import save_checkpoint
+        if self.path is None:
+            return
+        arrays = {f"param:{k}": v for k, v in params.items()}
+        arrays.update({f"opt:{k}": v for k, v in opt.state_arrays().items()})
+        save_checkpoint(self.path, arrays, dict(epoch=epoch, opt_t=opt.t, history=history,
+                                                config=self.fingerprint))
+
+    def load(self):
+        from gnnweave.host.checkpoint import check_compatible, load_checkpoint
+        if self.path is None or not self.path.is_file():
+            return None
+        arrays, meta = load_checkpoint(self.path)
+        check_compatible(self.path, meta.get("config", {}), self.fingerprint)
+        return dict(params={k[6:]: v for k, v in arrays.items() if k.startswith("param:")},
+                    opt={k[4:]: v for k, v in arrays.items() if k.startswith("opt:")},
+                    t=int(meta["opt_t"]), epoch=int(meta["epoch"]),
+                    history=list(meta["history"]))
+
+
+def _evaluate(comm, eng, model, x_in, layers, y_own, splits, totals, loss_sum) -> dict:
+    """Accuracies and validation loss over all ranks, and the step's training loss."""
+    logits, _ = model.forward(eng, x_in, layers, train=False, rng=None)
+    pred = logits.argmax(axis=1)
+    z = logits - logits.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    local = [float(np.count_nonzero(pred[idx] == y_own[idx])) for idx in splits]
+    local.append(float(-logp[splits[1], y_own[splits[1]]].astype(np.float64).sum()))
+    local.append(loss_sum)
+    s = comm.sum(np.array(local, dtype=np.float64), counter="format_bytes")
+    acc = {name: (float(s[i] / totals[i]) if totals[i] else float("nan"))
+           for i, name in enumerate(("train_acc", "val_acc", "test_acc"))}
+    acc["val_loss"] = float(s[3] / max(totals[1], 1))
+    acc["loss"] = float(s[4] / max(totals[0], 1))
+    return acc
+
+
+# --------------------------------------------------------------------------- launching
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_jobs(jobs, timeout_s):
+    """A spawned rank: join the group once, run every job in turn."""
+    comm = Comm.from_env(timeout_s)
+    try:
+        return [run_rank(job, comm) for job in jobs]
+    finally:
+        import torch.distributed as dist
+        dist.destroy_process_group()
+
+
+def launch(jobs, nproc: int, *, max_restarts: int = 0, timeout_s: float = 60.0) -> list[dict]:
+    """Run the TrainConfigs ``jobs`` one after another on ``nproc`` local ranks spawned by
+    torch's elastic launcher (the ranks start, and import torch, once for all jobs);
+    returns rank 0's summaries. A rank that fails stops the others (the launcher ends
+    them) and raises ``torch.distributed.elastic.multiprocessing.errors.ChildFailedError``."""
+    import uuid
+
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    if isinstance(nproc, bool) or not isinstance(nproc, (int, np.integer)) or nproc < 1:
+        raise ValueError(f"--nproc {nproc!r}: expected an integer >= 1")
+    cfg = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=int(nproc),
+                       run_id=f"gnnweave-{uuid.uuid4().hex[:8]}", rdzv_backend="c10d",
+                       rdzv_endpoint=f"127.0.0.1:{_free_port()}", max_restarts=max_restarts,
+                       monitor_interval=0.2, start_method="spawn")
+    out = elastic_launch(cfg, _rank_jobs)([replace(j, nproc=1, dist=True) for j in jobs],
+                         timeout_s)
+    return out[0]
+
+
+def run_distributed(config) -> dict:
+    """``run_training`` over ranks: spawn ``config.nproc`` local ranks, or (``config.dist``)
+    be one rank of a torchrun job. Returns the run's summary (rank 0 writes ``out_dir``)."""
+    if config.dist:
+        comm = Comm.from_env(float(getattr(config, "comm_timeout_s", 60.0)))
+        result = run_rank(config, comm)
+    else:
+        result = launch([config], config.nproc)[0]
+    for r in result["seeds"]:
+        r.pop("params", None)
+    if config.out_dir is not None and int(os.environ.get("RANK", "0")) == 0:
+        import json
+        from pathlib import Path
+        out = Path(config.out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "result.json").write_text(json.dumps(result, indent=2, default=str))
+    return result
