@@ -490,12 +490,11 @@ def run_rank(config, comm: Comm) -> dict:
     key = str(config.model).lower()
     if key not in MODELS:
         raise ValueError(f"TrainConfig.model = {config.model!r}: choose one of gcn, sage, sgc")
-    if config.batch_size is not None:
-        raise ValueError("TrainConfig.batch_size: mini-batch training over ranks is not "
-                         "available; train full-batch (no --batch-size) with --nproc/--dist")
     model_cls = MODELS[key]
     hp = _resolved(config, model_cls)
     data = prepare(config, model_cls)
+    if config.batch_size is not None:
+        return run_rank_minibatch(config, comm, hp, key, data)
     n = data.graph.num_nodes
     if comm.world > n:
         raise ValueError(f"{comm.world} ranks for a graph of {n} nodes")
@@ -780,3 +779,142 @@ def run_distributed(config) -> dict:
         out.mkdir(parents=True, exist_ok=True)
         (out / "result.json").write_text(json.dumps(result, indent=2, default=str))
     return result
+
+
+# --------------------------------------------------------------------------- mini-batch
+
+
+def batch_shares(size: int, fractions) -> np.ndarray:
+    """Cut points ``[k+1]`` splitting a batch of ``size`` seeds over ranks in proportion to
+    ``fractions`` (largest remainders; every rank gets a share, possibly empty)."""
+    fr = np.asarray(fractions, dtype=np.float64)
+    fr = fr / fr.sum()
+    raw = fr * size
+    counts = np.floor(raw).astype(np.int64)
+    short = size - int(counts.sum())
+    counts[np.argsort(-(raw - counts), kind="stable")[:short]] += 1
+    return np.concatenate([[0], np.cumsum(counts)])
+
+
+def run_rank_minibatch(config, comm: Comm, hp, key, data) -> dict:
+    """Mini-batch training over ranks, the graph replicated on every rank.
+
+    Every rank draws the same shuffled global batches (seeded by seed and epoch), so all
+    take the same number of steps by construction; rank ``r`` trains on its share of each
+    batch (in proportion to ``rank_speeds``: a faster rank takes more of the fixed global
+    batch), samples its own blocks, and scales its mean loss gradient by its share of the
+    batch, so the all-reduced sum is the gradient of the whole batch's mean loss."""
+    from gnnweave.host.models import Engine, LayerGraph, make_model, make_optimizer
+    from gnnweave.host.models import softmax_cross_entropy
+    from gnnweave.host.sampling import NeighborSampler, seed_batches
+    from gnnweave.host.timeline import Timeline
+    from gnnweave.host.train import _executor_for, _maybe_sparse, params_digest
+    devices = _devices_of(config, comm.rank)
+    executors = {}
+    dense_name = devices[0] if config.rank_devices else config.device
+    engine = Engine(_executor_for(dense_name, executors, config.executor_options), Timeline())
+    speeds = _speeds(config, comm.world)
+    fractions = np.ones(comm.world) if speeds is None else np.asarray(speeds, dtype=np.float64)
+    if fractions.shape[0] != comm.world or not np.all(fractions > 0):
+        raise ValueError(f"--rank-speeds: {comm.world} positive numbers needed, got {speeds}")
+    per_seed = []
+    try:
+        for seed in config.seed_list():
+            model = make_model(key, data.x.shape[1], data.num_classes, hidden=hp["hidden"],
+                               layers=config.layers, dropout=hp["dropout"], seed=seed)
+            x_in = _maybe_sparse(model.prepare_features(engine, data.graph, data.x),
+                                 config.sparse_input)
+            opt = make_optimizer(config.optimizer, model.params, lr=hp["lr"],
+                                 weight_decay=hp["weight_decay"], decay=model.decay,
+                                 momentum=config.momentum)
+            if model.hops and len(config.fanouts) != model.hops:
+                raise ValueError(f"TrainConfig.fanouts has {len(config.fanouts)} entries, the "
+                                 f"{key} model has {model.hops} layers")
+            sampler = NeighborSampler(data.graph, config.fanouts) if model.hops else None
+            steps = seeds_trained = 0
+            times = []
+            for epoch in range(hp["epochs"]):
+                comm.epoch = epoch
+                t0 = time.perf_counter()
+                batches = seed_batches(data.train_idx, config.batch_size,
+                                       np.random.default_rng([seed, epoch, 0x5A]))
+                for step, batch in enumerate(batches):
+                    cuts = batch_shares(batch.shape[0], fractions)
+                    mine = batch[cuts[comm.rank]:cuts[comm.rank + 1]]
+                    grads = _minibatch_grads(model, engine, sampler, x_in, data, mine,
+                                             mine.shape[0] / batch.shape[0],
+                                             np.random.default_rng([seed, epoch, step,
+                                                                    comm.rank, 0x5B]))
+                    names = sorted(model.params)
+                    flat = comm.sum(np.concatenate([np.asarray(grads[k], np.float64).ravel()
+                                                    for k in names]))
+                    at, out = 0, {}
+                    for k in names:
+                        size = model.params[k].size
+                        out[k] = flat[at:at + size].reshape(model.params[k].shape).astype(np.float32)
+                        at += size
+                    model.params = opt.step(model.params, out)
+                    steps += 1
+                    seeds_trained += mine.shape[0]
+                times.append(time.perf_counter() - t0)
+                digest_every = int(getattr(config, "digest_every", 10) or 0)
+                if digest_every and ((epoch + 1) % digest_every == 0 or epoch + 1 == hp["epochs"]):
+                    comm.check_same(int(params_digest(model.params)[:15], 16),
+                                    f"parameter digest after epoch {epoch + 1}")
+            acc = _full_graph_accuracy(engine, model, x_in, data)
+            mine = np.zeros((3, comm.world), dtype=np.float64)
+            mine[:, comm.rank] = (steps, seeds_trained, float(np.mean(times)) if times else 0.0)
+            every = comm.sum(mine, counter="format_bytes")
+            per_seed.append(dict(seed=seed, **acc, epochs_done=hp["epochs"],
+                                 params_sha256=params_digest(model.params),
+                                 rank_steps=[int(v) for v in every[0]],
+                                 rank_seeds=[int(v) for v in every[1]],
+                                 rank_epoch_seconds=[float(v) for v in every[2]],
+                                 epoch_seconds=float(np.mean(times)) if times else None,
+                                 params={k: np.array(v) for k, v in model.params.items()}))
+    finally:
+        engine.close()
+        for ex in executors.values():
+            ex.close()
+    accs = [r["test_acc"] for r in per_seed]
+    grad_bytes = 8 * sum(int(v.size) for v in model.params.values())
+    return dict(dataset=getattr(data.dataset, "name", str(config.dataset)), model=key,
+                mode="mini-batch", numeric="float", world_size=comm.world,
+                partition_method=None, halo_nodes=None, comm_bytes_per_epoch=0,
+                predicted_comm_bytes_per_epoch=0, allreduce_bytes_per_step=grad_bytes,
+                rank_epoch_seconds=per_seed[-1]["rank_epoch_seconds"],
+                rank_speeds=[float(f) for f in fractions],
+                hyperparameters=dict(hp, layers=config.layers, optimizer=config.optimizer,
+                                     batch_size=config.batch_size,
+                                     fanouts=list(config.fanouts)),
+                test_acc_mean=float(np.mean(accs)), test_acc_std=float(np.std(accs)),
+                epoch_seconds=float(np.mean([r["epoch_seconds"] for r in per_seed])),
+                seeds=per_seed)
+
+
+def _minibatch_grads(model, engine, sampler, x_in, data, seeds, share, rng) -> dict:
+    """Gradients of ``share`` x the mean loss over ``seeds`` (zeros for no seeds: the rank
+    still joins the step's all-reduce)."""
+    from gnnweave.host.models import LayerGraph, softmax_cross_entropy
+    if seeds.shape[0] == 0:
+        return {k: np.zeros_like(v) for k, v in model.params.items()}
+    if sampler is not None:
+        blocks = sampler.sample(seeds, rng)
+        x = x_in[blocks[0].src_nodes]
+        layers = [LayerGraph(b.graph, b.n_dst) for b in blocks]
+    else:
+        x, layers = x_in[seeds], []
+    logits, cache = model.forward(engine, x, layers, train=True, rng=rng)
+    _, d = softmax_cross_entropy(logits, data.y[seeds])
+    return model.backward(engine, d * np.float32(share), cache, layers)
+
+
+def _full_graph_accuracy(engine, model, x_in, data) -> dict:
+    """Accuracy of the replicated model on the whole graph (every rank has it)."""
+    from gnnweave.host.models import LayerGraph
+    layers = [LayerGraph(data.graph, data.graph.num_nodes)] * model.hops
+    logits, _ = model.forward(engine, x_in, layers, train=False, rng=None)
+    pred = logits.argmax(axis=1)
+    return {name: float((pred[idx] == data.y[idx]).mean())
+            for name, idx in (("train_acc", data.train_idx), ("val_acc", data.val_idx),
+                              ("test_acc", data.test_idx))}

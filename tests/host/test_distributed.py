@@ -22,6 +22,14 @@ JOBS = {
                              progress=False),
     "gcn-float-rows": TrainConfig(dataset="cora", model="gcn", device="cpu", epochs=2,
                                   dropout=0.0, partition_method="rows", progress=False),
+    # 140 training seeds in batches of 64: the last batch has 12, split 9 / 3 at speeds 3:1
+    "minibatch": TrainConfig(dataset="cora", model="gcn", epochs=10, batch_size=64,
+                             fanouts=(10, 10), rank_speeds=[3, 1], progress=False),
+    # every neighbour taken and no dropout: the ranks' weighted shares add up to one
+    # process's batch gradient
+    "minibatch-full": TrainConfig(dataset="cora", model="gcn", epochs=3, batch_size=64,
+                                  fanouts=(200, 200), dropout=0.0, rank_speeds=[3, 1],
+                                  progress=False),
 }
 
 
@@ -83,3 +91,19 @@ def test_one_flat_gradient_allreduce_per_step(two_ranks):
     params = sum(v.size for v in r["seeds"][0]["params"].values())
     assert r["allreduce_bytes_per_step"] == params * 8      # float64, once
     assert len(r["rank_epoch_seconds"]) == 2 and min(r["rank_epoch_seconds"]) > 0
+
+
+def test_minibatch_ranks_take_equal_steps_with_shares_by_speed(two_ranks):
+    r = two_ranks["minibatch"]["seeds"][0]
+    assert r["rank_steps"] == [30, 30]              # 3 batches x 10 epochs on both ranks
+    assert r["rank_seeds"] == [1050, 350]           # (48 + 48 + 9) / (16 + 16 + 3) per epoch
+    assert r["test_acc"] > 0.6
+
+
+def test_minibatch_gradients_weighted_by_share_match_one_process(two_ranks):
+    from gnnweave.host.distributed import Comm, run_rank
+    one = run_rank(replace(JOBS["minibatch-full"], rank_speeds=None), Comm())
+    two = two_ranks["minibatch-full"]
+    assert one["seeds"][0]["rank_seeds"] == [3 * 140]
+    for k, v in one["seeds"][0]["params"].items():
+        np.testing.assert_allclose(two["seeds"][0]["params"][k], v, rtol=0, atol=1e-5)
