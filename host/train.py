@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -70,6 +71,7 @@ class TrainConfig:
     checkpoint_every: int = 10
     resume: bool = False
     out_dir: str | None = None           # timeline.png, partition.txt, result.json
+    save_model: str | None = None        # write the first seed's trained model here (.npz)
     cost_model: object = None            # CostModel, its JSON path, or {device: rate}
     rebalance: bool = False              # re-partition after each epoch from measured shard times
     steal: bool = False                  # shard devices steal rows from each other within an aggregation
@@ -131,8 +133,8 @@ def _resolved(config: TrainConfig, model_cls) -> dict:
               weight_decay=(config.weight_decay if config.weight_decay is not None
                             else d.get("weight_decay", 5e-4)),
               epochs=config.epochs if config.epochs is not None else d.get("epochs", 200))
-    if hp["epochs"] < 0:
-        raise ValueError(f"TrainConfig.epochs = {hp['epochs']}: must be >= 0")
+    if hp["epochs"] < 1:
+        raise ValueError(f"TrainConfig.epochs = {hp['epochs']}: must be >= 1")
     if str(config.model).lower() != "sgc":   # SGC: no hidden layer; layers = K hops (0 allowed)
         if hp["hidden"] < 1:
             raise ValueError(f"TrainConfig.hidden = {hp['hidden']}: must be >= 1")
@@ -441,6 +443,10 @@ class Trainer:
             return False
         arrays, meta = load_checkpoint(path)
         check_compatible(path, meta.get("config", {}), self.fingerprint)
+        if int(meta["epoch"]) > self.hp["epochs"]:
+            raise ValueError(f"{path}: the checkpoint is at epoch {int(meta['epoch'])}, past the "
+                             f"{self.hp['epochs']} epochs asked for: give --epochs "
+                             f"{int(meta['epoch'])} or more to continue it")
         params = {k.split(":", 1)[1]: v for k, v in arrays.items() if k.startswith("param:")}
         if set(params) != set(self.model.params):
             raise ValueError(f"{path}: field param has {sorted(params)}, the model needs "
@@ -515,7 +521,7 @@ class Trainer:
         finally:
             tl.enabled = was
         pred = logits.argmax(axis=1)
-        acc = {name: float((pred[idx] == d.y[idx]).mean()) if idx.size else float("nan")
+        acc = {name: float((pred[idx] == d.y[idx]).mean()) if idx.size else None
                for name, idx in (("train_acc", d.train_idx), ("val_acc", d.val_idx),
                                  ("test_acc", d.test_idx))}
         acc["val_loss"] = softmax_cross_entropy(logits, d.y, d.val_idx)[0]
@@ -541,14 +547,15 @@ class Trainer:
                 stats = dict(epoch=e + 1, loss=loss)
                 if (e + 1) % max(cfg.eval_every, 1) == 0 or e + 1 == epochs:
                     stats.update(self.evaluate())
-                    if stats["val_acc"] > self.best["val_acc"]:
+                    if stats["val_acc"] is not None and stats["val_acc"] > self.best["val_acc"]:
                         self.best = dict(val_acc=stats["val_acc"], test_acc=stats["test_acc"],
                                          epoch=e + 1)
                 self.history.append(stats)
                 self.epoch = e + 1
                 self._committed = self._snapshot()
                 bar.update(1)
-                bar.set_postfix(loss=f"{loss:.3f}", val=f"{stats.get('val_acc', float('nan')):.3f}")
+                val = stats.get("val_acc")
+                bar.set_postfix(loss=f"{loss:.3f}", val="-" if val is None else f"{val:.3f}")
                 if cfg.checkpoint_every and self.epoch % cfg.checkpoint_every == 0:
                     self.save()
                 if self.rebalancer is not None:
@@ -590,7 +597,11 @@ def prepare(config: TrainConfig, model_cls) -> Prepared:
          else np.asarray(ds.x, np.float32))
     graph = model_cls.norm_graph(ds.graph)
     y = np.asarray(ds.y, dtype=np.int64)
-    return Prepared(ds, graph, x, y, np.flatnonzero(ds.train_mask), np.flatnonzero(ds.val_mask),
+    train_idx = np.flatnonzero(ds.train_mask)
+    if not train_idx.size:
+        raise ValueError(f"dataset {getattr(ds, 'name', config.dataset)!r}: its training mask "
+                         f"selects no node, so there is nothing to train on")
+    return Prepared(ds, graph, x, y, train_idx, np.flatnonzero(ds.val_mask),
                     np.flatnonzero(ds.test_mask), int(ds.num_classes))
 
 
@@ -600,8 +611,40 @@ def features_are_counts(x) -> bool:
     return not x.size or bool(x.min() >= 0)
 
 
-def run_training(config: TrainConfig) -> dict:
-    """Train ``config.model`` once per seed; returns the JSON-ready summary."""
+def _writable_folder(option: str, path) -> None:
+    """A folder training will write to: refused now if it cannot be, not at the first save."""
+    d = Path(path)
+    if d.exists() and not d.is_dir():
+        raise ValueError(f"TrainConfig.{option} = {str(path)!r}: is a file, not a folder")
+    probe = d
+    while not probe.exists():
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        raise ValueError(f"TrainConfig.{option} = {str(path)!r}: {probe} is not writable")
+
+
+def check_outputs(config: TrainConfig) -> None:
+    """Every path the run will write or read, checked before any training starts."""
+    if config.out_dir is not None:
+        _writable_folder("out_dir", config.out_dir)
+    if config.checkpoint_dir is not None:
+        _writable_folder("checkpoint_dir", config.checkpoint_dir)
+    if config.save_model is not None:
+        from gnnweave.host.modelfile import check_writable
+        check_writable(config.save_model)
+    cm = config.cost_model
+    if isinstance(cm, (str, Path)) and not Path(cm).is_file():
+        raise ValueError(f"TrainConfig.cost_model = {str(cm)!r}: "
+                         + ("is a folder, not a cost model JSON file" if Path(cm).is_dir()
+                            else "no such file"))
+
+
+def run_training(config: TrainConfig, models: list | None = None) -> dict:
+    """Train ``config.model`` once per seed; returns the JSON-ready summary.
+
+    ``models``: a list to which each seed's trained model is appended
+    (:class:`~gnnweave.host.modelfile.SavedModel`); ``config.save_model`` writes the first
+    seed's to a file (its path checked before training starts)."""
     from gnnweave.host.models import MODELS
     key = str(config.model).lower()
     if key not in MODELS:
@@ -609,6 +652,7 @@ def run_training(config: TrainConfig) -> dict:
     if config.select not in ("last", "best_val"):
         raise ValueError(f"TrainConfig.select = {config.select!r}: choose 'last' or 'best_val'")
     model_cls = MODELS[key]
+    check_outputs(config)
     if config.nproc > 1 or config.dist:
         from gnnweave.host.distributed import run_distributed
         return run_distributed(config)
@@ -645,6 +689,7 @@ def run_training(config: TrainConfig) -> dict:
         from gnnweave.host.distributed import invariant_row_sum
         engine.row_sum = invariant_row_sum
     per_seed, interrupted = [], False
+    saved_path = None
     timeline = None
     rebalances: list[dict] = []
     try:
@@ -662,6 +707,13 @@ def run_training(config: TrainConfig) -> dict:
                                                       rebalances, seed)
             res = trainer.run()
             per_seed.append(res)
+            if models is not None or (config.save_model is not None and saved_path is None):
+                from gnnweave.host.modelfile import from_training, save_model
+                snap = from_training(config, trainer, engine, name)
+                if models is not None:
+                    models.append(snap)
+                if config.save_model is not None and saved_path is None:
+                    saved_path = save_model(snap, config.save_model)
             if res["interrupted"]:
                 interrupted = True
                 break
@@ -713,6 +765,7 @@ def run_training(config: TrainConfig) -> dict:
         rebalances=rebalances if config.rebalance else None,
         steals=engine.steals if config.steal else None,
         seeds=[{k: v for k, v in r.items() if k != "history"} for r in per_seed],
+        saved_model=str(saved_path) if saved_path is not None else None,
     )
     if config.batch_size is not None and timeline is not None:
         prep = [r for r in last_records if r.category in ("transfer", "host")]
@@ -855,6 +908,8 @@ def add_train_arguments(parser):
                    help="epochs between checkpoints (0: only at the end and on Ctrl-C)")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--out", default=None, help="folder for result.json, timeline.png, partition.txt")
+    p.add_argument("--save-model", default=None, metavar="PATH",
+                   help="write the trained model (first seed) to PATH (.npz) for gnnweave predict")
     p.add_argument("--cost-model", default=None, help="cost model JSON (fills predicted_vs_measured)")
     p.add_argument("--rebalance", action="store_true",
                    help="re-partition after each epoch from the measured shard times")
@@ -908,6 +963,7 @@ def config_from_args(args) -> TrainConfig:
         overlap_chunks=a["overlap_chunks"],
         select=a["select"], checkpoint_dir=a["checkpoint_dir"],
         checkpoint_every=a["checkpoint_every"], resume=a["resume"], out_dir=a["out"],
+        save_model=a.get("save_model"),
         cost_model=a["cost_model"], rebalance=a["rebalance"] or auto, steal=a["steal"],
         progress=not a["no_progress"], nproc=a["nproc"], dist=a["dist"],
         rank_devices=a["rank_devices"],
