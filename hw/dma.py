@@ -15,7 +15,7 @@ All clients see plain valid/ready streams; nothing here knows about graphs.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Elaboratable, Module, Mux, Signal
+from amaranth.hdl import Const, Elaboratable, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream
 
 from .axi import BOUNDARY_BYTES, Burst, Resp, size_code
@@ -284,14 +284,28 @@ class WritePort(Elaboratable):
 
     Push a burst into ``address`` (``w_en``/``w_data``/``w_rdy`` of a FIFO) and its beats
     into ``beats`` (``last`` on the final beat of each burst); AXI lets W run ahead of AW.
+
+    With ``coalesce`` the client pushes single beats only (``len`` 0, ``last`` set) and the
+    port joins consecutive ones (each beat's address the previous one's plus a beat) into
+    INCR bursts of up to ``max_burst`` beats, never across a 4 KiB boundary, keeping every
+    beat's WSTRB. A burst closes when the next beat is not consecutive, when it is full,
+    at a 4 KiB boundary, or when no beat is waiting; its AW leaves once all its beats are
+    queued, so W never waits for data inside a burst. A burst covers only bytes of beats
+    the client pushed, so a client that checks every beat against its buffer keeps every
+    burst inside it. :attr:`idle` then also waits for the bursts being formed.
     """
 
-    def __init__(self, bus, *, beat_depth: int = 16, address_depth: int = 4):
+    def __init__(self, bus, *, beat_depth: int = 16, address_depth: int = 4,
+                 coalesce: bool = False, max_burst: int = 16):
+        if coalesce and not 2 <= max_burst <= 256:
+            raise ValueError(f"WritePort max_burst must be in 2..256, not {max_burst}")
         self.bus = bus
         aw = len(bus.awaddr)
         dw = len(bus.wdata)
         self._aw_layout = write_address_layout(aw)
         self._w_layout = write_beat_layout(dw)
+        self.coalesce = coalesce
+        self.max_burst = max_burst
         self.address = fifo.SyncFIFOBuffered(width=self._aw_layout.size, depth=address_depth)
         self.beats = fifo.SyncFIFOBuffered(width=self._w_layout.size, depth=beat_depth)
         self.enable = Signal(init=1)
@@ -300,35 +314,82 @@ class WritePort(Elaboratable):
         self.outstanding = Signal(16)  # bursts issued on AW without their B yet
         self.idle = Signal()
 
+    def _coalescer(self, m):
+        """Single beats from the client queues -> (AW queue, W queue) of whole bursts;
+        returns the two queues and a signal that is high while a burst is being formed."""
+        bpb = len(self.bus.wdata) // 8
+        aw_q = fifo.SyncFIFOBuffered(width=self._aw_layout.size, depth=4)
+        w_q = fifo.SyncFIFOBuffered(width=self._w_layout.size, depth=self.max_burst + 2)
+        m.submodules.burst_address = aw_q
+        m.submodules.burst_beats = w_q
+        head = data.View(self._aw_layout, self.address.r_data)
+        beat = data.View(self._w_layout, self.beats.r_data)
+
+        forming = Signal()                       # a burst is open; its last beat is `tail`
+        start = Signal.like(head.addr)
+        next_addr = Signal.like(head.addr)
+        count = Signal(range(self.max_burst + 1))
+        tail = Signal(self._w_layout)
+        available = self.address.r_rdy & self.beats.r_rdy
+        room = aw_q.w_rdy & (w_q.level < w_q.depth - 1)
+        joins = forming & (head.addr == next_addr) & (count < self.max_burst) & \
+            (head.addr[:12] != 0)
+        take = available & room
+        close = forming & room & ((available & ~joins) | ~available)
+        aw_out = data.Signal(self._aw_layout)
+        w_out = data.Signal(self._w_layout)
+        m.d.comb += [
+            aw_out.addr.eq(start), aw_out.len.eq(count - 1),
+            w_out.data.eq(tail.data), w_out.strb.eq(tail.strb), w_out.last.eq(close),
+            aw_q.w_data.eq(aw_out), aw_q.w_en.eq(close),
+            w_q.w_data.eq(w_out), w_q.w_en.eq(close | (take & joins)),
+            self.address.r_en.eq(take), self.beats.r_en.eq(take),
+        ]
+        with m.If(close):
+            m.d.sync += forming.eq(0)
+        with m.If(take):
+            m.d.sync += [forming.eq(1), tail.eq(beat), next_addr.eq(head.addr + bpb)]
+            with m.If(joins):
+                m.d.sync += count.eq(count + 1)
+            with m.Else():
+                m.d.sync += [start.eq(head.addr), count.eq(1)]
+        return aw_q, w_q, forming
+
     def elaborate(self, platform):
         m = Module()
         bus = self.bus
         m.submodules.address = self.address
         m.submodules.beats = self.beats
-        head = data.View(self._aw_layout, self.address.r_data)
-        beat = data.View(self._w_layout, self.beats.r_data)
+        if self.coalesce:
+            aw_q, w_q, forming = self._coalescer(m)
+        else:
+            aw_q, w_q, forming = self.address, self.beats, Const(0)
+        head = data.View(self._aw_layout, aw_q.r_data)
+        beat = data.View(self._w_layout, w_q.r_data)
         aw_fire = bus.awvalid & bus.awready
         w_fire = bus.wvalid & bus.wready
         b_fire = bus.bvalid & bus.bready
+        queued = (self.address.level == 0) & (self.beats.level == 0)
+        if self.coalesce:
+            queued &= (aw_q.level == 0) & (w_q.level == 0) & ~forming
         m.d.comb += [
-            bus.awvalid.eq(self.address.r_rdy),
+            bus.awvalid.eq(aw_q.r_rdy),
             bus.awaddr.eq(head.addr),
             bus.awlen.eq(head.len),
             bus.awsize.eq(size_code(len(bus.wdata))),
             bus.awburst.eq(Burst.INCR),
             bus.awid.eq(0),
-            self.address.r_en.eq(aw_fire),
-            bus.wvalid.eq(self.beats.r_rdy),
+            aw_q.r_en.eq(aw_fire),
+            bus.wvalid.eq(w_q.r_rdy),
             bus.wdata.eq(beat.data),
             bus.wstrb.eq(beat.strb),
             bus.wlast.eq(beat.last),
-            self.beats.r_en.eq(w_fire),
+            w_q.r_en.eq(w_fire),
             bus.bready.eq(1),
             self.beat.eq(w_fire),
             self.resp_error.eq(b_fire & (bus.bresp >= Resp.SLVERR)),
             # levels, not r_rdy: a buffered FIFO raises r_rdy a cycle or more after the push
-            self.idle.eq((self.address.level == 0) & (self.beats.level == 0) &
-                         (self.outstanding == 0)),
+            self.idle.eq(queued & (self.outstanding == 0)),
         ]
         m.d.sync += self.outstanding.eq(self.outstanding + aw_fire - b_fire)
         return m
