@@ -9,7 +9,9 @@
 
 Keyword options of :func:`train` are the fields of
 :class:`gnnweave.host.train.TrainConfig` (``device``, ``devices``, ``partition``,
-``hidden``, ``epochs``, ``lr``, ``batch_size``, ``fanouts``, ...).
+``hidden``, ``epochs``, ``lr``, ``batch_size``, ``fanouts``, ...); ``device``, ``devices`` and
+``partition`` mean what ``gnnweave train``'s options do (``partition="auto"`` splits the
+aggregation over ``devices`` and rebalances it after each epoch).
 """
 from __future__ import annotations
 
@@ -55,15 +57,22 @@ class TrainedModel:
 
     def __repr__(self) -> str:
         s = self.saved
-        return (f"TrainedModel({s.model}, {s.in_dim} -> {s.hidden} x {s.layers} -> {s.out_dim}, "
-                f"trained on {s.dataset!r}, test_acc={s.test_acc})")
+        return (f"TrainedModel({s.model}, {s.layers} layers, {s.in_dim} -> {s.out_dim} "
+                f"(hidden {s.hidden}), trained on {s.dataset!r}, test_acc={s.test_acc})")
 
 
 def train(dataset="cora", model: str = "gcn", *, seed: int = 0, **options) -> TrainedModel:
     """Train one model (one seed) and return it; ``options`` are TrainConfig fields."""
-    from gnnweave.host.train import TrainConfig, run_training
+    from gnnweave.host.train import TrainConfig, _placement_args, run_training
     if "seeds" in options:
         raise TypeError("train() trains one model: give seed=N, not seeds")
+    # device, devices and partition mean what they mean on the command line
+    # (partition="auto": an even split rebalanced after each epoch)
+    device, partition, rebalance = _placement_args(options.pop("device", None),
+                                                   options.get("devices"),
+                                                   options.pop("partition", None))
+    options.update(device=device, partition=partition,
+                   rebalance=options.get("rebalance", False) or rebalance)
     models: list = []
     result = run_training(TrainConfig(dataset=dataset, model=model, seeds=(seed,), **options),
                           models=models)

@@ -148,3 +148,12 @@ def test_pyg_export_computes_what_the_model_computes(name):
         theirs = forward().numpy()
     ours = model.predict().logits
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_python_api_takes_the_command_lines_placement_words(tmp_path):
+    model = gnnweave.train(SBM, devices=["fpga-emu", "cpu"], partition="auto", epochs=3,
+                           progress=False)
+    assert model.result["rebalances"] is not None          # auto: rebalanced each epoch
+    assert set(model.result["shares"]) == {"fpga-emu", "cpu"}
+    res = gnnweave.load_model(model.save(tmp_path / "m.npz")).predict()
+    assert res.devices == ["fpga-emu", "cpu"] and res.test_acc == model.test_acc
