@@ -561,8 +561,9 @@ def run_rank(config, comm: Comm) -> dict:
     accs = [r["test_acc"] for r in per_seed]
     return dict(
         dataset=getattr(data.dataset, "name", str(config.dataset)), model=key,
-        mode="full-batch", numeric="fixed" if fixed_all else "float",
-        world_size=comm.world, rank_devices={comm.rank: devices},
+        device=dense_name, mode="full-batch", numeric="fixed" if fixed_all else "float",
+        world_size=comm.world,
+        rank_devices={r: _devices_of(config, r) for r in range(comm.world)},
         partition_method=ran, partition_requested=method, partition=report,
         halo_nodes=report["halo_nodes"],
         hyperparameters=dict(hp, layers=config.layers, optimizer=config.optimizer),
@@ -572,6 +573,7 @@ def run_rank(config, comm: Comm) -> dict:
         predicted_comm_bytes_per_epoch=report["predicted_bytes_per_step"],
         allreduce_bytes_per_step=per_seed[-1]["allreduce_bytes_per_step"],
         rank_epoch_seconds=per_seed[-1]["rank_epoch_seconds"],
+        rank_timeline=per_seed[-1].pop("rank_timeline"),
         saturations=eng.saturations,
         seeds=per_seed)
 
@@ -608,6 +610,7 @@ def _train_seed(config, comm, eng, hp, key, data, block, x_own, y_own, splits, s
     rng = CounterDropout(seed, block.own)
     epochs = hp["epochs"]
     history, times, halo_per_epoch, ar_per_step = [], [], 0, 0
+    last_step = None
     ckpt = _Checkpoints(config, hp, key, seed, data, eng.fixed)
     epoch, resumed_from = 0, None
     if config.resume:
@@ -625,12 +628,14 @@ def _train_seed(config, comm, eng, hp, key, data, block, x_own, y_own, splits, s
             rng.epoch = comm.epoch = epoch
             h0, a0 = comm.halo_bytes, comm.allreduce_bytes
             t0 = time.perf_counter()
+            first_record = len(comm.records)
             logits, cache = model.forward(eng, x_in, layers, train=True, rng=rng)
             loss_sum, dlogits = _loss_and_grad(logits, y_own, train_local, totals[0])
             grads = model.backward(eng, dlogits, cache, layers)
             grads = eng.reduce_gradients(grads)
             model.params = opt.step(model.params, grads)
             times.append(time.perf_counter() - t0)
+            last_step = (t0, times[-1], comm.records[first_record:])
             halo_per_epoch = comm.halo_bytes - h0
             ar_per_step = comm.allreduce_bytes - a0
             epoch += 1
@@ -657,7 +662,8 @@ def _train_seed(config, comm, eng, hp, key, data, block, x_own, y_own, splits, s
     halo_total = int(comm.sum(np.array([halo_per_epoch], dtype=np.int64),
                               counter="format_bytes")[0])
     final = history[-1] if history else {}
-    return dict(seed=seed, test_acc=final.get("test_acc"), val_acc=final.get("val_acc"),
+    timeline = _gather_timeline(comm, last_step if epoch > 0 and times else None)
+    return dict(seed=seed, test_acc=final.get("test_acc"), rank_timeline=timeline, val_acc=final.get("val_acc"),
                 train_acc=final.get("train_acc"), epochs_done=epoch, resumed_from=resumed_from,
                 checkpoint=str(ckpt.path) if ckpt.path else None,
                 final_loss=final.get("loss"), params_sha256=digest(model.params),
@@ -778,6 +784,11 @@ def run_distributed(config) -> dict:
         out = Path(config.out_dir)
         out.mkdir(parents=True, exist_ok=True)
         (out / "result.json").write_text(json.dumps(result, indent=2, default=str))
+        if result.get("rank_timeline"):
+            result["timeline_png"] = str(plot_rank_timeline(
+                result["rank_timeline"], out / "timeline.png",
+                f"{result['model']} on {result['dataset']}: last training step on "
+                f"{result['world_size']} ranks"))
     return result
 
 
@@ -879,7 +890,7 @@ def run_rank_minibatch(config, comm: Comm, hp, key, data) -> dict:
     accs = [r["test_acc"] for r in per_seed]
     grad_bytes = 8 * sum(int(v.size) for v in model.params.values())
     return dict(dataset=getattr(data.dataset, "name", str(config.dataset)), model=key,
-                mode="mini-batch", numeric="float", world_size=comm.world,
+                device=dense_name, mode="mini-batch", numeric="float", world_size=comm.world,
                 partition_method=None, halo_nodes=None, comm_bytes_per_epoch=0,
                 predicted_comm_bytes_per_epoch=0, allreduce_bytes_per_step=grad_bytes,
                 rank_epoch_seconds=per_seed[-1]["rank_epoch_seconds"],
@@ -918,3 +929,54 @@ def _full_graph_accuracy(engine, model, x_in, data) -> dict:
     return {name: float((pred[idx] == data.y[idx]).mean())
             for name, idx in (("train_acc", data.train_idx), ("val_acc", data.val_idx),
                               ("test_acc", data.test_idx))}
+
+
+# --------------------------------------------------------------------------- timeline
+
+_CATEGORIES = ("exchange", "allreduce")
+_MAX_RECORDS = 512
+
+
+def _gather_timeline(comm: Comm, last_step) -> list[dict]:
+    """Every rank's last training step: its length and its collectives, in seconds from
+    the step's start on the rank's own clock (ranks' clocks are not compared)."""
+    mine = np.zeros((comm.world, _MAX_RECORDS + 1, 3), dtype=np.float64)
+    if last_step is not None:
+        t0, seconds, records = last_step
+        mine[comm.rank, 0] = (seconds, len(records), 0)
+        for i, (cat, a, b, nbytes) in enumerate(records[:_MAX_RECORDS]):
+            mine[comm.rank, i + 1] = (_CATEGORIES.index(cat), a - t0, b - t0)
+    every = comm.sum(mine.reshape(-1), counter="format_bytes").reshape(mine.shape)
+    out = []
+    for r in range(comm.world):
+        seconds, count = every[r, 0, 0], int(min(every[r, 0, 1], _MAX_RECORDS))
+        spans = [dict(category=_CATEGORIES[int(c)], start=float(a), end=float(b))
+                 for c, a, b in every[r, 1:count + 1]]
+        out.append(dict(rank=r, step_seconds=float(seconds), spans=spans))
+    return out
+
+
+def plot_rank_timeline(timeline: list[dict], path, title: str = ""):
+    """One row per rank: the step's compute (what is not a collective), halo exchanges and
+    all-reduces (which include the time a rank waits for the others in them)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    colours = {"compute": "#4c72b0", "exchange": "#dd8452", "allreduce": "#c44e52"}
+    fig, ax = plt.subplots(figsize=(9, 1 + 0.6 * len(timeline)))
+    for row in timeline:
+        y = row["rank"]
+        ax.barh(y, row["step_seconds"], left=0, color=colours["compute"], height=0.6)
+        for span in row["spans"]:
+            ax.barh(y, span["end"] - span["start"], left=span["start"], height=0.6,
+                    color=colours[span["category"]])
+    ax.set_yticks([r["rank"] for r in timeline], [f"rank {r['rank']}" for r in timeline])
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds from the step's start (each rank's own clock)")
+    ax.legend(handles=[matplotlib.patches.Patch(color=c, label=k) for k, c in colours.items()],
+              loc="upper right", fontsize=8)
+    ax.set_title(title or "training step per rank")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

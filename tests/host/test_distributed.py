@@ -93,6 +93,19 @@ def test_one_flat_gradient_allreduce_per_step(two_ranks):
     assert len(r["rank_epoch_seconds"]) == 2 and min(r["rank_epoch_seconds"]) > 0
 
 
+def test_rank_timeline_shows_each_ranks_collectives(two_ranks, tmp_path):
+    from gnnweave.host.distributed import plot_rank_timeline
+    timeline = two_ranks["gcn-float"]["rank_timeline"]
+    assert [t["rank"] for t in timeline] == [0, 1]
+    for t in timeline:
+        kinds = [s["category"] for s in t["spans"]]
+        # 2 layers: 2 forward and 2 backward exchanges, then the gradient all-reduce
+        assert kinds.count("exchange") == 4 and "allreduce" in kinds
+        assert all(0 <= s["start"] <= s["end"] <= t["step_seconds"] for s in t["spans"])
+    png = plot_rank_timeline(timeline, tmp_path / "t.png")
+    assert png.stat().st_size > 1000
+
+
 def test_minibatch_ranks_take_equal_steps_with_shares_by_speed(two_ranks):
     r = two_ranks["minibatch"]["seeds"][0]
     assert r["rank_steps"] == [30, 30]              # 3 batches x 10 epochs on both ranks
