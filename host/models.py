@@ -174,7 +174,7 @@ class Engine:
         g = transposed(graph) if transpose else graph
         lo, hi = rows
         sizes = dict(edges=int(g.indptr[hi] - g.indptr[lo]), rows=hi - lo, feat=int(x.shape[1]),
-                     nodes=int(g.num_nodes))
+                     nodes=int(g.num_nodes), transpose=int(bool(transpose)))
         res, seconds = self.timeline.call_timed(ex, "aggregate", graph, x, reduce, rows=rows,
                                                 transpose=transpose, sizes=sizes)
         return res.value, seconds

@@ -177,16 +177,40 @@ def busy_fractions(records: list[OpRecord]) -> dict[str, dict[str, float]]:
     return out
 
 
-def plot_timeline(timeline: Timeline | list[OpRecord], path, *, epochs=None, title: str = "") -> Path:
-    """PNG with one row per device: compute (blue), transfer (orange), idle (the gaps);
-    host-side sampling (green) on a 'host' row when there is any.
+# what each op is, as the timeline labels it: (label, colour)
+OP_LABELS = {
+    ("aggregate", 0): ("aggregate fwd", "tab:blue"),
+    ("aggregate", 1): ("aggregate bwd", "tab:cyan"),
+    ("dense_forward", 0): ("transform fwd", "tab:purple"),
+    ("dense_input_grad", 0): ("transform bwd (dX)", "tab:pink"),
+    ("dense_weight_grad", 0): ("transform bwd (dW)", "tab:red"),
+    ("transfer_in", 0): ("copy in", "tab:orange"),
+    ("transfer_out", 0): ("copy out", "gold"),
+    ("sample", 0): ("sampling", "tab:green"),
+}
+CLOCK_NAMES = {"device": "device clock", "cpu": "thread CPU time", "wall": "host wall clock"}
 
-    Intervals are host-clock wall intervals of the calls, so rows show what ran
-    concurrently; the legend gives each device's compute/transfer/idle share of the span.
+
+def op_label(record: OpRecord) -> tuple[str, str]:
+    """``(label, colour)`` of a record: the operation and, for aggregations, its pass."""
+    key = (record.op, int(record.sizes.get("transpose", 0)) if record.op == "aggregate" else 0)
+    return OP_LABELS.get(key, (record.op, "0.45"))
+
+
+def plot_timeline(timeline: Timeline | list[OpRecord], path, *, epochs=None, title: str = "") -> Path:
+    """PNG of one training step: one row per device, each block one operation (aggregate /
+    transform, forward / backward, copies, sampling), time in ms from the step's start.
+
+    A block starts where the host issued the call and lasts the op's measured time on the
+    device's own clock (named on its row: the cycle counters or cycle model on FPGA kinds,
+    the thread's CPU time on ``cpu``, else host wall time), so each row's busy time is the
+    figure the partition table reports for that device. The row label gives the busy share
+    of the step on that clock.
     """
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     records = timeline.records if isinstance(timeline, Timeline) else list(timeline)
     if epochs is not None:
@@ -195,34 +219,39 @@ def plot_timeline(timeline: Timeline | list[OpRecord], path, *, epochs=None, tit
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     devices = list(dict.fromkeys(r.device for r in records))
-    fig, ax = plt.subplots(figsize=(11, 1.0 + 0.6 * max(1, len(devices))))
+    fig, ax = plt.subplots(figsize=(12, 1.4 + 0.7 * max(1, len(devices))))
+    used: dict[str, str] = {}
     if records:
         t0 = min(r.start for r in records)
-        t1 = max(r.end for r in records)
-        fr = busy_fractions(records)
-        colors = {"compute": "tab:blue", "transfer": "tab:orange", "host": "tab:green"}
+        span = max(max(r.end, r.start + r.measured_seconds) for r in records) - t0
+        clocks = measured_clocks(records)
+        labels = []
         for row, dev in enumerate(devices):
-            ax.broken_barh([(t0, t1 - t0)], (row - 0.4, 0.8), facecolors="0.92")
-            for cat, color in colors.items():
-                bars = [(r.start, max(r.end - r.start, 1e-9)) for r in records
-                        if r.device == dev and r.category == cat]
-                if bars:
-                    ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=color)
+            mine = [r for r in records if r.device == dev]
+            for r in mine:
+                label, color = op_label(r)
+                used[label] = color
+                x, w = 1e3 * (r.start - t0), max(1e3 * r.measured_seconds, 1e-6)
+                ax.broken_barh([(x, w)], (row - 0.38, 0.76), facecolors=color,
+                               edgecolors="white", linewidth=0.3)
+                if w > 0.06 * 1e3 * span:
+                    ax.text(x + w / 2, row, label, ha="center", va="center", fontsize=7,
+                            color="white", clip_on=True)
+            busy = sum(r.measured_seconds for r in mine)
+            clock = "host" if dev == "host" else clocks.get(dev, "wall")
+            labels.append(f"{dev}\n{CLOCK_NAMES.get(clock, clock)}\n"
+                          f"busy {1e3 * busy:.2f} ms ({100 * busy / span:.0f} %)" if span > 0
+                          else dev)
         ax.set_yticks(range(len(devices)))
-        ax.set_yticklabels([f"{d}\n" + (f"{100 * fr[d]['host']:.0f}% sampling / " if d == "host" else
-                                        f"{100 * fr[d]['compute']:.0f}% c / "
-                                        f"{100 * fr[d]['transfer']:.0f}% t / ")
-                            + f"{100 * fr[d]['idle']:.0f}% idle" for d in devices], fontsize=8)
-        ax.set_xlim(t0, t1)
-        from matplotlib.patches import Patch
-        handles = [Patch(color="tab:blue", label="compute"),
-                   Patch(color="tab:orange", label="transfer"), Patch(color="0.92", label="idle")]
-        if "host" in devices:
-            handles.append(Patch(color="tab:green", label="host sampling"))
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8)
-    ax.set_xlabel("host time (s)")
-    ax.set_title(title or "device timeline")
+        ax.set_yticklabels(labels, fontsize=8)
+        ax.set_xlim(0, 1e3 * span)
+        ax.legend(handles=[Patch(color=c, label=l) for l, c in used.items()], loc="upper left",
+                  bbox_to_anchor=(1.005, 1.0), fontsize=8, title="operation", title_fontsize=8)
+    ax.set_xlabel("time from the start of the step (ms); block length on the row's clock")
+    ax.set_title(title or "training step")
     ax.invert_yaxis()
+    ax.grid(axis="x", color="0.9", linewidth=0.6)
+    ax.set_axisbelow(True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -308,6 +337,6 @@ def interval_overlap(a: list[OpRecord], b: list[OpRecord]) -> float:
     return total
 
 
-__all__ = ["OpRecord", "Timeline", "busy_fractions", "plot_timeline", "measured_clocks",
+__all__ = ["OpRecord", "Timeline", "busy_fractions", "plot_timeline", "op_label", "measured_clocks",
            "partition_rows_table",
            "format_partition_table", "interval_overlap"]
