@@ -64,7 +64,12 @@ DEFAULT_MEM_BASE = 0x1_0000_0000
 
 # stats order of gw_stats
 _STATS = ("cycles", "ar_bursts", "aw_bursts", "r_beats", "w_beats", "faults",
-          "protocol_errors", "reads_in_flight", "writes_in_flight")
+          "protocol_errors", "reads_in_flight", "writes_in_flight", "region_violations",
+          "injected_errors", "reordered_bursts", "row_misses")
+#: AXI responses :meth:`NativeAggregator.inject_error` can answer with.
+ERROR_RESPONSES = {"SLVERR": 2, "DECERR": 3}
+#: Default row-miss penalty of the memory model's open-row DRAM (cycles).
+ROW_MISS_CYCLES = 12
 
 
 class NativeBuildError(RuntimeError):
@@ -360,6 +365,10 @@ def _load(path: Path) -> ctypes.CDLL:
             "gw_first_fault": (i32, [vp, ctypes.c_char_p, i32]),
             "gw_clear_faults": (None, [vp]),
             "gw_bus_bytes": (u32, []),
+            "gw_set_memory_model": (None, [vp, i32, i32, u32, i32, u32, u64]),
+            "gw_inject_error": (None, [vp, i32, u64, u32]),
+            "gw_clear_injections": (None, [vp]),
+            "gw_set_regions": (None, [vp, i32, ctypes.POINTER(u64), i32]),
             "gw_set_one_eval": (i32, [vp, i32]),
             "gw_set_check_one_eval": (None, [vp, i32]),
             "gw_one_eval_mismatches": (u64, [vp]),
@@ -442,6 +451,55 @@ class NativeAggregator:
         with self._lock:
             self._lib.gw_set_read_stall(self._h(), int(bool(stall)))
 
+    def set_memory_model(self, *, reorder: bool = False, jitter: int = 0, dram: bool = False,
+                         row_miss: int = ROW_MISS_CYCLES, seed: int = 0, on: bool = True):
+        """A memory that answers like a board's interconnect and DRAM (``on=False``: the
+        exact bench timing again). Every read burst waits ``latency`` plus a random 0..
+        ``jitter`` cycles (write responses the same jitter); ``dram``: an 8-bank open-row
+        DRAM with 64-byte access granularity shared by all bursts, ``row_miss`` cycles per
+        row miss; ``reorder``: bursts of different IDs are answered in the order they
+        become ready (each ID's in its own order)."""
+        for name, value in (("jitter", jitter), ("row_miss", row_miss)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
+                    not 0 <= int(value) < 1 << 20:
+                raise ValueError(f"set_memory_model: {name} must be an integer in 0..2**20-1, "
+                                 f"not {value!r}")
+        with self._lock:
+            self._lib.gw_set_memory_model(self._h(), int(bool(on)), int(bool(reorder)),
+                                          int(jitter), int(bool(dram)), int(row_miss),
+                                          int(seed) & (1 << 64) - 1)
+
+    def inject_error(self, kind: str = "read", after: int = 0, resp: str = "SLVERR"):
+        """Answer the ``after``-th ``kind`` (``"read"`` or ``"write"``) burst from now (0:
+        the next) with ``resp`` (``"SLVERR"`` or ``"DECERR"``): a read returns its beats
+        with that RRESP, a write is dropped and answered with that BRESP."""
+        if kind not in ("read", "write"):
+            raise ValueError(f"inject_error: kind must be 'read' or 'write', not {kind!r}")
+        if resp not in ERROR_RESPONSES:
+            raise ValueError(f"inject_error: resp must be one of {sorted(ERROR_RESPONSES)}, "
+                             f"not {resp!r}")
+        if int(after) < 0:
+            raise ValueError(f"inject_error: after must be >= 0, not {after}")
+        with self._lock:
+            self._lib.gw_inject_error(self._h(), int(kind == "write"), int(after),
+                                      ERROR_RESPONSES[resp])
+
+    def clear_injections(self):
+        with self._lock:
+            self._lib.gw_clear_injections(self._h())
+
+    def set_regions(self, *, read=None, write=None):
+        """The buffers bursts may touch, ``[(addr, size), ...]`` per kind (``None``: leave
+        that kind as it is, ``[]``: stop checking it). A burst reaching outside every buffer
+        of its kind counts in ``stats()["region_violations"]`` (and is still performed)."""
+        with self._lock:
+            for write_kind, regions in ((0, read), (1, write)):
+                if regions is None:
+                    continue
+                flat = [v for a, n in regions for v in (int(a), int(a) + int(n))]
+                arr = (ctypes.c_uint64 * max(len(flat), 1))(*flat)
+                self._lib.gw_set_regions(self._h(), write_kind, arr, len(flat) // 2)
+
     def set_one_eval(self, on: bool) -> bool:
         """One ``eval()`` per cycle (default where the Verilated model allows it) or two
         (clock high, clock low); returns the mode now in force. Cycle timing is the same."""
@@ -521,9 +579,11 @@ class NativeJobResult:
     cycles: int               # harness cycles from the ap_start write to the interrupt
     wall_seconds: float       # host time of the run (start to done)
     memory: np.ndarray        # the image after the run
-    faults: int               # beats outside the memory + malformed bursts in this run
+    faults: int               # beats outside the memory, malformed bursts and bursts
+                              # outside the job's configured buffers in this run
     first_fault: str          # the first of the device's lifetime (clear_faults resets)
     timed_out: bool = False
+    region_violations: int = 0  # bursts outside the job's configured buffers
 
 
 def _regmap(config: str):
@@ -544,10 +604,21 @@ def read_register(sim: NativeAggregator, reg) -> int:
     return value
 
 
+def job_buffers(job) -> tuple[list, list]:
+    """The buffers an :class:`~gnnweave.layout.AggregateJob` configures: ``(read, write)``
+    lists of ``(addr, size)`` (weights only when the job uses them)."""
+    regs = job.registers()
+    reads = [(regs[f"{n}_addr"], regs[f"{n}_size"]) for n in ("indptr", "indices", "feat")]
+    if regs.get("use_weights"):
+        reads.append((regs["weights_addr"], regs["weights_size"]))
+    return reads, [(regs["out_addr"], regs["out_size"])]
+
+
 def run_job(job, *, latency: int = 32, config: str = "small", max_cycles: int | None = None,
             sim: NativeAggregator | None = None, max_outstanding: int = 64) -> NativeJobResult:
     """Run one :class:`~gnnweave.layout.AggregateJob` on the native device (a fresh one
-    unless ``sim`` is given; its memory is replaced by the job's image)."""
+    unless ``sim`` is given; its memory is replaced by the job's image). Every burst is
+    checked against the buffers the job configures (:func:`job_buffers`)."""
     from gnnweave.hw.regmap import CTRL_OFFSET, GIE_OFFSET, IER_OFFSET, ISR_OFFSET, CtrlBit
     regmap = _regmap(config)
     image = job.memory_image()
@@ -557,6 +628,8 @@ def run_job(job, *, latency: int = 32, config: str = "small", max_cycles: int | 
     else:
         sim.set_memory(image, job.base_addr)
         sim.set_latency(latency, max_outstanding)
+    reads, writes = job_buffers(job)
+    sim.set_regions(read=reads, write=writes)
     before = sim.stats()
     for name, value in job.registers().items():
         write_register(sim, regmap[name], value)
@@ -576,12 +649,15 @@ def run_job(job, *, latency: int = 32, config: str = "small", max_cycles: int | 
     sim.reg_read(CTRL_OFFSET)          # clear-on-read ap_done
     counters = {r.name: read_register(sim, r) for r in regmap if r.access.name == "RO"}
     after = sim.stats()
+    sim.set_regions(read=[], write=[])
+    outside = after["region_violations"] - before["region_violations"]
     faults = (after["faults"] - before["faults"]) + \
-        (after["protocol_errors"] - before["protocol_errors"])
+        (after["protocol_errors"] - before["protocol_errors"]) + outside
     return NativeJobResult(out=job.read_output(image), counters=counters,
                            status=int(counters["status"]), cycles=cycles, wall_seconds=wall,
                            memory=image, faults=faults,
-                           first_fault=sim.first_fault(), timed_out=timed_out)
+                           first_fault=sim.first_fault(), timed_out=timed_out,
+                           region_violations=outside)
 
 
 # ----------------------------------------------------------------------------- overlay files
@@ -823,13 +899,25 @@ class SimDevice(_device_base()):
     (the polling read) that finds the engine busy (neither done nor idle) runs the
     simulation until the ``interrupt`` output rises or ``poll_cycles`` cycles pass, then
     reads CTRL again; :meth:`advance` does the same on request.
+
+    With ``check_buffers`` the device remembers the register writes and, at every
+    ``ap_start``, tells the memory the buffers the host configured for the selected unit
+    (Aggregator: indptr, indices, feat, weights when used; out written. MacArray: p, q,
+    bias when used; out written); any burst outside them is counted
+    (:meth:`memory_faults`, ``stats()["region_violations"]``). Other units run unchecked.
     """
+
+    #: Buffers each unit reads and writes: (read buffer names, written, {buffer: the
+    #: register that says it is used}).
+    UNIT_BUFFERS = {0: (("indptr", "indices", "feat", "weights"), ("out",), {"weights": "use_weights"}),
+                    1: (("p", "q", "bias"), ("out",), {"bias": "use_bias"})}
 
     _probe_priority_ = None   # never enumerated: a SimDevice is made explicitly
 
     def __init__(self, mem_size: int = 1 << 26, *, mem_base: int = DEFAULT_MEM_BASE,
                  latency: int = 32, config: str = "small", poll_cycles: int = 1 << 14,
-                 max_outstanding: int = 64, tag: str = "gnnweave-sim"):
+                 max_outstanding: int = 64, tag: str = "gnnweave-sim",
+                 check_buffers: bool = False):
         if int(mem_size) <= 0 or int(mem_size) % 4096:
             raise ValueError(f"mem_size must be a positive multiple of 4096, not {mem_size}")
         if int(mem_base) % 4096:
@@ -850,6 +938,8 @@ class SimDevice(_device_base()):
         self.default_memory = _SimMemory(self)
         self._buffer_cls = _buffer_class()
         self._bitfile = None
+        self.check_buffers = bool(check_buffers)
+        self._written: dict[int, int] = {}     # register word offset -> last value written
 
     # -- pynq.Device interface --------------------------------------------------------
     @property
@@ -881,7 +971,34 @@ class SimDevice(_device_base()):
         data = bytes(data)
         off = self._control_offset(address, len(data))
         for i in range(0, len(data), 4):
-            self.sim.reg_write(off + i, int.from_bytes(data[i:i + 4], "little"))
+            value = int.from_bytes(data[i:i + 4], "little")
+            self._written[off + i] = value
+            if off + i == 0 and value & 1 and self.check_buffers:
+                self._configure_regions()
+            self.sim.reg_write(off + i, value)
+
+    def _register_value(self, name: str) -> int:
+        reg = self.regmap[name]
+        return sum(self._written.get(reg.offset + 4 * w, reg.reset >> (32 * w) & 0xFFFF_FFFF)
+                   << (32 * w) for w in range(reg.words))
+
+    def configured_buffers(self) -> tuple[list, list] | None:
+        """``(read, write)`` ``[(addr, size), ...]`` the registers written so far configure for
+        the selected unit, or None for a unit whose buffers are not known here."""
+        unit = self._register_value("unit") if "unit" in self.regmap else 0
+        if unit not in self.UNIT_BUFFERS:
+            return None
+        reads, writes, used_by = self.UNIT_BUFFERS[unit]
+
+        def buffers(names):
+            return [(self._register_value(f"{n}_addr"), self._register_value(f"{n}_size"))
+                    for n in names if n not in used_by or self._register_value(used_by[n])]
+        return buffers(reads), buffers(writes)
+
+    def _configure_regions(self):
+        found = self.configured_buffers()
+        reads, writes = found if found is not None else ([], [])
+        self.sim.set_regions(read=reads, write=writes)
 
     def allocate(self, shape, dtype, **kwargs):
         shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
@@ -951,6 +1068,7 @@ class SimDevice(_device_base()):
     def reset_accelerator(self):
         """Pulse ``ap_rst_n`` (what a PL reset from the PS does on a board)."""
         self.sim.reset()
+        self._written.clear()       # the registers are back at their reset values
 
     def set_latency(self, latency: int):
         self.sim.set_latency(latency)
@@ -958,14 +1076,28 @@ class SimDevice(_device_base()):
     def set_read_stall(self, stall: bool):
         self.sim.set_read_stall(stall)
 
+    def set_memory_model(self, **kw):
+        """See :meth:`NativeAggregator.set_memory_model`."""
+        self.sim.set_memory_model(**kw)
+
+    def inject_error(self, kind: str = "read", after: int = 0, resp: str = "SLVERR"):
+        """See :meth:`NativeAggregator.inject_error`."""
+        self.sim.inject_error(kind, after, resp)
+
+    def stats(self) -> dict:
+        """The memory's counters (bursts, beats, faults, region violations, injected
+        errors, reordered bursts, row misses) since the device was made."""
+        return self.sim.stats()
+
     @property
     def cycles(self) -> int:
         return self.sim.cycles
 
     def memory_faults(self) -> tuple[int, str]:
-        """(number of beats outside the memory or malformed bursts, first description)."""
+        """(number of beats outside the memory, malformed bursts and, with
+        ``check_buffers``, bursts outside the configured buffers; first description)."""
         st = self.sim.stats()
-        return st["faults"] + st["protocol_errors"], self.sim.first_fault()
+        return st["faults"] + st["protocol_errors"] + st["region_violations"], self.sim.first_fault()
 
     def __repr__(self):
         return (f"<SimDevice {self.tag}: {self.memory.nbytes >> 20} MiB at 0x{self.mem_base:x}, "

@@ -26,6 +26,16 @@
 // edge fires. `gw_set_check_one_eval` runs the falling-edge eval() as well and counts
 // every cycle where it changed a sampled output (must stay 0; the tests check it), and
 // a Verilator whose model lacks the edge detector member falls back to two evals.
+// A board-like memory (gw_set_memory_model; off by default, when the timing above holds
+// exactly): every read burst gets a random extra latency (uniform in 0..jitter), DRAM
+// costs (an 8-bank open-row model: a burst occupies the shared DRAM for one slot per
+// 64-byte chunk it touches, plus a row-miss penalty when its bank has another row open;
+// bursts are scheduled first come first served), and with `reorder` bursts of different
+// IDs are answered in the order they become ready (each ID's own in order). Write
+// responses get the same random latency. Chosen bursts can be answered SLVERR/DECERR
+// (gw_inject_error: reads return their beats with that RRESP, writes are dropped and
+// answered with that BRESP), and every burst is checked against the buffers the host
+// configured (gw_set_regions), counting those that reach outside them.
 // Memory is a byte buffer owned by the caller (numpy) at physical address `base`; every
 // beat outside [base, base + size) is refused (read: zeros + SLVERR, write: dropped +
 // SLVERR) and recorded, as are bursts that are not INCR, not full width, unaligned or
@@ -34,6 +44,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <vector>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -143,7 +154,19 @@ struct Burst {
     uint32_t beats;
     uint32_t id;
     uint64_t due;     // edge from which the read process may answer it
+    uint32_t resp;    // injected response (0: OKAY)
+    uint64_t seq;     // arrival order
 };
+
+// DRAM geometry of the memory model: 64-byte access granularity, 8 banks interleaved at
+// 2 KiB, a row of 16 KiB across the banks.
+constexpr uint32_t kChunkBytes = 64;
+constexpr uint32_t kBanks = 8;
+constexpr uint32_t kBankShift = 11;
+constexpr uint32_t kRowShift = 14;
+
+struct Injection { bool write; uint64_t ordinal; uint32_t resp; };
+struct Region { uint64_t start, end; };
 
 struct RBeat {
     uint8_t data[kBusBytes];
@@ -195,6 +218,94 @@ struct Sim {
     uint64_t ar_bursts = 0, aw_bursts = 0, r_beats = 0, w_beats = 0;
     uint64_t faults = 0, protocol_errors = 0;
     std::string first_fault;
+
+    // board-like memory model (see the top of the file)
+    bool model = false, reorder = false, dram = false;
+    uint32_t jitter = 0, row_miss = 0;
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    uint64_t dram_free = 0;
+    uint64_t open_row[kBanks];
+    uint64_t bank_free[kBanks];
+    std::vector<Burst> waiting;      // model: pumped read bursts, in arrival order
+    struct PendingB { uint32_t id, resp; uint64_t due; };
+    Fifo<PendingB> b_pending;        // model: write responses waiting for their latency
+    uint64_t seq = 0;
+    std::vector<Injection> injections;
+    std::vector<Region> regions[2];  // 0 read, 1 write; empty: not checked
+    uint64_t region_violations = 0, injected = 0, reordered = 0, row_misses = 0;
+
+    uint64_t next_random() {
+        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+        return rng;
+    }
+
+    uint32_t take_injection(bool write, uint64_t ordinal) {
+        for (size_t i = 0; i < injections.size(); ++i) {
+            if (injections[i].write == write && injections[i].ordinal == ordinal) {
+                const uint32_t resp = injections[i].resp;
+                injections.erase(injections.begin() + long(i));
+                ++injected;
+                return resp;
+            }
+        }
+        return 0;
+    }
+
+    void check_region(bool write, uint64_t addr, uint32_t beats) {
+        const auto& list = regions[write ? 1 : 0];
+        if (list.empty()) return;
+        const uint64_t end = addr + uint64_t(beats) * kBusBytes;
+        for (const Region& r : list)
+            if (addr >= r.start && end <= r.end) return;
+        ++region_violations;
+        if (first_fault.empty()) {
+            char buf[200];
+            std::snprintf(buf, sizeof buf, "%s burst [0x%llx, 0x%llx) outside the configured %s buffers at cycle %llu",
+                          write ? "write" : "read", (unsigned long long)addr, (unsigned long long)end,
+                          write ? "write" : "read", (unsigned long long)cycle);
+            first_fault = buf;
+        }
+    }
+
+    // Edge from which the model answers a read burst accepted into the line at edge e:
+    // the bench latency, then (dram) its bank (busy until its last transfer, plus a
+    // row-miss penalty when another row is open) and the shared data bus (one slot per
+    // 64-byte chunk touched), then the interconnect's random extra latency.
+    uint64_t model_due(const Burst& b, uint64_t e) {
+        uint64_t t = e + latency;
+        if (dram) {
+            const uint64_t first = b.addr / kChunkBytes;
+            const uint64_t last = (b.addr + uint64_t(b.beats) * kBusBytes - 1) / kChunkBytes;
+            const uint32_t bank = uint32_t(b.addr >> kBankShift) % kBanks;
+            const uint64_t row = b.addr >> kRowShift;
+            if (bank_free[bank] > t) t = bank_free[bank];
+            if (open_row[bank] != row) {
+                t += row_miss;
+                open_row[bank] = row;
+                ++row_misses;
+            }
+            if (dram_free > t) t = dram_free;
+            const uint32_t slot = kChunkBytes / kBusBytes ? kChunkBytes / kBusBytes : 1;
+            dram_free = bank_free[bank] = t + (last - first + 1) * slot;
+        }
+        return t + (jitter ? next_random() % (uint64_t(jitter) + 1) : 0);
+    }
+
+    // The next read burst the model answers at edge e (index into `waiting`), or -1.
+    long pick_waiting(uint64_t e) const {
+        long best = -1;
+        uint64_t seen_ids = 0;   // IDs with an older burst still waiting (ids < 64)
+        for (size_t i = 0; i < waiting.size(); ++i) {
+            const Burst& b = waiting[i];
+            const uint64_t bit = 1ull << (b.id & 63);
+            const bool head_of_id = !(seen_ids & bit);
+            seen_ids |= bit;
+            if (!reorder) return b.due <= e ? long(i) : -1;
+            if (head_of_id && b.due <= e && (best < 0 || b.due < waiting[size_t(best)].due))
+                best = long(i);
+        }
+        return best;
+    }
 
     void note_fault(const char* what, uint64_t addr, uint64_t nbytes) {
         ++faults;
@@ -278,9 +389,20 @@ struct Sim {
         const uint64_t e = ++cycle;
 
         // --- sinks (ready for the next cycle: queue not full after this edge's transfer)
-        if (ar_fire) { ar_sink_q.push_back(ar); ++ar_bursts; }
+        if (ar_fire) {
+            ar.resp = take_injection(false, ar_bursts);
+            ar.seq = seq++;
+            check_region(false, ar.addr, ar.beats);
+            ar_sink_q.push_back(ar);
+            ++ar_bursts;
+        }
         ar_ready = int(ar_sink_q.size()) < kQueueLimit;
-        if (aw_fire) { aw_q.push_back(aw); ++aw_bursts; }
+        if (aw_fire) {
+            aw.resp = take_injection(true, aw_bursts);
+            check_region(true, aw.addr, aw.beats);
+            aw_q.push_back(aw);
+            ++aw_bursts;
+        }
         aw_ready = int(aw_q.size()) < kQueueLimit;
         if (w_fire) { w_q.push_back(wb); ++w_beats; }
         w_ready = int(w_q.size()) < kQueueLimit;
@@ -317,12 +439,17 @@ struct Sim {
         while (!ar_sink_q.empty() && in_flight < max_outstanding) {
             Burst b = ar_sink_q.front();
             ar_sink_q.pop_front();
-            b.due = latency == 0 ? e : e + latency - uint64_t(r_lead);
-            line.push_back(b);
+            if (model) {
+                b.due = model_due(b, e);
+                waiting.push_back(b);
+            } else {
+                b.due = latency == 0 ? e : e + latency - uint64_t(r_lead);
+                line.push_back(b);
+            }
             ++in_flight;
         }
         fill_r(e);
-        run_write();
+        run_write(e);
 
         apply_inputs();
         if (!one_eval) {
@@ -372,9 +499,18 @@ struct Sim {
     inline void fill_r(uint64_t e) {
         while (int(r_q.size()) < kQueueLimit) {
             if (cur_r_left == 0) {
-                if (stall_reads || line.empty() || line.front().due > e) return;
-                cur_r = line.front();
-                line.pop_front();
+                if (stall_reads) return;
+                if (model) {
+                    const long i = pick_waiting(e);
+                    if (i < 0) return;
+                    cur_r = waiting[size_t(i)];
+                    if (i > 0 && waiting[0].seq < cur_r.seq) ++reordered;
+                    waiting.erase(waiting.begin() + i);
+                } else {
+                    if (line.empty() || line.front().due > e) return;
+                    cur_r = line.front();
+                    line.pop_front();
+                }
                 --in_flight;
                 cur_r_left = cur_r.beats;
                 cur_r_beat = 0;
@@ -383,7 +519,7 @@ struct Sim {
             const uint64_t a = cur_r.addr + uint64_t(cur_r_beat) * kBusBytes;
             if (in_memory(a, kBusBytes)) {
                 std::memcpy(b.data, mem + (a - base), kBusBytes);
-                b.resp = 0;
+                b.resp = cur_r.resp;
             } else {
                 std::memset(b.data, 0, kBusBytes);
                 b.resp = 2;  // SLVERR
@@ -397,7 +533,11 @@ struct Sim {
         }
     }
 
-    inline void run_write() {
+    inline void run_write(uint64_t e) {
+        while (!b_pending.empty() && b_pending.front().due <= e && int(b_q.size()) < kQueueLimit) {
+            b_q.push_back({b_pending.front().id, b_pending.front().resp});
+            b_pending.pop_front();
+        }
         for (;;) {
             if (b_waiting) {
                 if (int(b_q.size()) >= kQueueLimit) return;
@@ -410,12 +550,14 @@ struct Sim {
                 aw_q.pop_front();
                 w_active = true;
                 cur_w_beat = 0;
-                cur_w_resp = 0;
+                cur_w_resp = cur_w.resp;
             }
             if (w_q.empty()) return;
             const WBeat& wb = w_q.front();
             const uint64_t a = cur_w.addr + uint64_t(cur_w_beat) * kBusBytes;
-            if (in_memory(a, kBusBytes)) {
+            if (cur_w.resp) {
+                // an injected error: the write is dropped
+            } else if (in_memory(a, kBusBytes)) {
                 uint8_t* dst = mem + (a - base);
                 for (uint32_t i = 0; i < kBusBytes; ++i)
                     if (wb.strb >> i & 1) dst[i] = wb.data[i];
@@ -431,9 +573,14 @@ struct Sim {
             }
             if (cur_w_beat == cur_w.beats) {
                 w_active = false;
-                b_waiting = true;
-                b_waiting_id = cur_w.id;
-                b_waiting_resp = cur_w_resp;
+                if (model) {
+                    const uint64_t d = e + latency / 2 + (jitter ? next_random() % (uint64_t(jitter) + 1) : 0);
+                    b_pending.push_back({cur_w.id, cur_w_resp, d});
+                } else {
+                    b_waiting = true;
+                    b_waiting_id = cur_w.id;
+                    b_waiting_resp = cur_w_resp;
+                }
             }
         }
     }
@@ -441,6 +588,9 @@ struct Sim {
     void clear_bench() {
         ar_sink_q.clear(); line.clear(); in_flight = 0; cur_r_left = 0; r_q.clear();
         aw_q.clear(); w_q.clear(); w_active = false; b_waiting = false; b_q.clear();
+        waiting.clear(); b_pending.clear(); dram_free = 0;
+        for (auto& r : open_row) r = ~0ull;
+        for (auto& f : bank_free) f = 0;
         r_valid = b_valid = ar_ready = aw_ready = w_ready = false;
         ctl_aw = ctl_w = ctl_b = ctl_ar = ctl_r = false;
     }
@@ -599,8 +749,10 @@ GW_EXPORT int gw_stats(void* h, uint64_t* out, int n) {
     auto* s = static_cast<Sim*>(h);
     const uint64_t v[] = {s->cycle, s->ar_bursts, s->aw_bursts, s->r_beats, s->w_beats,
                           s->faults, s->protocol_errors,
-                          uint64_t(s->line.size() + s->ar_sink_q.size() + (s->cur_r_left ? 1 : 0)),
-                          uint64_t(s->b_q.size() + (s->b_waiting ? 1 : 0))};
+                          uint64_t(s->line.size() + s->waiting.size() + s->ar_sink_q.size() +
+                                   (s->cur_r_left ? 1 : 0)),
+                          uint64_t(s->b_q.size() + s->b_pending.size() + (s->b_waiting ? 1 : 0)),
+                          s->region_violations, s->injected, s->reordered, s->row_misses};
     const int k = int(sizeof v / sizeof v[0]);
     for (int i = 0; i < n && i < k; ++i) out[i] = v[i];
     return k;
@@ -615,11 +767,47 @@ GW_EXPORT int gw_first_fault(void* h, char* buf, int len) {
 
 GW_EXPORT void gw_clear_faults(void* h) {
     auto* s = static_cast<Sim*>(h);
-    s->faults = s->protocol_errors = 0;
+    s->faults = s->protocol_errors = s->region_violations = 0;
     s->first_fault.clear();
 }
 
 GW_EXPORT uint32_t gw_bus_bytes() { return kBusBytes; }
+
+// The board-like memory model (see the top of the file); on = 0 restores the exact bench
+// timing. `jitter`: extra read latency drawn uniformly from 0..jitter per burst (and per
+// write response); `dram`: the open-row model with `row_miss` cycles per row miss.
+GW_EXPORT void gw_set_memory_model(void* h, int on, int reorder, uint32_t jitter, int dram,
+                                   uint32_t row_miss, uint64_t seed) {
+    auto* s = static_cast<Sim*>(h);
+    s->model = on != 0;
+    s->reorder = reorder != 0;
+    s->jitter = jitter;
+    s->dram = dram != 0;
+    s->row_miss = row_miss;
+    s->rng = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+    if (!s->rng) s->rng = 1;
+    s->dram_free = 0;
+    for (auto& r : s->open_row) r = ~0ull;
+    for (auto& f : s->bank_free) f = 0;
+}
+
+// Answer the `after`-th read (write = 0) or write (1) burst from now (0: the next one)
+// with `resp` (2 SLVERR, 3 DECERR).
+GW_EXPORT void gw_inject_error(void* h, int write, uint64_t after, uint32_t resp) {
+    auto* s = static_cast<Sim*>(h);
+    s->injections.push_back({write != 0, (write ? s->aw_bursts : s->ar_bursts) + after, resp & 3});
+}
+
+GW_EXPORT void gw_clear_injections(void* h) { static_cast<Sim*>(h)->injections.clear(); }
+
+// The buffers read (write = 0) or write (1) bursts may touch: n [start, end) pairs; n = 0
+// stops checking that kind. A burst reaching outside every one of them is counted.
+GW_EXPORT void gw_set_regions(void* h, int write, const uint64_t* pairs, int n) {
+    auto* s = static_cast<Sim*>(h);
+    auto& list = s->regions[write ? 1 : 0];
+    list.clear();
+    for (int i = 0; i < n; ++i) list.push_back({pairs[2 * i], pairs[2 * i + 1]});
+}
 
 // 1: one eval() per cycle (the default where the model allows it), 0: two.
 GW_EXPORT int gw_set_one_eval(void* h, int on) {
