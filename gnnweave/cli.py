@@ -348,9 +348,13 @@ def cmd_plan(a) -> int:
 
 # ---- build -------------------------------------------------------------------------------
 def cmd_build_verilog(a) -> int:
+    from gnnweave.hw.configs import get_config
+    from gnnweave.progress import stage
+    get_config(a.config)   # an unknown name is an error before any work
+    out = _output_folder(a.out or f"build/verilog/{a.config}")
     from gnnweave.hw.verilog import write_accelerator_verilog
-    out = Path(a.out or f"build/verilog/{a.config}")
-    path = write_accelerator_verilog(a.config, out, debug_names=a.debug_names)
+    with stage(f"Verilog generation of {a.config}"):
+        path = write_accelerator_verilog(a.config, out, debug_names=a.debug_names)
     print(f"wrote {path} (+ register map JSON and C header in {out})")
     return 0
 
@@ -364,7 +368,9 @@ def cmd_build_lint(a) -> int:
     else:   # the simulators' cached Verilog: regenerated only when the RTL changed
         from gnnweave.sim.accelerator_bench import accelerator_verilog
         path = accelerator_verilog(a.config)
-    report = lint_verilog(path, ACCELERATOR_TOP)
+    from gnnweave.progress import stage
+    with stage(f"verilator --lint-only of {a.config}"):
+        report = lint_verilog(path, ACCELERATOR_TOP)
     _emit(report, a.json, ("clean", "warnings", "waived", "waiver_file"))
     if not report["clean"]:
         print(report["log"], file=sys.stderr)

@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gnnweave.progress import stage
+
 from . import toolchain
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -191,9 +193,10 @@ def build(sources, toplevel: str, sim: str = "verilator", *, waves: bool | None 
         log = build_dir / "build.log"
         start = time.perf_counter()
         try:
-            runner.build(sources=copies, hdl_toplevel=toplevel, build_dir=build_dir,
-                         build_args=args, timescale=TIMESCALE,
-                         waves=waves and sim == "verilator", always=True, log_file=log)
+            with stage(f"{sim} build of {toplevel}", note="cached afterwards"):
+                runner.build(sources=copies, hdl_toplevel=toplevel, build_dir=build_dir,
+                             build_args=args, timescale=TIMESCALE,
+                             waves=waves and sim == "verilator", always=True, log_file=log)
         except (RuntimeError, SystemExit) as exc:
             raise BuildFailed(f"{sim} build of {toplevel} failed ({exc}); log {log}:\n{_tail(log)}") from None
         seconds = time.perf_counter() - start
@@ -397,7 +400,8 @@ def cached_verilog(name: str, write, *, debug_names: bool = False,
             return Path(json.loads(done.read_text())["path"])
         out_dir.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
-        path = Path(write(out_dir, debug_names=debug_names))
+        with stage(f"Verilog generation of {name}", note="cached afterwards"):
+            path = Path(write(out_dir, debug_names=debug_names))
         done.write_text(json.dumps({"path": str(path), "seconds": time.perf_counter() - start}))
         return path
 
