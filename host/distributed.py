@@ -249,7 +249,6 @@ class DistEngine:
         self.saturations = 0
         self.steals = 0
         self._send = block.send_index
-        self._bt = None
         if self.fixed:
             from gnnweave.host.executors import _abs_row_weight_max, quantize_dynamic, transposed
             w = global_graph.weights
@@ -474,7 +473,7 @@ def _devices_of(config, rank) -> list[str]:
     return list(config.devices or [config.device])
 
 
-def _speeds(config, world) -> list[float] | None:
+def _speeds(config) -> list[float] | None:
     s = getattr(config, "rank_speeds", None)
     return None if s is None else [float(v) for v in s]
 
@@ -482,8 +481,8 @@ def _speeds(config, world) -> list[float] | None:
 def run_rank(config, comm: Comm) -> dict:
     """Train ``config`` (full-batch, one seed at a time) as rank ``comm.rank``; every rank
     returns the same summary."""
-    from gnnweave.host.graphpart import local_block, partition_graph, GraphPartition
-    from gnnweave.host.models import MODELS, Engine, make_model, make_optimizer
+    from gnnweave.host.graphpart import METHODS, GraphPartition, local_block, partition_graph
+    from gnnweave.host.models import MODELS, Engine
     from gnnweave.host.timeline import Timeline
     from gnnweave.host.train import _executor_for, _resolved, params_digest, prepare
 
@@ -502,12 +501,11 @@ def run_rank(config, comm: Comm) -> dict:
     method = str(getattr(config, "partition_method", "metis")).lower()
     parts = np.zeros(n, dtype=np.int64)
     meta = np.zeros(2, dtype=np.int64)
-    from gnnweave.host.graphpart import METHODS
     if method not in METHODS:
         raise ValueError(f"--partition-method {method!r}: choose one of {', '.join(METHODS)}")
     if comm.rank == 0:
         p0 = partition_graph(data.dataset.graph, comm.world, method=method,
-                             speeds=_speeds(config, comm.world), seed=0)
+                             speeds=_speeds(config), seed=0)
         parts, meta = p0.parts, np.array([METHODS.index(p0.method), 0], dtype=np.int64)
     parts = comm.broadcast(parts)
     ran = METHODS[int(comm.broadcast(meta)[0])]
@@ -815,8 +813,7 @@ def run_rank_minibatch(config, comm: Comm, hp, key, data) -> dict:
     batch (in proportion to ``rank_speeds``: a faster rank takes more of the fixed global
     batch), samples its own blocks, and scales its mean loss gradient by its share of the
     batch, so the all-reduced sum is the gradient of the whole batch's mean loss."""
-    from gnnweave.host.models import Engine, LayerGraph, make_model, make_optimizer
-    from gnnweave.host.models import softmax_cross_entropy
+    from gnnweave.host.models import Engine, make_model, make_optimizer
     from gnnweave.host.sampling import NeighborSampler, seed_batches
     from gnnweave.host.timeline import Timeline
     from gnnweave.host.train import _executor_for, _maybe_sparse, params_digest
@@ -824,7 +821,7 @@ def run_rank_minibatch(config, comm: Comm, hp, key, data) -> dict:
     executors = {}
     dense_name = devices[0] if config.rank_devices else config.device
     engine = Engine(_executor_for(dense_name, executors, config.executor_options), Timeline())
-    speeds = _speeds(config, comm.world)
+    speeds = _speeds(config)
     fractions = np.ones(comm.world) if speeds is None else np.asarray(speeds, dtype=np.float64)
     if fractions.shape[0] != comm.world or not np.all(fractions > 0):
         raise ValueError(f"--rank-speeds: {comm.world} positive numbers needed, got {speeds}")
