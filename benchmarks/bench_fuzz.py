@@ -225,10 +225,11 @@ class Campaign:
         block = self.device.allocate((probe.image_size,), np.uint8)
         try:
             job = AggregateJob(**kw, base_addr=int(block.device_address))
-            if wrap is not None:     # base + size past the end of the address space
-                size = job.registers()[f"{wrap}_size"]
-                job.registers_override[f"{wrap}_addr"] = (1 << self.agg.addr_width) - \
-                    max(size, 1) // 2 // job.bus_bytes * job.bus_bytes - job.bus_bytes
+            size = job.registers()[f"{wrap}_size"] if wrap is not None else 0
+            if size > job.bus_bytes:    # base + size past the end of the address space
+                job.registers_override[f"{wrap}_addr"] = (1 << self.agg.addr_width) - job.bus_bytes
+            else:                       # nothing to wrap: a well-formed job
+                wrap = None
             image = job.memory_image()
             block[:] = image
             before = self.device.stats()
