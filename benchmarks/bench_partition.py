@@ -1,6 +1,6 @@
 """Partition quality: a split aggregation on devices of different speeds, over epochs.
 
-The target (issue 5): with two or more devices of different speeds, the measured makespan of
+The target: with two or more devices of different speeds, the measured makespan of
 a split aggregation is within 10 % of the ideal ``1 / sum_d (1 / T_d)`` (``T_d``: device
 ``d`` alone on the whole graph; total work over summed rates) and within 10 % of the makespan
 the cost model predicted for that split before it ran.
@@ -51,10 +51,9 @@ biased upwards: for two balanced devices whose single calls vary independently b
 sigma, ``E[max]`` exceeds the true makespan by about ``0.56 sigma`` even for a perfect split,
 while the ideal, a harmonic sum, has no such term. So a device's time in an epoch is one
 figure per device, the makespan the maximum of those figures, the ideal built from the same
-kind of figure. Until session 5 that figure was the median of the epoch's calls; at a
-within-epoch spread of 0.2-0.3 (relative IQR) and 5 calls, a median still moved 10-15 %
-between the share and the alone calls of one epoch, and no device set with a CPU device met
-both targets in 4 runs. Now it is the fastest call (``timeit``'s rule): other processes and
+kind of figure. A median of the epoch's calls is not good enough: at a within-epoch spread
+of 0.2-0.3 (relative IQR) and 5 calls, a median moves 10-15 % between the share and the
+alone calls of one epoch. The figure is the fastest call (``timeit``'s rule): other processes and
 VMs only ever slow a call down (their cache and memory traffic; CPU time does not count
 their slices), so the fastest of a few calls is the device's own speed, and both the shares
 and the alone calls are judged at it. The median's figures stay in the report

@@ -1,6 +1,6 @@
 """The host driver on the simulated device: bit-exact results, argument validation before
 any device access, timeouts, busy device, refused jobs, recovery, the fpga-sim executor,
-and the same driver bound by a genuine ``pynq.Overlay`` (issue 4's system tests: Cora
+and the same driver bound by a genuine ``pynq.Overlay`` (system tests: Cora
 bit-exact with counters equal to the cocotb bench's, and every fault on both paths).
 
 pynq is part of ``make setup``; without it the pynq cases skip, unless
@@ -305,7 +305,7 @@ def test_address_outside_the_buffers(any_sim, monkeypatch):
 
 
 def test_pynq_system_cora_matches_golden_and_cocotb():
-    """issue 4 §4: the real driver through genuine pynq classes (Overlay, DefaultIP, MMIO,
+    """The real driver through genuine pynq classes (Overlay, DefaultIP, MMIO,
     allocate) on the simulated device, on Cora: outputs bit-identical to golden, counters
     equal to the cocotb bench's on the same job (same features, latency, config)."""
     require_pynq()
