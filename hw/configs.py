@@ -27,20 +27,25 @@ CONFIGS: dict[str, AggregatorConfig] = {
 
 
 #: The MacArray of each named build (same bus as the Aggregator; an array of at most one bus
-#: beat of 16-bit elements per side). Its two operand buffers are square, ``max(max_dim,
-#: max_depth)`` 16-bit elements a side (a DW operand is stored ``k x m``), so the on-chip
-#: memory grows with the square of the larger. None: the build has no MacArray.
+#: beat of 16-bit elements per side, the largest each bus allows). Its two operand buffers
+#: are square, ``max(max_dim, max_depth)`` 16-bit elements a side (a DW operand is stored
+#: ``k x m``), so the on-chip memory grows with the square of the larger; the partial-sum
+#: store holds one ``max_dim x max_dim`` block of 65-bit sums. Sizes are chosen so every board
+#: build fits its board by the budget (``make estimate BUDGET=1``, docs/estimate.md) with
+#: at least 10 % of its block RAM, UltraRAM and DSPs to spare. None: the build has no MacArray.
 MAC_CONFIGS: dict[str, MacArrayConfig | None] = {
     "small": MacArrayConfig(rows=4, cols=4, max_dim=64, max_depth=64, bus_width=128),
     "small-agg": None,
     "small-sum": None,
-    "default": MacArrayConfig(rows=8, cols=8, max_dim=128, max_depth=128, bus_width=128),
-    "zcu104": MacArrayConfig(rows=8, cols=8, max_dim=256, max_depth=256, bus_width=128),
-    "kv260": MacArrayConfig(rows=8, cols=8, max_dim=256, max_depth=256, bus_width=128),
+    # 64 x 64 output blocks: the partial sums (64 words a tile row) stay in LUT RAM, the
+    # operand buffers (128 deep) take 32 BRAM36
+    "default": MacArrayConfig(rows=8, cols=8, max_dim=64, max_depth=128, bus_width=128),
+    "zcu104": MacArrayConfig(rows=8, cols=8, max_dim=128, max_depth=128, bus_width=128),
+    "kv260": MacArrayConfig(rows=8, cols=8, max_dim=64, max_depth=128, bus_width=128),
     "ultra96v2": MacArrayConfig(rows=8, cols=8, max_dim=128, max_depth=128, bus_width=128),
-    "pynqz2": MacArrayConfig(rows=4, cols=4, max_dim=128, max_depth=128, bus_width=64,
+    "pynqz2": MacArrayConfig(rows=4, cols=4, max_dim=64, max_depth=128, bus_width=64,
                              addr_width=32),
-    "alveo-u250": MacArrayConfig(rows=32, cols=32, max_dim=512, max_depth=512, bus_width=512),
+    "alveo-u250": MacArrayConfig(rows=32, cols=32, max_dim=256, max_depth=512, bus_width=512),
 }
 assert MAC_CONFIGS.keys() == CONFIGS.keys()
 
@@ -57,13 +62,16 @@ PIPELINE_CONFIGS: dict[str, PipelineUnitConfig | None] = {
     "small-sum": None,
     "default": PipelineUnitConfig(stages=2, lanes=4, max_in=64, max_out=64, max_rows=32, slots=8,
                                   versions=4, bus_width=128),
-    # about 200 KB of on-chip memory per stage (from the sizes above): BRAM to spare on
-    # ZCU104 / KV260 beside the Aggregator and the MacArray
+    # about 200 KB of on-chip memory per stage (from the sizes above): about 150 BRAM36,
+    # beside the Aggregator and the MacArray on ZCU104
     "zcu104": PipelineUnitConfig(stages=3, lanes=4, max_in=64, max_out=64, max_rows=64, slots=8,
                                  versions=5, bus_width=128),
-    "kv260": PipelineUnitConfig(stages=3, lanes=4, max_in=64, max_out=64, max_rows=64, slots=8,
+    # KV260 has half ZCU104's block RAM: three stages with smaller stashes (about 100 BRAM36
+    # in all with the other units)
+    "kv260": PipelineUnitConfig(stages=3, lanes=4, max_in=64, max_out=32, max_rows=32, slots=4,
                                 versions=5, bus_width=128),
-    "ultra96v2": PipelineUnitConfig(stages=2, lanes=4, max_in=64, max_out=64, max_rows=32, slots=8,
+    # ZU3EG has 360 DSPs: two-lane stages leave 10 % of them beside the 8 x 8 MacArray
+    "ultra96v2": PipelineUnitConfig(stages=2, lanes=2, max_in=64, max_out=64, max_rows=32, slots=8,
                                     versions=4, bus_width=128),
     # 64-bit HP port: a master word (lanes x 32 bits) must fit one beat
     "pynqz2": PipelineUnitConfig(stages=2, lanes=2, max_in=32, max_out=32, max_rows=32, slots=4,

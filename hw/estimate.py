@@ -38,6 +38,7 @@ The first run of each wasm tool compiles it to machine code (minutes; cached und
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
@@ -585,10 +586,34 @@ def generic_design_estimate(rtlil_text: str, top: str, *, family: str = "xcup",
 
 
 def component_rtlil(component, name: str) -> str:
-    """RTLIL of ``component`` in the :class:`VitisWrapper` (what ``to_verilog`` converts)."""
+    """RTLIL of ``component`` in the :class:`VitisWrapper` (what ``to_verilog`` converts),
+    without the initialisers of all-zero memories (:func:`no_zero_memory_init`)."""
     from .verilog import VitisWrapper
     wrapper = VitisWrapper(component)
-    return rtlil.convert(wrapper, name=name, ports=wrapper.ports(), emit_src=False)
+    with no_zero_memory_init():
+        return rtlil.convert(wrapper, name=name, ports=wrapper.ports(), emit_src=False)
+
+
+@contextlib.contextmanager
+def no_zero_memory_init():
+    """While active, Amaranth's RTLIL back end emits no ``$meminit_v2`` for a memory whose
+    initial contents are all zero (every ``Memory(init=[])``). Amaranth writes one bit per
+    memory bit otherwise: 124.6 MB of RTLIL for ``alveo-u250``, which Python takes minutes to
+    emit and Yosys to read. Synthesis is unchanged (a block RAM without INIT starts at zero,
+    and memory_libmap accepts it everywhere a zero INIT is accepted); simulation Verilog
+    (:mod:`.verilog`) keeps the zero initialisers."""
+    emitter = rtlil.ModuleEmitter
+    emit = emitter.emit_memory
+
+    def emit_memory(self, cell_idx, cell):
+        if any(cell.init):
+            emit(self, cell_idx, cell)
+
+    emitter.emit_memory = emit_memory
+    try:
+        yield
+    finally:
+        emitter.emit_memory = emit
 
 
 def estimate_component(component, name: str, *, family: str = "xcup", depth: int = 2,
@@ -787,6 +812,8 @@ def main(argv=None) -> int:
 
 def run(args) -> int:
     """Run the estimate the parsed ``args`` ask for (see :func:`add_arguments`); exit status."""
+    if getattr(args, "budget", False):
+        return run_budget(args)
     fit_error = None
     try:
         board = get_board(args.board) if args.board else None
@@ -824,6 +851,44 @@ def run(args) -> int:
         return 1
     if board is not None and not args.json:
         print(f"fits {board.key}: " + ", ".join(f"{k} {v:.1%}" for k, v in est["utilisation"][board.key].items()))
+    return 0
+
+
+def run_budget(args) -> int:
+    """``--budget``: the analytic budget (:mod:`.budget`), JSON or a table; exit 1 when it
+    does not fit the board."""
+    from .budget import budget
+    try:
+        res = budget(args.config, args.board, top=args.top)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    text = json.dumps(res, indent=2)
+    if args.out:
+        # beside, not over, the Yosys estimate of the same build: FILE.budget.json
+        out = Path(args.out)
+        out = out.with_name(out.stem + ".budget" + (out.suffix or ".json"))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+    if args.json:
+        print(text)
+    else:
+        rows = [("unit", "bram36", "uram", "dsp")]
+        rows += [(u, _fmt(r["bram36"]), str(r["uram"]), str(r["dsp"])) for u, r in res["units"].items()]
+        rows.append(("total", *(_fmt(res["total"][k]) for k in ("bram36", "uram", "dsp"))))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        for r in rows:
+            print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        print(f"({res['method']})")
+        if "board" in res:
+            print(f"on {res['board']} (at most {res['margin']:.0%} of each): " + ", ".join(
+                f"{k} {v:.1%} {'ok' if res['fits_by_resource'][k] else 'OVER'}"
+                for k, v in res["utilisation"].items()))
+    if res.get("fits") is False:
+        over = [k for k, ok in res["fits_by_resource"].items() if not ok]
+        print(f"error: configuration {args.config!r} does not fit board {res['board']!r} by the "
+              f"budget: {', '.join(over)}", file=sys.stderr)
+        return 1
     return 0
 
 
