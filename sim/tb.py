@@ -8,6 +8,10 @@
   cycles later, with up to ``max_outstanding`` bursts in flight (AxiRam itself answers at
   once; see :class:`DelayedReadAddress`);
 * pause generators on every AXI channel (:meth:`AxiTB.set_backpressure`);
+* optionally a board-like memory (:meth:`AxiTB.set_memory_model`, :class:`MemoryModel`):
+  a random extra latency per read burst, an open-row DRAM with 64-byte access
+  granularity, bursts of different IDs answered out of order; and injected SLVERR/DECERR
+  on chosen bursts (:meth:`AxiTB.inject_error`);
 * a memory-safety monitor: every AR/AW burst is checked against the buffers the job
   declared (and against the 4 KiB rule); :attr:`AxiTB.violations` lists offenders;
 * register access by name through a register map (``regmap[name].offset``/``.width``,
@@ -109,6 +113,44 @@ class Burst:
         return self.beats * self.size
 
 
+class MemoryModel:
+    """Timing of a board's memory for read bursts (the native harness's model, see
+    ``sim/native/harness.cpp``): after the bench latency, an open-row DRAM (8 banks
+    interleaved at 2 KiB, 16 KiB rows; a burst holds its bank and the shared data bus for
+    one slot per 64-byte chunk it touches, ``row_miss`` cycles more when its bank has
+    another row open), then a random ``0..jitter`` cycles of interconnect. ``reorder``:
+    bursts of different IDs are answered in the order they become ready."""
+
+    CHUNK, BANKS, BANK_SHIFT, ROW_SHIFT = 64, 8, 11, 14
+
+    def __init__(self, *, reorder: bool = True, jitter: int = 0, dram: bool = True,
+                 row_miss: int = 12, seed: int = 0, bus_bytes: int = 16):
+        self.reorder, self.jitter, self.dram, self.row_miss = reorder, int(jitter), dram, int(row_miss)
+        self.rng = random.Random(seed)
+        self.slot = max(1, self.CHUNK // bus_bytes)
+        self.open_row = [None] * self.BANKS
+        self.bank_free = [0] * self.BANKS
+        self.bus_free = 0
+        self.row_misses = 0
+        self.reordered = 0
+
+    def ready_cycle(self, addr: int, nbytes: int, cycle: int) -> int:
+        """Cycle from which a burst that reached the memory at ``cycle`` may be answered."""
+        t = cycle
+        if self.dram:
+            bank = (addr >> self.BANK_SHIFT) % self.BANKS
+            row = addr >> self.ROW_SHIFT
+            t = max(t, self.bank_free[bank])
+            if self.open_row[bank] != row:
+                t += self.row_miss
+                self.open_row[bank] = row
+                self.row_misses += 1
+            t = max(t, self.bus_free)
+            chunks = (addr + nbytes - 1) // self.CHUNK - addr // self.CHUNK + 1
+            self.bus_free = self.bank_free[bank] = t + chunks * self.slot
+        return t + (self.rng.randint(0, self.jitter) if self.jitter else 0)
+
+
 class DelayedReadAddress:
     """Stands in for ``AxiRamRead.ar_channel``: AR beats reach the RAM's read process
     ``latency`` cycles after the handshake.
@@ -123,6 +165,10 @@ class DelayedReadAddress:
 
     def __init__(self, sink, latency: int, max_outstanding: int, on_burst=None, period_ns=CLOCK_NS):
         self._sink = sink
+        self.model: MemoryModel | None = None
+        self.errors: dict[int, int] = {}     # read burst ordinal -> injected RRESP
+        self.answering: deque = deque()      # [beats left, RRESP] of bursts handed over
+        self.accepted = 0
         self.latency = int(latency)
         self.max_outstanding = max(1, int(max_outstanding))
         self.period_ns = period_ns
@@ -146,25 +192,58 @@ class DelayedReadAddress:
             if self.on_burst is not None:
                 self.on_burst(ar, now)
             self._in_flight += 1
-            self._pending.append((now + self.latency * self.period_ns, ar))
+            resp = self.errors.pop(self.accepted, 0)
+            self.accepted += 1
+            ready_ns = now + self.latency * self.period_ns
+            if self.model is not None:
+                nbytes = (int(getattr(ar, "arlen", 0)) + 1) << int(getattr(ar, "arsize", 4))
+                cycle = round(ready_ns / self.period_ns)
+                ready_ns = self.model.ready_cycle(int(ar.araddr), nbytes, cycle) * self.period_ns
+            self._pending.append((ready_ns, ar, resp))
             self._arrived.set()
 
     async def recv(self):
         while not self._pending:
             self._arrived.clear()
             await self._arrived.wait()
-        ready_ns, ar = self._pending.popleft()
-        # whole ns: a float difference of sim times (319.99999) is refused by Timer at 1 ps
-        wait = round(ready_ns - get_sim_time("ns"))
-        if wait > 0:
-            await Timer(wait, "ns")
+        if self.model is not None and self.model.reorder:
+            ready_ns, ar, resp = await self._next_ready()
+        else:
+            ready_ns, ar, resp = self._pending.popleft()
+            # whole ns: a float difference of sim times (319.99999) is refused by Timer at 1 ps
+            wait = round(ready_ns - get_sim_time("ns"))
+            if wait > 0:
+                await Timer(wait, "ns")
         # a burst stops counting as outstanding once its latency has passed
         self._in_flight -= 1
         self._left.set()
+        self.answering.append([int(getattr(ar, "arlen", 0)) + 1, resp])
         return ar
+
+    async def _next_ready(self):
+        """The earliest-ready burst among the oldest of each ID (each ID stays in order),
+        waiting a cycle at a time until one is ready."""
+        while True:
+            now = get_sim_time("ns")
+            seen, best = set(), None
+            for i, (ready_ns, ar, _) in enumerate(self._pending):
+                arid = int(getattr(ar, "arid", 0))
+                if arid in seen:
+                    continue
+                seen.add(arid)
+                if ready_ns <= now + 1e-6 and (best is None or ready_ns < self._pending[best][0]):
+                    best = i
+            if best is not None:
+                entry = self._pending[best]
+                del self._pending[best]
+                if best:
+                    self.model.reordered += 1
+                return entry
+            await Timer(self.period_ns, "ns")
 
     def clear(self):
         self._pending.clear()
+        self.answering.clear()
         self._in_flight = 0
         self._left.set()
         self._sink.clear()
@@ -174,11 +253,15 @@ class DelayedReadAddress:
 
 
 class RecordingChannel:
-    """Stands in for ``AxiRamWrite.aw_channel``: reports each AW burst as it is taken."""
+    """Stands in for ``AxiRamWrite.aw_channel``: reports each AW burst as it is taken, and
+    queues the BRESP chosen for it (``errors``: write burst ordinal -> BRESP)."""
 
     def __init__(self, sink, on_burst):
         self._sink = sink
         self.on_burst = on_burst
+        self.errors: dict[int, int] = {}
+        self.responses: deque = deque()
+        self.accepted = 0
 
     def __getattr__(self, name):
         return getattr(self._sink, name)
@@ -186,7 +269,32 @@ class RecordingChannel:
     async def recv(self):
         aw = await self._sink.recv()
         self.on_burst(aw, get_sim_time("ns"))
+        self.responses.append(self.errors.pop(self.accepted, 0))
+        self.accepted += 1
         return aw
+
+    def clear(self):
+        self.responses.clear()
+        self._sink.clear()
+
+
+class ResponseRewriter:
+    """Stands in for the RAM's R or B source: beats it sends get the injected response of
+    their burst (``next_resp()`` says which), the rest are passed on untouched."""
+
+    def __init__(self, source, field: str, next_resp):
+        self._source = source
+        self.field = field
+        self.next_resp = next_resp
+
+    def __getattr__(self, name):
+        return getattr(self._source, name)
+
+    async def send(self, beat):
+        resp = self.next_resp()
+        if resp:
+            setattr(beat, self.field, resp)
+        await self._source.send(beat)
 
 
 def random_pauses(probability: float, seed: int):
@@ -221,8 +329,13 @@ class AxiTB:
         self.ar_delay = DelayedReadAddress(self.ram.read_if.ar_channel, latency, max_outstanding,
                                            on_burst=lambda ar, t: self._on_burst("read", ar, t))
         self.ram.read_if.ar_channel = self.ar_delay
-        self.ram.write_if.aw_channel = RecordingChannel(
+        self.aw_record = RecordingChannel(
             self.ram.write_if.aw_channel, lambda aw, t: self._on_burst("write", aw, t))
+        self.ram.write_if.aw_channel = self.aw_record
+        self.ram.read_if.r_channel = ResponseRewriter(self.ram.read_if.r_channel, "rresp",
+                                                      self._next_read_resp)
+        self.ram.write_if.b_channel = ResponseRewriter(self.ram.write_if.b_channel, "bresp",
+                                                       self._next_write_resp)
         if quiet:  # cocotbext-axi logs every burst at INFO: far too slow for long runs
             for obj in (self.control.read_if, self.control.write_if, self.ram.read_if, self.ram.write_if):
                 obj.log.setLevel(logging.WARNING)
@@ -234,10 +347,34 @@ class AxiTB:
         if max_outstanding is not None:
             self.ar_delay.max_outstanding = max(1, int(max_outstanding))
 
+    def set_memory_model(self, model: MemoryModel | None):
+        """Answer reads with ``model``'s timing and order (None: the plain bench memory)."""
+        self.ar_delay.model = model
+
+    def inject_error(self, kind: str = "read", after: int = 0, resp: int = 2):
+        """Answer the ``after``-th ``kind`` burst from now with ``resp`` (2 SLVERR, 3
+        DECERR): every beat of a read, the B of a write (whose data the RAM keeps)."""
+        if kind == "read":
+            self.ar_delay.errors[self.ar_delay.accepted + int(after)] = int(resp)
+        elif kind == "write":
+            self.aw_record.errors[self.aw_record.accepted + int(after)] = int(resp)
+        else:
+            raise ValueError(f"inject_error: kind must be 'read' or 'write', not {kind!r}")
+
+    def _next_read_resp(self) -> int:
+        burst = self.ar_delay.answering[0]
+        burst[0] -= 1
+        if burst[0] == 0:
+            self.ar_delay.answering.popleft()
+        return burst[1]
+
+    def _next_write_resp(self) -> int:
+        return self.aw_record.responses.popleft()
+
     def channels(self) -> dict:
         r, w = self.ram.read_if, self.ram.write_if
-        return {"ar": self.ar_delay._sink, "r": r.r_channel, "aw": w.aw_channel._sink,
-                "w": w.w_channel, "b": w.b_channel,
+        return {"ar": self.ar_delay._sink, "r": r.r_channel._source, "aw": w.aw_channel._sink,
+                "w": w.w_channel, "b": w.b_channel._source,
                 "ctl_aw": self.control.write_if.aw_channel, "ctl_w": self.control.write_if.w_channel,
                 "ctl_b": self.control.write_if.b_channel, "ctl_ar": self.control.read_if.ar_channel,
                 "ctl_r": self.control.read_if.r_channel}
