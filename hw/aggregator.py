@@ -5,24 +5,33 @@
 
 Microarchitecture (one AXI4 manager port, reads and writes in flight at once)::
 
-    indptr ─┐  StreamReader x3 (INCR bursts,          ┌─> row FIFO ──> reduce (2 stages,
-    indices ├─ credits reserved at issue) ──> edge    │   (reads_in_flight    product + accumulate
-    weights ┘                                 control ┤    beats)             into 2 banks)
-                                                      └─> descriptors ─────> drain (narrow, mean)
-                                                          (through the reciprocal     │
-                                                           pipeline, for mean)        v
-                                                                               WritePort (AW/W/B)
+    indptr ─┐  StreamReader x3   register   edge walk ──> RowAddress ──> row ids ──> row gather
+    indices ├─ (INCR bursts,  ──> slices ──>    │         (DSP tiles)               (bursts)
+    weights ┘   credits)                        └─> descriptors ─> ReciprocalPipe     │
+                                                                      │             row FIFO
+    ConfigCheck (CHECK state, sequential)                        descriptor FIFO      │
+                                                                      └──> reduce: a/b, M, P
+                                                                           registers, accumulate
+                                                                           into 2 banks
+                                         WritePort (AW/W/B) <── OutputStage <── drain
 
-* The edge control walks the (clamped) row pointers, range-checks every index against
+* The edge walk follows the (clamped) row pointers, range-checks every index against
   the node count (an index ``>= N`` is skipped and counted: no read is issued for it),
   and issues one feature-row read per valid edge, so up to ``reads_in_flight`` beats of
   gathered rows are in flight: memory latency is hidden and the read port, not the
   control, limits throughput.
 * Each client reads with its own AXI ID, so its beats come back in order; room for every
-  beat is reserved before the request is issued (credits), so R is never stalled.
+  beat is reserved before the request is issued (credits), so R is never stalled. Every
+  pipeline below (row addresses, reciprocals, products, output stage) runs without a
+  stall: room at its end is reserved before an element enters it.
 * Accumulators are double-banked: node ``k+1`` accumulates while node ``k`` is narrowed
   and written. ``mean`` multiplies by ``round(2**24 / degree)`` from a pipelined
   restoring divider on the descriptor path (1 per cycle, no divider per lane).
+* Timing: every multiply is cut into DSP48E2-sized tiles with their operand, M and P
+  registers (:class:`~.arith.PipelinedMultiplier`); rounding, saturation and narrowing
+  have a stage each (:class:`~.aggregator_output.OutputStage`); addresses advance by
+  adds; the configuration check runs over a few cycles (:mod:`.aggregator_check`);
+  datapath registers have no reset, only control state does.
 * Every burst is checked against its configured buffer by the :class:`~.dma.ReadPort`
   guard and the configuration is checked before any traffic: no access leaves the
   buffers the host configured, whatever the memory contents.
@@ -33,12 +42,15 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal, signed
 from amaranth.hdl import unsigned
-from amaranth.lib import data, enum, fifo
+from amaranth.lib import data, enum, fifo, wiring
 from amaranth.lib.memory import Memory
 
-from gnnweave.fixed import ACC_GUARD_BITS, MEAN_RECIP_BITS, MEAN_SUM_WIDTH
+from gnnweave.fixed import ACC_GUARD_BITS, MEAN_RECIP_BITS
 
-from .arith import round_half_even_shift, rounding_constants, saturate
+from .aggregator_check import ConfigCheck
+from .aggregator_gather import RowAddress, row_bursts_layout
+from .aggregator_output import OutputStage
+from .aggregator_walk import StreamRegister
 from .axi import BusParams, UnitCore
 from .dma import ReadPort, StreamReader, WritePort, beats_to_boundary
 from .regmap import BUS_COUNTERS, BUSY_CYCLES, status_register
@@ -81,6 +93,11 @@ class AggregatorConfig(BusParams):
     @property
     def acc_width(self) -> int:
         return 2 * self.elem_width + ACC_GUARD_BITS
+
+
+#: Output beats the write port buffers: covers the output stage's latency, so the drain
+#: never waits for its own beats in flight.
+W_BEATS = 32
 
 
 class ReduceOp(enum.Enum, shape=2):
@@ -172,11 +189,11 @@ class ReciprocalPipe(Elaboratable):
             trial = Cat(num[bit], rem)                   # (rem << 1) | numerator bit
             fits = trial >= div
             n_valid = Signal(name=f"rp{stage}_valid")
-            n_payload = data.Signal(self.layout, name=f"rp{stage}_payload")
-            n_rem = Signal(34, name=f"rp{stage}_rem")
-            n_num = Signal(34, name=f"rp{stage}_num")
-            n_quo = Signal(qbits, name=f"rp{stage}_quo")
-            n_div = Signal(32, name=f"rp{stage}_div")
+            n_payload = Signal(self.layout, name=f"rp{stage}_payload", reset_less=True)
+            n_rem = Signal(34, name=f"rp{stage}_rem", reset_less=True)
+            n_num = Signal(34, name=f"rp{stage}_num", reset_less=True)
+            n_quo = Signal(qbits, name=f"rp{stage}_quo", reset_less=True)
+            n_div = Signal(32, name=f"rp{stage}_div", reset_less=True)
             m.d.sync += [
                 n_valid.eq(valid), n_payload.eq(payload), n_num.eq(num), n_div.eq(div),
                 n_rem.eq(Mux(fits, trial - div, trial)),
@@ -231,7 +248,7 @@ class AggregatorCore(UnitCore):
         # 0 indptr, 1 indices, 2 weights, 3 rows; registered requests keep the readers' request
         # logic and the guard's adders out of the arbitration (the ECP5 critical path)
         read_port = ReadPort(self.bus, num_clients=4, registered_requests=True)
-        write_port = WritePort(self.bus, beat_depth=16, address_depth=4)
+        write_port = WritePort(self.bus, beat_depth=W_BEATS, address_depth=4)
         ptr_reader = StreamReader(addr_width=aw, data_width=c.bus_width, elem_width=32,
                                   fifo_beats=c.meta_fifo_beats, max_burst=c.meta_burst_beats)
         idx_reader = StreamReader(addr_width=aw, data_width=c.bus_width, elem_width=32,
@@ -239,7 +256,9 @@ class AggregatorCore(UnitCore):
         w_reader = StreamReader(addr_width=aw, data_width=c.bus_width, elem_width=ew,
                                 fifo_beats=c.meta_fifo_beats, max_burst=c.meta_burst_beats)
         row_fifo = fifo.SyncFIFOBuffered(width=c.bus_width, depth=c.reads_in_flight)
-        row_ids = fifo.SyncFIFOBuffered(width=32, depth=4)
+        row_address = RowAddress(addr_width=aw, bytes_per_beat=bpb, max_beats=maxb)
+        id_slots = row_address.latency + 4
+        row_ids = fifo.SyncFIFOBuffered(width=row_bursts_layout(aw, maxb).size, depth=id_slots)
         desc_layout = data.StructLayout({
             "weight": signed(ew), "last": 1, "empty": 1, "count": 32})
         # without `mean` the descriptors skip the divider (and its latency)
@@ -249,19 +268,19 @@ class AggregatorCore(UnitCore):
         for name, sub in [("read_port", read_port), ("write_port", write_port),
                           ("ptr_reader", ptr_reader), ("idx_reader", idx_reader),
                           ("w_reader", w_reader), ("row_fifo", row_fifo), ("row_ids", row_ids),
+                          ("row_address", row_address),
                           ("recip_pipe", recip_pipe), ("desc_fifo", desc_fifo)]:
             if sub is not None:
                 dp.submodules[name] = sub
 
         # derived run constants
-        row_beats = Signal(range(maxb + 1))
-        last_lanes = Signal(range(lanes + 1))       # valid lanes in the last beat of a row
-        row_bytes = Signal(32)
-        m.d.comb += [
-            row_beats.eq((cfg["feat_dim"] + lanes - 1) >> (lanes.bit_length() - 1)),
-            last_lanes.eq(cfg["feat_dim"] - (row_beats - 1) * lanes),
-            row_bytes.eq(row_beats * bpb),
-        ]
+        check = ConfigCheck(CONFIG_REGISTERS, lanes=lanes, bytes_per_beat=bpb, elem_width=ew,
+                            max_feat_dim=c.max_feat_dim, addr_width=aw,
+                            reduce_codes=[ReduceOp[op.upper()].value for op in c.reduce_ops])
+        m.submodules.check = check
+        m.d.comb += [check.cfg[name].eq(sig) for name, sig in cfg.items()]
+        # derived run constants, registered by the check
+        row_beats, row_last_beat = check.row_beats, check.row_last_beat
         num_nodes, num_edges = cfg["num_nodes"], cfg["num_edges"]
         use_weights = cfg["use_weights"][0]
         reduce_op = Signal(ReduceOp)
@@ -291,35 +310,36 @@ class AggregatorCore(UnitCore):
         ]
 
         # ---- row gather: one read burst (two across a 4 KiB boundary) per valid edge ----
+        # the bursts of a row come from the row-address pipeline through `row_ids`, whose
+        # room the edge control reserves (`id_credits`) before it sends an index in
         row_credits = Signal(range(c.reads_in_flight + 1), init=c.reads_in_flight)
         row_busy = Signal()
-        row_addr = Signal(aw)
-        row_left = Signal(range(maxb + 1))
+        burst_addr, burst_len = Signal(aw, reset_less=True), Signal(range(maxb + 1), reset_less=True)
+        next_addr, next_len = Signal(aw, reset_less=True), Signal(range(maxb + 1))
         row_req = read_port.requests[3]
-        burst = Signal(range(maxb + 1))
-        dp.d.comb += burst.eq(row_left)
-        to_boundary = beats_to_boundary(row_addr, bpb)
-        with dp.If(to_boundary < row_left):
-            dp.d.comb += burst.eq(to_boundary)
         dp.d.comb += [
-            row_req.valid.eq(row_busy & (row_credits >= burst)),
-            row_req.payload.addr.eq(row_addr),
-            row_req.payload.len.eq(burst - 1),
+            row_address.base.eq(cfg["feat_addr"]), row_address.stride.eq(cfg["feat_stride"]),
+            row_address.row_beats.eq(row_beats),
+            row_ids.w_en.eq(row_address.o.valid), row_ids.w_data.eq(row_address.o.payload),
+            row_req.valid.eq(row_busy & (row_credits >= burst_len)),
+            row_req.payload.addr.eq(burst_addr),
+            row_req.payload.len.eq(burst_len - 1),
         ]
         row_issue = row_req.valid & row_req.ready
         row_pop = Signal()
-        dp.d.sync += row_credits.eq(row_credits - Mux(row_issue, burst, 0) + row_pop)
-        finishing = row_issue & (burst == row_left)
+        dp.d.sync += row_credits.eq(row_credits - Mux(row_issue, burst_len, 0) + row_pop)
+        finishing = row_issue & (next_len == 0)
         load = row_ids.r_rdy & (~row_busy | finishing)
         with dp.If(row_issue):
-            dp.d.sync += [row_addr.eq(row_addr + burst * bpb), row_left.eq(row_left - burst)]
+            dp.d.sync += [burst_addr.eq(next_addr), burst_len.eq(next_len), next_len.eq(0)]
             with dp.If(finishing):
                 dp.d.sync += row_busy.eq(0)
+        bursts = data.View(row_bursts_layout(aw, maxb), row_ids.r_data)
         with dp.If(load):
             dp.d.sync += [
                 row_busy.eq(1),
-                row_addr.eq(cfg["feat_addr"] + row_ids.r_data * cfg["feat_stride"]),
-                row_left.eq(row_beats),
+                burst_addr.eq(bursts.first_addr), burst_len.eq(bursts.first_len),
+                next_addr.eq(bursts.second_addr), next_len.eq(bursts.second_len),
             ]
         dp.d.comb += [row_ids.r_en.eq(load),
                       row_fifo.w_en.eq(read_port.responses[3].valid),
@@ -327,32 +347,46 @@ class AggregatorCore(UnitCore):
 
         # ---- edge control ----------------------------------------------------------------
         state = Signal(_EdgeState)
-        node = Signal(32)
+        node_next = Signal(32, init=1)  # the current node + 1 (compared, never added)
         pos = Signal(32)
+        pos_next = Signal(32, init=1)   # pos + 1, counted beside it
         target = Signal(32)             # end of the current node (or of the skip)
         node_count = Signal(32)         # valid edges of the current node
         held = Signal()                 # a valid edge waiting to learn whether it is last
-        held_weight = Signal(signed(ew))
+        held_weight = Signal(signed(ew), reset_less=True)
         bad_indptr = Signal()
         rejected_pulse = Signal()
         edge_pulse = Signal()
+        id_push = Signal()
+        id_credits = Signal(range(id_slots + 1), init=id_slots)
         desc_credits = Signal(range(c.desc_depth + 1), init=c.desc_depth)
         desc_pop = Signal()
         emit = Signal()
         emit_desc = data.Signal(desc_layout)
 
-        ptr = ptr_reader.elements
-        idx = idx_reader.elements
-        wts = w_reader.elements
+        # register slices: the walk's decisions do not reach back into the readers
+        slices = {name: StreamRegister(width) for name, width in
+                  (("ptr_slice", 32), ("idx_slice", 32), ("w_slice", ew))}
+        for (name, sl), reader in zip(slices.items(), (ptr_reader, idx_reader, w_reader)):
+            dp.submodules[name] = sl
+            wiring.connect(dp, reader.elements, sl.i)
+        ptr, idx, wts = (sl.o for sl in slices.values())
         edge_ready = idx.valid & (wts.valid | ~use_weights)
         weight_in = Mux(use_weights, wts.payload, 1)[:ew].as_signed()
         index_ok = idx.payload < num_nodes
         can_emit = desc_credits != 0
         consume = Signal()
         dp.d.comb += [idx.ready.eq(consume), wts.ready.eq(consume & use_weights)]
-        clamped = Signal(32)   # min(max(p, pos), E)
+        # a pointer is read only where pos == target: min(max(p, pos), E) and whether the
+        # node is empty come from comparators side by side, not one after another
         p = ptr.payload
-        dp.d.comb += clamped.eq(Mux(p < pos, pos, Mux(p > num_edges, num_edges, p)))
+        p_behind, p_beyond = p < target, p > num_edges
+        clamped = Signal(32)
+        dp.d.comb += clamped.eq(Mux(p_behind, target, Mux(p_beyond, num_edges, p)))
+        node_empty = (p <= target) | (target == num_edges)
+
+        def step_pos():
+            return [pos.eq(pos + 1), pos_next.eq(pos_next + 1)]
 
         with dp.Switch(state):
             with dp.Case(_EdgeState.FIRST_PTR):
@@ -371,23 +405,23 @@ class AggregatorCore(UnitCore):
                         dp.d.sync += state.eq(_EdgeState.NEXT_PTR)
                 with dp.Elif(edge_ready):
                     dp.d.comb += consume.eq(1)
-                    dp.d.sync += pos.eq(pos + 1)
+                    dp.d.sync += step_pos()
             with dp.Case(_EdgeState.NEXT_PTR):
                 with dp.If(ptr.valid):
                     dp.d.comb += ptr.ready.eq(1)
                     dp.d.sync += [target.eq(clamped), node_count.eq(0)]
-                    dp.d.sync += state.eq(Mux(clamped == pos, _EdgeState.CLOSE, _EdgeState.EDGES))
-                    last_ptr = node + 1 == num_nodes
-                    with dp.If((clamped != p) | (last_ptr & (p != num_edges))):
+                    dp.d.sync += state.eq(Mux(node_empty, _EdgeState.CLOSE, _EdgeState.EDGES))
+                    last_ptr = node_next == num_nodes
+                    with dp.If(p_behind | p_beyond | (last_ptr & (p != num_edges))):
                         dp.d.sync += bad_indptr.eq(1)
             with dp.Case(_EdgeState.EDGES):
-                with dp.If(edge_ready & row_ids.w_rdy & can_emit):
+                with dp.If(edge_ready & (id_credits != 0) & can_emit):
                     dp.d.comb += consume.eq(1)
-                    dp.d.sync += pos.eq(pos + 1)
-                    with dp.If(pos + 1 == target):
+                    dp.d.sync += step_pos()
+                    with dp.If(pos_next == target):
                         dp.d.sync += state.eq(_EdgeState.CLOSE)
                     with dp.If(index_ok):
-                        dp.d.comb += [row_ids.w_en.eq(1), edge_pulse.eq(1)]
+                        dp.d.comb += [id_push.eq(1), edge_pulse.eq(1)]
                         dp.d.sync += [held.eq(1), held_weight.eq(weight_in),
                                       node_count.eq(node_count + 1)]
                         with dp.If(held):
@@ -399,12 +433,13 @@ class AggregatorCore(UnitCore):
                     dp.d.comb += [emit.eq(1), emit_desc.weight.eq(held_weight),
                                   emit_desc.last.eq(1), emit_desc.empty.eq(~held),
                                   emit_desc.count.eq(node_count)]
-                    dp.d.sync += [held.eq(0), node.eq(node + 1)]
-                    with dp.If(node + 1 == num_nodes):
+                    dp.d.sync += [held.eq(0), node_next.eq(node_next + 1)]
+                    with dp.If(node_next == num_nodes):
                         dp.d.sync += [state.eq(_EdgeState.TAIL), target.eq(num_edges)]
                     with dp.Else():
                         dp.d.sync += state.eq(_EdgeState.NEXT_PTR)
-        dp.d.comb += row_ids.w_data.eq(idx.payload)
+        dp.d.comb += [row_address.i.valid.eq(id_push), row_address.i.payload.eq(idx.payload)]
+        dp.d.sync += id_credits.eq(id_credits - id_push + row_ids.r_en)
         dp.d.sync += desc_credits.eq(desc_credits - emit + desc_pop)
         out_desc = data.Signal(desc_full_layout)
         if recip_pipe is not None:
@@ -436,23 +471,42 @@ class AggregatorCore(UnitCore):
         beat_no = Signal(range(maxb))
         first = Signal(init=1)
         filled = Signal(2)                        # bank closed, waiting for / in drain
-        bank_count = Array(Signal(32, name=f"bank_count{i}") for i in range(2))
-        bank_recip = Array(Signal(MEAN_RECIP_BITS + 1, name=f"bank_recip{i}") for i in range(2))
+        # a closed bank's node: no valid edge (its outputs are 0), the mean's reciprocal
+        bank_zero = Array(Signal(name=f"bank_zero{i}", reset_less=True) for i in range(2))
+        bank_recip = Array(Signal(MEAN_RECIP_BITS + 1, name=f"bank_recip{i}", reset_less=True)
+                           for i in range(2))
         head = data.View(desc_full_layout, desc_fifo.r_data)
         other_free = ~(filled.bit_select(~bank, 1))
-        s2_valid = Signal()
-        s2_index = Signal(range(2 * bank_entries))
-        s2_first = Signal()
-        s2_prod = Signal(lanes * 2 * ew)
-        last_beat = beat_no == row_beats - 1
+        # the product in DSP shape: operand registers (p1), M (p2), P (s2), then accumulate
+        p1_valid, p2_valid, s2_valid = Signal(), Signal(), Signal()
+        p1_index, p2_index, s2_index = (Signal(range(2 * bank_entries), name=f"{n}_index",
+                                               reset_less=True) for n in ("p1", "p2", "s2"))
+        p1_first, p2_first = Signal(reset_less=True), Signal(reset_less=True)
+        s2_first = Signal(reset_less=True, attrs={"max_fanout": 64})   # selects lanes x acc_w
+        p1_x, p1_w = Signal(lanes * ew, reset_less=True), Signal(signed(ew), reset_less=True)
+        p2_prod, s2_prod = Signal(lanes * 2 * ew, reset_less=True), Signal(lanes * 2 * ew, reset_less=True)
+        # whether beat_no is a row's last, a flip-flop: each way beat_no can go is compared
+        # a cycle ahead (no reset: it follows beat_no and the row length through CHECK)
+        last_beat = Signal(reset_less=True)
+        dp.d.sync += last_beat.eq(Mux(row_pop, Mux(last_beat, row_last_beat == 0,
+                                                   beat_no + 1 == row_last_beat),
+                                      beat_no == row_last_beat))
 
         def close_bank():
             return [
                 filled.bit_select(bank, 1).eq(1), bank.eq(~bank), first.eq(1),
-                bank_count[bank].eq(head.desc.count), bank_recip[bank].eq(head.recip),
+                bank_zero[bank].eq(head.desc.empty), bank_recip[bank].eq(head.recip),
             ]
 
-        dp.d.sync += s2_valid.eq(0)
+        dp.d.sync += [
+            p1_valid.eq(row_pop), p1_index.eq(acc_index(beat_no, bank)), p1_first.eq(first),
+            p1_x.eq(row_fifo.r_data), p1_w.eq(head.desc.weight),
+            p2_valid.eq(p1_valid), p2_index.eq(p1_index), p2_first.eq(p1_first),
+            p2_prod.eq(Cat(*[(p1_x.word_select(k, ew).as_signed() * p1_w)[:2 * ew]
+                             for k in range(lanes)])),
+            s2_valid.eq(p2_valid), s2_index.eq(p2_index), s2_first.eq(p2_first),
+            s2_prod.eq(p2_prod),
+        ]
         with dp.If(desc_fifo.r_rdy):
             with dp.If(head.desc.empty):
                 with dp.If(other_free):
@@ -460,15 +514,7 @@ class AggregatorCore(UnitCore):
                     dp.d.sync += close_bank()
             with dp.Elif(row_fifo.r_rdy & (~(last_beat & head.desc.last) | other_free)):
                 dp.d.comb += row_pop.eq(1)
-                products = []
-                for lane in range(lanes):
-                    x = row_fifo.r_data.word_select(lane, ew).as_signed()
-                    products.append((x * head.desc.weight)[:2 * ew])
-                dp.d.sync += [
-                    s2_valid.eq(1), s2_index.eq(acc_index(beat_no, bank)),
-                    s2_first.eq(first), s2_prod.eq(Cat(*products)),
-                    beat_no.eq(beat_no + 1),
-                ]
+                dp.d.sync += beat_no.eq(beat_no + 1)
                 with dp.If(last_beat):
                     dp.d.comb += desc_pop.eq(1)
                     dp.d.sync += [beat_no.eq(0), first.eq(0)]
@@ -492,126 +538,89 @@ class AggregatorCore(UnitCore):
         dp.d.comb += [acc_write.addr.eq(s2_index), acc_write.data.eq(new),
                       acc_write.en.eq(s2_valid)]
 
-        # ---- drain: narrow, divide (mean), write ---------------------------------------
+        # ---- drain: read a closed bank beat by beat, one AW per burst ---------------------
         dbank = Signal()
         d_beat = Signal(range(maxb))
         out_node = Signal(32)
-        out_row_addr = Signal(aw)
-        w_credits = Signal(range(17), init=16)
-        first_len = Signal(range(maxb + 1))     # beats of the row before a 4 KiB boundary
-        to_b = beats_to_boundary(out_row_addr, bpb)
-        dp.d.comb += first_len.eq(Mux(to_b < row_beats, to_b, row_beats))
-        ready_bank = filled.bit_select(dbank, 1) & ~(s2_valid & (s2_index[-1] == dbank))
-        d_last = d_beat == row_beats - 1
+        w_credits = Signal(range(W_BEATS + 1), init=W_BEATS)
+        # a row's bursts (it crosses at most one 4 KiB boundary), computed a row ahead:
+        # next_row_addr is the row after the one being drained
+        next_row_addr, out_row_addr, second_addr = Signal(aw), Signal(aw), Signal(aw)
+        first_len, first_len_m1, second_len_m1 = (Signal(range(maxb + 1)), Signal(range(maxb)),
+                                                  Signal(range(maxb)))
+        advance = Signal()      # the next row becomes the one being drained
+        launched = Signal()     # the run's second cycle: the first row is set up
+        # beats to the boundary minus one, for a beat-aligned address: no carry chain
+        to_b_m1 = ~next_row_addr[bpb.bit_length() - 1:12]
+        crosses = to_b_m1 < row_last_beat
+        with dp.If(advance):
+            dp.d.sync += [
+                out_row_addr.eq(next_row_addr), next_row_addr.eq(next_row_addr + cfg["out_stride"]),
+                first_len_m1.eq(Mux(crosses, to_b_m1, row_last_beat)),
+                first_len.eq(Mux(crosses, to_b_m1 + 1, row_beats)),
+            ]
+        dp.d.sync += [second_addr.eq(out_row_addr + (first_len << (bpb.bit_length() - 1))),
+                      second_len_m1.eq(row_last_beat - first_len)]
+        # a closed bank drains once its last products are in
+        ready_bank = filled.bit_select(dbank, 1) & ~Cat(
+            *[v & (i[-1] == dbank) for v, i in ((p1_valid, p1_index), (p2_valid, p2_index),
+                                                (s2_valid, s2_index))]).any()
+        d_last = d_beat == row_last_beat
         needs_aw = (d_beat == 0) | (d_beat == first_len)
         d1_go = ready_bank & (w_credits != 0) & (~needs_aw | write_port.address.w_rdy)
+        dp.d.comb += advance.eq(launched | (d1_go & d_last))
         aw_payload = data.Signal(write_port._aw_layout)
         dp.d.comb += [
-            aw_payload.addr.eq(out_row_addr + d_beat * bpb),
-            aw_payload.len.eq(Mux(d_beat == 0, first_len, row_beats - first_len) - 1),
+            aw_payload.addr.eq(Mux(d_beat == 0, out_row_addr, second_addr)),
+            aw_payload.len.eq(Mux(d_beat == 0, first_len_m1, second_len_m1)),
             write_port.address.w_data.eq(aw_payload),
             write_port.address.w_en.eq(d1_go & needs_aw),
         ]
         d1_valid = Signal()
-        d1_acc = Signal(lanes * acc_w)
+        d1_acc = Signal(lanes * acc_w, reset_less=True)
         dp.d.comb += acc_drain.addr.eq(acc_index(d_beat, dbank))
-        d1_mask = Signal(lanes)
-        d1_last = Signal()
-        d1_zero = Signal()
-        d1_recip = Signal(MEAN_RECIP_BITS + 1)
-        dp.d.sync += d1_valid.eq(d1_go)
+        d1_mask = Signal(lanes, reset_less=True)
+        d1_last, d1_zero = Signal(reset_less=True), Signal(reset_less=True)
+        d1_recip = Signal(MEAN_RECIP_BITS + 1, reset_less=True)
+        # the data registers load every cycle (no enable to fan out); d1_valid qualifies them
+        dp.d.sync += [
+            d1_valid.eq(d1_go), d1_acc.eq(acc_drain.data),
+            d1_mask.eq(Mux(d_last, check.last_mask, (1 << lanes) - 1)),
+            d1_last.eq(d_last | (d_beat + 1 == first_len)),
+            d1_zero.eq(bank_zero[dbank]), d1_recip.eq(bank_recip[dbank]),
+        ]
         with dp.If(d1_go):
-            lane_mask = Mux(d_last, (Const(1, lanes + 1) << last_lanes) - 1, (1 << lanes) - 1)
-            dp.d.sync += [
-                d1_acc.eq(acc_drain.data),
-                d1_mask.eq(lane_mask), d1_last.eq(d_last | (d_beat == first_len - 1)),
-                d1_zero.eq(bank_count[dbank] == 0), d1_recip.eq(bank_recip[dbank]),
-                d_beat.eq(d_beat + 1),
-            ]
+            dp.d.sync += d_beat.eq(d_beat + 1)
             with dp.If(d_last):
-                dp.d.sync += [
-                    d_beat.eq(0), filled.bit_select(dbank, 1).eq(0), dbank.eq(~dbank),
-                    out_node.eq(out_node + 1), out_row_addr.eq(out_row_addr + cfg["out_stride"]),
-                ]
-        # stage 2: round by `shift` into 32 bits
-        d2_valid = Signal()
-        d2_sum = Signal(lanes * MEAN_SUM_WIDTH)
-        d2_sat = Signal(lanes)
-        d2_mask, d2_last, d2_zero, d2_recip = (Signal.like(d1_mask), Signal(), Signal(),
-                                               Signal.like(d1_recip))
-        dp.d.sync += [d2_valid.eq(d1_valid), d2_mask.eq(d1_mask), d2_last.eq(d1_last),
-                      d2_zero.eq(d1_zero), d2_recip.eq(d1_recip)]
-        # the shift is fixed for the run: its mask and half are registered once for all lanes
-        shift_mask, shift_half = Signal(acc_w), Signal(acc_w)
-        mask_now, half_now = rounding_constants(cfg["shift"][:6], acc_w)
-        m.d.sync += [shift_mask.eq(mask_now), shift_half.eq(half_now)]
-        for lane in range(lanes):
-            rounded = round_half_even_shift(d1_acc.word_select(lane, acc_w).as_signed(),
-                                            cfg["shift"][:6], (shift_mask, shift_half))
-            value, sat = saturate(rounded, MEAN_SUM_WIDTH)
-            dp.d.sync += [d2_sum.word_select(lane, MEAN_SUM_WIDTH).eq(value), d2_sat[lane].eq(sat)]
-        # stage 3: mean's reciprocal, saturate to the element width, queue the beat
-        beat_out = data.Signal(write_port._w_layout)
-        sats = []
-        for lane in range(lanes):
-            s = d2_sum.word_select(lane, MEAN_SUM_WIDTH).as_signed()
-            scaled = round_half_even_shift(s * d2_recip, MEAN_RECIP_BITS)
-            chosen = Mux(reduce_op == ReduceOp.MEAN, scaled, s) if recip_pipe is not None else s
-            value, sat = saturate(chosen, ew)
-            dp.d.comb += beat_out.data.word_select(lane, ew).eq(Mux(d2_zero, 0, value))
-            sats.append((sat | d2_sat[lane]) & d2_mask[lane] & ~d2_zero & d2_valid)
-            dp.d.comb += beat_out.strb.word_select(lane, ew // 8).eq(
-                Mux(d2_mask[lane], (1 << (ew // 8)) - 1, 0))
-        dp.d.comb += [beat_out.last.eq(d2_last), write_port.beats.w_data.eq(beat_out),
-                      write_port.beats.w_en.eq(d2_valid)]
+                dp.d.sync += [d_beat.eq(0), filled.bit_select(dbank, 1).eq(0), dbank.eq(~dbank),
+                              out_node.eq(out_node + 1)]
+        # the output stage: round, saturate, mean, narrow, a stage each (no stall: the
+        # credits above reserve the write port's room for every beat in flight)
+        output = OutputStage(lanes=lanes, acc_width=acc_w, elem_width=ew,
+                             mean=recip_pipe is not None)
+        dp.submodules.output = output
+        dp.d.comb += [
+            output.i.valid.eq(d1_valid),
+            output.i.payload.acc.eq(d1_acc), output.i.payload.mask.eq(d1_mask),
+            output.i.payload.last.eq(d1_last), output.i.payload.zero.eq(d1_zero),
+            output.i.payload.recip.eq(d1_recip),
+            write_port.beats.w_data.eq(output.o.payload), write_port.beats.w_en.eq(output.o.valid),
+        ]
+        m.d.comb += [output.shift.eq(cfg["shift"][:6]), output.mean.eq(reduce_op == ReduceOp.MEAN)]
         dp.d.sync += w_credits.eq(w_credits - d1_go + write_port.beat)
-        saturated_now = Signal(range(lanes + 1))
-        dp.d.comb += saturated_now.eq(sum(sats))
+        saturated_now = output.saturated
+        pipe_busy = d1_valid | output.busy
 
         # ---- completion ----------------------------------------------------------------
         drained = Signal()
         dp.d.comb += drained.eq((state == _EdgeState.DONE) & (out_node == num_nodes) &
-                                ~d1_valid & ~d2_valid & write_port.idle &
+                                ~pipe_busy & write_port.idle &
                                 (read_port.outstanding == 0))
 
         m.submodules.datapath = ResetInserter(clear)(dp)
 
         # ---- configuration check and run FSM -------------------------------------------
         status = self.stat["status"]
-        err_config = Signal()
-        align = bpb - 1
-
-        def over(base, size, need):
-            return (need > size) | ((base + size) >> aw != 0)
-
-        def whole_beats(nbytes):
-            # the streams are read in whole beats: the buffer must hold the last one entirely
-            beat_bits = bpb.bit_length() - 1
-            return ((nbytes + align) >> beat_bits) << beat_bits
-
-        n_minus_1 = Signal(32)
-        m.d.comb += n_minus_1.eq(num_nodes - 1)
-        checks = [
-            (cfg["feat_dim"] == 0) | (cfg["feat_dim"] > c.max_feat_dim),
-            ~Cat(*[cfg["reduce_op"] == ReduceOp[op.upper()].value for op in c.reduce_ops]).any(),
-            cfg["shift"] > 63,
-            (cfg["indptr_addr"] & align) != 0, (cfg["indices_addr"] & align) != 0,
-            (cfg["feat_addr"] & align) != 0, (cfg["out_addr"] & align) != 0,
-            use_weights & ((cfg["weights_addr"] & align) != 0),
-            (cfg["feat_stride"] & align) != 0, (cfg["out_stride"] & align) != 0,
-            over(cfg["indptr_addr"], cfg["indptr_size"], whole_beats((num_nodes + 1) * 4)),
-            over(cfg["indices_addr"], cfg["indices_size"], whole_beats(num_edges * 4)),
-            use_weights & over(cfg["weights_addr"], cfg["weights_size"],
-                               whole_beats(num_edges * (ew // 8))),
-            (num_nodes != 0) & (cfg["feat_stride"] < row_bytes),
-            (num_nodes != 0) & (cfg["out_stride"] < row_bytes),
-            (num_nodes != 0) & over(cfg["feat_addr"], cfg["feat_size"],
-                                    n_minus_1 * cfg["feat_stride"] + row_bytes),
-            (num_nodes != 0) & over(cfg["out_addr"], cfg["out_size"],
-                                    n_minus_1 * cfg["out_stride"] + row_bytes),
-            num_nodes == 0xFFFF_FFFF,
-        ]
-        m.d.comb += err_config.eq(Cat(*checks).any())
 
         busy = Signal()
         counters = {name: self.stat[name] for name in
@@ -641,14 +650,15 @@ class AggregatorCore(UnitCore):
                 with m.If(self.start):
                     m.d.sync += on_start()
                     m.d.sync += [busy.eq(1), status.eq(0)]
+                    m.d.comb += check.start.eq(1)
                     m.d.sync += [sig.eq(0) for sig in counters.values()]
                     m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += clear.eq(1)
-                with m.If(err_config):
+                with m.If(check.done & check.error):
                     m.d.sync += status.eq(Status.CONFIG_ERROR)
                     m.next = "FINISH"
-                with m.Else():
+                with m.Elif(check.done):
                     m.next = "RUN"
             with m.State("RUN"):
                 first_cycle = Signal(init=1)
@@ -662,7 +672,7 @@ class AggregatorCore(UnitCore):
                     m.next = "FINISH"
             with m.State("ABORT"):
                 # nothing new is issued; wait for what is in flight, then finish
-                with m.If((read_port.outstanding == 0) & write_port.idle & ~d1_valid & ~d2_valid
+                with m.If((read_port.outstanding == 0) & write_port.idle & ~pipe_busy
                           & ~ready_bank):
                     m.next = "FINISH"
             with m.State("FINISH"):
@@ -670,6 +680,8 @@ class AggregatorCore(UnitCore):
                 m.d.comb += self.done.eq(1)
                 m.next = "IDLE"
         # the output row pointer starts at the output base in the run's first cycle
+        # the first output row is set up in the run's first two cycles (no data is there yet)
+        dp.d.sync += launched.eq(launch)
         with dp.If(launch):
-            dp.d.sync += out_row_addr.eq(cfg["out_addr"])
+            dp.d.sync += next_row_addr.eq(cfg["out_addr"])
         return m

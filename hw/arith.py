@@ -1,7 +1,9 @@
 """Fixed-point arithmetic building blocks, mirroring :mod:`gnnweave.fixed` bit for bit."""
 from __future__ import annotations
 
-from amaranth.hdl import Const, Mux, Value, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 
 
 def rounding_constants(shift: Value, width: int) -> tuple[Value, Value]:
@@ -13,6 +15,36 @@ def rounding_constants(shift: Value, width: int) -> tuple[Value, Value]:
     return ((one << shift) - 1)[:width], ((one << shift) >> 1)[:width]
 
 
+def rounding_terms(value: Value, shift: Value | int, constants=None) -> tuple[Value, Value, Value]:
+    """``(kept, above, tie)`` of a round-half-even shift, for a pipeline that registers
+    them before the add: the result is ``kept + (above | tie & kept[0])``.
+
+    ``kept`` is ``floor(value / 2**shift)``; ``above`` / ``tie``: the dropped bits are
+    more than / exactly one half. All three are 0 where ``shift >= len(value)`` (the
+    quotient rounds to 0 there), and ``above``/``tie`` are 0 for ``shift == 0``.
+    ``constants`` as in :func:`round_half_even_shift`.
+    """
+    width = len(value)
+    value = value.as_signed()
+    kept = value >> shift                       # arithmetic: floor division by 2**shift
+    if isinstance(shift, int):
+        if shift == 0:
+            return kept, Const(0), Const(0)
+        if shift >= width:
+            return Const(0, signed(width)), Const(0), Const(0)
+        dropped = value.as_unsigned()[:shift]
+        half = Const(1 << (shift - 1), shift)
+        return kept, dropped > half, dropped == half
+    mask, half = constants if constants is not None else rounding_constants(shift, width)
+    dropped = value.as_unsigned() & mask
+    # |value| <= 2**(width-1) <= 2**(shift-1) past the width: the quotient rounds to 0 (the
+    # mask and half are cut to `width` bits and would round a positive value up to 1)
+    inside = shift < width
+    nonzero = inside & (shift != 0)
+    return (Mux(inside, kept, 0).as_signed(), nonzero & (dropped > half),
+            nonzero & (dropped == half))
+
+
 def round_half_even_shift(value: Value, shift: Value | int, constants=None) -> Value:
     """``value / 2**shift`` rounded half to even (``gnnweave.fixed.shift_round_half_even``).
 
@@ -21,34 +53,109 @@ def round_half_even_shift(value: Value, shift: Value | int, constants=None) -> V
     ``(mask, half)`` of :func:`rounding_constants` for this ``shift`` and ``len(value)``,
     when the caller holds them in registers.
     """
-    width = len(value)
-    value = value.as_signed()
-    kept = value >> shift                       # arithmetic: floor division by 2**shift
-    if isinstance(shift, int):
-        if shift == 0:
-            return kept.as_signed()
-        if shift >= width:                      # |value / 2**shift| <= 1/2: rounds to 0
-            return Const(0, signed(width + 1))
-        dropped = value.as_unsigned()[:shift]
-        half = Const(1 << (shift - 1), shift)
-        round_up = (dropped > half) | ((dropped == half) & kept[0])
-    else:
-        mask, half = constants if constants is not None else rounding_constants(shift, width)
-        dropped = value.as_unsigned() & mask
-        round_up = (shift != 0) & ((dropped > half) | ((dropped == half) & kept[0]))
-        # |value| <= 2**(width-1) <= 2**(shift-1): the quotient rounds to 0 (the mask and
-        # half above are cut to `width` bits and would round a positive value up to 1)
-        return Mux(shift >= width, 0, kept + round_up).as_signed()
-    return (kept + round_up).as_signed()
+    kept, above, tie = rounding_terms(value, shift, constants)
+    if isinstance(shift, int) and (shift == 0 or shift >= len(value)):
+        return kept.as_signed() if shift == 0 else Const(0, signed(len(value) + 1))
+    return (kept + (above | (tie & kept[0]))).as_signed()
 
 
 def saturate(value: Value, width: int) -> tuple[Value, Value]:
     """Clamp a signed value into ``width`` bits: returns (clamped, saturated flag)."""
-    lo = -(1 << (width - 1))
-    hi = (1 << (width - 1)) - 1
+    too_big, too_small = saturation_flags(value, width)
+    return clamp(value, width, too_big, too_small), too_big | too_small
+
+
+def saturation_flags(value: Value, width: int) -> tuple[Value, Value]:
+    """``(too_big, too_small)``: the signed ``value`` lies above / below ``width`` bits."""
     value = value.as_signed()
-    too_big = value > hi
-    too_small = value < lo
-    clamped = Mux(too_big, Const(hi, signed(width)),
-                  Mux(too_small, Const(lo, signed(width)), value[:width].as_signed()))
-    return clamped, too_big | too_small
+    return value > (1 << (width - 1)) - 1, value < -(1 << (width - 1))
+
+
+def clamp(value: Value, width: int, too_big: Value, too_small: Value) -> Value:
+    """``value`` narrowed to ``width`` bits, the limits where :func:`saturation_flags` said so."""
+    hi, lo = (1 << (width - 1)) - 1, -(1 << (width - 1))
+    return Mux(too_big, Const(hi, signed(width)),
+               Mux(too_small, Const(lo, signed(width)), value[:width].as_signed()))
+
+
+#: The widest operands one DSP48E2 multiplier takes (signed): A x B.
+DSP_TILE = (27, 18)
+
+
+def _chunks(width: int, is_signed: bool, port: int) -> list[tuple[int, int, bool]]:
+    """``(offset, width, signed)`` pieces of an operand that each fit a ``port``-bit signed
+    multiplier input: unsigned pieces of ``port - 1`` bits, the top one signed if the
+    operand is."""
+    pieces, offset = [], 0
+    while width - offset > (port if is_signed else port - 1):
+        pieces.append((offset, port - 1, False))
+        offset += port - 1
+    pieces.append((offset, width - offset, is_signed))
+    return pieces
+
+
+class PipelinedMultiplier(wiring.Component):
+    """``p = a * b`` through DSP-shaped tiles, one product per cycle, :attr:`latency` cycles.
+
+    The operands are cut into pieces no wider than a DSP48E2 multiplier
+    (:data:`DSP_TILE`); the pipeline registers the pieces (the DSP's A/B registers), each
+    tile's product twice (M and P), then adds the shifted tile products pairwise, one
+    level of the adder tree per stage. Nothing stalls it; its registers have no reset.
+
+    Args:
+        a_shape, b_shape: operand shapes (signed or unsigned); ``p`` is wide enough for
+            every product.
+    """
+
+    def __init__(self, a_shape, b_shape):
+        self._a, self._b = unsigned(0).cast(a_shape), unsigned(0).cast(b_shape)
+        self._p = (signed if self._a.signed or self._b.signed else unsigned)(
+            self._a.width + self._b.width)
+        # the operand that fits the wide port whole goes there: fewer tiles
+        self._a_chunks = _chunks(self._a.width, self._a.signed, DSP_TILE[0])
+        self._b_chunks = _chunks(self._b.width, self._b.signed, DSP_TILE[1])
+        swapped_a = _chunks(self._a.width, self._a.signed, DSP_TILE[1])
+        swapped_b = _chunks(self._b.width, self._b.signed, DSP_TILE[0])
+        if len(swapped_a) * len(swapped_b) < len(self._a_chunks) * len(self._b_chunks):
+            self._a_chunks, self._b_chunks = swapped_a, swapped_b
+        tiles = len(self._a_chunks) * len(self._b_chunks)
+        self.latency = 3 + (tiles - 1).bit_length()
+        super().__init__({"a": In(self._a), "b": In(self._b), "p": Out(self._p)})
+
+    @property
+    def tiles(self) -> int:
+        return len(self._a_chunks) * len(self._b_chunks)
+
+    def elaborate(self, platform):
+        m = Module()
+        pw = self._p.width
+
+        def piece(value, offset, width, is_signed):
+            bits = value.as_unsigned()[offset:offset + width]
+            return bits.as_signed() if is_signed else Cat(bits, Const(0, 1)).as_signed()
+
+        partials = []
+        for ai, (ao, aw, asg) in enumerate(self._a_chunks):
+            for bi, (bo, bw, bsg) in enumerate(self._b_chunks):
+                a_reg = Signal(signed(aw + (not asg)), name=f"a{ai}b{bi}_areg", reset_less=True)
+                b_reg = Signal(signed(bw + (not bsg)), name=f"a{ai}b{bi}_breg", reset_less=True)
+                m_reg = Signal(signed(len(a_reg) + len(b_reg)), name=f"a{ai}b{bi}_mreg",
+                               reset_less=True)
+                p_reg = Signal.like(m_reg, name=f"a{ai}b{bi}_preg", reset_less=True)
+                m.d.sync += [a_reg.eq(piece(self.a, ao, aw, asg)),
+                             b_reg.eq(piece(self.b, bo, bw, bsg)),
+                             m_reg.eq(a_reg * b_reg), p_reg.eq(m_reg)]
+                partials.append((ao + bo, p_reg))
+        level = 0
+        while len(partials) > 1:
+            merged = []
+            for i in range(0, len(partials), 2):
+                pair = partials[i:i + 2]
+                low = min(o for o, _ in pair)
+                s = Signal(signed(pw + 1), name=f"sum{level}_{i // 2}", reset_less=True)
+                m.d.sync += s.eq(sum(v << (o - low) for o, v in pair))
+                merged.append((low, s))
+            partials, level = merged, level + 1
+        offset, value = partials[0]
+        m.d.comb += self.p.eq(value << offset)
+        return m

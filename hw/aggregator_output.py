@@ -1,0 +1,177 @@
+"""The Aggregator's output stage: accumulator beats in, narrowed output beats out.
+
+Per lane, bit-exact to :func:`gnnweave.golden.aggregate.aggregate_raw`::
+
+    S = saturate(round_half_even(acc / 2**shift), MEAN_SUM_WIDTH)
+    y = saturate(round_half_even(S * recip / 2**MEAN_RECIP_BITS), elem_width)  # mean
+    y = saturate(S, elem_width)                                                  # sum, max
+
+(saturating to ``MEAN_SUM_WIDTH`` first changes neither the value nor the flag of a
+sum or max: the second saturation is the narrower one). Every step has a stage of its
+own so that no register-to-register path holds more than one carry chain or a few LUTs::
+
+    shift -> round -> flags -> clamp -> [a/b regs -> M -> P -> add (mean)
+    -> round terms -> round] -> flags -> clamp -> beat          -> popcount
+
+The pipeline never stalls (its producer reserves room for every beat in flight) and its
+data registers have no reset; ``valid`` is the only state that a reset clears.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal, Value, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from gnnweave.fixed import MEAN_RECIP_BITS, MEAN_SUM_WIDTH
+
+from .arith import (PipelinedMultiplier, clamp, rounding_constants, rounding_terms,
+                    saturation_flags)
+
+
+def accumulator_beat_layout(lanes: int, acc_width: int) -> data.StructLayout:
+    """One beat of accumulators on its way out: ``zero`` marks a node without edges."""
+    return data.StructLayout({"acc": lanes * acc_width, "mask": lanes, "last": 1, "zero": 1,
+                              "recip": MEAN_RECIP_BITS + 1})
+
+
+def output_beat_layout(lanes: int, elem_width: int) -> data.StructLayout:
+    """One beat for the write port (the layout of :func:`~.dma.write_beat_layout`)."""
+    return data.StructLayout({"data": lanes * elem_width, "strb": lanes * elem_width // 8,
+                              "last": 1})
+
+
+class _Chain:
+    """Registers a beat's values stage by stage, its ``valid`` beside them."""
+
+    def __init__(self, m: Module, valid):
+        self.m, self.valid, self.valids = m, valid, []
+
+    def stage(self, name: str, **values) -> dict:
+        valid = Signal(name=f"{name}_valid")
+        self.m.d.sync += valid.eq(self.valid)
+        self.valid = valid
+        self.valids.append(valid)
+        regs = {}
+        for key, value in values.items():
+            value = Value.cast(value)
+            regs[key] = Signal(value.shape(), name=f"{name}_{key}", reset_less=True)
+            self.m.d.sync += regs[key].eq(value)
+        return regs
+
+
+class OutputStage(wiring.Component):
+    """Narrows one beat of ``lanes`` accumulators per cycle into ``elem_width`` outputs.
+
+    Ports:
+        i: accumulator beats (:func:`accumulator_beat_layout`); always accepted.
+        o: output beats (:func:`output_beat_layout`), :attr:`latency` cycles later; the
+            consumer takes every beat (it has reserved room for the beats in flight).
+        shift: narrowing shift (0 .. 63), fixed for a run (registered, with its rounding
+            constants: a beat may enter from the second cycle after it is set).
+        mean: 1 for the ``mean`` reduction (only with ``mean=True``), fixed for a run
+            (registered likewise).
+        saturated: output elements of one beat that saturated (registered, one cycle
+            after the beat leaves on ``o``; 0 when none).
+        busy: a beat or its count is still in the pipeline.
+    """
+
+    def __init__(self, *, lanes: int, acc_width: int, elem_width: int, mean: bool = True):
+        self.lanes, self.acc_width, self.elem_width, self.has_mean = (
+            lanes, acc_width, elem_width, mean)
+        self._multipliers = [PipelinedMultiplier(signed(MEAN_SUM_WIDTH), MEAN_RECIP_BITS + 1)
+                             for _ in range(lanes)] if mean else []
+        # shift, round, flags, clamp | multiply, round terms, round | flags, clamp
+        self.latency = 4 + (self._multipliers[0].latency + 2 if mean else 0) + 2
+        super().__init__({
+            "i": In(stream.Signature(accumulator_beat_layout(lanes, acc_width),
+                                     always_ready=True)),
+            "o": Out(stream.Signature(output_beat_layout(lanes, elem_width), always_ready=True)),
+            "shift": In(6),
+            "mean": In(1),
+            "saturated": Out(range(lanes + 1)),
+            "busy": Out(1),
+        })
+
+    def _lanes(self, value, width):
+        return [value.word_select(k, width).as_signed() for k in range(self.lanes)]
+
+    def elaborate(self, platform):
+        m = Module()
+        acc_w, ew, lanes = self.acc_width, self.elem_width, self.lanes
+        beat = self.i.payload
+        chain = _Chain(m, self.i.valid)
+        # run constants, registered where they fan out to every lane
+        shift = Signal(6, reset_less=True, attrs={"max_fanout": 64})
+        mask, half = Signal(acc_w, reset_less=True), Signal(acc_w, reset_less=True)
+        self._mean_sel = Signal(reset_less=True, attrs={"max_fanout": 64})
+        m.d.sync += [shift.eq(self.shift), self._mean_sel.eq(self.mean),
+                     Cat(mask, half).eq(Cat(*rounding_constants(self.shift, acc_w)))]
+
+        # shift: the kept part, and how the dropped bits compare with one half
+        terms = [rounding_terms(a, shift, (mask, half)) for a in self._lanes(beat.acc, acc_w)]
+        r = chain.stage("shift", kept=Cat(*[t[0] for t in terms]),
+                        above=Cat(*[t[1] for t in terms]), tie=Cat(*[t[2] for t in terms]),
+                        mask=beat.mask, last=beat.last, zero=beat.zero, recip=beat.recip)
+        side = {k: r[k] for k in ("mask", "last", "zero", "recip")}
+        # round: kept + round-up, one carry chain
+        rounded = [(k + (r["above"][i] | (r["tie"][i] & k[0])))[:acc_w + 1]
+                   for i, k in enumerate(self._lanes(r["kept"], acc_w))]
+        r = chain.stage("round", value=Cat(*rounded), **side)
+        value, sat, side = self._saturate(chain, "sum", r.pop("value"), acc_w + 1,
+                                          MEAN_SUM_WIDTH, r)
+        width = MEAN_SUM_WIDTH
+        if self.has_mean:
+            value, width, side = self._mean(m, chain, value, {**side, "sat": sat})
+            sat = side.pop("sat")
+        value, sat_out, side = self._saturate(chain, "out", value, width, ew, {**side, "sat": sat})
+        saturated = (sat_out | side["sat"]) & side["mask"] & Cat(*[~side["zero"]] * lanes)
+        m.d.comb += [
+            self.o.valid.eq(chain.valid),
+            self.o.payload.data.eq(Mux(side["zero"], 0, value)),
+            self.o.payload.strb.eq(Cat(*[Mux(side["mask"][k], (1 << (ew // 8)) - 1, 0)
+                                         for k in range(lanes)])),
+            self.o.payload.last.eq(side["last"]),
+        ]
+        # a beat's saturation count: a registered popcount, which the counter adds next cycle
+        count = Signal(range(lanes + 1), reset_less=True)
+        counted = Signal()
+        m.d.sync += [count.eq(sum(saturated)), counted.eq(chain.valid)]
+        m.d.comb += [self.saturated.eq(Mux(counted, count, 0)),
+                     self.busy.eq(Cat(self.i.valid, *chain.valids, counted).any())]
+        return m
+
+    def _saturate(self, chain, name, value, width, out_width, side):
+        """Two stages: each lane's saturation flags, then its clamped value.
+        Returns (values, per-lane flags, side values)."""
+        flags = [saturation_flags(v, out_width) for v in self._lanes(value, width)]
+        r = chain.stage(f"{name}_flags", value=value, big=Cat(*[b for b, _ in flags]),
+                        small=Cat(*[s for _, s in flags]), **side)
+        clamped = [clamp(v, out_width, r["big"][k], r["small"][k])
+                   for k, v in enumerate(self._lanes(r["value"], width))]
+        c = chain.stage(f"{name}_clamp", value=Cat(*clamped), flag=r["big"] | r["small"],
+                        **{k: r[k] for k in side})
+        return c.pop("value"), c.pop("flag"), c
+
+    def _mean(self, m, chain, value, side):
+        """``S * recip`` in DSP tiles, its rounding by MEAN_RECIP_BITS in two stages; the
+        plain ``S`` (sum, max) travels alongside and is chosen at the last one."""
+        products = []
+        for k, (s, mul) in enumerate(zip(self._lanes(value, MEAN_SUM_WIDTH), self._multipliers)):
+            m.submodules[f"recip_mul{k}"] = mul
+            m.d.comb += [mul.a.eq(s), mul.b.eq(side["recip"])]
+            products.append(mul.p)
+        carried = {**side, "plain": value}
+        for step in range(mul.latency):
+            carried = chain.stage(f"mul{step}", **carried)
+        terms = [rounding_terms(p.as_signed(), MEAN_RECIP_BITS) for p in products]
+        kw = len(terms[0][0])
+        r = chain.stage("recip_terms", kept=Cat(*[t[0] for t in terms]),
+                        above=Cat(*[t[1] for t in terms]), tie=Cat(*[t[2] for t in terms]),
+                        **carried)
+        plain = self._lanes(r["plain"], MEAN_SUM_WIDTH)
+        chosen = [Mux(self._mean_sel, (k + (r["above"][i] | (r["tie"][i] & k[0]))), plain[i])
+                  .as_signed()[:kw + 1]
+                  for i, k in enumerate(self._lanes(r["kept"], kw))]
+        q = chain.stage("recip_round", value=Cat(*chosen),
+                        **{k: r[k] for k in side})
+        return q.pop("value"), kw + 1, q

@@ -1,0 +1,175 @@
+"""The Aggregator's edge walk, and the register slices in front of it."""
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+
+class StreamRegister(wiring.Component):
+    """A register slice for one ``amaranth.lib.stream``: ``o`` leaves from flip-flops and
+    ``i.ready`` is a flip-flop too (a skid entry catches the element that arrives while
+    ``o`` is held), so no combinational path crosses it; one element per cycle.
+
+    Args:
+        shape: the payload shape.
+    """
+
+    def __init__(self, shape):
+        self._shape = shape
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        skid_valid = Signal()
+        skid = Signal(self._shape, reset_less=True)
+        main = Signal(self._shape, reset_less=True)
+        m.d.comb += [self.i.ready.eq(~skid_valid), self.o.payload.eq(main)]
+        with m.If(~self.o.valid | self.o.ready):           # the output register frees
+            with m.If(skid_valid):
+                m.d.sync += [main.eq(skid), self.o.valid.eq(1), skid_valid.eq(0)]
+            with m.Else():
+                m.d.sync += [main.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
+        with m.Elif(self.i.valid & self.i.ready):          # held: the skid entry takes it
+            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
+        return m
+
+
+def descriptor_layout(elem_width: int) -> data.StructLayout:
+    """One gathered row's instructions for the reduce: its weight, whether it is its
+    node's last (``empty``: the node had no valid edge, no row goes with it) and, on the
+    last, the node's valid edges."""
+    return data.StructLayout({"weight": signed(elem_width), "last": 1, "empty": 1, "count": 32})
+
+
+class _EdgeState(enum.Enum, shape=3):
+    FIRST_PTR = 0   # read indptr[0]
+    SKIP = 1        # discard stream positions before the next node's first edge
+    NEXT_PTR = 2    # read indptr[v+1]
+    EDGES = 3       # walk node v's edges
+    CLOSE = 4       # emit node v's last descriptor
+    TAIL = 5        # discard positions after the last node
+    DONE = 6
+
+
+class EdgeWalk(wiring.Component):
+    """Walks the CSR: one row index and one descriptor per valid edge, node by node.
+
+    Node ``v`` owns stream positions ``[p(v), p(v+1))`` of the clamped row pointers
+    ``p(v) = min(max(indptr[v], p(v-1)), E)`` (``p(-1) = 0``); positions before ``p(0)``
+    and after ``p(N)`` are read and discarded. An index ``>= N`` is skipped and counted.
+    A descriptor leaves one edge late, when it is known whether that edge is its node's
+    last; a node without valid edges gets one ``empty`` descriptor.
+
+    Ports:
+        pointers, indices, weights: the metadata streams (``weights`` only read with
+            ``use_weights``; every weight is 1 without).
+        rows: the source index of every valid edge; never refused: the walk holds
+            ``row_slots`` credits, one returned by each ``row_done`` pulse.
+        descriptors: likewise, ``desc_slots`` credits returned by ``desc_done``.
+        run: the walk may start (it then waits for ``indptr[0]``).
+        num_nodes, num_edges, use_weights: the run's configuration.
+        edge, rejected: pulses, a valid / rejected index consumed.
+        bad_indptr: some row pointer was clamped (sticky for the run).
+        done: every position of the index stream consumed.
+    """
+
+    def __init__(self, *, elem_width: int, row_slots: int, desc_slots: int):
+        self.ew, self.row_slots, self.desc_slots = elem_width, row_slots, desc_slots
+        super().__init__({
+            "pointers": In(stream.Signature(32)),
+            "indices": In(stream.Signature(32)),
+            "weights": In(stream.Signature(elem_width)),
+            "rows": Out(stream.Signature(32, always_ready=True)),
+            "descriptors": Out(stream.Signature(descriptor_layout(elem_width), always_ready=True)),
+            "row_done": In(1), "desc_done": In(1),
+            "run": In(1), "num_nodes": In(32), "num_edges": In(32), "use_weights": In(1),
+            "edge": Out(1), "rejected": Out(1), "bad_indptr": Out(1), "done": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        ew, num_nodes, num_edges, use_weights = self.ew, self.num_nodes, self.num_edges, self.use_weights
+        state = Signal(_EdgeState)
+        node_next = Signal(32, init=1)  # the current node + 1 (compared, never added)
+        pos = Signal(32)
+        pos_next = Signal(32, init=1)   # pos + 1, counted beside it
+        target = Signal(32)             # end of the current node (or of the skip)
+        node_count = Signal(32)         # valid edges of the current node
+        held = Signal()                 # a valid edge waiting to learn whether it is last
+        held_weight = Signal(signed(ew), reset_less=True)
+        row_credits = Signal(range(self.row_slots + 1), init=self.row_slots)
+        desc_credits = Signal(range(self.desc_slots + 1), init=self.desc_slots)
+        emit, desc = self.descriptors.valid, self.descriptors.payload
+
+        ptr, idx, wts = self.pointers, self.indices, self.weights
+        edge_ready = idx.valid & (wts.valid | ~use_weights)
+        weight_in = Mux(use_weights, wts.payload, 1)[:ew].as_signed()
+        index_ok = idx.payload < num_nodes
+        can_emit = desc_credits != 0
+        consume = Signal()
+        m.d.comb += [idx.ready.eq(consume), wts.ready.eq(consume & use_weights),
+                     self.rows.payload.eq(idx.payload), self.done.eq(state == _EdgeState.DONE)]
+        # a pointer is read only where pos == target: min(max(p, pos), E) and whether the
+        # node is empty come from comparators side by side, not one after another
+        p = ptr.payload
+        p_behind, p_beyond = p < target, p > num_edges
+        clamped = Signal(32)
+        m.d.comb += clamped.eq(Mux(p_behind, target, Mux(p_beyond, num_edges, p)))
+        node_empty = (p <= target) | (target == num_edges)
+
+        def step_pos():
+            return [pos.eq(pos + 1), pos_next.eq(pos_next + 1)]
+
+        with m.Switch(state):
+            with m.Case(_EdgeState.FIRST_PTR):
+                with m.If(self.run & ptr.valid):
+                    m.d.comb += ptr.ready.eq(1)
+                    m.d.sync += [target.eq(clamped), state.eq(_EdgeState.SKIP)]
+                    with m.If(p != 0):
+                        m.d.sync += self.bad_indptr.eq(1)
+            with m.Case(_EdgeState.SKIP, _EdgeState.TAIL):
+                with m.If(pos == target):
+                    with m.If(state == _EdgeState.TAIL):
+                        m.d.sync += state.eq(_EdgeState.DONE)
+                    with m.Elif(num_nodes == 0):
+                        m.d.sync += [state.eq(_EdgeState.TAIL), target.eq(num_edges)]
+                    with m.Else():
+                        m.d.sync += state.eq(_EdgeState.NEXT_PTR)
+                with m.Elif(edge_ready):
+                    m.d.comb += consume.eq(1)
+                    m.d.sync += step_pos()
+            with m.Case(_EdgeState.NEXT_PTR):
+                with m.If(ptr.valid):
+                    m.d.comb += ptr.ready.eq(1)
+                    m.d.sync += [target.eq(clamped), node_count.eq(0)]
+                    m.d.sync += state.eq(Mux(node_empty, _EdgeState.CLOSE, _EdgeState.EDGES))
+                    last_ptr = node_next == num_nodes
+                    with m.If(p_behind | p_beyond | (last_ptr & (p != num_edges))):
+                        m.d.sync += self.bad_indptr.eq(1)
+            with m.Case(_EdgeState.EDGES):
+                with m.If(edge_ready & (row_credits != 0) & can_emit):
+                    m.d.comb += consume.eq(1)
+                    m.d.sync += step_pos()
+                    with m.If(pos_next == target):
+                        m.d.sync += state.eq(_EdgeState.CLOSE)
+                    with m.If(index_ok):
+                        m.d.comb += [self.rows.valid.eq(1), self.edge.eq(1)]
+                        m.d.sync += [held.eq(1), held_weight.eq(weight_in),
+                                     node_count.eq(node_count + 1)]
+                        with m.If(held):
+                            m.d.comb += [emit.eq(1), desc.weight.eq(held_weight)]
+                    with m.Else():
+                        m.d.comb += self.rejected.eq(1)
+            with m.Case(_EdgeState.CLOSE):
+                with m.If(can_emit):
+                    m.d.comb += [emit.eq(1), desc.weight.eq(held_weight), desc.last.eq(1),
+                                 desc.empty.eq(~held), desc.count.eq(node_count)]
+                    m.d.sync += [held.eq(0), node_next.eq(node_next + 1)]
+                    with m.If(node_next == num_nodes):
+                        m.d.sync += [state.eq(_EdgeState.TAIL), target.eq(num_edges)]
+                    with m.Else():
+                        m.d.sync += state.eq(_EdgeState.NEXT_PTR)
+        m.d.sync += [row_credits.eq(row_credits - self.rows.valid + self.row_done),
+                     desc_credits.eq(desc_credits - emit + self.desc_done)]
+        return m
