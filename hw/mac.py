@@ -8,11 +8,14 @@ registered product, accumulate). Each cycle the depth index ``k`` advances: the 
 operand ``a[r] = A[i0 + r, k]`` is broadcast along row ``r``, the column operand
 ``b[c] = B[k, j0 + c]`` along column ``c`` (an outer product per cycle). Output-stationary
 was chosen over a systolic (skewed) array because a tile's results are complete
-``K + 4`` cycles after its first operand, the next tile starts in the very next cycle
+``K + 6`` cycles after its first operand, the next tile starts in the very next cycle
 (no fill/drain skew between tiles), and broadcast fan-out of ``rows`` / ``cols`` <= 16 is
 cheap at these array sizes. When a tile's last depth step is accumulated, the
-accumulators are copied into a result bank and a drain unit narrows one tile row per
-cycle (bias, round half to even, saturate, ReLU) while the array computes the next tile.
+accumulators are copied into a shift register that hands the drain one tile row per
+cycle (partial sum, bias, round half to even, saturate, ReLU: each in stages of its own)
+while the array computes the next tile. Nothing downstream stalls the array: the
+sequencer takes output FIFO credits for a tile before its last step (see
+:class:`MacCore`).
 
 On-chip transposes (skewed operand buffers)
 -------------------------------------------
@@ -41,12 +44,13 @@ from __future__ import annotations
 
 from amaranth.lib import enum
 
-from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .arith import round_half_even_shift, rounding_constants, saturate
+from .arith import rounding_constants, saturate
 from .axi import BusParams
 
 
@@ -97,11 +101,16 @@ class SkewedBuffer(Elaboratable):
 
     Write port (one row segment per cycle): ``wr_en`` and ``wr`` (:func:`buffer_write_layout`).
     ``col`` must be a multiple of ``lanes`` and the segment must not wrap.
-    Read port (result one cycle after the request, held while ``rd_en`` is low):
+    Read port (result :data:`READ_LATENCY` cycles after the request: the banks' read, their
+    output register, then the lane rotation in a register of its own; held while ``rd_en``
+    is low):
     ``rd_fixed`` (the fixed index), ``rd_start`` (first lane's index along the other axis),
     ``rd_rowwise`` (1: lanes are ``(fixed, start + l)``; 0: ``(start + l, fixed)``),
     ``rd_extent`` (lanes with ``start + l >= extent`` read 0) -> ``rd_data[l]``.
     """
+
+    #: cycles from a read request to its lanes on ``rd_data``
+    READ_LATENCY = 3
 
     def __init__(self, *, lanes: int, rows: int, cols: int, width: int = MAC_INPUT_WIDTH):
         self.lanes, self.rows, self.cols, self.width = lanes, rows, cols, width
@@ -120,7 +129,7 @@ class SkewedBuffer(Elaboratable):
         self.rd_start = Signal(index_bits)
         self.rd_rowwise = Signal()
         self.rd_extent = Signal(index_bits + 1)
-        self.rd_data = Signal(data.ArrayLayout(signed(width), lanes))
+        self.rd_data = Signal(data.ArrayLayout(signed(width), lanes), reset_less=True)
 
     def elaborate(self, platform):
         m = Module()
@@ -129,11 +138,19 @@ class SkewedBuffer(Elaboratable):
         rot_w = (self.wr.row[:lb] if lb else Const(0, 1))
         rot_r = Signal(max(lb, 1))
         m.d.comb += rot_r.eq((self.rd_start + self.rd_fixed)[:lb] if lb else 0)
-        rot_r_q = Signal.like(rot_r)
-        start_q = Signal.like(self.rd_start)
-        extent_q = Signal.like(self.rd_extent)
+        rot_r_q = Signal.like(rot_r, reset_less=True)
+        start_q = Signal.like(self.rd_start, reset_less=True)
+        extent_q = Signal.like(self.rd_extent, reset_less=True)
+        rd_en_q = Signal()
+        m.d.sync += rd_en_q.eq(self.rd_en)
+        # the request's lane fields, two cycles on: with the banks' output register
+        rot_r_p = Signal.like(rot_r, reset_less=True)
+        start_p = Signal.like(self.rd_start, reset_less=True)
+        extent_p = Signal.like(self.rd_extent, reset_less=True)
         with m.If(self.rd_en):
-            m.d.sync += [rot_r_q.eq(rot_r), start_q.eq(self.rd_start), extent_q.eq(self.rd_extent)]
+            m.d.sync += [rot_r_p.eq(rot_r), start_p.eq(self.rd_start), extent_p.eq(self.rd_extent)]
+        with m.If(rd_en_q):
+            m.d.sync += [rot_r_q.eq(rot_r_p), start_q.eq(start_p), extent_q.eq(extent_p)]
         bank_data = []
         for b in range(L):
             mem = Memory(shape=signed(self.width), depth=depth, init=[])
@@ -159,13 +176,16 @@ class SkewedBuffer(Elaboratable):
                 rp.addr.eq(Cat((col >> lb)[:self.word_bits], row[:self.row_bits])),
                 rp.en.eq(self.rd_en),
             ]
-            bank_data.append(rp.data)
+            bank_q = Signal.like(rp.data, name=f"bank{b}_q", reset_less=True)
+            with m.If(rd_en_q):
+                m.d.sync += bank_q.eq(rp.data)
+            bank_data.append(bank_q)
         banks = Array(bank_data)
         for l in range(L):
             inside = (start_q + l) < extent_q
             src = Signal(max(lb, 1), name=f"src{l}")
             m.d.comb += src.eq((rot_r_q + l) if lb else 0)
-            m.d.comb += self.rd_data[l].eq(Mux(inside, banks[src], 0))
+            m.d.sync += self.rd_data[l].eq(Mux(inside, banks[src], 0))
         return m
 
 
@@ -204,7 +224,8 @@ def output_layout(cols: int, index_bits: int, width: int) -> data.StructLayout:
 
 class MacCore(wiring.Component):
     """The ``rows x cols`` array with its depth sequencer and drain (no memory of its own
-    except the bias vector): operands come from two :class:`SkewedBuffer` read ports.
+    except the bias vector and the partial-sum store): operands come from two
+    :class:`SkewedBuffer` read ports (:data:`SkewedBuffer.READ_LATENCY` cycles).
 
     Biases (FWD with ``use_bias``): ``bias_clear``, then ``bias_wr_en``/``bias_wr_data`` once
     per output column in order.
@@ -214,41 +235,69 @@ class MacCore(wiring.Component):
     ``bias_shift``. The result streams out of ``out`` row segment by row segment (tile
     order, rows of a tile in order); ``done`` pulses after the last one was accepted.
     Counters (cleared on start): ``busy_cycles``, ``active_cycles`` (cycles the array
-    accumulated), ``mac_ops`` (useful MACs), ``stall_cycles`` (array frozen by the drain
-    or by ``out`` back-pressure), ``saturations`` (output elements that saturated).
+    accumulated), ``mac_ops`` (useful MACs), ``stall_cycles`` (cycles the sequencer held a
+    step back: drain credits, drain spacing or ``hold``), ``saturations`` (output elements
+    that saturated).
+
+    Timing structure. Nothing downstream gates the array: the sequencer issues one depth
+    step per cycle and every later stage moves every cycle, carrying a valid bit (a step
+    held back is a bubble). Before it issues a tile's last depth step the sequencer takes
+    the tile's rows out of a credit counter of the output FIFO (``2 * rows + 16`` row
+    segments), so the drain never waits for ``out.ready``; and last steps are at least
+    ``rows`` cycles apart, so the drain, a shift register of ``rows`` rows, has emitted a
+    tile before the next one is loaded. Each cell is a DSP-shaped multiply-accumulate
+    (operand, product and accumulator registers, the accumulator enabled by the step's
+    valid bit); the drain narrows one row per cycle in stages of their own (partial sum,
+    bias, rounding split into a shift and a compare stage and an increment stage,
+    saturation with ReLU). Datapath registers are ``reset_less``.
 
     ``partial_sums=True`` (opt-in; off, the core is unchanged) lets a caller split a depth
-    over several runs of the same ``m x n``: a partial-sum store (one word per tile row,
-    ``rows`` memories addressed by tile index) and two more start-time inputs.
-    ``acc_init``: every tile's accumulators start from the stored partial sums instead
-    of 0. ``acc_keep``: every tile's raw accumulators are written back to the store by
-    the drain (nothing goes out of ``out``, no bias, no narrowing; ``done`` pulses after
-    the last tile row is stored). The accumulators are then wide enough for a total
-    depth of ``2**32 - 1``, so the final narrowing sees the exact full-depth sum.
+    over several runs of the same ``m x n``: a partial-sum store (one memory,
+    ``max_tiles * 2**ceil(log2(rows))`` words of ``cols * psum_width`` bits, word
+    ``(tile, row)``) and two more start-time inputs. ``acc_init``: the drain adds every
+    tile row's stored partial sum to the array's sum. ``acc_keep``: the drain writes every
+    tile row's sum back to the store (nothing goes out of ``out``, no bias, no narrowing;
+    ``done`` pulses after the last tile row is stored). The array's accumulators only hold
+    one run's depth (``max_depth``); the store's words are :func:`accumulator_width` of
+    ``max_total_depth`` bits, so the final narrowing sees the exact full-depth sum.
+
+    ``psum_attrs``: attributes of the partial-sum store's memory (e.g. ``ram_style``).
 
     ``operand_hold=True`` (opt-in; off, the core is unchanged) adds an input ``hold``: while
-    it is high the array freezes exactly as for a drain stall (no operand read is issued,
-    nothing advances), so a caller whose operands are still arriving can start a run early
-    and hold it until the data at the requested address (``a_req`` / ``b_req``) is in.
+    it is high the sequencer issues no step (a bubble), so a caller whose operands are
+    still arriving can start a run early and hold it until the data at the requested
+    address (``a_req`` / ``b_req``) is in.
     """
 
-    #: Total depth (sum over split runs) a partial-sum core's accumulators hold exactly.
+    #: Default total depth (sum over split runs) a partial-sum core's store holds exactly.
     MAX_TOTAL_DEPTH = 2**32 - 1
 
     def __init__(self, *, rows: int = 4, cols: int = 4, max_dim: int = 256, max_depth: int = 256,
                  out_width: int = 16, bias_width: int = 32, partial_sums: bool = False,
-                 operand_hold: bool = False):
+                 operand_hold: bool = False, max_total_depth: int = MAX_TOTAL_DEPTH,
+                 psum_attrs: dict | None = None):
         if not 1 <= rows <= 64 or not 1 <= cols <= 64:
             raise ValueError(f"rows/cols must be in 1..64, got {rows}x{cols}")
+        if not max_depth <= max_total_depth <= self.MAX_TOTAL_DEPTH:
+            raise ValueError(f"max_total_depth must be in max_depth..2**32-1, got {max_total_depth}")
         self.rows, self.cols = rows, cols
         self.lanes = 1 << (max(rows, cols) - 1).bit_length()
         self.max_dim, self.max_depth = max_dim, max_depth
         self.index_bits = max(max_dim, max_depth).bit_length() + 1
         self.partial_sums = partial_sums
         self.operand_hold = operand_hold
-        self.acc_width = accumulator_width(self.MAX_TOTAL_DEPTH if partial_sums else max_depth)
-        #: tiles of one max_dim x max_dim output: partial-sum store depth
+        #: bits of one cell's accumulator: one run's depth
+        self.acc_width = accumulator_width(max_depth)
+        #: bits of one partial sum in the store (0 without partial sums)
+        self.psum_width = accumulator_width(max_total_depth) if partial_sums else 0
+        self.psum_attrs = dict(psum_attrs or {})
+        #: tiles of one max_dim x max_dim output
         self.max_tiles = -(-max_dim // rows) * -(-max_dim // cols)
+        self.row_bits = (rows - 1).bit_length()
+        #: partial-sum store: words (tile, row) of cols * psum_width bits
+        self.psum_depth = self.max_tiles << self.row_bits if partial_sums else 0
+        #: row segments the output FIFO holds (the drain's credits)
+        self.out_depth = 2 * rows + 16
         self.out_width = out_width
         self.bias_width = bias_width
         ib = self.index_bits
@@ -270,28 +319,53 @@ class MacCore(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        R, C, ib, AW = self.rows, self.cols, self.index_bits, self.acc_width
+        R, C, ib = self.rows, self.cols, self.index_bits
+        m.submodules.out_fifo = fifo = SyncFIFOBuffered(
+            width=len(self.out.payload.as_value()), depth=self.out_depth)
+        run = self._configuration(m)
+        bias_ports = self._bias_memory(m)
+        seq = self._sequencer(m, run, fifo)
+        cells = self._array(m, seq)
+        self._drain(m, run, cells, bias_ports, fifo)
+        m.d.comb += [self.out.valid.eq(fifo.r_rdy), self.out.payload.eq(fifo.r_data),
+                     fifo.r_en.eq(self.out.ready)]
+        return m
 
-        # ---- configuration, latched at start
-        mode = Signal(MacMode)
-        dim_m, dim_n, dim_k = Signal(ib), Signal(ib), Signal(ib)
-        shift, relu, use_bias, bias_shift = Signal(7), Signal(), Signal(), Signal(5)
-        running = Signal()
-        issuing = Signal()
-        acc_init, acc_keep = Const(0, 1), Const(0, 1)
+    # ---------------------------------------------------------------- configuration
+    def _configuration(self, m):
+        """Start-time inputs latched at ``start``; derived per-run constants registered."""
+        ib = self.index_bits
+        run = {name: Signal(len(getattr(self, name)), name=f"run_{name}")
+               for name in ("m", "n", "k", "shift", "relu", "use_bias", "bias_shift")}
+        run["mode"] = Signal(MacMode, name="run_mode")
+        run["acc_init"], run["acc_keep"] = Const(0, 1), Const(0, 1)
         if self.partial_sums:
-            acc_init, acc_keep = Signal(), Signal()
-            with m.If(self.start & ~running):
-                m.d.sync += [acc_init.eq(self.acc_init), acc_keep.eq(self.acc_keep)]
-        with m.If(self.start & ~running):
-            m.d.sync += [mode.eq(self.mode), dim_m.eq(self.m), dim_n.eq(self.n), dim_k.eq(self.k),
-                         shift.eq(self.shift), relu.eq(self.relu), use_bias.eq(self.use_bias),
-                         bias_shift.eq(self.bias_shift), running.eq(1),
-                         issuing.eq((self.m != 0) & (self.n != 0) & (self.k != 0))]
-        m.d.comb += self.busy.eq(running)
+            run["acc_init"], run["acc_keep"] = Signal(name="run_acc_init"), Signal(name="run_acc_keep")
+        run["running"] = Signal(name="running")
+        run["issuing"] = Signal(name="issuing")
+        run["starting"] = starting = Signal(name="starting")
+        m.d.comb += starting.eq(self.start & ~run["running"])
+        with m.If(starting):
+            m.d.sync += [run[k].eq(getattr(self, k)) for k in
+                         ("m", "n", "k", "shift", "relu", "use_bias", "bias_shift", "mode")]
+            if self.partial_sums:
+                m.d.sync += [run["acc_init"].eq(self.acc_init), run["acc_keep"].eq(self.acc_keep)]
+            m.d.sync += [run["running"].eq(1),
+                         run["issuing"].eq((self.m != 0) & (self.n != 0) & (self.k != 0))]
+        # the bias is added only in FWD and never to a kept partial sum
+        run["bias_on"] = Signal(name="bias_on")
+        run["empty"] = Signal(name="run_empty")
+        keep_in = self.acc_keep if self.partial_sums else 0
+        with m.If(starting):
+            m.d.sync += [run["bias_on"].eq(self.use_bias & (self.mode == MacMode.FWD) & ~keep_in),
+                         run["empty"].eq((self.m == 0) | (self.n == 0) | (self.k == 0))]
+        m.d.comb += self.busy.eq(run["running"])
+        return run
 
-        # ---- bias vector: C banks, bank c holds bias[j] for j = c mod C at address j // C,
-        # so a tile's C biases come out of one read (written in order j = 0, 1, ...)
+    def _bias_memory(self, m):
+        """C banks, bank c holds bias[j] for j = c mod C at address j // C, so a tile's C
+        biases come out of one read (written in order j = 0, 1, ...)."""
+        C = self.cols
         bias_lane = Signal(range(C))
         bias_word = Signal(range(self.max_dim // C + 2))
         with m.If(self.bias_clear):
@@ -300,194 +374,298 @@ class MacCore(wiring.Component):
             m.d.sync += bias_lane.eq(bias_lane + 1)
             with m.If(bias_lane == C - 1):
                 m.d.sync += [bias_lane.eq(0), bias_word.eq(bias_word + 1)]
-        bias_ports = []
+        ports = []
         for c in range(C):
             mem = Memory(shape=signed(self.bias_width), depth=self.max_dim // C + 1, init=[])
             m.submodules[f"bias{c}"] = mem
             wp = mem.write_port()
             m.d.comb += [wp.addr.eq(bias_word), wp.data.eq(self.bias_wr_data),
                          wp.en.eq(self.bias_wr_en & (bias_lane == c))]
-            bias_ports.append(mem.read_port())
+            ports.append(mem.read_port())
+        return ports
 
-        stall = Signal()
-        advance = ~stall
-
-        # ---- stage 0: depth sequencer (tile row i0, tile col j0, depth kk)
-        i0, j0, kk, tj = Signal(ib), Signal(ib), Signal(ib), Signal(ib)
-        tile = Signal(range(self.max_tiles + 1))      # tile index in the run (partial-sum address)
-        last_k = kk + 1 == dim_k
-        last_j = j0 + C >= dim_n
-        last_i = i0 + R >= dim_m
-        with m.If(self.start & ~running):
-            m.d.sync += [i0.eq(0), j0.eq(0), kk.eq(0), tj.eq(0), tile.eq(0)]
-        with m.Elif(issuing & advance):
-            m.d.sync += kk.eq(kk + 1)
+    # ---------------------------------------------------------------- stage 0: sequencer
+    def _sequencer(self, m, run, fifo):
+        """Walks (tile row i0, tile column j0, depth kk) one step per cycle; returns the
+        issued step's fields (valid = ``fire``)."""
+        R, C, ib = self.rows, self.cols, self.index_bits
+        starting = run["starting"]
+        i0, j0, kk, tj = (Signal(ib, name=n) for n in ("i0", "j0", "kk", "tj"))
+        tile = Signal(range(self.max_tiles + 1), name="tile")
+        # remaining extents, kept incrementally (no subtract-and-compare per cycle)
+        k_rem = Signal(ib, name="k_rem")           # dim_k - 1 - kk
+        m_left = Signal(ib, name="m_left")         # dim_m - i0
+        n_left = Signal(ib, name="n_left")         # dim_n - j0
+        last_k = k_rem == 0
+        last_j = n_left <= C
+        last_i = m_left <= R
+        rows_t = Signal(range(R + 1), name="tile_rows")
+        cols_t = Signal(range(C + 1), name="tile_cols")
+        m.d.comb += [rows_t.eq(Mux(last_i, m_left, R)), cols_t.eq(Mux(last_j, n_left, C))]
+        # drain credits (output FIFO row segments not yet promised) and drain spacing
+        credits = Signal(range(self.out_depth + 1), name="drain_credits")
+        gap = Signal(range(R), name="drain_gap")
+        popped = self.out.valid & self.out.ready
+        keep = run["acc_keep"]
+        # room for a whole tile (rows of the last band may be fewer: reserved exactly)
+        room = Signal(name="drain_room")
+        m.d.comb += room.eq(credits >= R)
+        tile_ok = (gap == 0) & (keep | room)
+        hold = self.hold if self.operand_hold else Const(0, 1)
+        fire = Signal(name="fire")
+        m.d.comb += fire.eq(run["issuing"] & ~hold & (~last_k | tile_ok))
+        fire_last = fire & last_k
+        reserve = Mux(fire_last & ~keep, rows_t, 0)
+        m.d.sync += credits.eq(credits - reserve + popped)
+        with m.If(fire_last):
+            m.d.sync += gap.eq(R - 1)
+        with m.Elif(gap != 0):
+            m.d.sync += gap.eq(gap - 1)
+        stall = Signal(name="seq_stall")
+        m.d.comb += stall.eq(run["issuing"] & ~fire)
+        with m.If(starting):
+            m.d.sync += [i0.eq(0), j0.eq(0), kk.eq(0), tj.eq(0), tile.eq(0), gap.eq(0),
+                         credits.eq(self.out_depth), k_rem.eq(self.k - 1), m_left.eq(self.m),
+                         n_left.eq(self.n)]
+        with m.Elif(fire):
+            m.d.sync += [kk.eq(kk + 1), k_rem.eq(k_rem - 1)]
             with m.If(last_k):
-                m.d.sync += [kk.eq(0), j0.eq(j0 + C), tj.eq(tj + 1), tile.eq(tile + 1)]
+                m.d.sync += [kk.eq(0), k_rem.eq(run["k"] - 1), j0.eq(j0 + C), n_left.eq(n_left - C),
+                             tj.eq(tj + 1), tile.eq(tile + 1)]
                 with m.If(last_j):
-                    m.d.sync += [j0.eq(0), tj.eq(0), i0.eq(i0 + R)]
+                    m.d.sync += [j0.eq(0), n_left.eq(run["n"]), tj.eq(0), i0.eq(i0 + R),
+                                 m_left.eq(m_left - R)]
                     with m.If(last_i):
-                        m.d.sync += issuing.eq(0)
-        is_dw = mode == MacMode.DW
-        is_dx = mode == MacMode.DX
+                        m.d.sync += run["issuing"].eq(0)
+        is_dw = run["mode"] == MacMode.DW
+        is_dx = run["mode"] == MacMode.DX
+        # reads are harmless: a step not issued is a bubble, its operands are never used
         m.d.comb += [
-            self.a_req.en.eq(advance), self.a_req.fixed.eq(kk), self.a_req.start.eq(i0),
-            self.a_req.rowwise.eq(is_dw), self.a_req.extent.eq(dim_m),
-            self.b_req.en.eq(advance), self.b_req.fixed.eq(kk), self.b_req.start.eq(j0),
-            self.b_req.rowwise.eq(~is_dx), self.b_req.extent.eq(dim_n),
+            self.a_req.en.eq(1), self.a_req.fixed.eq(kk), self.a_req.start.eq(i0),
+            self.a_req.rowwise.eq(is_dw), self.a_req.extent.eq(run["m"]),
+            self.b_req.en.eq(1), self.b_req.fixed.eq(kk), self.b_req.start.eq(j0),
+            self.b_req.rowwise.eq(~is_dx), self.b_req.extent.eq(run["n"]),
         ]
+        return {"valid": fire, "stall": stall,
+                "fields": {"first": kk == 0, "last": last_k, "i0": i0, "j0": j0, "tj": tj,
+                           "tile": tile, "rows": rows_t, "cols": cols_t,
+                           "end": last_k & last_j & last_i}}
 
-        def stage(name, src_valid, fields):
-            """A pipeline register stage that moves only when the array advances."""
-            valid = Signal(name=f"{name}_valid")
-            regs = {k: Signal.like(v, name=f"{name}_{k}") for k, v in fields.items()}
-            with m.If(advance):
-                m.d.sync += valid.eq(src_valid)
-                m.d.sync += [regs[k].eq(v) for k, v in fields.items()]
-            with m.If(self.start & ~running):
-                m.d.sync += valid.eq(0)
-            return valid, regs
+    # ---------------------------------------------------------------- the array
+    def _array(self, m, seq):
+        """Operands -> per-row/column broadcast registers -> product (DSP M) -> accumulator
+        (DSP P). Returns the accumulators and the step fields once the accumulators hold
+        the step's sum."""
+        R, C, AW = self.rows, self.cols, self.acc_width
+        L = SkewedBuffer.READ_LATENCY     # the step's operands are on a_data / b_data at L
+        # stage fields travel along the valid bit (valid with reset, fields reset_less)
+        valids, stages = [seq["valid"]], [seq["fields"]]
+        for s in range(1, L + 3):
+            v = Signal(name=f"s{s}_valid")
+            m.d.sync += v.eq(valids[-1])
+            regs = {k: Signal(Value.cast(x).shape(), name=f"s{s}_{k}", reset_less=True)
+                    for k, x in stages[-1].items()}
+            m.d.sync += [regs[k].eq(stages[-1][k]) for k in regs]
+            valids.append(v)
+            stages.append(regs)
+        W = MAC_INPUT_WIDTH
+        a_reg = [Signal(signed(W), name=f"a{r}", reset_less=True) for r in range(R)]      # L + 1
+        b_reg = [Signal(signed(W), name=f"b{c}", reset_less=True) for c in range(C)]
+        m.d.sync += [a_reg[r].eq(self.a_data[r]) for r in range(R)]
+        m.d.sync += [b_reg[c].eq(self.b_data[c]) for c in range(C)]
+        prod = [[Signal(signed(2 * W), name=f"p{r}_{c}", reset_less=True) for c in range(C)]
+                for r in range(R)]                                                      # L + 2
+        m.d.sync += [prod[r][c].eq(a_reg[r] * b_reg[c]) for r in range(R) for c in range(C)]
+        acc = [[Signal(signed(AW), name=f"acc{r}_{c}", reset_less=True) for c in range(C)]
+               for r in range(R)]                                                       # L + 3
+        for r in range(R):
+            # per-row copies of the accumulate enable and the first-step flag (fan-out C)
+            en_r = Signal(name=f"acc_en{r}", attrs={"keep": 1})
+            first_r = Signal(name=f"acc_first{r}", reset_less=True, attrs={"keep": 1})
+            m.d.sync += [en_r.eq(valids[L + 1]), first_r.eq(stages[L + 1]["first"])]
+            for c in range(C):
+                with m.If(en_r):
+                    m.d.sync += acc[r][c].eq(Mux(first_r, 0, acc[r][c]) + prod[r][c])
+        v_acc, s_acc = valids[L + 2], stages[L + 2]
+        v_done = Signal(name="acc_valid")
+        done_f = {k: Signal(Value.cast(x).shape(), name=f"acc_{k}", reset_less=True)
+                  for k, x in s_acc.items()}
+        m.d.sync += v_done.eq(v_acc)
+        m.d.sync += [done_f[k].eq(s_acc[k]) for k in done_f]
+        # the drain's load (a tile's last step is in the accumulators), one copy per row
+        load_rows = [Signal(name=f"drain_load{r}", attrs={"keep": 1}) for r in range(R)]
+        m.d.sync += [ld.eq(v_acc & s_acc["last"]) for ld in load_rows]
+        return {"acc": acc, "valid": v_done, "fields": done_f, "load_rows": load_rows,
+                "count_valid": v_acc, "count_fields": s_acc, "stall": seq["stall"]}
 
-        tile_info = {"first": kk == 0, "last": last_k, "i0": i0, "j0": j0, "tj": tj, "tile": tile,
-                     "rows": Mux(dim_m - i0 >= R, R, dim_m - i0)[:7],
-                     "cols": Mux(dim_n - j0 >= C, C, dim_n - j0)[:7],
-                     "end": last_k & last_j & last_i}
-        # stage 1: buffer read in flight (data appears on a_data / b_data)
-        v1, s1 = stage("s1", issuing, tile_info)
-        # stage 2: registered operands (DSP A/B registers)
-        a_reg = [Signal(signed(MAC_INPUT_WIDTH), name=f"a{r}") for r in range(R)]
-        b_reg = [Signal(signed(MAC_INPUT_WIDTH), name=f"b{c}") for c in range(C)]
-        with m.If(advance):
-            m.d.sync += [a_reg[r].eq(self.a_data[r]) for r in range(R)]
-            m.d.sync += [b_reg[c].eq(self.b_data[c]) for c in range(C)]
-        v2, s2 = stage("s2", v1, s1)
-        # stage 3: registered products (DSP M register)
-        prod = [[Signal(signed(2 * MAC_INPUT_WIDTH), name=f"p{r}_{c}") for c in range(C)]
-                for r in range(R)]
-        with m.If(advance):
-            m.d.sync += [prod[r][c].eq(a_reg[r] * b_reg[c]) for r in range(R) for c in range(C)]
-        v3, s3 = stage("s3", v2, s2)
-        # partial sums: read at stage 2 (data with stage 3, held while frozen), written by the
-        # drain; each tile is read and written once per run, so reads never meet writes
-        psum_rd, psum_wr = [], []
+    # ---------------------------------------------------------------- the drain
+    def _drain(self, m, run, cells, bias_ports, fifo):
+        """Shift register of one tile's rows, then one row per cycle through partial sum,
+        bias, rounding, saturation and ReLU into the output FIFO (or the partial-sum store)."""
+        R, C, ib, AW = self.rows, self.cols, self.index_bits, self.acc_width
+        acc, fields = cells["acc"], cells["fields"]
+        load = Signal(name="drain_load")
+        m.d.comb += load.eq(cells["valid"] & fields["last"])
+        # the tile's biases: read at the load, held (the next load is >= rows cycles later)
+        for rp in bias_ports:
+            m.d.comb += [rp.addr.eq(fields["tj"]), rp.en.eq(load)]
+        # tile fields, latched at the load
+        tile_f = {k: Signal(Value.cast(fields[k]).shape(), name=f"drain_{k}", reset_less=True)
+                  for k in ("i0", "j0", "tile", "rows", "cols", "end")}
+        with m.If(load):
+            m.d.sync += [tile_f[k].eq(fields[k]) for k in tile_f]
+        # ---- D0: the shift register (row r of the tile leaves r cycles after the load)
+        res = [Signal(signed(AW * C), name=f"res{r}", reset_less=True) for r in range(R)]
+        res_valid = [Signal(name=f"res_valid{r}") for r in range(R)]
+        res_row = [Signal(range(R), name=f"res_row{r}", reset_less=True) for r in range(R)]
+        rows_in_tile = fields["rows"]
+        for r in range(R):
+            nxt = (res[r + 1], res_valid[r + 1], res_row[r + 1]) if r + 1 < R else (0, 0, 0)
+            with m.If(cells["load_rows"][r]):
+                m.d.sync += [res[r].eq(Cat(*acc[r])), res_valid[r].eq(r < rows_in_tile),
+                             res_row[r].eq(r)]
+            with m.Else():
+                m.d.sync += [res[r].eq(nxt[0]), res_valid[r].eq(nxt[1]), res_row[r].eq(nxt[2])]
+        row_in_tile = res_row[0]
+        sw = self.psum_width if self.partial_sums else AW        # bits of the sum narrowed
+        wide = max(sw, self.bias_width + 31) + 2
+        psum_addr = Cat(row_in_tile, tile_f["tile"]) if self.row_bits else tile_f["tile"]
+        meta = {"row": tile_f["i0"] + row_in_tile, "col": tile_f["j0"], "count": tile_f["cols"],
+                "last": tile_f["end"] & (row_in_tile + 1 == tile_f["rows"]),
+                "addr": psum_addr}
+        valid = res_valid[0]
+        stage_no = [0]
+
+        def stage(valid, meta, values):
+            """One drain register stage: valid (with reset), meta and values (reset_less)."""
+            stage_no[0] += 1
+            n = stage_no[0]
+            v = Signal(name=f"d{n}_valid")
+            m.d.sync += v.eq(valid)
+            regs = {}
+            for k, x in (meta | values).items():
+                if isinstance(x, list):
+                    regs[k] = [Signal(Value.cast(e).shape(), name=f"d{n}_{k}{i}", reset_less=True)
+                               for i, e in enumerate(x)]
+                    m.d.sync += [r.eq(e) for r, e in zip(regs[k], x)]
+                else:
+                    regs[k] = Signal(Value.cast(x).shape(), name=f"d{n}_{k}", reset_less=True)
+                    m.d.sync += regs[k].eq(x)
+            return v, {k: regs[k] for k in meta}, {k: regs[k] for k in values}
+
+        # ---- D1: the row and its aligned biases (partial-sum read in flight)
+        lanes = [res[0][c * AW:(c + 1) * AW].as_signed() for c in range(C)]
+        biases = [Mux(run["bias_on"], bias_ports[c].data << run["bias_shift"], 0) for c in range(C)]
+        psum_rd = psum_wr = None
         if self.partial_sums:
-            for r in range(R):
-                mem = Memory(shape=unsigned(C * AW), depth=self.max_tiles, init=[])
-                m.submodules[f"psum{r}"] = mem
-                rp = mem.read_port()
-                m.d.comb += [rp.addr.eq(s2["tile"]), rp.en.eq(advance)]
-                psum_rd.append(rp.data)
-                psum_wr.append(mem.write_port())
-        # stage 4: accumulate (DSP P register); at a tile's last step into the result bank
-        acc = [[Signal(signed(AW), name=f"acc{r}_{c}") for c in range(C)] for r in range(R)]
-        res = [[Signal(signed(AW), name=f"res{r}_{c}") for c in range(C)] for r in range(R)]
-        res_full = Signal()
-        res_i0, res_j0 = Signal(ib), Signal(ib)
-        res_tile = Signal.like(tile)
-        res_rows, res_cols, res_end = Signal(7), Signal(7), Signal()
-        load_res = Signal()
-        with m.If(v3 & advance):
-            for r in range(R):
-                for c in range(C):
-                    if self.partial_sums:
-                        start_from = Mux(acc_init, psum_rd[r][c * AW:(c + 1) * AW].as_signed(), 0)
-                    else:
-                        start_from = 0
-                    total = Mux(s3["first"], start_from, acc[r][c]) + prod[r][c]
-                    m.d.sync += acc[r][c].eq(total)
-                    with m.If(s3["last"]):
-                        m.d.sync += res[r][c].eq(total)
-            with m.If(s3["last"]):
-                m.d.comb += load_res.eq(1)
-                m.d.sync += [res_i0.eq(s3["i0"]), res_j0.eq(s3["j0"]), res_tile.eq(s3["tile"]),
-                             res_rows.eq(s3["rows"]),
-                             res_cols.eq(s3["cols"]), res_end.eq(s3["end"])]
+            m.submodules.psum = mem = Memory(shape=unsigned(C * sw), depth=self.psum_depth, init=[],
+                                             attrs=self.psum_attrs)
+            psum_rd, psum_wr = mem.read_port(), mem.write_port()
+            m.d.comb += [psum_rd.addr.eq(psum_addr), psum_rd.en.eq(1)]
+        v1, meta1, x1 = stage(valid, meta, {"lane": lanes, "bias": [b.as_signed() for b in biases]})
+        def split_add(v, meta, xs, ys, width, extra):
+            """``xs[i] + ys[i]`` (signed, ``width`` bits) over two register stages: the low
+            half and its carry first, then the high half (two short carry chains)."""
+            h = width // 2
+            lo, xh, yh = [], [], []
+            for x, y in zip(xs, ys):
+                xe, ye = Signal(signed(width)), Signal(signed(width))
+                m.d.comb += [xe.eq(x), ye.eq(y)]
+                lo.append(xe[:h] + ye[:h])
+                xh.append(xe[h:])
+                yh.append(ye[h:])
+            va, meta_a, xa = stage(v, meta, {"lo": lo, "xh": xh, "yh": yh} | extra)
+            sums = [Cat(xa["lo"][i][:h], (xa["xh"][i] + xa["yh"][i] + xa["lo"][i][h])[:width - h]).as_signed()
+                    for i in range(len(xs))]
+            return va, meta_a, xa, sums
 
-        # ---- drain: one tile row per cycle through bias, rounding, saturation, ReLU
-        drain_row = Signal(range(R + 1))
-        for c, rp in enumerate(bias_ports):
-            m.d.comb += [rp.addr.eq(s3["tj"]), rp.en.eq(load_res)]   # held during the drain
-        out_valid = Signal()
-        out_payload = Signal(output_layout(C, ib, self.out_width))
-        m.d.comb += [self.out.valid.eq(out_valid), self.out.payload.eq(out_payload)]
-        # keep: the drain stores raw rows (never blocked), nothing goes out
-        can_emit = res_full & (acc_keep | ~out_valid | self.out.ready)
-        row_sel = _wire(m, Array([Cat(*[res[r][c] for c in range(C)]) for r in range(R)])[drain_row],
-                        name="row_sel")
-        sat_flags = []
-        new_payload = Signal.like(out_payload)
-        wide = max(AW, self.bias_width + 31) + 2
-        # the rounding mask and half depend on the shift only: latched with it at start, once
-        # for all lanes, instead of a wide 1 << shift per lane. Both are written exactly when
-        # `shift` is, and their reset value 0 is that of shift = 0, so in every cycle they
-        # equal rounding_constants(shift, wide) (the first output of a run included).
-        round_mask, round_half = Signal(wide, name="round_mask"), Signal(wide, name="round_half")
+        # ---- D2, D3: + the stored partial sum
+        if self.partial_sums:
+            stored = [Mux(run["acc_init"], psum_rd.data[c * sw:(c + 1) * sw].as_signed(), 0)
+                      for c in range(C)]
+        else:
+            stored = [Const(0, 1) for c in range(C)]
+        v2, meta2, x2, sums = split_add(v1, meta1, x1["lane"], stored, sw, {"bias": x1["bias"]})
+        v3, meta3, x3 = stage(v2, meta2, {"sum": sums, "bias": x2["bias"]})
+        keep = run["acc_keep"]
+        kept_last = v3 & keep & meta3["last"]
+        if self.partial_sums:
+            m.d.comb += [psum_wr.addr.eq(meta3["addr"]), psum_wr.data.eq(Cat(*x3["sum"])),
+                         psum_wr.en.eq(v3 & keep)]
+        # ---- D4, D5: + bias (kept rows end here: they went to the store)
+        v4, meta4, x4, with_bias = split_add(v3 & ~keep, meta3, x3["sum"], x3["bias"], wide, {})
+        v5, meta5, x5 = stage(v4, meta4, {"value": with_bias})
+        # ---- D6: rounding, part 1: shift and the dropped bits' top bit and rest
+        # (mask and half are latched with the shift at start, once for all lanes)
+        round_low = Signal(wide, name="round_low", reset_less=True)    # (1 << shift - 1) - 1
+        round_half = Signal(wide, name="round_half", reset_less=True)  # 1 << shift - 1 (0 if 0)
+        round_on = Signal(name="round_on", reset_less=True)            # 0 < shift < wide
+        round_zero = Signal(name="round_zero", reset_less=True)        # shift >= wide: all round to 0
         mask_at_start, half_at_start = rounding_constants(self.shift, wide)
-        with m.If(self.start & ~running):
-            m.d.sync += [round_mask.eq(mask_at_start), round_half.eq(half_at_start)]
+        with m.If(run["starting"]):
+            m.d.sync += [round_low.eq(mask_at_start >> 1), round_half.eq(half_at_start),
+                         round_on.eq((self.shift != 0) & (self.shift < wide)),
+                         round_zero.eq(self.shift >= wide)]
+        kept = [Mux(round_zero, 0, x5["value"][c] >> run["shift"]) for c in range(C)]
+        top = [(x5["value"][c].as_unsigned() & round_half).any() for c in range(C)]
+        rest = [(x5["value"][c].as_unsigned() & round_low).any() for c in range(C)]
+        v6, meta6, x6 = stage(v5, meta5, {"kept": kept, "top": top, "rest": rest})
+        # ---- D7, D8: round half to even (the increment)
+        ups = [round_on & x6["top"][c] & (x6["rest"][c] | x6["kept"][c][0]) for c in range(C)]
+        v7, meta7, _, rounded = split_add(v6, meta6, x6["kept"], ups, wide + 1, {})
+        v8, meta8, x8 = stage(v7, meta7, {"rounded": rounded})
+        # ---- D9: saturate, ReLU: the output row segment
+        ow = self.out_width
+        payload = Signal(self.out.payload.shape(), name="d9_payload", reset_less=True)
+        sat_q = Signal(C, name="d9_saturated", reset_less=True)
+        v9 = Signal(name="d9_valid")
+        m.d.sync += v9.eq(v8)
         for c in range(C):
-            acc_v = row_sel[c * AW:(c + 1) * AW].as_signed()
-            with_bias = Signal(signed(wide), name=f"biased{c}")
-            m.d.comb += with_bias.eq(Mux(use_bias & (mode == MacMode.FWD) & ~acc_keep,
-                                         acc_v + (bias_ports[c].data << bias_shift), acc_v))
-            rounded = _wire(m, round_half_even_shift(with_bias, shift, (round_mask, round_half)))
-            value, sat = _saturate(m, rounded, self.out_width)
-            positive = value > 0
-            in_tile = c < res_cols
-            m.d.comb += [
-                new_payload.data[c].eq(Mux(relu & ~positive, 0, value)),
-                new_payload.relu_mask[c].eq(positive),
-            ]
-            sat_flags.append(sat & in_tile & ~acc_keep)
-        row_last = drain_row + 1 >= res_rows
-        m.d.comb += [new_payload.row.eq(res_i0 + drain_row), new_payload.col.eq(res_j0),
-                     new_payload.count.eq(res_cols), new_payload.last.eq(res_end & row_last)]
-        # the array may hand over a finished tile in the cycle the drain emits its last row
-        drain_stall = v3 & s3["last"] & res_full & ~(can_emit & row_last)
-        m.d.comb += stall.eq((drain_stall | self.hold) if self.operand_hold else drain_stall)
-        saturations = Signal(32)
-        with m.If(self.out.valid & self.out.ready):
-            m.d.sync += out_valid.eq(0)
-        for r, wp in enumerate(psum_wr):
-            m.d.comb += [wp.addr.eq(res_tile), wp.data.eq(row_sel),
-                         wp.en.eq(can_emit & acc_keep & (drain_row == r))]
-        with m.If(can_emit):
-            m.d.sync += [out_valid.eq(~acc_keep), out_payload.eq(new_payload),
-                         drain_row.eq(drain_row + 1),
-                         saturations.eq(saturations + sum(sat_flags))]
-            with m.If(row_last):
-                m.d.sync += res_full.eq(0)
-        with m.If(load_res):
-            m.d.sync += [res_full.eq(1), drain_row.eq(0)]
+            val = x8["rounded"][c]
+            high = val[ow - 1:]                      # all equal: the value fits out_width
+            neg = val[-1]
+            too_big = ~neg & high.any()
+            too_small = neg & ~high.all()
+            clamped = Mux(too_big, (1 << (ow - 1)) - 1, Mux(too_small, -(1 << (ow - 1)), val[:ow]))
+            positive = ~neg & val.any()
+            m.d.sync += [payload.data[c].eq(Mux(run["relu"] & ~positive, 0, clamped)),
+                         payload.relu_mask[c].eq(positive),
+                         sat_q[c].eq((too_big | too_small) & (c < meta8["count"]))]
+        m.d.sync += [payload.row.eq(meta8["row"]), payload.col.eq(meta8["col"]),
+                     payload.count.eq(meta8["count"]), payload.last.eq(meta8["last"])]
+        m.d.comb += [fifo.w_en.eq(v9), fifo.w_data.eq(payload)]
+        self._counters(m, run, cells, v9, sat_q, kept_last)
 
-        # ---- finish and counters
-        with m.If(running & self.out.valid & self.out.ready & self.out.payload.last):
+    def _counters(self, m, run, cells, sat_valid, sat_q, kept_last):
+        """Run end (``done``) and the counters."""
+        running, starting = run["running"], run["starting"]
+        popped_last = self.out.valid & self.out.ready & self.out.payload.last
+        with m.If(running & (popped_last | kept_last | run["empty"])):
             m.d.sync += running.eq(0)
             m.d.comb += self.done.eq(1)
-        with m.If(running & acc_keep & can_emit & res_end & row_last):   # last row stored
-            m.d.sync += running.eq(0)
-            m.d.comb += self.done.eq(1)
-        # a run of an empty matrix finishes at once
-        with m.If(running & ~issuing & ~v1 & ~v2 & ~v3 & ~res_full & ~out_valid &
-                  ((dim_m == 0) | (dim_n == 0) | (dim_k == 0))):
-            m.d.sync += running.eq(0)
-            m.d.comb += self.done.eq(1)
-        busy_cycles, active_cycles, stall_cycles = Signal(32), Signal(32), Signal(32)
+        busy_cycles, active_cycles = Signal(32), Signal(32)
+        stall_cycles, saturations = Signal(32), Signal(32)
         mac_ops = Signal(48)
-        with m.If(self.start & ~running):
+        # the cells of a step (a small multiply) and the saturated lanes are summed a
+        # stage after they are known; both settle before the run's last output is out
+        cells_q = Signal(range(self.rows * self.cols + 1), reset_less=True)
+        count_q = Signal()
+        sats_q = Signal(range(self.cols + 1), reset_less=True)
+        m.d.sync += [cells_q.eq(cells["count_fields"]["rows"] * cells["count_fields"]["cols"]),
+                     count_q.eq(cells["count_valid"]),
+                     sats_q.eq(Mux(sat_valid, sum(sat_q[c] for c in range(self.cols)), 0))]
+        with m.If(starting):
             m.d.sync += [busy_cycles.eq(0), active_cycles.eq(0), stall_cycles.eq(0), mac_ops.eq(0),
                          saturations.eq(0)]
         with m.Elif(running):
-            m.d.sync += busy_cycles.eq(busy_cycles + 1)
-            with m.If(v3 & advance):
-                m.d.sync += [active_cycles.eq(active_cycles + 1),
-                             mac_ops.eq(mac_ops + s3["rows"] * s3["cols"])]
-            with m.If(stall):
+            m.d.sync += [busy_cycles.eq(busy_cycles + 1), saturations.eq(saturations + sats_q)]
+            with m.If(count_q):
+                m.d.sync += [active_cycles.eq(active_cycles + 1), mac_ops.eq(mac_ops + cells_q)]
+            with m.If(cells["stall"]):
                 m.d.sync += stall_cycles.eq(stall_cycles + 1)
         m.d.comb += [self.busy_cycles.eq(busy_cycles), self.active_cycles.eq(active_cycles),
                      self.stall_cycles.eq(stall_cycles), self.mac_ops.eq(mac_ops),
                      self.saturations.eq(saturations)]
-        return m
 
 
 def connect_operand(m: Module, req, buf: SkewedBuffer, data_in):

@@ -32,14 +32,14 @@ so R is never stalled) and runs :class:`~.mac.MacCore` over the block (which til
 over the ``rows x cols`` array). When ``k <= max_depth`` there is one depth block and
 ``P`` is loaded only when ``bi`` changes.
 
-Depth blocks are summed exactly: the core is built with partial sums (accumulators wide
-enough for a total depth of 2**32 - 1 and a partial-sum store holding one output block,
-one wide word per tile row). Every depth block but the last ends with ``acc_keep`` (the
-drain stores the raw accumulators, nothing is written to memory); every one but the
-first starts with ``acc_init`` (the accumulators start from the stored sums). Only the
-last depth block narrows (bias once, round half to even, saturate, ReLU), so each output
-element is narrowed once from the exact full-depth sum, as :mod:`gnnweave.golden.mac`
-does. The block's biases are written into the array before its first depth block.
+Depth blocks are summed exactly: the core is built with partial sums (the array's
+accumulators hold one depth block; a partial-sum store holding one output block, one word
+per tile row, holds sums of up to ``max_total_depth``). Every depth block but the last
+ends with ``acc_keep`` (the drain stores the sums, nothing is written to memory); every
+one but the first with ``acc_init`` (the drain adds the stored sums). Only the last depth
+block narrows (bias once, round half to even, saturate, ReLU), so each output element is
+narrowed once from the exact full-depth sum, as :mod:`gnnweave.golden.mac` does. The
+block's biases are written into the array before its first depth block.
 
 Every operand buffer is double-banked: step ``t``'s ``Q`` lands in bank ``t % 2``; ``P`` in
 bank ``bi % 2`` without a depth split and ``t % 2`` with one, so the next step loads while
@@ -70,6 +70,36 @@ segment fits one beat); ``max_dim`` and ``max_depth`` powers of two, ``max_dim``
 
 Status bits share the Aggregator's positions: bit0 config_error, bit3 addr_fault,
 bit4 axi_error.
+
+Timing structure
+----------------
+No multiply runs per cycle: the operand blocks' bases and the output block's base are
+registers moved by per-run strides (shifts of the row strides, since ``max_dim`` and
+``max_depth`` are powers of two) when a block loop steps; an output row's offset
+``row * out_stride`` follows the core's row order by adds (next row, back to the band's
+first row, or row 0). The result goes through three registered stages (offset and
+lanes, address, buffer guard) into the write port. The configuration check runs in the
+CHECK states, 36 cycles: the three buffer extents ``(rows - 1) * stride`` by shift and
+add (32 cycles), then the row bytes, the comparisons, and their OR, each in a cycle of its
+own. :class:`~.mac.MacCore` documents the array's own pipeline.
+
+On-chip memory (from the build parameters)
+------------------------------------------
+With ``B = max(max_dim, max_depth)``, ``L = max(pow2(max(rows, cols)), elems_per_beat)``:
+
+* operand buffers: 4 (P and Q, two banks each) :class:`~.mac.SkewedBuffer` of ``L``
+  memories of ``B * max(B, L) / L`` words x 16 bits;
+* partial-sum store: one memory of ``ceil(max_dim / rows) * ceil(max_dim / cols) *
+  2**ceil(log2(rows))`` words x ``cols * (33 + ceil(log2(max_total_depth)))`` bits
+  (at least 33 bits a sum), marked ``ram_style = "ultra"`` when ``psum_uram``;
+* bias: ``cols`` memories of ``max_dim / cols + 1`` words x 32 bits; the bias reader's FIFO
+  ``max(16, max_dim * 4 / bus bytes)`` beats;
+* the core's output FIFO: ``2 * rows + 16`` row segments of ``cols * 17 + 2 * ib +
+  ceil(log2(cols + 1)) + 1`` bits (``ib = log2(B) + 2``), the write port's 16 beats and 16
+  addresses.
+
+``default`` (8 x 8, 128, 128, 128-bit bus): operand buffers 32 memories of 2048 x 16 bits;
+partial-sum store 2048 x 520 bits (8 URAM288 of 4096 x 72, or 29 BRAM36 as 2048 x 18).
 """
 from __future__ import annotations
 
@@ -104,6 +134,15 @@ class MacArrayConfig(MacBusParams):
     bus_width: int = 128       # AXI data width: 64, 128, 256 or 512
     addr_width: int = 64
     max_burst: int = 16        # beats per read burst
+    #: Largest total depth k of a run (k > max_depth is summed over depth blocks in the
+    #: partial-sum store). It sets the store's word width: ``cols`` partial sums of
+    #: ``2 * 16 + ceil(log2(max_total_depth)) + 1`` bits (65 at the default, which takes
+    #: every 32-bit k); a smaller value narrows the store and refuses larger k (CONFIG_ERROR).
+    max_total_depth: int = 2**32 - 1
+    #: Mark the partial-sum store ``ram_style = "ultra"``: UltraScale+ URAM288 (4096 x 72)
+    #: instead of block RAM. Only for Xilinx UltraScale+ flows (Yosys ``synth_ecp5`` finds no
+    #: mapping for that style and stops); off, the tool picks block RAM.
+    psum_uram: bool = False
 
     def __post_init__(self):
         self.check_bus()
@@ -126,6 +165,9 @@ class MacArrayConfig(MacBusParams):
             raise ValueError(f"MacArrayConfig.max_depth must be <= 4096, got {self.max_depth}")
         if not 1 <= self.max_burst <= 256:
             raise ValueError(f"MacArrayConfig.max_burst must be in 1..256, got {self.max_burst}")
+        if not self.max_depth <= self.max_total_depth <= 2**32 - 1:
+            raise ValueError(f"MacArrayConfig.max_total_depth must be in max_depth..2**32-1, "
+                             f"got {self.max_total_depth}")
 
     @property
     def cells(self) -> int:
@@ -299,7 +341,9 @@ class MacArrayCore(UnitCore):
         # ---- datapath (reset at the start of every run) ----------------------------------
         dp = Module()
         MD = c.max_depth
-        core = MacCore(rows=c.rows, cols=c.cols, max_dim=D, max_depth=MD, partial_sums=True)
+        core = MacCore(rows=c.rows, cols=c.cols, max_dim=D, max_depth=MD, partial_sums=True,
+                       max_total_depth=c.max_total_depth,
+                       psum_attrs={"ram_style": "ultra"} if c.psum_uram else None)
         lanes = max(core.lanes, epb)
         # two banks per operand: the next block loads while the array computes this one
         p_bufs = [SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes)) for _ in range(2)]
@@ -383,14 +427,26 @@ class MacArrayCore(UnitCore):
         m.d.comb += bias_bn.eq(Mux(cfg["n"] - bias_j0 >= D, D, cfg["n"] - bias_j0))
         # P block (bi, bk): fwd/dx rows i0.., columns k0.. of [m,k]; dw rows k0.., columns i0..
         # of [k,m] (k0 is a multiple of max_depth, so column offsets stay beat-aligned)
+        # Q block (bj, bk): dx rows j0.., columns k0.. of [n,k]; fwd/dw rows k0.., columns j0..
+        # Both bases are kept as registers and moved by per-run strides (shifts of the
+        # row strides) when the load position steps: no multiply (see the load loop).
+        # (li0, lk0) and (lj0, lk0); loaded with the buffers' bases while the datapath is cleared
+        p_base = Signal(aw + 34, name="p_block_base", reset_less=True)
+        q_base = Signal(aw + 34, name="q_block_base", reset_less=True)
+        p_row_base = Signal(aw + 34, name="p_row_base", reset_less=True)     # (li0, 0)
+        q_col_base = Signal(aw + 34, name="q_col_base", reset_less=True)     # (lj0, 0)
+        steps = {name: Signal(aw + 34, name=f"{name}_step") for name in ("p_i", "p_k", "q_j", "q_k")}
+        m.d.sync += [
+            steps["p_i"].eq(Mux(is_dw, D * ELEM_BYTES, cfg["p_stride"] << (D.bit_length() - 1))),
+            steps["p_k"].eq(Mux(is_dw, cfg["p_stride"] << (MD.bit_length() - 1), MD * ELEM_BYTES)),
+            steps["q_j"].eq(Mux(is_dx, cfg["q_stride"] << (D.bit_length() - 1), D * ELEM_BYTES)),
+            steps["q_k"].eq(Mux(is_dx, MD * ELEM_BYTES, cfg["q_stride"] << (MD.bit_length() - 1))),
+        ]
         m.d.comb += [
-            p_load.base.eq(cfg["p_addr"] + Mux(is_dw, li0 * ELEM_BYTES + lk0 * cfg["p_stride"],
-                                               li0 * cfg["p_stride"] + lk0 * ELEM_BYTES)),
+            p_load.base.eq(p_base),
             p_load.stride.eq(cfg["p_stride"]),
             p_load.nrows.eq(Mux(is_dw, lbk, lbm)), p_load.ncols.eq(Mux(is_dw, lbm, lbk)),
-            # Q block (bj, bk): dx rows j0.., columns k0.. of [n,k]; fwd/dw rows k0.., columns j0..
-            q_load.base.eq(cfg["q_addr"] + Mux(is_dx, lj0 * cfg["q_stride"] + lk0 * ELEM_BYTES,
-                                               lj0 * ELEM_BYTES + lk0 * cfg["q_stride"])),
+            q_load.base.eq(q_base),
             q_load.stride.eq(cfg["q_stride"]),
             q_load.nrows.eq(Mux(is_dx, lbn, lbk)), q_load.ncols.eq(Mux(is_dx, lbk, lbn)),
             bias_reader.base.eq(cfg["bias_addr"] + bias_j0 * BIAS_BYTES),
@@ -398,81 +454,154 @@ class MacArrayCore(UnitCore):
         ]
 
         # ---- result: one row segment of the array -> one single-beat write ---------------
+        # Three registered stages between the core's output FIFO and the write port (they
+        # move together, a few hundred flip-flops): A the row offset (kept incrementally,
+        # see below), the block base plus the column, the data and strobes in their lanes;
+        # B the beat address and its end; C the buffer guard. Every address is at most
+        # aw + 34 bits (i0 < 2**32 rows of a 2**aw stride), so none of them can wrap.
         status = self.stat["status"]
         out = core.out.payload
-        # wide enough that no register value can wrap the guard's arithmetic. The block's
-        # base is a register (i0/j0 change at block ends; the block's first result comes
-        # many cycles after its start), so only a short row-in-block multiply stays per write.
-        block_base = Signal(aw + 72)
-        m.d.sync += block_base.eq(cfg["out_addr"] + i0 * cfg["out_stride"] + j0 * ELEM_BYTES)
-        col_bytes = Signal(len(out.col) + 1)
-        m.d.comb += col_bytes.eq(out.col * ELEM_BYTES)
-        beat_addr = Signal(aw + 72)
-        m.d.comb += beat_addr.eq(block_base + out.row * cfg["out_stride"]
-                                 + (col_bytes & ~Const(align, len(col_bytes))))
-        lane_off = Signal(range(epb))   # j0 is a multiple of the elements per beat
-        m.d.comb += lane_off.eq(out.col[:max(1, (epb - 1).bit_length())] if epb > 1 else 0)
-        out_end = Signal(aw + 72)
-        m.d.comb += out_end.eq(cfg["out_addr"] + cfg["out_size"])
-        out_inside = (beat_addr >= cfg["out_addr"]) & (beat_addr + bpb <= out_end)
+        AX = aw + 34
+        block_base = Signal(AX, name="out_block_base", reset_less=True)    # (i0, j0) of the block
+        block_row = Signal(AX, name="out_block_row", reset_less=True)      # (i0, 0)
+        out_end = Signal(AX, name="out_end", reset_less=True)
         write_fault = Signal()
         can_push = write_port.address.w_rdy & write_port.beats.w_rdy
-        push = core.out.valid & can_push & out_inside & ~write_fault
+        va, vb, vc = Signal(name="wr_a_valid"), Signal(name="wr_b_valid"), Signal(name="wr_c_valid")
+        inside_c = Signal(name="wr_c_inside", reset_less=True)
+        advance_wr = Signal(name="wr_advance")
+        dp.d.comb += advance_wr.eq(~vc | can_push | ~inside_c | write_fault)
+        take = core.out.valid & advance_wr
+        # A: the output rows of a block come tile by tile, rows of a tile in order. The
+        # next row is either the previous one + 1 (in a tile, or the first row of the next
+        # band of tiles), or the first row of the band again (next tile of the band), or
+        # row 0 (the block's first). row_off = row * out_stride follows by adds only.
+        stride = cfg["out_stride"]
+        row_off = Signal(AX, name="out_row_off", reset_less=True)
+        band_row = Signal(len(out.row), name="out_band_row", reset_less=True)
+        band_off = Signal(AX, name="out_band_off", reset_less=True)
+        next_band = Signal(len(out.row) + 1, name="out_next_band", reset_less=True)
+        first_of_block = (out.row == 0) & (out.col == 0)
+        again = out.row == band_row
+        row_off_next = Signal(AX, name="out_row_off_next")
+        dp.d.comb += row_off_next.eq(Mux(first_of_block, 0, Mux(again, band_off, row_off + stride)))
+        with dp.If(take):
+            dp.d.sync += row_off.eq(row_off_next)
+            with dp.If(first_of_block):
+                dp.d.sync += [band_row.eq(0), band_off.eq(0), next_band.eq(c.rows)]
+            with dp.Elif(out.row == next_band):
+                dp.d.sync += [band_row.eq(out.row), band_off.eq(row_off_next),
+                              next_band.eq(next_band + c.rows)]
+        col_bytes = Cat(Const(0, beat_bits), (out.col * ELEM_BYTES)[beat_bits:])
+        lane_off = out.col[:max(1, (epb - 1).bit_length())] if epb > 1 else Const(0, 1)
+        seg = Cat(*[out.data[i] for i in range(c.cols)])
+        strb_unit = (Const(1, 2 * c.cols + 1) << (out.count * ELEM_BYTES)) - 1
+        a_base = Signal(AX, name="wr_a_base", reset_less=True)
+        a_row = Signal(AX, name="wr_a_row", reset_less=True)
+        a_data = Signal(c.bus_width, name="wr_a_data", reset_less=True)
+        a_strb = Signal(bpb, name="wr_a_strb", reset_less=True)
+        with dp.If(advance_wr):
+            dp.d.sync += [va.eq(core.out.valid), a_base.eq(block_base + col_bytes),
+                          a_row.eq(row_off_next),
+                          a_data.eq(seg << (lane_off * MAC_INPUT_WIDTH)),
+                          a_strb.eq(strb_unit << (lane_off * ELEM_BYTES))]
+        # B: the beat's address and end
+        b_addr = Signal(AX, name="wr_b_addr", reset_less=True)
+        b_end = Signal(AX + 1, name="wr_b_end", reset_less=True)
+        b_data, b_strb = Signal.like(a_data, name="wr_b_data"), Signal.like(a_strb, name="wr_b_strb")
+        with dp.If(advance_wr):
+            dp.d.sync += [vb.eq(va), b_addr.eq(a_base + a_row), b_end.eq(a_base + a_row + bpb),
+                          b_data.eq(a_data), b_strb.eq(a_strb)]
+        # C: inside the output buffer?
+        c_addr = Signal(aw, name="wr_c_addr", reset_less=True)
+        c_data, c_strb = Signal.like(a_data, name="wr_c_data"), Signal.like(a_strb, name="wr_c_strb")
+        with dp.If(advance_wr):
+            dp.d.sync += [vc.eq(vb), c_addr.eq(b_addr[:aw]), c_data.eq(b_data), c_strb.eq(b_strb),
+                          inside_c.eq((b_addr >= cfg["out_addr"]) & (b_end <= out_end))]
+        push = vc & can_push & inside_c & ~write_fault
         aw_payload = Signal(write_port._aw_layout)
         w_payload = Signal(write_port._w_layout)
-        seg_bits = c.cols * MAC_INPUT_WIDTH
-        seg = Signal(seg_bits)
-        m.d.comb += seg.eq(Cat(*[out.data[i] for i in range(c.cols)]))
-        strb_unit = Signal(2 * c.cols)
-        m.d.comb += strb_unit.eq((Const(1, 2 * c.cols + 1) << (out.count * ELEM_BYTES)) - 1)
         m.d.comb += [
-            aw_payload.addr.eq(beat_addr[:aw]), aw_payload.len.eq(0),
-            w_payload.data.eq(seg << (lane_off * MAC_INPUT_WIDTH)),
-            w_payload.strb.eq(strb_unit << (lane_off * ELEM_BYTES)),
-            w_payload.last.eq(1),
+            aw_payload.addr.eq(c_addr), aw_payload.len.eq(0),
+            w_payload.data.eq(c_data), w_payload.strb.eq(c_strb), w_payload.last.eq(1),
         ]
+        writes_pending = Signal()
         dp.d.comb += [
-            core.out.ready.eq(can_push | write_fault),
+            core.out.ready.eq(advance_wr),
+            writes_pending.eq(va | vb | vc),
             write_port.address.w_data.eq(aw_payload), write_port.address.w_en.eq(push),
             write_port.beats.w_data.eq(w_payload), write_port.beats.w_en.eq(push),
         ]
-        with dp.If(core.out.valid & ~out_inside & ~write_fault):
+        with dp.If(vc & ~inside_c & ~write_fault):
             dp.d.sync += write_fault.eq(1)
 
-        # ---- configuration check -------------------------------------------------------
+        # ---- configuration check (sequential, in the CHECK states) ---------------------
+        # The three buffer extents (rows - 1) * stride are shift-and-add products over 32
+        # cycles (MSB first), clamped at 2**(aw+1): a clamped extent is over any buffer
+        # that passes the other checks, so the outcome is the exact one. Then one cycle
+        # adds the row bytes, one compares, one ORs the flags.
         def whole_beats(nbytes):
             return ((nbytes + align) >> beat_bits) << beat_bits
-
-        def over(base, size, need):
-            return (need > size) | ((base + size) >> aw != 0)
 
         dim_m, dim_n, dim_k = cfg["m"], cfg["n"], cfg["k"]
         p_rows, p_cols = Mux(is_dw, dim_k, dim_m), Mux(is_dw, dim_m, dim_k)
         q_rows, q_cols = Mux(is_dx, dim_n, dim_k), Mux(is_dx, dim_k, dim_n)
         fwd = mode == MacMode.FWD.value
+        buffers = (("p", p_rows, p_cols), ("q", q_rows, q_cols), ("out", dim_m, dim_n))
+        clamp = 1 << (aw + 1)
+        chk_load, chk_step = Signal(), Signal()          # CHECK states drive these
+        chk_need, chk_compare = Signal(), Signal()
+        chk_bits = Signal(range(33))
+        extent, multiplier, row_bytes, need = {}, {}, {}, {}
+        for buf, rows, cols in buffers:
+            extent[buf] = Signal(aw + 2, name=f"chk_{buf}_extent")
+            multiplier[buf] = Signal(32, name=f"chk_{buf}_rows")
+            row_bytes[buf] = Signal(34, name=f"chk_{buf}_row_bytes")
+            need[buf] = Signal(aw + 3, name=f"chk_{buf}_need")
+            stride = cfg[f"{buf}_stride"]
+            doubled = Cat(Const(0, 1), extent[buf]) + Mux(multiplier[buf][-1], stride, 0)
+            with m.If(chk_load):
+                m.d.sync += [extent[buf].eq(0), multiplier[buf].eq(rows - 1),
+                             row_bytes[buf].eq(whole_beats(cols * ELEM_BYTES))]
+            with m.If(chk_step):
+                m.d.sync += [extent[buf].eq(Mux(doubled >= clamp, clamp, doubled)),
+                             multiplier[buf].eq(multiplier[buf] << 1)]
+            with m.If(chk_need):
+                m.d.sync += need[buf].eq(extent[buf] + row_bytes[buf])
+        with m.If(chk_load):
+            m.d.sync += chk_bits.eq(32)
+        with m.Elif(chk_step):
+            m.d.sync += chk_bits.eq(chk_bits - 1)
+
+        def over(base, size, need):
+            return (need > size) | ((base + size) >> aw != 0)
+
         checks = [
             mode > 2, dim_m == 0, dim_n == 0, dim_k == 0,
             cfg["shift"] > 63, cfg["bias_shift"] > 31,
             cfg["relu"] > 1, cfg["use_bias"] > 1,
             ~fwd & (cfg["relu"] != 0), ~fwd & (cfg["use_bias"] != 0),
         ]
-        for buf, rows, cols in (("p", p_rows, p_cols), ("q", q_rows, q_cols),
-                                ("out", dim_m, dim_n)):
-            row_bytes = whole_beats(cols * ELEM_BYTES)
+        for buf, _, _ in buffers:
             stride = cfg[f"{buf}_stride"]
             checks += [
-                (cfg[f"{buf}_addr"] & align) != 0, (stride & align) != 0, stride < row_bytes,
-                over(cfg[f"{buf}_addr"], cfg[f"{buf}_size"], (rows - 1) * stride + row_bytes),
+                (cfg[f"{buf}_addr"] & align) != 0, (stride & align) != 0, stride < row_bytes[buf],
+                over(cfg[f"{buf}_addr"], cfg[f"{buf}_size"], need[buf]),
             ]
         if MD % epb:
             # depth blocks would start inside a bus beat: such a build cannot split the depth
             checks.append(dim_k > MD)
+        if c.max_total_depth < 2**32 - 1:
+            checks.append(dim_k > c.max_total_depth)
         checks += [
             use_bias & ((cfg["bias_addr"] & align) != 0),
             use_bias & over(cfg["bias_addr"], cfg["bias_size"], whole_beats(dim_n * BIAS_BYTES)),
         ]
+        check_flags = Signal(len(checks), name="chk_flags")
+        with m.If(chk_compare):
+            m.d.sync += check_flags.eq(Cat(*checks))
         err_config = Signal()
-        m.d.comb += err_config.eq(Cat(*checks).any())
+        m.d.comb += err_config.eq(check_flags.any())
 
         # ---- counters ------------------------------------------------------------------
         busy = Signal()
@@ -504,7 +633,7 @@ class MacArrayCore(UnitCore):
         # count what is queued instead, so done never precedes the last write
         writes_idle = Signal()
         m.d.comb += writes_idle.eq((write_port.address.level == 0) & (write_port.beats.level == 0) &
-                                   (write_port.outstanding == 0))
+                                   (write_port.outstanding == 0) & ~writes_pending)
         quiet = (read_port.outstanding == 0) & writes_idle & ~core.busy
         running = Signal()        # the block loops may proceed
         all_computed = Signal()
@@ -516,6 +645,19 @@ class MacArrayCore(UnitCore):
                     m.d.sync += [sig.eq(0) for sig in counters.values()]
                     m.next = "CHECK"
             with m.State("CHECK"):
+                m.d.comb += [clear.eq(1), chk_load.eq(1)]
+                m.next = "CHECK_EXTENTS"
+            with m.State("CHECK_EXTENTS"):
+                m.d.comb += [clear.eq(1), chk_step.eq(1)]
+                with m.If(chk_bits == 1):
+                    m.next = "CHECK_NEED"
+            with m.State("CHECK_NEED"):
+                m.d.comb += [clear.eq(1), chk_need.eq(1)]
+                m.next = "CHECK_COMPARE"
+            with m.State("CHECK_COMPARE"):
+                m.d.comb += [clear.eq(1), chk_compare.eq(1)]
+                m.next = "CHECK_END"
+            with m.State("CHECK_END"):
                 m.d.comb += clear.eq(1)
                 with m.If(err_config):
                     m.d.sync += status.eq(Status.CONFIG_ERROR)
@@ -572,11 +714,17 @@ class MacArrayCore(UnitCore):
                     with dp.If(l_last):
                         dp.d.sync += all_loaded.eq(1)
                     with dp.Elif(~l_last_bk):
-                        dp.d.sync += lk0.eq(lk0 + MD)
+                        dp.d.sync += [lk0.eq(lk0 + MD), p_base.eq(p_base + steps["p_k"]),
+                                      q_base.eq(q_base + steps["q_k"])]
                     with dp.Elif(l_last_bj):
-                        dp.d.sync += [lk0.eq(0), lj0.eq(0), li0.eq(li0 + D)]
+                        next_p = p_row_base + steps["p_i"]
+                        dp.d.sync += [lk0.eq(0), lj0.eq(0), li0.eq(li0 + D), p_row_base.eq(next_p),
+                                      p_base.eq(next_p), q_col_base.eq(cfg["q_addr"]),
+                                      q_base.eq(cfg["q_addr"])]
                     with dp.Else():
-                        dp.d.sync += [lk0.eq(0), lj0.eq(lj0 + D)]
+                        next_q = q_col_base + steps["q_j"]
+                        dp.d.sync += [lk0.eq(0), lj0.eq(lj0 + D), p_base.eq(p_row_base),
+                                      q_col_base.eq(next_q), q_base.eq(next_q)]
                     dp.next = "START"
         m.d.comb += [p_rbank.eq(c_par), q_rbank.eq(cq_par)]
         with dp.FSM(name="compute"):
@@ -613,14 +761,22 @@ class MacArrayCore(UnitCore):
                         with dp.If(~c_last_bk):
                             dp.d.sync += k0.eq(k0 + MD)
                         with dp.Elif(c_last_bj):
-                            dp.d.sync += [k0.eq(0), j0.eq(0), i0.eq(i0 + D)]
+                            next_row = block_row + (cfg["out_stride"] << (D.bit_length() - 1))
+                            dp.d.sync += [k0.eq(0), j0.eq(0), i0.eq(i0 + D), block_row.eq(next_row),
+                                          block_base.eq(next_row)]
                         with dp.Else():
-                            dp.d.sync += [k0.eq(0), j0.eq(j0 + D)]
+                            dp.d.sync += [k0.eq(0), j0.eq(j0 + D),
+                                          block_base.eq(block_base + D * ELEM_BYTES)]
                         dp.next = "WAIT"
             with dp.State("END"):
                 pass
         m.d.comb += loading.eq(running & ~core.busy)
 
+        with dp.If(clear):
+            dp.d.sync += [p_base.eq(cfg["p_addr"]), p_row_base.eq(cfg["p_addr"]),
+                          q_base.eq(cfg["q_addr"]), q_col_base.eq(cfg["q_addr"]),
+                          block_base.eq(cfg["out_addr"]), block_row.eq(cfg["out_addr"]),
+                          out_end.eq(cfg["out_addr"] + cfg["out_size"])]
         m.submodules.datapath = ResetInserter(clear)(dp)
         return m
 

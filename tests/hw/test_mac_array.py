@@ -62,7 +62,7 @@ def test_bad_configs_name_the_field(kwargs, match):
         MacArrayConfig(**kwargs)
 
 
-def _simulate_core(config, regs, cycles=40):
+def _simulate_core(config, regs, cycles=80):
     from amaranth.sim import Simulator
     core = MacArrayCore(config)
     seen = {"ar": 0, "aw": 0, "done": None}
@@ -106,14 +106,14 @@ def test_config_error_finishes_without_traffic_in_amaranth_sim():
 
 def test_good_config_starts_reading_in_amaranth_sim():
     cfg = MacArrayConfig(max_dim=16, max_depth=16)
-    seen = _simulate_core(cfg, _good_regs(), cycles=12)
+    seen = _simulate_core(cfg, _good_regs(), cycles=60)
     assert seen["status"] == 0 and seen["ar"] > 0
 
 
 def test_k_over_max_depth_is_accepted_in_amaranth_sim():
     """Depth tiling: k = 3 * max_depth + 5 is no configuration error and starts reading."""
     cfg = MacArrayConfig(max_dim=16, max_depth=16)
-    seen = _simulate_core(cfg, _good_regs(k=3 * 16 + 5), cycles=12)
+    seen = _simulate_core(cfg, _good_regs(k=3 * 16 + 5), cycles=60)
     assert seen["status"] == 0 and seen["ar"] > 0
 
 
