@@ -12,8 +12,9 @@ Devices (``make_executor(name)``):
 * ``fpga-emu`` (also ``fpga-emu:1``, ...): the bit-exact golden models. Each input is
   quantised to 16-bit dynamic fixed point (``choose_frac`` per tensor), the golden
   Aggregator / MAC array computes exactly what the RTL computes, and the result comes
-  back dequantised. ``device_seconds`` is an *estimate* from a simple cycle model (see
-  :class:`CycleModel`), not a measurement.
+  back dequantised. ``device_seconds`` is an *estimate* from the cycle model of the build
+  (:class:`CycleModel`, :mod:`gnnweave.host.cyclemodel`: fitted to the simulated device's
+  cycles, at the clock the build reaches), not a measurement.
 * ``fpga-sim`` / ``fpga``: the simulated device and a PYNQ board, through
   ``gnnweave.host.driver``; constructing them without that driver raises
   :class:`DeviceUnavailable` naming what is missing.
@@ -26,7 +27,6 @@ aggregation is the concatenation of the shards' results in row order.
 from __future__ import annotations
 
 import abc
-import math
 import os
 import threading
 import time
@@ -40,6 +40,7 @@ import scipy.sparse as sp
 from gnnweave.fixed import FixedFormat, choose_frac, narrow
 from gnnweave.golden.aggregate import AggregateFormat, Reduce, aggregate_raw
 from gnnweave.graph import CSRGraph
+from gnnweave.host import cyclemodel
 
 #: Width of every tensor that crosses into the FPGA (features, weights, gradients).
 FPGA_WIDTH = 16
@@ -332,33 +333,64 @@ class CpuExecutor(Executor):
 # --------------------------------------------------------------------------- fpga-emu
 
 
-@dataclass(frozen=True)
 class CycleModel:
-    """A first-order timing *estimate* for the FPGA units (not a measurement).
-
-    * Aggregator: memory bound; every gathered edge reads ``ceil(F * 2 bytes / beat)``
-      beats of its source row, one beat per cycle.
-    * MacArray: a ``rows x cols`` output-stationary array; ``ceil(M/rows) * ceil(N/cols)``
-      tiles of ``K`` cycles each.
-    * Transfers: host <-> board memory copies at ``transfer_bytes_per_s``.
+    """fpga-emu's device time: the cycle model of a build (:mod:`gnnweave.host.cyclemodel`,
+    its structure and constants fitted to the simulated device) at the clock that build
+    reaches. ``config`` the named build (default the one the ``fpga-sim`` executor builds),
+    ``clock_hz`` overrides the build's clock, ``latency`` the memory read latency in cycles.
+    Transfers: host <-> board memory copies at ``transfer_bytes_per_s``.
     """
 
-    clock_hz: float = 200e6
-    beat_bytes: int = 16
-    mac_rows: int = 16
-    mac_cols: int = 16
-    transfer_bytes_per_s: float = 2e9
+    def __init__(self, config: str | None = None, *, clock_hz: float | None = None,
+                 latency: int = cyclemodel.DEFAULT_LATENCY,
+                 transfer_bytes_per_s: float = 2e9):
+        self.build = cyclemodel.load(config, latency=latency, clock_hz=clock_hz)
+        self.config = self.build.config
+        self.clock_hz = self.build.clock_hz
+        self.transfer_bytes_per_s = float(transfer_bytes_per_s)
 
-    def aggregate_seconds(self, edges: int, features: int) -> float:
-        beats = edges * math.ceil(features * (FPGA_WIDTH // 8) / self.beat_bytes)
-        return beats / self.clock_hz
+    def __repr__(self):
+        return (f"CycleModel(config={self.config!r}, clock {self.clock_hz / 1e6:g} MHz: "
+                f"{self.clock_source})")
 
-    def matmul_seconds(self, m: int, k: int, n: int) -> float:
-        cycles = math.ceil(m / self.mac_rows) * math.ceil(n / self.mac_cols) * k
-        return cycles / self.clock_hz
+    @property
+    def clock_source(self) -> str:
+        return self.build.clock_source
+
+    def aggregate_cycles(self, degrees, features: int, *, weighted: bool = False,
+                         reduce: str = "sum") -> float:
+        """Cycles of aggregating nodes of in-degrees ``degrees`` (in the order the engine
+        walks them), ``features`` wide (column chunks of the build's ``max_feat_dim``)."""
+        return self.build.aggregator.cycles(degrees, int(features), weighted=weighted,
+                                            reduce=reduce)
+
+    def aggregate_seconds(self, degrees, features: int, *, weighted: bool = False,
+                          reduce: str = "sum") -> float:
+        return self.aggregate_cycles(degrees, features, weighted=weighted,
+                                     reduce=reduce) / self.clock_hz
+
+    def matmul_cycles(self, m: int, k: int, n: int, mode: str = "fwd") -> float:
+        """Cycles of an ``[m, k] x [k, n]`` product on the build's MacArray (``mode`` fwd,
+        dx or dw: which operands are read transposed); a build without one is timed as
+        the default MacArray."""
+        mac = self.build.mac_array or cyclemodel.MacArrayModel(cyclemodel.MacArrayBuild())
+        return mac.cycles(m, k, n, mode)
+
+    def matmul_seconds(self, m: int, k: int, n: int, mode: str = "fwd") -> float:
+        return self.matmul_cycles(m, k, n, mode) / self.clock_hz
 
     def transfer_seconds(self, nbytes: int) -> float:
         return nbytes / self.transfer_bytes_per_s
+
+
+def job_degrees(graph: CSRGraph, lo: int, hi: int) -> np.ndarray:
+    """In-degrees of the run an accelerator gets for rows ``lo..hi`` of ``graph``: the
+    shard's rows first, then the other ``N - (hi - lo)`` rows empty (the engine bounds
+    source indices by its row count, so a shard keeps all ``N`` rows; the driver's
+    executor submits it so)."""
+    deg = np.zeros(graph.num_nodes, dtype=np.int64)
+    deg[:hi - lo] = np.diff(np.asarray(graph.indptr[lo:hi + 1], dtype=np.int64))
+    return deg
 
 
 def quantize_dynamic(x, width: int = FPGA_WIDTH, *, headroom_bits: int = 0):
@@ -450,14 +482,18 @@ class FpgaEmuExecutor(Executor):
     kind = "fpga-emu"
 
     def __init__(self, name: str = "fpga-emu", *, cycle_model: CycleModel | None = None,
-                 dense_range: str = "peak", mac_route: str = "fast"):
+                 config: str | None = None, dense_range: str = "peak", mac_route: str = "fast"):
+        """``config``: the named build whose cycle model gives the device times (default
+        the ``fpga-sim`` executor's build); ``cycle_model`` gives the model itself."""
         if dense_range not in ("peak", "bound"):
             raise ValueError(f"dense_range must be 'peak' or 'bound', got {dense_range!r}")
         if mac_route not in ("fast", "golden"):
             raise ValueError(f"mac_route must be 'fast' or 'golden', got {mac_route!r}")
         self.mac_route = mac_route
         self.name = name
-        self.cycle_model = cycle_model or CycleModel()
+        if cycle_model is not None and config is not None:
+            raise ValueError("give cycle_model or config, not both")
+        self.cycle_model = cycle_model or CycleModel(config)
         self.dense_range = dense_range
 
     # -- aggregation
@@ -495,10 +531,20 @@ class FpgaEmuExecutor(Executor):
                             num_rows=hi - lo)
         out = fmt.out.to_float(res.out).astype(np.float32)
         f = x.shape[1]
-        dev = self.cycle_model.aggregate_seconds(res.edges, f)
+        dev = self._aggregate_seconds(g, lo, hi, f, reduce, w_q is not None)
         return OpResult(out, time.perf_counter() - t0, dev,
                         res.edges * f * 2 + (e - s) * 8, (hi - lo) * f * 2,
                         "aggregate", self.name, res.saturations)
+
+    def _aggregate_seconds(self, g: CSRGraph, lo: int, hi: int, f: int, reduce: Reduce,
+                           weighted: bool) -> float:
+        """The modelled device time of the run the accelerator gets for rows ``lo..hi``
+        (:func:`job_degrees`), computed once per graph, shard and shape."""
+        cm = self.cycle_model
+        key = ("cycles", cm.build.aggregator, lo, hi, f, reduce.name, weighted)
+        cycles = _GRAPH_CACHE.get(g, key, lambda: cm.aggregate_cycles(
+            job_degrees(g, lo, hi), f, weighted=weighted, reduce=reduce.name.lower()))
+        return cycles / cm.clock_hz
 
     # -- dense
 
@@ -609,7 +655,7 @@ class FpgaEmuExecutor(Executor):
             m, k, n = a.shape[0], a.shape[1], b.shape[0]
         else:
             m, k, n = a.shape[1], a.shape[0], b.shape[1]
-        dev = self.cycle_model.matmul_seconds(m, k, n)
+        dev = self.cycle_model.matmul_seconds(m, k, n, mode)
         return OpResult(value, time.perf_counter() - t0, dev,
                         (a.shape[0] * a.shape[1] + b.size) * 2, value.size * 2, op, self.name, sat)
 

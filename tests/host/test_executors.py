@@ -85,13 +85,28 @@ def test_fpga_emu_aggregate_is_the_golden_model(graph, x):
     np.testing.assert_array_equal(res.value, of.to_float(gold.out).astype(np.float32))
 
 
-def test_cycle_model_counts_read_beats(graph):
+def test_fpga_emu_times_the_run_the_accelerator_gets(graph):
+    # the shard's rows, then the other rows empty (a shard keeps all N rows on the engine),
+    # through the build's cycle model at the build's clock
     x = np.ones((60, 20), dtype=np.float32)
     ex = FpgaEmuExecutor()
+    cm = ex.cycle_model
+    assert cm.config == "small" and cm.clock_hz > 0 and cm.clock_source
     res = ex.aggregate(graph, x, rows=(0, 30))
-    edges = int(graph.indptr[30])
-    # 20 features * 2 bytes = 40 bytes = 3 beats of 16 bytes
-    assert res.device_seconds == pytest.approx(edges * 3 / ex.cycle_model.clock_hz)
+    deg = np.diff(graph.indptr)
+    job = np.concatenate([deg[:30], np.zeros(30, dtype=deg.dtype)])
+    cycles = cm.aggregate_cycles(job, 20, weighted=True)
+    assert res.device_seconds == pytest.approx(cycles / cm.clock_hz)
+    # more than the read beats of the gathered rows alone (the old one-beat-a-cycle model)
+    assert cycles > int(deg[:30].sum()) * 3
+    # selectable build and clock
+    other = FpgaEmuExecutor(config="default")
+    assert other.cycle_model.config == "default"
+    slow = FpgaEmuExecutor(cycle_model=type(cm)(clock_hz=cm.clock_hz / 2))
+    assert slow.aggregate(graph, x, rows=(0, 30)).device_seconds == pytest.approx(
+        2 * res.device_seconds)
+    with pytest.raises(ValueError, match="cycle_model or config"):
+        FpgaEmuExecutor(cycle_model=cm, config="small")
 
 
 def test_cpu_dense_ops_match_numpy():

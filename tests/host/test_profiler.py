@@ -27,9 +27,12 @@ def test_fpga_emu_models_fit_its_cycle_model_on_heldout_sizes():
                            "dense_weight_grad", "transfer_in", "transfer_out"}
     for op, m in dm.ops.items():
         assert m.time_source == "device"
-        # the emulator's device time is a cycle formula, linear in these features for
-        # feature widths that are multiples of 8 and tile-aligned matrices
-        assert m.heldout_median_rel_err < 0.01, (op, m.heldout_median_rel_err)
+        # the emulator's device time is the build's cycle model; the dense and transfer
+        # times are linear in these features for tile-aligned matrices. An aggregation is
+        # bound by the edge walk for one-beat rows (F <= 8) and by the read channel above:
+        # one set of linear features spans both regimes only to about 10 %
+        limit = 0.15 if op == "aggregate" else 0.01
+        assert m.heldout_median_rel_err < limit, (op, m.heldout_median_rel_err)
     bw = dm.link["transfer_in"]["bandwidth_bytes_per_s"]
     assert bw == pytest.approx(executors.CycleModel().transfer_bytes_per_s, rel=1e-3)
 
@@ -207,10 +210,13 @@ def test_calibrate_shares_on_real_executors():
     fits = calibrate_shares([executors.make_executor("fpga-emu"),
                              executors.make_executor("cpu")], graph, x, rounds=3)
     emu = fits["fpga-emu"]
-    # fpga-emu's device time is its cycle model: a linear formula, fitted exactly
-    assert emu.fit_median_rel_err < 1e-6
+    # fpga-emu's device time is its cycle model: at one width, close to linear in the
+    # shard's edges and rows
+    assert emu.fit_median_rel_err < 1e-3
     cm = executors.CycleModel()
-    assert emu.cost.per_edge_s == pytest.approx(cm.aggregate_seconds(1, 16), rel=1e-6)
+    # two-beat rows (F=16) are bound by the read channel: two beats a gathered row plus
+    # the edge's index (4 bytes) and weight (2 bytes) in 16-byte beats
+    assert 2.0 <= emu.cost.per_edge_s * cm.clock_hz <= 2.0 + 6 / 16 + 0.01
     # cpu (CPU time): one sample per calibration range, the whole graph costs more than a tenth
     cpu = fits["cpu"]
     assert [(e, r) for e, r, _ in cpu.samples] == [(e, r) for e, r, _ in emu.samples]
