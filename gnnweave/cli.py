@@ -92,6 +92,7 @@ def cmd_device_run_aggregate(a) -> int:
     import numpy as np
 
     from gnnweave.golden.aggregate import aggregate
+    from gnnweave.host.cyclemodel import report_fields as cycle_model_fields
     from gnnweave.host.driver import SimAccel
     from gnnweave.sim.simdevice import SimDevice
     from gnnweave.sim.verify import load_graph
@@ -114,8 +115,11 @@ def cmd_device_run_aggregate(a) -> int:
               "match": mismatches == 0, "mismatches": mismatches, "cycles": cycles,
               "read_beats": int(counters["read_beats"]),
               "port_utilization": round(int(counters["read_beats"]) / max(cycles, 1), 4),
+              **cycle_model_fields(a.config, np.diff(graph.indptr), a.feat_dim, measured=cycles,
+                                   reduce=a.reduce, latency=a.latency),
               **_device_run_fields(cycles, wall, counters)}
-    _emit(report, a.json, ("match", "mismatches", "cycles", "port_utilization", "wall_seconds",
+    _emit(report, a.json, ("match", "mismatches", "cycles", "predicted_cycles",
+                           "predicted_error_pct", "port_utilization", "wall_seconds",
                            "sim_cycles_per_second"))
     return 0 if report["match"] else 1
 

@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 
 def test_device_run_aggregate_matches_golden():
     proc = subprocess.run([sys.executable, "-m", "gnnweave.cli", "device", "run", "aggregate",
@@ -15,6 +17,13 @@ def test_device_run_aggregate_matches_golden():
     assert report["match"] and report["mismatches"] == 0
     assert report["edges"] == 8 * 256 and report["cycles"] > report["read_beats"] > 0
     assert report["sim_cycles_per_second"] > 0 and report["wall_seconds"] > 0
+    # the cycle model beside the measurement (a graph its fit never saw)
+    assert abs(report["predicted_cycles"] / report["cycles"] - 1) <= 0.05, report
+    assert report["predicted_error_pct"] == pytest.approx(
+        100 * (report["predicted_cycles"] / report["cycles"] - 1), abs=0.01)
+    assert report["clock_mhz"] > 0 and report["clock_source"]
+    assert report["predicted_seconds"] == pytest.approx(
+        report["predicted_cycles"] / (report["clock_mhz"] * 1e6), rel=1e-3)
 
 
 def test_device_run_mac_matches_golden_with_a_split_depth():
