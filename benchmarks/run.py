@@ -1,7 +1,7 @@
 """``make bench``: run every benchmark, one JSON per benchmark under benchmarks/results/.
 
 ``python -m benchmarks.run [NAME ...]`` runs a subset (names: golden, aggregator, device,
-train, partition, planner, mac, pipeline, fuzz, dist). Each benchmark measures its figures side by side in
+train, partition, planner, mac, pipeline, fuzz, dist, cyclemodel). Each benchmark measures its figures side by side in
 one run and reports them with the target it is compared with.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tqdm import tqdm
 from benchmarks.report import write_report
 
 BENCHMARKS = ["golden", "planner", "partition", "train", "aggregator", "device", "mac", "pipeline", "fuzz",
-              "dist"]
+              "dist", "cyclemodel"]
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
