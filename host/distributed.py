@@ -769,6 +769,13 @@ def launch(jobs, nproc: int, *, max_restarts: int = 0, timeout_s: float = 60.0) 
 def run_distributed(config) -> dict:
     """``run_training`` over ranks: spawn ``config.nproc`` local ranks, or (``config.dist``)
     be one rank of a torchrun job. Returns the run's summary (rank 0 writes ``out_dir``)."""
+    unsupported = [name for name, on in (
+        ("overlap_chunks", config.overlap_chunks != 1), ("steal", config.steal),
+        ("rebalance", config.rebalance), ("save_model", getattr(config, "save_model", None)))
+        if on]
+    if unsupported:
+        raise ValueError(f"TrainConfig.{unsupported[0]}: not available over ranks "
+                         f"(--nproc/--dist); see docs/distributed.md")
     if config.dist:
         comm = Comm.from_env(float(getattr(config, "comm_timeout_s", 60.0)))
         result = run_rank(config, comm)
