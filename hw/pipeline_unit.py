@@ -76,11 +76,13 @@ import enum as py_enum
 from dataclasses import dataclass
 
 from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal
-from amaranth.lib import enum, fifo
+from amaranth.lib import data, enum, fifo
+from amaranth.lib.memory import Memory
 
 from .axi import UnitCore, unit_bus
 from .dma import ReadPort, WritePort, beats_to_boundary
 from .mac import MAC_INPUT_WIDTH, MacBusParams
+from .serial_multiply import SerialMultiplier
 from .pipeline import STAGE_COUNTERS, Pipeline
 from .regmap import BUS_COUNTERS, BUSY_CYCLES, status_register
 from .top import UnitTop
@@ -128,6 +130,10 @@ class PipelineUnitConfig(MacBusParams):
     addr_width: int = 64
     max_burst: int = 16
     fifo_beats: int = 32     # per read buffer: beats in flight or waiting for the Pipeline
+    #: Master weights, SGD velocity and weight-gradient sums of every stage in UltraRAM
+    #: (``ram_style = "ultra"``; UltraScale+ parts with URAM: ZCU104, KV260, Alveo), else in
+    #: block RAM. Each is ``max_in * max_out / lanes`` words of ``lanes * 32`` bits.
+    uram: bool = False
 
     def __post_init__(self):
         def bad(msg):
@@ -155,11 +161,31 @@ class PipelineUnitConfig(MacBusParams):
         if not 1 <= self.max_burst <= 256 or self.max_burst > self.fifo_beats:
             bad(f"max_burst must be in 1..min(256, fifo_beats={self.fifo_beats}), got {self.max_burst}")
 
+    def stage_memories(self) -> dict[str, tuple[int, int, int]]:
+        """The on-chip memories of one stage outside its MAC core, ``{name: (count, depth,
+        width in bits)}``; the unit holds ``stages`` of each. ``master``, ``velocity`` and
+        ``grad_sum`` (in URAM with :attr:`uram`) are ``max_in * max_out / lanes`` words of
+        ``lanes`` 32-bit elements; the MAC weights (``versions`` slots of ``max_in`` rows,
+        rounded up to a power of two), stashed activations (``slots`` microbatches) and
+        gradients (two microbatches) are ``lanes`` skewed banks of 16-bit elements; the
+        ReLU mask holds one bit per stashed output element."""
+        L, di, do, rm = self.lanes, self.max_in, self.max_out, self.max_rows
+        version_rows = 1 << (self.versions * di - 1).bit_length()
+        state = (1, di * do // L, 8 * MASTER_BYTES * L)
+        return {
+            "master": state, "velocity": state, "grad_sum": state,
+            "weights": (L, version_rows * do // L, MAC_INPUT_WIDTH),
+            "activations": (L, self.slots * rm * di // L, MAC_INPUT_WIDTH),
+            "gradients": (L, 2 * rm * do // L, MAC_INPUT_WIDTH),
+            "relu_mask": (1, self.slots * rm * do // L, L),
+        }
+
     def pipeline(self) -> Pipeline:
         """The Pipeline this unit wraps (TrainStage default formats: the bench's)."""
         return Pipeline(self.stages, lanes=self.lanes, max_dim=max(self.max_in, self.max_out),
                         max_in=self.max_in, max_out=self.max_out, max_rows=self.max_rows,
-                        slots=self.slots, versions=self.versions)
+                        slots=self.slots, versions=self.versions,
+                        state_ram_style="ultra" if self.uram else None)
 
 
 #: Per-stage configuration registers ``s<i>_<name>``.
@@ -301,6 +327,126 @@ class RowReader(Elaboratable):
         return m
 
 
+class _RunSizes:
+    """A TRAIN or weights run's sizes, computed once in CHECK with bit-serial multipliers
+    (no DSP, no wide multiply on any path): ``n_total`` (microbatches * steps),
+    ``n_rows`` (``n_total * rows``), per backward-ordered buffer the bytes of a microbatch
+    (``mb_bytes``), the offset of a step's last microbatch (``last_off``) and the address
+    steps of the backward order (``inner_delta`` within a step, ``step_delta`` into the
+    next), per buffer its end address and the bytes its rows span (``need``). ``start``
+    (held while ``~started``) begins; ``ready`` rises once every size and the registered
+    configuration check that reads them are valid (about 70 cycles)."""
+
+    def __init__(self, m: Module, cfg: dict, c, stages: int):
+        aw = c.addr_width
+        self.start, self.started, self.ready = Signal(), Signal(), Signal()
+        self.filled = Signal()    # the row offset tables are written
+        mbs, steps, rows = cfg["microbatches"][:8], cfg["steps"][:16], cfg["rows"][:13]
+        sel = cfg["stage"]
+        sel_d_in = Array(cfg[f"s{i}_d_in"] for i in range(stages))[sel[:3] if stages > 1 else 0]
+        gpipe = cfg["schedule"] == 0
+        self.cfg, self.aw, self.align = cfg, aw, c.bytes_per_beat - 1
+        self.beat_bits = c.bytes_per_beat.bit_length() - 1
+
+        def mul(name, a_width, b_width):
+            sm = SerialMultiplier(a_width, b_width)
+            m.submodules[f"size_{name}"] = sm
+            return sm
+        # phase 1: N, microbatch bytes, the weights' span; 2: N * rows, last offsets;
+        # 3: the buffers' spans
+        n = mul("n_total", 16, 8)
+        mb = {b: mul(f"{b}_mb_bytes", aw, 13) for b in ("logits", "grad", "dx")}
+        w_need = mul("w_need", aw, 13)
+        n_rows = mul("n_rows", 24, 13)
+        last = {b: mul(f"{b}_last_off", aw + 13, 8) for b in ("grad", "dx")}
+        need = {b: mul(f"{b}_need", aw, 37) for b in ("act", "logits", "grad", "dx")}
+        phase = Signal(range(6))
+        first = [n, w_need, *mb.values()]
+        second = [n_rows, *last.values()]
+        m.d.comb += [n.a.eq(steps), n.b.eq(mbs), w_need.a.eq(cfg["w_stride"]), w_need.b.eq(sel_d_in - 1)]
+        m.d.comb += [x.a.eq(cfg[f"{b}_stride"]) for b, x in mb.items()]
+        m.d.comb += [x.b.eq(rows) for x in mb.values()]
+        m.d.comb += [n_rows.a.eq(n.product), n_rows.b.eq(rows)]
+        m.d.comb += [x.a.eq(mb[b].product) for b, x in last.items()]
+        m.d.comb += [x.b.eq(mbs - 1) for x in last.values()]
+        m.d.comb += [x.a.eq(cfg[f"{b}_stride"]) for b, x in need.items()]
+        m.d.comb += [x.b.eq(n_rows.product - 1) for x in need.values()]
+        all_done = lambda ms: Cat(*(x.done for x in ms)).all()  # noqa: E731
+        with m.If(self.start):
+            m.d.sync += [phase.eq(1), self.started.eq(1)]
+            m.d.comb += [x.start.eq(1) for x in first]
+        with m.Elif(phase == 1):
+            with m.If(all_done(first)):
+                m.d.sync += phase.eq(2)
+                m.d.comb += [x.start.eq(1) for x in second]
+        with m.Elif(phase == 2):
+            with m.If(all_done(second)):
+                m.d.sync += phase.eq(3)
+                m.d.comb += [x.start.eq(1) for x in need.values()]
+        with m.Elif(phase == 3):
+            with m.If(all_done(need.values())):
+                m.d.sync += phase.eq(4)
+        with m.Elif(phase == 4):       # the derived sizes below are registered
+            m.d.sync += phase.eq(5)
+        with m.Elif((phase == 5) & self.filled):    # and the check that reads them
+            m.d.comb += self.ready.eq(1)
+            m.d.sync += [phase.eq(0), self.started.eq(0)]
+        self.n_total = n.product
+        self.n_rows = n_rows.product
+        self.mb_bytes = {b: x.product for b, x in mb.items()}
+        self.last_off = {b: x.product for b, x in last.items()}
+        self.need_prod = {**{b: x.product for b, x in need.items()}, "w": w_need.product}
+        self.inner_delta, self.step_delta, self.end = {}, {}, {}
+        for b in ("grad", "dx"):
+            # GPipe walks a step's microbatches down, then jumps to the next step's last
+            self.inner_delta[b] = Signal(aw + 40, name=f"{b}_inner_delta")
+            self.step_delta[b] = Signal(aw + 40, name=f"{b}_step_delta")
+            m.d.sync += [self.inner_delta[b].eq(Mux(gpipe, -self.mb_bytes[b], self.mb_bytes[b])),
+                         self.step_delta[b].eq(Mux(gpipe, self.mb_bytes[b] + (self.last_off[b] << 1),
+                                                   self.mb_bytes[b]))]
+        for b in ("act", "logits", "grad", "dx", "w"):
+            self.end[b] = Signal(aw + 1, name=f"{b}_end")
+            m.d.sync += self.end[b].eq(cfg[f"{b}_addr"] + cfg[f"{b}_size"])
+        # row offsets (row * stride) of the written buffers, a table filled in CHECK by
+        # repeated addition (rows entries, one a cycle, beside the multipliers)
+        self.tables = {}
+        fill_row = Signal(range(c.max_rows + 1))
+        fill_rows = Signal(range(c.max_rows + 1))
+        m.d.comb += fill_rows.eq(Mux(cfg["rows"] > c.max_rows, c.max_rows, cfg["rows"]))
+        filled = self.filled
+        m.d.comb += filled.eq(fill_row >= fill_rows)
+        for b in ("logits", "dx"):
+            table = Memory(shape=aw + 13, depth=c.max_rows, init=[])
+            m.submodules[f"{b}_row_offsets"] = table
+            wp = table.write_port()
+            self.tables[b] = table.read_port(domain="comb")
+            acc = Signal(aw + 13, name=f"{b}_row_offset_acc", reset_less=True)
+            m.d.comb += [wp.addr.eq(fill_row), wp.data.eq(acc), wp.en.eq(self.started & ~filled)]
+            with m.If(self.start):
+                m.d.sync += acc.eq(0)
+            with m.Elif(self.started & ~filled):
+                m.d.sync += acc.eq(acc + cfg[f"{b}_stride"])
+        with m.If(self.start):
+            m.d.sync += fill_row.eq(0)
+        with m.Elif(self.started & ~filled):
+            m.d.sync += fill_row.eq(fill_row + 1)
+
+    def row_offset(self, module, buf, row):
+        """``row * stride`` of ``buf`` (rows below ``rows``), read from its table."""
+        rp = self.tables[buf]
+        module.d.comb += rp.addr.eq(row)
+        return rp.data
+
+    def buffer_bad(self, buf, cols, elem_bytes):
+        """The buffer cannot hold the run's rows of ``cols`` elements (or is misaligned)."""
+        cfg, align = self.cfg, self.align
+        base, size, stride = cfg[f"{buf}_addr"], cfg[f"{buf}_size"], cfg[f"{buf}_stride"]
+        row_bytes = ((cols * elem_bytes + align) >> self.beat_bits) << self.beat_bits
+        need = self.need_prod[buf] + row_bytes
+        return ((base & align) != 0) | ((stride & align) != 0) | (stride < row_bytes) | \
+            (need > size) | (self.end[buf] >> self.aw != 0)
+
+
 class PipelineUnitCore(UnitCore):
     """The Pipeline without its control slave: ``cfg`` signals in, AXI4 ``bus`` out (see
     the module doc). Same interface as :class:`~.aggregator.AggregatorCore`."""
@@ -330,8 +476,9 @@ class PipelineUnitCore(UnitCore):
         sched = cfg["schedule"]
         gpipe = sched == 0
         mbs, steps, rows = cfg["microbatches"], cfg["steps"], cfg["rows"]
-        n_total = Signal(24)
-        m.d.comb += n_total.eq(mbs[:8] * steps[:16])
+        # the run's sizes, computed in CHECK by bit-serial multipliers (see _check_sizes)
+        sizes = _RunSizes(m, cfg, c, K)
+        n_total = sizes.n_total
 
         # ---- the Pipeline (not reset with the datapath: its weights live across runs) ----
         pipe = c.pipeline()
@@ -408,27 +555,33 @@ class PipelineUnitCore(UnitCore):
 
         # inputs: one job over all N * rows rows
         m.d.comb += [a_reader.base.eq(cfg["act_addr"]), a_reader.stride.eq(cfg["act_stride"]),
-                     a_reader.nrows.eq(n_total * rows), a_reader.row_beats.eq(row_beats(d_first, ELEM_BYTES))]
+                     a_reader.nrows.eq(sizes.n_rows), a_reader.row_beats.eq(row_beats(d_first, ELEM_BYTES))]
         dp.d.comb += a_reader.start.eq(first & is_train)
 
         # ---- microbatch order of a backward stream (last stage's grad_in, stage 0's dX) ----
-        def backward_order(fire_last, name):
+        def backward_order(fire_last, name, buf=None):
+            """Index (and, for ``buf``, base address) of the microbatch a backward-ordered
+            stream is at; the address moves by precomputed steps, no multiply."""
             loc = Signal(24, name=f"{name}_loc")
             base = Signal(24, name=f"{name}_base")
             mb = Signal(24, name=f"{name}_mb")
             dp.d.comb += mb.eq(Mux(gpipe, base + mbs - 1 - loc, base + loc))
+            addr = Signal(aw + 40, name=f"{name}_addr")
+            step_end = loc + 1 == mbs
             with dp.If(fire_last):
                 dp.d.sync += loc.eq(loc + 1)
-                with dp.If(loc + 1 == mbs):
+                if buf is not None:
+                    dp.d.sync += addr.eq(addr + Mux(step_end, sizes.step_delta[buf], sizes.inner_delta[buf]))
+                with dp.If(step_end):
                     dp.d.sync += [loc.eq(0), base.eq(base + mbs)]
-            return mb
+            if buf is not None:
+                with dp.If(first):
+                    dp.d.sync += addr.eq(cfg[f"{buf}_addr"] + Mux(gpipe, sizes.last_off[buf], 0))
+            return mb, addr
 
         # gradients: one job per microbatch, only below the doorbell
         g_jobs = Signal(24)
-        g_mb = backward_order(g_reader.start, "grad_order")
-        g_mb_bytes, g_job_base = Signal(aw + 16), Signal(aw + 40)
-        dp.d.sync += [g_mb_bytes.eq(rows * cfg["grad_stride"]),
-                      g_job_base.eq(cfg["grad_addr"] + g_mb * g_mb_bytes)]
+        g_mb, g_job_base = backward_order(g_reader.start, "grad_order", "grad")
         g_just = Signal()
         dp.d.sync += g_just.eq(g_reader.start)
         g_free = train_run & ~first & ~g_just & g_reader.issued & (g_jobs < n_total)
@@ -497,12 +650,27 @@ class PipelineUnitCore(UnitCore):
         write_fault = Signal()
         can_push = write_port.address.w_rdy & write_port.beats.w_rdy & markers.w_rdy
 
-        def segment_write(port, mb_base, stride, name):
-            pl = port.payload
+        # the Pipeline's output streams end in small FIFOs: their ready is a register, and
+        # the address and guard logic below starts from registers (not from the core)
+        seg_layout = pipe.act_out.payload.shape()
+
+        def out_fifo(port, name):
+            q = fifo.SyncFIFOBuffered(width=seg_layout.size, depth=4)
+            dp.submodules[f"{name}_fifo"] = q
+            dp.d.comb += [q.w_data.eq(port.payload.as_value()), q.w_en.eq(port.valid & train_run),
+                          port.ready.eq(q.w_rdy & train_run)]
+            return q, data.View(seg_layout, q.r_data)
+
+        lg_q, lg_pl = out_fifo(pipe.act_out, "logits")
+        dx_q, dx_pl = out_fifo(pipe.grad_out, "dx")
+
+        def segment_write(pl, mb_base, buf):
+            name = buf
             addr = Signal(aw + 40, name=f"{name}_beat_addr")
             col_bytes = Signal(32, name=f"{name}_col_bytes")
             dp.d.comb += col_bytes.eq(pl.col * ELEM_BYTES)
-            dp.d.comb += addr.eq(mb_base + pl.row * stride + (col_bytes & ~Const(align, 32)))
+            row_off = sizes.row_offset(dp, buf, pl.row)
+            dp.d.comb += addr.eq(mb_base + row_off + (col_bytes & ~Const(align, 32)))
             lane_off = pl.col[:(epb - 1).bit_length()]
             seg = Signal(L * MAC_INPUT_WIDTH, name=f"{name}_seg")
             dp.d.comb += seg.eq(pl.data.as_value())
@@ -511,13 +679,9 @@ class PipelineUnitCore(UnitCore):
             return addr, seg << (lane_off * MAC_INPUT_WIDTH), strb << (lane_off * ELEM_BYTES)
 
         lg_base = Signal(aw + 40)
-        lg_addr, lg_data, lg_strb = segment_write(pipe.act_out, lg_base, cfg["logits_stride"], "logits")
-        dx_mb = backward_order(pipe.grad_out.valid & pipe.grad_out.ready & pipe.grad_out.payload.last,
-                               "dx_order")
-        dx_mb_bytes, dx_base = Signal(aw + 16), Signal(aw + 40)
-        dp.d.sync += [dx_mb_bytes.eq(rows * cfg["dx_stride"]),
-                      dx_base.eq(cfg["dx_addr"] + dx_mb * dx_mb_bytes)]
-        dx_addr, dx_data, dx_strb = segment_write(pipe.grad_out, dx_base, cfg["dx_stride"], "dx")
+        lg_addr, lg_data, lg_strb = segment_write(lg_pl, lg_base, "logits")
+        _, dx_base = backward_order(dx_q.r_en & dx_pl.last, "dx_order", "dx")
+        dx_addr, dx_data, dx_strb = segment_write(dx_pl, dx_base, "dx")
         dx_on = cfg["dx_addr"] != 0
         word_bytes = Signal(32)
         dp.d.comb += word_bytes.eq(sw_word * (L * MASTER_BYTES))
@@ -531,11 +695,10 @@ class PipelineUnitCore(UnitCore):
         st_data = rd_word << (st_off * 8)
 
         def inside(addr, buf):
-            end = cfg[f"{buf}_addr"] + cfg[f"{buf}_size"]
-            return (addr >= cfg[f"{buf}_addr"]) & (addr + bpb <= end)
+            return (addr >= cfg[f"{buf}_addr"]) & (addr + bpb <= sizes.end[buf])
 
-        want_lg = train_run & pipe.act_out.valid
-        want_dx = train_run & ~pipe.act_out.valid & pipe.grad_out.valid & dx_on
+        want_lg = train_run & lg_q.r_rdy
+        want_dx = train_run & ~lg_q.r_rdy & dx_q.r_rdy & dx_on
         want_st = store_valid
         ok_lg, ok_dx, ok_st = inside(lg_addr, "logits"), inside(dx_addr, "dx"), inside(st_addr, "w")
         push = Signal()
@@ -545,14 +708,14 @@ class PipelineUnitCore(UnitCore):
         with dp.If(want_lg):
             dp.d.comb += [wr_addr.eq(lg_addr), wr_data.eq(lg_data), wr_strb.eq(lg_strb),
                           push.eq(can_push & ok_lg & ~write_fault),
-                          markers.w_data.eq(pipe.act_out.payload.last),
-                          pipe.act_out.ready.eq(can_push & ok_lg & ~write_fault)]
+                          markers.w_data.eq(lg_pl.last),
+                          lg_q.r_en.eq(can_push & ok_lg & ~write_fault)]
             with dp.If(~ok_lg):
                 dp.d.sync += write_fault.eq(1)
         with dp.Elif(want_dx):
             dp.d.comb += [wr_addr.eq(dx_addr), wr_data.eq(dx_data), wr_strb.eq(dx_strb),
                           push.eq(can_push & ok_dx & ~write_fault),
-                          pipe.grad_out.ready.eq(can_push & ok_dx & ~write_fault)]
+                          dx_q.r_en.eq(can_push & ok_dx & ~write_fault)]
             with dp.If(~ok_dx):
                 dp.d.sync += write_fault.eq(1)
         with dp.Elif(want_st):
@@ -562,7 +725,7 @@ class PipelineUnitCore(UnitCore):
                 dp.d.sync += write_fault.eq(1)
         # dX of a run without a dx buffer: taken and dropped
         with dp.If(train_run & ~dx_on):
-            dp.d.comb += pipe.grad_out.ready.eq(1)
+            dp.d.comb += dx_q.r_en.eq(dx_q.r_rdy)
         # single-beat bursts (len 0, last 1); Cat in the layouts' field order
         dp.d.comb += [write_port.address.w_data.eq(Cat(wr_addr, Const(0, 8))),
                       write_port.address.w_en.eq(push),
@@ -571,8 +734,8 @@ class PipelineUnitCore(UnitCore):
                       markers.w_en.eq(push)]
 
         # logits position: microbatches leave the last stage in order
-        with dp.If(pipe.act_out.valid & pipe.act_out.ready & pipe.act_out.payload.last):
-            dp.d.sync += lg_base.eq(lg_base + rows * cfg["logits_stride"])
+        with dp.If(lg_q.r_en & lg_pl.last):
+            dp.d.sync += lg_base.eq(lg_base + sizes.mb_bytes["logits"])
         with dp.If(first):
             dp.d.sync += [lg_base.eq(cfg["logits_addr"]), sw_row_addr.eq(cfg["w_addr"])]
         # store walk: present (row, word), wait a cycle for the read, push, next word
@@ -593,28 +756,15 @@ class PipelineUnitCore(UnitCore):
         dp.d.comb += logits_b.eq(b_fire & markers.r_rdy & markers.r_data[0])
 
         # ---- configuration check -------------------------------------------------------
-        def whole_beats(nbytes):
-            return ((nbytes + align) >> beat_bits) << beat_bits
-
-        def buffer_bad(buf, nrows, cols, elem_bytes):
-            base, size, stride = cfg[f"{buf}_addr"], cfg[f"{buf}_size"], cfg[f"{buf}_stride"]
-            row_bytes = whole_beats(cols * elem_bytes)
-            need = (nrows - 1) * stride + row_bytes
-            return ((base & align) != 0) | ((stride & align) != 0) | (stride < row_bytes) | \
-                (need > size) | ((base + size) >> aw != 0)
-
-        weights_checks = [
-            sel >= K, sel_d_in == 0, sel_d_in > c.max_in, sel_d_out == 0, sel_d_out > c.max_out,
-            buffer_bad("w", sel_d_in, sel_d_out, MASTER_BYTES),
-        ]
-        n_rows_total = n_total * rows
+        weights_checks = [sel >= K, sel_d_in == 0, sel_d_in > c.max_in, sel_d_out == 0, sel_d_out > c.max_out,
+                          sizes.buffer_bad("w", sel_d_out, MASTER_BYTES)]
         train_checks = [
             sched > 2, mbs == 0, mbs > 255, steps == 0, steps > 65535, rows == 0, rows > c.max_rows,
             gpipe & (mbs > c.slots),
-            buffer_bad("act", n_rows_total, d_first, ELEM_BYTES),
-            buffer_bad("logits", n_rows_total, d_last, ELEM_BYTES),
-            buffer_bad("grad", n_rows_total, d_last, ELEM_BYTES),
-            dx_on & buffer_bad("dx", n_rows_total, d_first, ELEM_BYTES),
+            sizes.buffer_bad("act", d_first, ELEM_BYTES),
+            sizes.buffer_bad("logits", d_last, ELEM_BYTES),
+            sizes.buffer_bad("grad", d_last, ELEM_BYTES),
+            dx_on & sizes.buffer_bad("dx", d_first, ELEM_BYTES),
         ]
         for i in range(K):
             s = lambda name: cfg[f"s{i}_{name}"]  # noqa: E731
@@ -623,8 +773,9 @@ class PipelineUnitCore(UnitCore):
                              s("dw_shift") > 63, s("lr") >> 16 != 0, s("wd") >> 16 != 0, s("mu") >> 16 != 0]
             if i + 1 < K:
                 train_checks.append(s("d_out") != cfg[f"s{i + 1}_d_in"])
+        # every check from registers, into a register: evaluated once the sizes are in
         err_config = Signal()
-        m.d.comb += err_config.eq((mode > 2) | (is_train & Cat(*train_checks).any()) |
+        m.d.sync += err_config.eq((mode > 2) | (is_train & Cat(*train_checks).any()) |
                                   (~is_train & Cat(*weights_checks).any()))
 
         # ---- counters --------------------------------------------------------------------
@@ -659,6 +810,11 @@ class PipelineUnitCore(UnitCore):
                     m.d.sync += [self.stat[name].eq(0) for name in (*increments, "logits_done")]
                     m.next = "CHECK"
             with m.State("CHECK"):
+                # the sizes take tens of cycles (bit-serial), the checks one more
+                m.d.comb += [clear.eq(1), sizes.start.eq(~sizes.started)]
+                with m.If(sizes.ready):
+                    m.next = "DECIDE"
+            with m.State("DECIDE"):
                 m.d.comb += clear.eq(1)
                 with m.If(err_config):
                     m.d.sync += status.eq(Status.CONFIG_ERROR)

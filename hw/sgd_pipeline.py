@@ -150,13 +150,13 @@ class SgdPipeline(wiring.Component):
         m.d.comb += [self.out_valid.eq(valids[self.LATENCY]), self.out_tag.eq(tag),
                      self.sat_valid.eq(valids[self.LATENCY + 1]),
                      self.busy.eq(Cat(*valids).any())]
-        # the hyper-parameters are steady: registered once, shared by every lane (fan-out
-        # from registers)
-        use_mom = st.reg(self.mu != 0, "use_mom")
+        # the hyper-parameters are steady: each lane registers its own copies (the DSPs'
+        # B registers and its momentum flag), so no control net fans out to every lane
 
         sat_flags = []
         for l in range(L):
             s = RegisterStages(m, f"sgd{l}")
+            use_mom = s.reg(self.mu != 0, "use_mom")
             # 1: the memories' read data
             w1, g1, v1 = s.reg(self.w[l], "w"), s.reg(self.g[l], "g"), s.reg(self.v[l], "v")
             # 2-4: decay and momentum products (input, M, P registers)

@@ -71,3 +71,20 @@ def test_driver_names_match_the_hardware():
     assert {f"s1_{n}" for n in driver.PIPE_STAGE_COUNTERS} <= stat
     assert driver.UNIT_PIPELINE == Unit.PIPELINE.value
     assert driver.PIPE_MODES == {m.name.lower(): m.value for m in PipelineMode}
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+@pytest.mark.parametrize("name", ["small", "pynqz2"])
+def test_stage_memories_match_the_elaborated_stage(name):
+    """The memory shapes the budget is computed from are those the RTL builds."""
+    import re
+    from collections import Counter
+
+    from amaranth.back import rtlil
+    config = get_pipeline_config(name)
+    text = rtlil.convert(config.pipeline().stage_list[0], name="stage", emit_src=False)
+    built = Counter((int(d), int(w)) for w, d in re.findall(r"memory width (\d+) size (\d+)", text))
+    wanted = Counter()
+    for count, depth, width in config.stage_memories().values():
+        wanted[(depth, width)] += count
+    assert not wanted - built, (wanted - built, built)
