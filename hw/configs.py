@@ -37,15 +37,20 @@ MAC_CONFIGS: dict[str, MacArrayConfig | None] = {
     "small": MacArrayConfig(rows=4, cols=4, max_dim=64, max_depth=64, bus_width=128),
     "small-agg": None,
     "small-sum": None,
-    # 64 x 64 output blocks: the partial sums (64 words a tile row) stay in LUT RAM, the
-    # operand buffers (128 deep) take 32 BRAM36
-    "default": MacArrayConfig(rows=8, cols=8, max_dim=64, max_depth=128, bus_width=128),
-    "zcu104": MacArrayConfig(rows=8, cols=8, max_dim=128, max_depth=128, bus_width=128),
-    "kv260": MacArrayConfig(rows=8, cols=8, max_dim=64, max_depth=128, bus_width=128),
+    # UltraScale+ parts with UltraRAM hold the partial sums (2048 x 520 bits at 8 x 8, 128)
+    # in 8 URAM288; the operand buffers (128 deep) take 32 BRAM36
+    "default": MacArrayConfig(rows=8, cols=8, max_dim=128, max_depth=128, bus_width=128,
+                              psum_uram=True),
+    "zcu104": MacArrayConfig(rows=8, cols=8, max_dim=128, max_depth=128, bus_width=128,
+                             psum_uram=True),
+    "kv260": MacArrayConfig(rows=8, cols=8, max_dim=128, max_depth=128, bus_width=128,
+                            psum_uram=True),
+    # no UltraRAM: partial sums in block RAM
     "ultra96v2": MacArrayConfig(rows=8, cols=8, max_dim=128, max_depth=128, bus_width=128),
     "pynqz2": MacArrayConfig(rows=4, cols=4, max_dim=64, max_depth=128, bus_width=64,
                              addr_width=32),
-    "alveo-u250": MacArrayConfig(rows=32, cols=32, max_dim=256, max_depth=512, bus_width=512),
+    "alveo-u250": MacArrayConfig(rows=32, cols=32, max_dim=512, max_depth=512, bus_width=512,
+                                 psum_uram=True),
 }
 assert MAC_CONFIGS.keys() == CONFIGS.keys()
 

@@ -450,7 +450,10 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
         tmp = Path(tmp)
         (tmp / "design.il").write_text(design)
         _run_wasm("yosys", ["-q", "-l", "synth.log", "-p",
-                            f"read_rtlil design.il; synth_ecp5 -top {top} -json ecp5.json"],
+                            # Xilinx-only memory styles (ram_style = "ultra") have no ECP5
+                            # mapping: the ECP5 picks its own memories
+                            f"read_rtlil design.il; setattr -unset ram_style m:*; "
+                            f"synth_ecp5 -top {top} -json ecp5.json"],
                   tmp, what="yosys synth_ecp5", progress=progress)
         t_synth, cpu0 = time.monotonic() - t0, _tools_cpu_seconds()
         stopped = None
