@@ -473,9 +473,37 @@ def _devices_of(config, rank) -> list[str]:
     return list(config.devices or [config.device])
 
 
-def _speeds(config) -> list[float] | None:
+def _speeds(config, comm=None, data=None) -> list[float] | None:
+    """``rank_speeds`` as numbers; ``'auto'`` measures them (:func:`measure_rank_speeds`)."""
     s = getattr(config, "rank_speeds", None)
+    if isinstance(s, str):
+        if s.lower() != "auto":
+            raise ValueError(f"--rank-speeds {s!r}: give numbers (e.g. 2,1) or auto")
+        return measure_rank_speeds(config, comm, data)
     return None if s is None else [float(v) for v in s]
+
+
+def measure_rank_speeds(config, comm: Comm, data, repeats: int = 3) -> list[float]:
+    """Each rank times its dense device aggregating the whole normalised graph at the
+    hidden width (the fastest of ``repeats`` after a warm-up, on the device's clock: device
+    time on FPGA kinds, CPU time on cpu); speeds are the inverse times, known to all."""
+    from gnnweave.host.models import Engine
+    from gnnweave.host.timeline import Timeline
+    from gnnweave.host.train import _executor_for
+    devices = _devices_of(config, comm.rank)
+    name = devices[0] if config.rank_devices else config.device
+    executors = {}
+    eng = Engine(_executor_for(name, executors, config.executor_options), Timeline())
+    x = np.random.default_rng(0).uniform(-1, 1, (data.graph.num_nodes, 16)).astype(np.float32)
+    try:
+        times = [eng._agg_timed(eng.dense, data.graph, x, "sum", (0, data.graph.num_nodes),
+                                False)[1] for _ in range(repeats + 1)][1:]
+    finally:
+        for ex in executors.values():
+            ex.close()
+    mine = np.zeros(comm.world, dtype=np.float64)
+    mine[comm.rank] = 1.0 / max(min(times), 1e-9)
+    return [float(v) for v in comm.sum(mine, counter="format_bytes")]
 
 
 def run_rank(config, comm: Comm) -> dict:
@@ -501,16 +529,18 @@ def run_rank(config, comm: Comm) -> dict:
     method = str(getattr(config, "partition_method", "metis")).lower()
     parts = np.zeros(n, dtype=np.int64)
     meta = np.zeros(2, dtype=np.int64)
+    speeds = _speeds(config, comm, data)   # every rank takes part when they are measured
     if method not in METHODS:
         raise ValueError(f"--partition-method {method!r}: choose one of {', '.join(METHODS)}")
     if comm.rank == 0:
         p0 = partition_graph(data.dataset.graph, comm.world, method=method,
-                             speeds=_speeds(config), seed=0)
+                             speeds=speeds, seed=0)
         parts, meta = p0.parts, np.array([METHODS.index(p0.method), 0], dtype=np.int64)
     parts = comm.broadcast(parts)
     ran = METHODS[int(comm.broadcast(meta)[0])]
     part = GraphPartition(parts, comm.world, ran, method,
-                          None if ran == method else f"{method} unavailable on rank 0")
+                          None if ran == method else f"{method} unavailable on rank 0",
+                          None if speeds is None else np.asarray(speeds) / np.sum(speeds))
     block = local_block(data.graph, part, comm.rank)
     own = block.own
 
@@ -560,7 +590,7 @@ def run_rank(config, comm: Comm) -> dict:
     return dict(
         dataset=getattr(data.dataset, "name", str(config.dataset)), model=key,
         device=dense_name, mode="full-batch", numeric="fixed" if fixed_all else "float",
-        world_size=comm.world,
+        world_size=comm.world, rank_speeds=speeds,
         rank_devices={r: _devices_of(config, r) for r in range(comm.world)},
         partition_method=ran, partition_requested=method, partition=report,
         halo_nodes=report["halo_nodes"],
@@ -828,7 +858,7 @@ def run_rank_minibatch(config, comm: Comm, hp, key, data) -> dict:
     executors = {}
     dense_name = devices[0] if config.rank_devices else config.device
     engine = Engine(_executor_for(dense_name, executors, config.executor_options), Timeline())
-    speeds = _speeds(config)
+    speeds = _speeds(config, comm, data)
     fractions = np.ones(comm.world) if speeds is None else np.asarray(speeds, dtype=np.float64)
     if fractions.shape[0] != comm.world or not np.all(fractions > 0):
         raise ValueError(f"--rank-speeds: {comm.world} positive numbers needed, got {speeds}")

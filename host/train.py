@@ -82,7 +82,7 @@ class TrainConfig:
     nproc: int = 1                       # >1: spawn this many local ranks (torch's elastic launcher)
     dist: bool = False                   # this process is one rank of a torchrun job
     rank_devices: object = None          # {rank: [devices]} or '0=fpga-emu,cpu 1=cpu'
-    rank_speeds: list | None = None      # relative rank speeds: each rank's share of the work
+    rank_speeds: object = None           # [relative speed per rank] or 'auto' (measured): each rank's share
     partition_method: str = "metis"      # metis | rcm | rows | random (nodes over ranks)
     digest_every: int = 10               # epochs between cross-rank parameter digest checks
     rank_invariant: bool = False         # counter-based dropout and exact bias sums: the bits of any rank count
@@ -928,7 +928,8 @@ def add_train_arguments(parser):
                    help="each rank's devices, e.g. '0=fpga-emu,cpu 1=cpu' (default: --devices, "
                         "else --device)")
     d.add_argument("--rank-speeds", default=None,
-                   help="relative rank speeds, e.g. 2,1: each rank's share of the nodes' work")
+                   help="relative rank speeds, e.g. 2,1, or auto (each rank times its dense "
+                        "device on the graph): each rank's share of the nodes' work")
     d.add_argument("--partition-method", default="metis",
                    choices=["metis", "rcm", "rows", "random"],
                    help="how nodes are split over ranks (metis falls back to rcm without pymetis)")
@@ -967,7 +968,7 @@ def config_from_args(args) -> TrainConfig:
         cost_model=a["cost_model"], rebalance=a["rebalance"] or auto, steal=a["steal"],
         progress=not a["no_progress"], nproc=a["nproc"], dist=a["dist"],
         rank_devices=a["rank_devices"],
-        rank_speeds=(None if a["rank_speeds"] is None else
+        rank_speeds=(a["rank_speeds"] if a["rank_speeds"] in (None, "auto") else
                      [float(v) for v in _ints_or_floats("rank-speeds", a["rank_speeds"])]),
         partition_method=a["partition_method"], digest_every=a["digest_every"],
         rank_invariant=a["rank_invariant"])

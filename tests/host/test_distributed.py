@@ -30,6 +30,10 @@ JOBS = {
     "minibatch-full": TrainConfig(dataset="cora", model="gcn", epochs=2, batch_size=64,
                                   fanouts=(200, 200), dropout=0.0, rank_speeds=[3, 1],
                                   progress=False),
+    # heterogeneous ranks, speeds measured: rank 0 on fpga-emu, rank 1 on cpu
+    "speeds-auto": TrainConfig(dataset="cora", model="gcn", epochs=1,
+                               rank_devices="0=fpga-emu 1=cpu", rank_speeds="auto",
+                               progress=False),
 }
 
 
@@ -120,3 +124,13 @@ def test_minibatch_gradients_weighted_by_share_match_one_process(two_ranks):
     assert one["seeds"][0]["rank_seeds"] == [2 * 140]
     for k, v in one["seeds"][0]["params"].items():
         np.testing.assert_allclose(two["seeds"][0]["params"][k], v, rtol=0, atol=1e-5)
+
+
+def test_measured_rank_speeds_set_the_partition_targets(two_ranks):
+    r = two_ranks["speeds-auto"]
+    assert r["numeric"] == "float"              # a cpu rank: the float path for all
+    assert r["rank_devices"] == {0: ["fpga-emu"], 1: ["cpu"]}
+    speeds = np.array(r["rank_speeds"])
+    assert speeds.shape == (2,) and np.all(speeds > 0)
+    np.testing.assert_allclose(r["partition"]["target_fractions"], speeds / speeds.sum())
+    assert r["partition"]["balance"] < 1.1      # METIS met the speed-weighted targets
