@@ -425,3 +425,26 @@ def test_small_config_synth_xilinx_fits_zcu104():
     assert total["dsp"] > 0 and total["ff"] > 1000 and total["lut"] > 1000
     util = check_fits("zcu104", est)
     assert all(0 < util[k] < 1 for k in ("lut", "ff", "dsp"))
+
+
+class _TwoRams(wiring.Component):
+    addr: In(10)
+    zero_out: Out(36)
+    ones_out: Out(36)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.zero = zero = Memory(shape=36, depth=1024, init=[])
+        m.submodules.ones = ones = Memory(shape=36, depth=1024, init=[2**36 - 1] * 4)
+        for mem, out in ((zero, self.zero_out), (ones, self.ones_out)):
+            rd = mem.read_port()
+            m.d.comb += [rd.addr.eq(self.addr), out.eq(rd.data)]
+        return m
+
+
+def test_estimate_rtlil_drops_only_all_zero_memory_initialisers():
+    text = est_mod.component_rtlil(_TwoRams(), "two_rams")
+    assert text.count("$meminit_v2") == 1        # the memory with ones keeps its contents
+    assert len(text) < 36 * 1024 + 10_000        # one initialiser, not two
+    # the RTLIL of anything else (simulation Verilog) keeps both
+    assert rtlil.convert(_TwoRams(), name="two_rams").count("$meminit_v2") == 2
