@@ -39,7 +39,7 @@ import re
 import sys
 import tempfile
 import threading
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 #: ns, UltraScale+ -2 (see the module docstring for sources)
