@@ -703,10 +703,11 @@ def _train_seed(config, comm, eng, hp, key, data, block, x_own, y_own, splits, s
 
 class _Checkpoints:
     """Rank 0's checkpoints (atomic, :func:`~gnnweave.host.checkpoint.save_checkpoint`):
-    parameters, optimiser state, epoch and history, nothing that depends on the number of
-    ranks (the dropout generator is keyed by the epoch), so any world size resumes them."""
+    parameters, optimiser state, epoch and history. Full-batch checkpoints hold nothing that
+    depends on the number of ranks (the dropout generator is keyed by the epoch), so any
+    world size resumes them; mini-batch ones record the ranks and speeds they need."""
 
-    def __init__(self, config, hp, model, seed, data, fixed):
+    def __init__(self, config, hp, model, seed, data, fixed, **extra):
         from pathlib import Path
         d = config.checkpoint_dir
         if d is None and config.out_dir is not None:
@@ -718,6 +719,7 @@ class _Checkpoints:
             seed=seed, numeric="fixed" if fixed else "float", ranks="any",
             normalize_features=config.normalize_features,
             **{k: v for k, v in hp.items() if k != "epochs"})
+        self.fingerprint.update(extra)   # mini-batch: the ranks and speeds it needs
 
     def save(self, params, opt, epoch, history):
         from gnnweave.host.checkpoint import save_checkpoint
@@ -878,7 +880,18 @@ def run_rank_minibatch(config, comm: Comm, hp, key, data) -> dict:
             sampler = NeighborSampler(data.graph, config.fanouts) if model.hops else None
             steps = seeds_trained = 0
             times = []
-            for epoch in range(hp["epochs"]):
+            # each rank samples with its own generator: bit-identical resumes need the same
+            # ranks at the same speeds, which the checkpoint records
+            ckpt = _Checkpoints(config, hp, key, seed, data, False, ranks=comm.world,
+                                rank_speeds=[float(f) for f in fractions / fractions.sum()],
+                                batch_size=config.batch_size, fanouts=list(config.fanouts))
+            start, resumed_from = 0, None
+            state = ckpt.load() if config.resume else None
+            if state is not None:
+                model.params, start = state["params"], state["epoch"]
+                opt.load_state(state["opt"], state["t"])
+                resumed_from = start
+            for epoch in range(start, hp["epochs"]):
                 comm.epoch = epoch
                 t0 = time.perf_counter()
                 batches = seed_batches(data.train_idx, config.batch_size,
@@ -902,6 +915,9 @@ def run_rank_minibatch(config, comm: Comm, hp, key, data) -> dict:
                     steps += 1
                     seeds_trained += mine.shape[0]
                 times.append(time.perf_counter() - t0)
+                if comm.rank == 0 and (epoch + 1 == hp["epochs"] or (
+                        config.checkpoint_every and (epoch + 1) % config.checkpoint_every == 0)):
+                    ckpt.save(model.params, opt, epoch + 1, [])
                 digest_every = int(getattr(config, "digest_every", 10) or 0)
                 if digest_every and ((epoch + 1) % digest_every == 0 or epoch + 1 == hp["epochs"]):
                     comm.check_same(int(params_digest(model.params)[:15], 16),
@@ -911,6 +927,8 @@ def run_rank_minibatch(config, comm: Comm, hp, key, data) -> dict:
             mine[:, comm.rank] = (steps, seeds_trained, float(np.mean(times)) if times else 0.0)
             every = comm.sum(mine, counter="format_bytes")
             per_seed.append(dict(seed=seed, **acc, epochs_done=hp["epochs"],
+                                 resumed_from=resumed_from,
+                                 checkpoint=str(ckpt.path) if ckpt.path else None,
                                  params_sha256=params_digest(model.params),
                                  rank_steps=[int(v) for v in every[0]],
                                  rank_seeds=[int(v) for v in every[1]],

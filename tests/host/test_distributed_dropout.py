@@ -1,5 +1,6 @@
-"""What makes N ranks give one process's bits without torch: counter-based dropout masks
-keyed by global node id, and bias sums that do not depend on the row split."""
+"""What makes N ranks give one process's bits, tested without torch: counter-based dropout
+masks keyed by global node id, bias sums that do not depend on the row split, and a
+one-rank mini-batch run resumed from its checkpoint."""
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -83,3 +84,19 @@ def test_bias_sums_are_the_same_bits_for_any_row_split():
         total = sum(s for s, _ in partial)          # what the int64 all-reduce adds
         assert np.array_equal(finish_row_sum((total, partial[0][1])), whole)
     np.testing.assert_allclose(whole, a.astype(np.float64).sum(axis=0), rtol=1e-6, atol=1e-30)
+
+
+def test_minibatch_over_ranks_resumes_from_its_checkpoint_bit_for_bit(tmp_path):
+    # one rank of the distributed mini-batch path (no torch needed): 2 epochs, then on to 4
+    from gnnweave.host.distributed import run_rank
+    from gnnweave.host.train import TrainConfig
+    from tests.host.test_train import dataset_or_skip
+    dataset_or_skip("cora")
+    kw = dict(dataset="cora", model="gcn", batch_size=64, fanouts=(5, 5), progress=False,
+              checkpoint_dir=str(tmp_path), checkpoint_every=1)
+    first = run_rank(TrainConfig(**kw, epochs=2), Comm())
+    resumed = run_rank(TrainConfig(**kw, epochs=4, resume=True), Comm())
+    straight = run_rank(TrainConfig(**{**kw, "checkpoint_dir": None}, epochs=4), Comm())
+    assert first["seeds"][0]["epochs_done"] == 2
+    assert resumed["seeds"][0]["resumed_from"] == 2
+    assert resumed["seeds"][0]["params_sha256"] == straight["seeds"][0]["params_sha256"]
