@@ -50,7 +50,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .arith import rounding_constants, saturate
+from .arith import saturate
 from .axi import BusParams
 
 
@@ -601,9 +601,10 @@ class MacCore(wiring.Component):
         round_half = Signal(wide, name="round_half", reset_less=True)  # 1 << shift - 1 (0 if 0)
         round_on = Signal(name="round_on", reset_less=True)            # 0 < shift < wide
         round_zero = Signal(name="round_zero", reset_less=True)        # shift >= wide: all round to 0
-        mask_at_start, half_at_start = rounding_constants(self.shift, wide)
+        # bit by bit (a compare of the 7-bit shift with a constant each): no wide subtract
         with m.If(run["starting"]):
-            m.d.sync += [round_low.eq(mask_at_start >> 1), round_half.eq(half_at_start),
+            m.d.sync += [round_low.eq(Cat(*[self.shift > i + 1 for i in range(wide)])),
+                         round_half.eq(Cat(*[self.shift == i + 1 for i in range(wide)])),
                          round_on.eq((self.shift != 0) & (self.shift < wide)),
                          round_zero.eq(self.shift >= wide)]
         kept = [Mux(round_zero, 0, x5["value"][c] >> run["shift"]) for c in range(C)]
