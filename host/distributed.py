@@ -483,6 +483,21 @@ def _speeds(config, comm=None, data=None) -> list[float] | None:
     return None if s is None else [float(v) for v in s]
 
 
+def model_node_costs(config, graph, hp):
+    """Per-node work from ``config.cost_model`` (a fitted CostModel or its JSON): the dense
+    device's per-row and per-edge aggregation seconds at the hidden width; None (the
+    default ``1 + in_degree``) without one."""
+    from gnnweave.host.graphpart import node_costs
+    from gnnweave.host.train import _cost_model
+    cm = config.cost_model
+    cm = cm if hasattr(cm, "share_cost") else _cost_model(cm)
+    if cm is None or not hasattr(cm, "share_cost"):
+        return None
+    device = _devices_of(config, 0)[0] if config.rank_devices else config.device
+    cost = cm.share_cost(device, feat_dim=int(hp["hidden"] or 16), num_nodes=graph.num_nodes)
+    return node_costs(graph, per_edge=cost.per_edge_s, per_row=cost.per_row_s)
+
+
 def measure_rank_speeds(config, comm: Comm, data, repeats: int = 3) -> list[float]:
     """Each rank times its dense device aggregating the whole normalised graph at the
     hidden width (the fastest of ``repeats`` after a warm-up, on the device's clock: device
@@ -534,6 +549,7 @@ def run_rank(config, comm: Comm) -> dict:
         raise ValueError(f"--partition-method {method!r}: choose one of {', '.join(METHODS)}")
     if comm.rank == 0:
         p0 = partition_graph(data.dataset.graph, comm.world, method=method,
+                             node_cost=model_node_costs(config, data.dataset.graph, hp),
                              speeds=speeds, seed=0)
         parts, meta = p0.parts, np.array([METHODS.index(p0.method), 0], dtype=np.int64)
     parts = comm.broadcast(parts)

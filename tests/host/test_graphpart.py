@@ -118,3 +118,22 @@ def test_bad_requests_name_the_problem(cora):
         partition_graph(cora.graph, 0)
     with pytest.raises(ValueError, match="node_cost: 3 entries"):
         partition_graph(cora.graph, 2, node_cost=[1, 2, 3])
+
+
+def test_a_cost_models_per_row_and_per_edge_seconds_weigh_the_nodes(cora):
+    from gnnweave.host.distributed import model_node_costs
+    from gnnweave.host.partition import ShareCost
+    from gnnweave.host.train import TrainConfig
+
+    class Fitted:   # the part of a fitted CostModel the partitioner reads
+        def share_cost(self, device, *, feat_dim, num_nodes):
+            assert (device, feat_dim, num_nodes) == ("fpga-emu", 16, cora.graph.num_nodes)
+            return ShareCost(0.0, 2e-9, 5e-9)
+
+    cfg = TrainConfig(device="fpga-emu", cost_model=Fitted())
+    costs = model_node_costs(cfg, cora.graph, dict(hidden=16))
+    np.testing.assert_allclose(costs, 5e-9 + 2e-9 * cora.graph.in_degree)
+    assert model_node_costs(TrainConfig(), cora.graph, dict(hidden=16)) is None
+    # the cut balances those costs: heavy (high-degree) nodes count for more
+    p = partition_graph(cora.graph, 2, method="rcm", node_cost=costs)
+    assert p.report(cora.graph, node_cost=costs)["balance"] < 1.01
