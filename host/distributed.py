@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from dataclasses import dataclass, replace
 
@@ -54,7 +55,9 @@ def _collective(comm, what, fn):
     try:
         return fn()
     except RuntimeError as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        # gloo's first sentence names the peer and the socket error; the rest is advice
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". ")[0]
+        first = re.sub(r"^\[[^\]]*\]\s*", "", first)[:200]   # gloo's source location
         raise RankLost(f"rank {comm.rank} of {comm.world}: {what} failed at epoch "
                        f"{comm.epoch}: another rank has stopped or is unreachable ({first})") \
             from None
