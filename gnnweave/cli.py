@@ -339,10 +339,8 @@ def _output_folder(path) -> Path:
 
 
 def cmd_plan(a) -> int:
-    from gnnweave.host.planner import plan_main
-    report = plan_main(a.model, a.devices, dataset=a.dataset, hidden=a.hidden, layers=a.layers,
-                       bandwidth_gbps=a.bandwidth_gbps, latency_us=a.latency_us,
-                       cost_model=a.cost_model, out=a.out)
+    from gnnweave.host.planner import plan_from_args
+    report = plan_from_args(a)
     if a.json:
         _print_json({k: v for k, v in report.items() if k != "text"})
     else:
@@ -532,17 +530,8 @@ def build_parser() -> argparse.ArgumentParser:
     pred.set_defaults(func=cmd_predict)
 
     plan = sub.add_parser("plan", help="plan pipeline stages / op placement / row split")
-    src = plan.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", help="PipeDream profile name (vgg16, resnet50, ...) or path")
-    src.add_argument("--dataset", help="GNN dataset (cora, citeseer, sbm, path)")
-    plan.add_argument("--devices", nargs="+", required=True, help="NAME[=SPEED[:MEM_GB]] ...")
-    plan.add_argument("--hidden", type=int, default=16)
-    plan.add_argument("--layers", type=int, default=2)
-    plan.add_argument("--bandwidth-gbps", type=float, default=10.0)
-    plan.add_argument("--latency-us", type=float, default=0.0)
-    plan.add_argument("--cost-model", default=None)
-    plan.add_argument("--out", default=None)
-    plan.add_argument("--json", action="store_true")
+    from gnnweave.host.planner import add_plan_arguments
+    add_plan_arguments(plan)
     plan.set_defaults(func=cmd_plan)
 
     build = sub.add_parser("build", help="generate hardware")

@@ -48,18 +48,38 @@ class InfeasiblePlanError(ValueError):
 
 @dataclass
 class DeviceSpec:
-    """A device for planning: ``speed`` divides the profiled times (2.0 = twice as fast)."""
+    """A device for planning: ``speed`` divides the profiled times (2.0 = twice as fast);
+    ``group`` places it in a two-level topology (devices of one group share a fast network,
+    groups are joined by a slower link)."""
 
     name: str
     speed: float = 1.0
     memory_bytes: float = INF
+    group: str = ""
 
     @classmethod
     def parse(cls, text: str) -> "DeviceSpec":
-        """``NAME[=SPEED[:MEMORY_GB]]``, e.g. ``gpu:0=1.0:16`` or ``fpga=0.25``."""
-        name, _, rest = text.partition("=")
+        """``NAME[=SPEED[:MEMORY_GB]][@GROUP]``, e.g. ``gpu:0=1.0:16``, ``fpga=0.25``,
+        ``gpu:4=1.0:32@dc2``."""
+        return cls.parse_many(text)[0]
+
+    @classmethod
+    def parse_many(cls, text: str) -> list["DeviceSpec"]:
+        """As :meth:`parse`, and ``NAME*COUNT[=...]`` for COUNT identical devices
+        ``NAME:0`` .. ``NAME:COUNT-1``."""
+        body, _, group = text.partition("@")
+        name, _, rest = body.partition("=")
+        name, star, count_text = name.partition("*")
         if not name:
             raise ValueError(f"device {text!r}: empty name")
+        count = 1
+        if star:
+            try:
+                count = int(count_text)
+            except ValueError:
+                count = 0
+            if count < 1:
+                raise ValueError(f"device {text!r}: COUNT after '*' must be an integer >= 1")
         speed, mem = 1.0, INF
         if rest:
             s, _, m = rest.partition(":")
@@ -67,10 +87,34 @@ class DeviceSpec:
                 speed = float(s)
                 mem = float(m) * 1e9 if m else INF
             except ValueError:
-                raise ValueError(f"device {text!r}: expected NAME[=SPEED[:MEMORY_GB]]") from None
+                raise ValueError(f"device {text!r}: expected NAME[*COUNT][=SPEED[:MEMORY_GB]]"
+                                 f"[@GROUP]") from None
         if not speed > 0 or not mem > 0:
             raise ValueError(f"device {text!r}: speed and memory must be > 0")
-        return cls(name, speed, mem)
+        if not star:
+            return [cls(name, speed, mem, group)]
+        return [cls(f"{name}:{i}", speed, mem, group) for i in range(count)]
+
+
+def device_classes(specs: list[DeviceSpec], distinct: bool = False):
+    """Group devices of equal speed, memory and group into
+    :class:`~gnnweave.host.stageplan.DeviceClass` es (first-seen order); ``distinct``: one
+    class per device (the exact subset search)."""
+    from gnnweave.host.stageplan import DeviceClass
+
+    groups: dict = {}
+    for s in specs:
+        key = (s.name,) if distinct else (s.speed, s.memory_bytes, s.group)
+        groups.setdefault(key, []).append(s)
+    out = []
+    for members in groups.values():
+        base = members[0].name.rsplit(":", 1)[0] if len(members) > 1 else members[0].name
+        label = base + (f"@{members[0].group}" if members[0].group else "")
+        if any(c.name == label for c in out):
+            label = f"{label}#{len(out)}"
+        out.append(DeviceClass(label, len(members), members[0].speed, members[0].memory_bytes,
+                               members[0].group, [m.name for m in members]))
+    return out
 
 
 @dataclass
@@ -536,7 +580,22 @@ def format_plan(report: dict) -> str:
     """A human-readable table of a :func:`plan_main` report."""
     lines = []
     pipe = report.get("pipeline")
-    if pipe:
+    if pipe and "replicas" in (pipe["stages"][0] if pipe["stages"] else {}):
+        m = pipe["model"]
+        lines.append(f"pipeline plan for {report['model']} ({report['num_layers']} layers, "
+                     f"comm={m['comm']}, cuts={m['cuts']}, "
+                     f"{'replicas allowed' if m['replicate'] else 'straight'}):")
+        lines.append(f"  {'stage':>5} {'layers':>6} {'devices':>20} {'compute ms':>11} "
+                     f"{'allred ms':>9} {'comm ms':>8} {'stage ms':>9} {'memory GB':>10}")
+        for i, s in enumerate(pipe["stages"]):
+            devs = ",".join(s["devices"])
+            devs = devs if len(devs) <= 20 else f"{s['replicas']}x {s['device_class']}"
+            lines.append(f"  {i:>5} {len(s['layers']):>6} {devs:>20} {s['compute_s'] * 1e3:>11.3f} "
+                         f"{s['allreduce_s'] * 1e3:>9.3f} {s['comm_s'] * 1e3:>8.3f} "
+                         f"{s['time_s'] * 1e3:>9.3f} {s['memory_bytes'] / 1e9:>10.3f}")
+        lines.append(f"  bottleneck: {pipe['bottleneck']} at {pipe['bottleneck_s'] * 1e3:.3f} ms "
+                     f"per minibatch")
+    elif pipe:
         lines.append(f"pipeline plan for {report['model']} ({report['num_layers']} layers):")
         lines.append(f"  {'stage':>5} {'layers':>11} {'device':>12} {'compute ms':>11} "
                      f"{'comm ms':>9} {'stage ms':>9} {'memory GB':>10}")
@@ -561,27 +620,113 @@ def format_plan(report: dict) -> str:
     return "\n".join(lines)
 
 
+CUT_CHOICES = ("auto", "pipedream", "chain", "all")
+AUTO_MAX_STATES = 3000   # PipeDream's antichain DAG above this: the chain's cuts
+
+
+def model_cuts(graph, cuts: str = "auto"):
+    """The cut family for ``graph``: ``pipedream`` (its antichain DAG), ``chain`` (prefixes
+    of one topological order), ``all`` (every downset, bounded), or ``auto``: PipeDream's
+    cuts together with the chain's when the antichain DAG has at most
+    :data:`AUTO_MAX_STATES` states, else the chain's."""
+    from gnnweave.host.stagecuts import (CutLimitError, all_cuts, chain_cuts, pipedream_cuts,
+                                         union_cuts)
+
+    if cuts == "pipedream":
+        return pipedream_cuts(graph)
+    if cuts == "chain":
+        return chain_cuts(graph)
+    if cuts == "all":
+        return all_cuts(graph)
+    if cuts != "auto":
+        raise ValueError(f"cuts={cuts!r}: choose one of {', '.join(CUT_CHOICES)}")
+    try:
+        pd = pipedream_cuts(graph, limit=AUTO_MAX_STATES)
+    except CutLimitError:
+        return chain_cuts(graph)
+    return union_cuts(pd, chain_cuts(graph))
+
+
+def _plan_model(report: dict, model: str, specs: list[DeviceSpec], *, comm: str,
+                bandwidth_gbps: float, latency_us: float, inter_group_gbps: float | None,
+                inter_group_latency_us: float | None, straight: bool, cuts: str,
+                exact_devices: bool, use_all_devices: bool):
+    from gnnweave.host.profiles import load_graph
+    from gnnweave.host.stageplan import Links, StageProblem, plan_stages
+
+    graph = load_graph(model)
+    space = model_cuts(graph, cuts)
+    classes = device_classes(specs, distinct=exact_devices)
+    bw, lat = bandwidth_gbps * 1e9, latency_us * 1e-6
+    links = Links.two_level(classes, bw, lat,
+                            bw if inter_group_gbps is None else inter_group_gbps * 1e9,
+                            lat if inter_group_latency_us is None else inter_group_latency_us * 1e-6)
+    problem = StageProblem(space, classes, links, comm=comm, replicate=not straight,
+                           use_all_devices=use_all_devices)
+    plan = plan_stages(problem)
+    report["model"] = graph.name
+    report["num_layers"] = len(space.layers)
+    report["device_classes"] = [{"name": c.name, "count": c.count, "speed": c.speed,
+                                 "memory_bytes": c.memory_bytes, "group": c.group}
+                                for c in classes]
+    pipe = plan.to_dict()
+    pipe["model"].update({
+        "bandwidth_bytes_per_s": bw, "latency_s": lat, "links_bandwidth_bytes_per_s":
+        links.bandwidth.tolist(), "links_latency_s": links.latency_s.tolist(),
+        "num_cuts": len(space), "num_cut_pairs": space.num_pairs,
+        "use_all_devices": use_all_devices, "exact_devices": exact_devices,
+        "stage_time": "(compute + allreduce) / replicas; allreduce = 4 (r-1)/r P/b + 2 (r-1) l",
+        "link": "2 (bytes / b + l) per boundary; "
+                + {"none": "not counted", "overlap": "max term / replicas (receiver, sender)",
+                   "sender": "added to the sending stage, / its replicas"}[comm]})
+    report["pipeline"] = pipe
+    report["bottleneck"] = plan.bottleneck
+    report["bottleneck_s"] = plan.bottleneck_s
+    report["stage_times_s"] = pipe["stage_times_s"]
+    return plan
+
+
+def _json_safe(value):
+    """Infinite memory limits as null: the file stays strict JSON."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
 def plan_main(model: str | None = None, devices: list[str] | None = None, *,
               dataset: str | None = None, hidden: int = 16, layers: int = 2,
               bandwidth_gbps: float = 10.0, latency_us: float = 0.0,
               cost_model: str | None = None, comm: str = "sender", coarsen: int | None = None,
-              batches: int = 4, out: str | None = None) -> dict:
+              batches: int = 4, out: str | None = None, straight: bool = False,
+              cuts: str = "auto", inter_group_gbps: float | None = None,
+              inter_group_latency_us: float | None = None, exact_devices: bool = False,
+              use_all_devices: bool = False) -> dict:
     """``gnnweave plan (--model NAME|PATH | --dataset NAME) --devices D[=SPEED[:MEM_GB]] ... --json``.
 
     * ``model``: a PipeDream profile (``vgg16``, a folder or a graph.txt): the optimal pipeline
-      (stages, device per stage, predicted stage times, bottleneck); device SPEED divides the
-      profiled GPU times, MEM_GB caps the stage memory (1F1B stashing).
+      of its layer DAG (:mod:`gnnweave.host.stageplan`: stages between cuts, replicas unless
+      ``straight``, the ``comm`` model, two-level links from the devices' ``@GROUP``); device
+      SPEED divides the profiled GPU times, MEM_GB caps the stage memory (1F1B stashing).
     * ``dataset`` (+ ``hidden``, ``layers``): a GCN on that graph: the op placement (which
       device aggregates and which transforms, minibatches overlapped), the row split of the
       aggregation over the devices, and a pipeline over the op chain.
     ``cost_model``: a profile JSON; then the GNN rates come from it instead of SPEED.
+    ``bandwidth_gbps`` is GB/s (1e9 bytes/s); ``comm``: ``none``, ``overlap`` or ``sender``
+    (see :mod:`gnnweave.host.stageplan`; the GNN op chain takes ``overlap`` or ``sender``,
+    ``none`` there means free links).
     With ``out`` a JSON and a stage-time PNG are written there. Returns the report.
     """
     if not devices:
         raise ValueError("devices: give at least one, e.g. gpu:0=1.0:16 fpga=0.3:4")
     if (model is None) == (dataset is None):
         raise ValueError("give exactly one of model (PipeDream profile) or dataset (GNN)")
-    specs = [DeviceSpec.parse(d) for d in devices]
+    specs = [s for d in devices for s in DeviceSpec.parse_many(d)]
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise ValueError(f"devices: names repeat in {names}")
@@ -591,14 +736,15 @@ def plan_main(model: str | None = None, devices: list[str] | None = None, *,
         cm = CostModel.load(cost_model)
     report: dict = {"devices": [asdict(s) for s in specs], "bandwidth_gbps": bandwidth_gbps,
                     "latency_us": latency_us, "comm": comm}
+    from gnnweave.host.stageplan import COMM_MODELS
+    if comm not in COMM_MODELS:
+        raise ValueError(f"comm={comm!r}: choose one of {', '.join(COMM_MODELS)}")
     if model is not None:
-        from gnnweave.host.profiles import load_chain
-        chain = load_chain(model)
-        if coarsen and coarsen < len(chain):
-            chain = chain.coarsen(coarsen)
-        problem = PipelineProblem.from_chain(chain, specs, bandwidth=bandwidth_gbps * 1e9,
-                                             latency_s=latency_us * 1e-6, comm=comm)
-        report["model"] = chain.name
+        plan = _plan_model(report, model, specs, comm=comm, bandwidth_gbps=bandwidth_gbps,
+                           latency_us=latency_us, inter_group_gbps=inter_group_gbps,
+                           inter_group_latency_us=inter_group_latency_us, straight=straight,
+                           cuts=cuts, exact_devices=exact_devices,
+                           use_all_devices=use_all_devices)
     else:
         from gnnweave.host.partition import ShareCost, partition_rows
         n, e, f, classes, graph = _dataset_shape(dataset)
@@ -620,16 +766,19 @@ def plan_main(model: str | None = None, devices: list[str] | None = None, *,
             comp.append([2 * e * fi / d.gather_rate + 2 * d.launch_s for d in opdevs])
             comp.append([3 * n * fi * fo / d.mac_rate + 3 * d.launch_s for d in opdevs])
             acts += [n * fi * 4, n * fo * 4]
+        free = comm == "none"
         problem = PipelineProblem(names_ops, names, np.array(comp), np.zeros(len(comp)),
                                   np.array(acts, dtype=float), np.array(acts[:-1], dtype=float),
                                   np.array([s.memory_bytes for s in specs]),
-                                  bandwidth_gbps * 1e9, latency_us * 1e-6, comm=comm)
-    plan = plan_pipeline(problem)
-    report["num_layers"] = problem.num_layers
-    report["pipeline"] = plan.to_dict()
-    report["bottleneck"] = plan.bottleneck
-    report["bottleneck_s"] = plan.bottleneck_s
-    report["stage_times_s"] = [s.time_s for s in plan.stages]
+                                  np.inf if free else bandwidth_gbps * 1e9,
+                                  0.0 if free else latency_us * 1e-6,
+                                  comm="overlap" if free else comm)
+        plan = plan_pipeline(problem)
+        report["num_layers"] = problem.num_layers
+        report["pipeline"] = plan.to_dict()
+        report["bottleneck"] = plan.bottleneck
+        report["bottleneck_s"] = plan.bottleneck_s
+        report["stage_times_s"] = [s.time_s for s in plan.stages]
     report["text"] = format_plan(report)
     if out:
         from pathlib import Path
@@ -638,7 +787,7 @@ def plan_main(model: str | None = None, devices: list[str] | None = None, *,
         if path.suffix != ".json":
             path = path / "plan.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=1, default=float))
+        path.write_text(json.dumps(_json_safe(report), indent=1))
         report["out"] = str(path)
         try:
             plot_stages(plan, path.with_suffix(".png"), title=report["model"])
@@ -648,24 +797,94 @@ def plan_main(model: str | None = None, devices: list[str] | None = None, *,
     return report
 
 
-def plot_stages(plan: PipelinePlan, png, title: str = "") -> None:
-    """Stacked bars: compute and communication time of each stage; the bottleneck in red."""
+def plot_stages(plan, png, title: str = "") -> None:
+    """Stacked bars, one per stage, in ms per minibatch: compute and all-reduce (per replica
+    share) and the link time charged to the stage; the bottleneck stage's compute in red.
+    Takes a :class:`PipelinePlan` (chain planner) or a
+    :class:`~gnnweave.host.stageplan.StagePlan`."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(max(4, 1.1 * len(plan.stages) + 2), 3.5))
-    xs = np.arange(len(plan.stages))
-    comp = [s.compute_s * 1e3 for s in plan.stages]
+    dag = hasattr(plan.stages[0], "replicas") if plan.stages else False
+    n = len(plan.stages)
+    fig, ax = plt.subplots(figsize=(max(4.5, 0.9 * n + 2.5), 3.8))
+    xs = np.arange(n)
+    reps = [s.replicas if dag else 1 for s in plan.stages]
+    comp = [s.compute_s * 1e3 / r for s, r in zip(plan.stages, reps)]
+    allred = [(s.allreduce_s * 1e3 / r) if dag else 0.0 for s, r in zip(plan.stages, reps)]
     comm = [s.comm_s * 1e3 for s in plan.stages]
     worst = int(np.argmax([s.time_s for s in plan.stages]))
-    colors = ["C3" if i == worst else "C0" for i in xs]
-    ax.bar(xs, comp, color=colors, label="compute")
-    ax.bar(xs, comm, bottom=comp, color="C1", label="communication")
-    ax.set_xticks(xs, [f"{s.device}\n{s.first}..{s.last}" for s in plan.stages], fontsize=7)
-    ax.set_ylabel("ms per minibatch")
-    ax.set_title(f"{title}: bottleneck {plan.bottleneck_s * 1e3:.2f} ms", fontsize=9)
+    ax.bar(xs, comp, color=["C3" if i == worst else "C0" for i in xs],
+           label="compute / replicas (bottleneck stage in red)")
+    if any(allred):
+        ax.bar(xs, allred, bottom=comp, color="C2", label="weight all-reduce / replicas")
+    base = [c + a for c, a in zip(comp, allred)]
+    if plan.comm == "overlap":   # a term of its own in the maximum, not added to compute
+        ax.bar(xs + 0.3, comm, width=0.2, color="C1",
+               label="largest link term of the stage (concurrent)")
+    elif any(comm):
+        ax.bar(xs, comm, bottom=base, color="C1", label="link time added to the stage")
+    if dag:
+        labels = [f"{len(s.layers)} layers\n{s.replicas}x {s.device_class}" for s in plan.stages]
+    else:
+        labels = [f"{s.device}\n{s.first}..{s.last}" for s in plan.stages]
+    ax.set_xticks(xs, labels, fontsize=7)
+    ax.set_xlabel("pipeline stage")
+    ax.set_ylabel("time per minibatch (ms)")
+    ax.axhline(plan.bottleneck_s * 1e3, color="k", lw=0.8, ls="--",
+               label=f"bottleneck {plan.bottleneck_s * 1e3:.2f} ms")
+    ax.set_title(f"{title} ({plan.comm} links)" if title else f"{plan.comm} links", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
+
+
+def add_plan_arguments(parser) -> None:
+    """The ``gnnweave plan`` options (the CLI's ``plan`` subcommand calls this)."""
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="PipeDream profile name (vgg16, resnet50, ...) or path")
+    src.add_argument("--dataset", help="GNN dataset (cora, citeseer, sbm, path)")
+    parser.add_argument("--devices", nargs="+", required=True,
+                        help="NAME[*COUNT][=SPEED[:MEM_GB]][@GROUP] ... (e.g. gpu*8=1:32@dc1 "
+                             "fpga*4=0.3:8@dc2); SPEED divides the profiled times")
+    parser.add_argument("--hidden", type=int, default=16)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--comm", choices=("none", "overlap", "sender"), default="sender",
+                        help="link model: none (PipeDream's default: links ignored), overlap "
+                             "(PipeDream's activation transfers, concurrent with compute), "
+                             "sender (the sending stage is busy for the transfer; default)")
+    parser.add_argument("--bandwidth-gbps", "--bandwidth-gb-per-s", dest="bandwidth_gbps",
+                        type=float, default=10.0,
+                        help="link bandwidth in GB/s (1e9 bytes/s) within a group (default 10)")
+    parser.add_argument("--latency-us", type=float, default=0.0,
+                        help="link latency in microseconds within a group")
+    parser.add_argument("--inter-group-gbps", type=float, default=None,
+                        help="bandwidth in GB/s of the link between device groups (@GROUP); "
+                             "default: --bandwidth-gbps")
+    parser.add_argument("--inter-group-latency-us", type=float, default=None,
+                        help="latency in microseconds of the link between device groups")
+    parser.add_argument("--straight", action="store_true",
+                        help="no stage replicas (PipeDream's --straight_pipeline)")
+    parser.add_argument("--cuts", choices=CUT_CHOICES, default="auto",
+                        help="where stages may be cut: PipeDream's antichain DAG, one "
+                             "topological order, every downset, or auto (see docs/planner.md)")
+    parser.add_argument("--exact-devices", action="store_true",
+                        help="treat every device as distinct (exact subset search, "
+                             "exponential: at most 14 devices)")
+    parser.add_argument("--use-all-devices", action="store_true",
+                        help="use every device (PipeDream's default) instead of at most")
+    parser.add_argument("--cost-model", default=None)
+    parser.add_argument("--out", default=None, help="folder or .json for the plan (PNG beside)")
+    parser.add_argument("--json", action="store_true")
+
+
+def plan_from_args(a) -> dict:
+    """:func:`plan_main` with the options of :func:`add_plan_arguments`."""
+    return plan_main(a.model, a.devices, dataset=a.dataset, hidden=a.hidden, layers=a.layers,
+                     bandwidth_gbps=a.bandwidth_gbps, latency_us=a.latency_us,
+                     cost_model=a.cost_model, comm=a.comm, out=a.out, straight=a.straight,
+                     cuts=a.cuts, inter_group_gbps=a.inter_group_gbps,
+                     inter_group_latency_us=a.inter_group_latency_us,
+                     exact_devices=a.exact_devices, use_all_devices=a.use_all_devices)

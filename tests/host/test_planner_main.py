@@ -88,8 +88,36 @@ def test_plan_main_on_a_pipedream_model(tmp_path):
     assert rep["bottleneck_s"] == max(rep["stage_times_s"])
     assert (tmp_path / "plan.json").is_file() and (tmp_path / "plan.png").is_file()
     data = json.loads((tmp_path / "plan.json").read_text())
-    assert data["pipeline"]["stages"][0]["first"] == 0
+    stages = data["pipeline"]["stages"]
+    assert stages[0]["first_cut"] == 0
+    # every layer in exactly one stage; devices, replicas and the model recorded
+    layers = [l for s in stages for l in s["layers"]]
+    assert len(layers) == len(set(layers)) == rep["num_layers"]
+    assert sum(s["replicas"] for s in stages) == sum(len(s["devices"]) for s in stages) <= 3
+    assert data["pipeline"]["model"]["comm"] == "sender"
+    assert data["stage_times_s"] == [s["time_s"] for s in stages]
     assert "bottleneck" in rep["text"]
+
+
+def test_plan_cli_options_and_comm_models(tmp_path):
+    from gnnweave.cli import main as cli_main
+
+    out = tmp_path / "p.json"
+    rc = cli_main(["plan", "--model", "vgg16", "--devices", "gpu*4=1", "--comm", "none",
+                   "--straight", "--bandwidth-gb-per-s", "10", "--out", str(out), "--json"])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert all(s["replicas"] == 1 for s in data["pipeline"]["stages"])
+    assert data["pipeline"]["model"] == {**data["pipeline"]["model"], "comm": "none",
+                                         "replicate": False, "bandwidth_bytes_per_s": 10e9}
+    reps = {c: plan_main("vgg16", ["gpu*4=1"], comm=c, straight=True)["bottleneck_s"]
+            for c in ("none", "overlap", "sender")}
+    # links only add terms: none <= overlap <= sender on one model
+    assert reps["none"] <= reps["overlap"] <= reps["sender"]
+    with pytest.raises(ValueError, match="comm='fast'"):
+        plan_main("vgg16", ["gpu"], comm="fast")
+    with pytest.raises(ValueError, match="COUNT"):
+        plan_main("vgg16", ["gpu*x"])
 
 
 def test_plan_main_on_a_dataset_and_bad_input(tmp_path):
