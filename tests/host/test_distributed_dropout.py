@@ -100,3 +100,23 @@ def test_minibatch_over_ranks_resumes_from_its_checkpoint_bit_for_bit(tmp_path):
     assert first["seeds"][0]["epochs_done"] == 2
     assert resumed["seeds"][0]["resumed_from"] == 2
     assert resumed["seeds"][0]["params_sha256"] == straight["seeds"][0]["params_sha256"]
+
+
+class _Disagreeing(Comm):
+    """A rank whose peer reports another value in the digest check's all-reduce MAX."""
+
+    def __init__(self, peer_value):
+        super().__init__(rank=0, world=2)
+        self.peer_value = peer_value
+
+    def max(self, a, counter="format_bytes"):
+        return np.maximum(a, np.array([self.peer_value, -self.peer_value]))
+
+
+def test_a_digest_that_differs_between_ranks_stops_the_run():
+    from gnnweave.host.distributed import DivergenceError
+    _Disagreeing(7).check_same(7, "digest")              # the same on both: passes
+    with pytest.raises(DivergenceError, match="rank 0: digest after epoch 3 differs"):
+        _Disagreeing(8).check_same(7, "digest after epoch 3")
+    with pytest.raises(DivergenceError):
+        _Disagreeing(6).check_same(7, "digest")
