@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -234,6 +235,8 @@ def cmd_train(a) -> int:
     # --partition auto (adaptive: a split calibrated on this graph, rebalanced from measured
     # times), the defaults of --device/--partition: config_from_args
     report = run_training(config_from_args(a))
+    if getattr(a, "dist", False) and int(os.environ.get("RANK", "0")) != 0:
+        return 0   # under torchrun every rank trains and holds the summary; rank 0 prints it
     if a.json:
         _print_json(report)
     else:
