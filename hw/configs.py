@@ -41,7 +41,7 @@ MAC_CONFIGS: dict[str, MacArrayConfig | None] = {
     # in 8 URAM288; the operand buffers (128 deep) take 32 BRAM36
     "default": MacArrayConfig(rows=8, cols=8, max_dim=128, max_depth=128, bus_width=128,
                               psum_uram=True),
-    "zcu104": MacArrayConfig(rows=8, cols=8, max_dim=128, max_depth=128, bus_width=128,
+    "zcu104": MacArrayConfig(rows=8, cols=8, max_dim=256, max_depth=256, bus_width=128,
                              psum_uram=True),
     "kv260": MacArrayConfig(rows=8, cols=8, max_dim=128, max_depth=128, bus_width=128,
                             psum_uram=True),
@@ -66,23 +66,21 @@ PIPELINE_CONFIGS: dict[str, PipelineUnitConfig | None] = {
     "small-agg": None,
     "small-sum": None,
     "default": PipelineUnitConfig(stages=2, lanes=4, max_in=64, max_out=64, max_rows=32, slots=8,
-                                  versions=4, bus_width=128),
-    # about 200 KB of on-chip memory per stage (from the sizes above): about 150 BRAM36,
-    # beside the Aggregator and the MacArray on ZCU104
+                                  versions=4, bus_width=128, uram=True),
+    # about 200 KB of on-chip memory per stage (from the sizes above); master weights,
+    # velocity and gradient sums in UltraRAM (uram) on the parts that have it
     "zcu104": PipelineUnitConfig(stages=3, lanes=4, max_in=64, max_out=64, max_rows=64, slots=8,
-                                 versions=5, bus_width=128),
-    # KV260 has half ZCU104's block RAM: three stages with smaller stashes (about 100 BRAM36
-    # in all with the other units)
-    "kv260": PipelineUnitConfig(stages=3, lanes=4, max_in=64, max_out=32, max_rows=32, slots=4,
-                                versions=5, bus_width=128),
-    # ZU3EG has 360 DSPs: two-lane stages leave 10 % of them beside the 8 x 8 MacArray
-    "ultra96v2": PipelineUnitConfig(stages=2, lanes=2, max_in=64, max_out=64, max_rows=32, slots=8,
+                                 versions=5, bus_width=128, uram=True),
+    # KV260 has half ZCU104's block RAM: three stages with smaller activation stashes
+    "kv260": PipelineUnitConfig(stages=3, lanes=4, max_in=64, max_out=64, max_rows=32, slots=4,
+                                versions=5, bus_width=128, uram=True),
+    "ultra96v2": PipelineUnitConfig(stages=2, lanes=4, max_in=64, max_out=64, max_rows=32, slots=8,
                                     versions=4, bus_width=128),
     # 64-bit HP port: a master word (lanes x 32 bits) must fit one beat
     "pynqz2": PipelineUnitConfig(stages=2, lanes=2, max_in=32, max_out=32, max_rows=32, slots=4,
                                  versions=4, bus_width=64, addr_width=32),
     "alveo-u250": PipelineUnitConfig(stages=4, lanes=8, max_in=256, max_out=256, max_rows=64, slots=16,
-                                     versions=6, bus_width=512),
+                                     versions=6, bus_width=512, uram=True),
 }
 assert PIPELINE_CONFIGS.keys() == CONFIGS.keys()
 
