@@ -19,13 +19,13 @@ build's parameters and a few constants fitted to the simulated device (the Veril
 * the job ends ``fixed`` cycles after the last node closes (start, check, drain, the last
   write response).
 
-The stages are cut-through queues in series, ``D(v) = max(D(v-1) + s(v), arrival(v))``,
-computed for all nodes at once with cumulative sums and maxima; the credit feedback (a
-row cannot be requested before the beat ``reads_in_flight`` earlier was reduced) is a
-fixed-point iteration of that pass, which converges in a few rounds where credits bind
-only now and then. The sequence of in-degrees is the whole input: which sources are
-gathered does not change the time (every row is ``ceil(F * 2 / bus_bytes)`` beats), the
-order of the nodes does.
+The stages are cut-through queues in series, ``D(v) = max(D(v-1) + s(v), arrival(v))``;
+the credit feedback (a row cannot be requested before the beat ``reads_in_flight`` earlier
+was reduced) points backwards only, so one pass over the nodes solves it. The per-node
+service times are computed with numpy, the pass is a plain loop (about a microsecond a
+node). The sequence of in-degrees is the whole input: which sources are gathered does not
+change the time (every row is ``ceil(F * 2 / bus_bytes)`` beats), the order of the nodes
+does.
 
 A feature width over ``max_feat_dim`` runs as column chunks of at most ``max_feat_dim``
 (as the driver's executor runs it), one job each.
@@ -61,8 +61,6 @@ DEFAULT_CLOCK_MHZ = 100.0
 #: The simulated device's memory: read latency (cycles) and bursts it accepts at once.
 DEFAULT_LATENCY = 32
 DEFAULT_MAX_OUTSTANDING = 64
-#: Rounds of the credit feedback (each a vectorised pass over the nodes).
-MAX_ROUNDS = 60
 REDUCES = ("sum", "mean", "max")
 
 
@@ -140,11 +138,27 @@ def _numbers(cls, d: dict, where: str) -> dict:
     return out
 
 
-def _cut_through(arrival: np.ndarray, service: np.ndarray) -> np.ndarray:
-    """``D(v) = max(D(v-1) + service(v), arrival(v))`` with ``D(-1) = 0``, for all ``v``:
-    ``D = S + max(0, cummax(arrival - S))`` where ``S`` is the running sum of ``service``."""
-    s = np.cumsum(service)
-    return s + np.maximum(0.0, np.maximum.accumulate(arrival - s))
+def _credit_loop(edge_service, read_service, reduce_service, owner, behind, *, issue, lag,
+                 read_wait, edge_wait) -> float:
+    """The three stages node by node with the credit feedback: node ``v`` (with
+    ``owner[v] >= 0``) waits until the beat ``behind[v]`` beats before the end of node
+    ``owner[v] < v`` was reduced. Returns when the last node closed. A plain loop over
+    Python floats: every dependency points backwards, so one pass is exact."""
+    edge = read = red = 0.0
+    reduce_done = []
+    append = reduce_done.append
+    for es, rs, bs, o, back in zip(edge_service.tolist(), read_service.tolist(),
+                                   reduce_service.tolist(), owner.tolist(), behind.tolist()):
+        edge += es
+        if o >= 0:
+            freed = reduce_done[o] - back
+            edge = max(edge, freed + edge_wait)
+            read = max(read + rs, edge + issue, freed + read_wait)
+        else:
+            read = max(read + rs, edge + issue)
+        red = max(red + bs, read + lag)
+        append(red)
+    return red
 
 
 def _crossing_share(stride: int, row_bytes: int, boundary: int = 4096) -> float:
@@ -168,7 +182,7 @@ class AggregatorModel:
                    reduce: str = "sum", detail: dict | None = None) -> float:
         """Busy cycles of one run over nodes with in-degrees ``degrees`` (in node order),
         ``feat_dim <= max_feat_dim`` features. ``detail`` (a dict) receives the per-stage
-        totals and the rounds the credit feedback took."""
+        totals."""
         b, t = self.build, self.timing
         self._check(feat_dim, reduce, limit=b.max_feat_dim)
         deg = np.asarray(degrees, dtype=np.float64)
@@ -201,25 +215,16 @@ class AggregatorModel:
         # within one node (a hub of more than `reads_in_flight` beats) the credit refill
         # rate in read_service holds instead
         waits = (freeing_beat > 0) & (owner < np.arange(deg.size))
-        read_floor = np.full(deg.size, -np.inf)
-        edge_floor = np.full(deg.size, -np.inf)
-        for rounds in range(1, MAX_ROUNDS + 1):
-            edge_done = _cut_through(edge_floor, edge_service)
-            read_done = _cut_through(np.maximum(edge_done + self.latency + t.issue_lead,
-                                                read_floor), read_service)
-            reduce_done = _cut_through(read_done + t.reduce_lag, reduce_service)
-            freed = reduce_done[owner] - (row_end[owner] - freeing_beat)
-            new_read = np.where(waits, freed + round_trip + rb, -np.inf)
-            new_edge = np.where(waits, freed + t.edge_credit_lag, -np.inf)
-            if np.allclose(new_read, read_floor, rtol=0, atol=0.5, equal_nan=True) and \
-                    np.allclose(new_edge, edge_floor, rtol=0, atol=0.5, equal_nan=True):
-                break
-            read_floor, edge_floor = new_read, new_edge
+        reduce_done = _credit_loop(
+            edge_service, read_service, reduce_service,
+            np.where(waits, owner, -1), row_end - freeing_beat,
+            issue=self.latency + t.issue_lead, lag=t.reduce_lag,
+            read_wait=round_trip + rb, edge_wait=t.edge_credit_lag)
         if detail is not None:
-            detail.update(rounds=rounds, edge_cycles=float(edge_service.sum()),
+            detail.update(edge_cycles=float(edge_service.sum()),
                           read_beats=float((deg * rb + meta_beats).sum()),
                           reduce_cycles=float(reduce_service.sum()))
-        return float(t.fixed + reduce_done[-1])
+        return float(t.fixed + reduce_done)
 
     def cycles(self, degrees, feat_dim: int, *, weighted: bool = False,
                reduce: str = "sum") -> float:

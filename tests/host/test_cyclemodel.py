@@ -10,25 +10,6 @@ import pytest
 from gnnweave.host import cyclemodel as cm
 
 
-def sequential(arrival, service):
-    out, prev = [], 0.0
-    for a, s in zip(arrival, service):
-        prev = max(prev + s, a)
-        out.append(prev)
-    return np.array(out)
-
-
-def test_cut_through_equals_the_recurrence_it_stands_for():
-    rng = np.random.default_rng(1)
-    for _ in range(20):
-        n = int(rng.integers(1, 300))
-        arrival = rng.uniform(-50, 3 * n, n)
-        arrival[rng.random(n) < 0.3] = -np.inf
-        service = rng.integers(0, 12, n).astype(float)
-        np.testing.assert_allclose(cm._cut_through(arrival, service),
-                                   sequential(arrival, service))
-
-
 def model(config="small", **kw):
     return cm.load(config, **kw).aggregator
 
