@@ -136,3 +136,12 @@ def test_budget_agrees_with_yosys_on_the_small_build():
     for kind in ("bram36", "uram"):
         assert abs(res["total"][kind] - est["total"][kind]) <= max(1, YOSYS_TOLERANCE * est["total"][kind]), kind
     assert abs(res["total"]["dsp"] - est["total"]["dsp"]) <= YOSYS_TOLERANCE * est["total"]["dsp"]
+
+
+def test_budget_cli_refuses_a_build_too_large_for_the_board(capsys):
+    assert est_mod.main(["zcu104", "--board", "pynqz2", "--budget"]) == 1
+    captured = capsys.readouterr()
+    assert "OVER" in captured.out
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: configuration 'zcu104' does not fit board 'pynqz2'")
+    assert "bram36" in err[0]
