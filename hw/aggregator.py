@@ -40,9 +40,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal, signed
 from amaranth.hdl import unsigned
-from amaranth.lib import data, enum, fifo, wiring
+from amaranth.lib import data, enum, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
 from amaranth.lib.memory import Memory
 
 from gnnweave.fixed import ACC_GUARD_BITS, MEAN_RECIP_BITS
@@ -50,7 +51,7 @@ from gnnweave.fixed import ACC_GUARD_BITS, MEAN_RECIP_BITS
 from .aggregator_check import ConfigCheck
 from .aggregator_gather import RowAddress, row_bursts_layout
 from .aggregator_output import OutputStage
-from .aggregator_walk import StreamRegister
+from .aggregator_walk import EdgeWalk, StreamRegister, descriptor_layout
 from .axi import BusParams, UnitCore
 from .dma import ReadPort, StreamReader, WritePort, beats_to_boundary
 from .regmap import BUS_COUNTERS, BUSY_CYCLES, status_register
@@ -156,34 +157,39 @@ def aggregator_regmap(config: AggregatorConfig | None = None):
     return RegisterBuilder.unit("gnnweave_aggregator", CONFIG_REGISTERS, STATUS_REGISTERS)
 
 
-class ReciprocalPipe(Elaboratable):
+def reciprocal_layout(payload_layout) -> data.StructLayout:
+    """A descriptor with its mean's reciprocal."""
+    return data.StructLayout({"desc": payload_layout, "recip": MEAN_RECIP_BITS + 1})
+
+
+class ReciprocalPipe(wiring.Component):
     """``round(2**MEAN_RECIP_BITS / count)`` (half up), one per cycle, fixed latency.
 
     A restoring divider unrolled into ``MEAN_RECIP_BITS + 1`` registered stages; the
-    payload travels alongside. Nothing stalls it: the producer must have room for
-    every element in flight (see :attr:`latency`).
+    payload (which holds ``count``) travels alongside. Nothing stalls it: the producer
+    must have room for every element in flight (see :attr:`latency`); ``recip`` is 0
+    for a count of 0.
     """
 
     def __init__(self, payload_layout: data.StructLayout):
         self.layout = payload_layout
-        self.i_valid = Signal()
-        self.i_payload = data.Signal(payload_layout)
-        self.i_count = Signal(32)
-        self.o_valid = Signal()
-        self.o_payload = data.Signal(payload_layout)
-        self.o_recip = Signal(MEAN_RECIP_BITS + 1)
         self.latency = MEAN_RECIP_BITS + 1
+        super().__init__({
+            "i": In(stream.Signature(payload_layout, always_ready=True)),
+            "o": Out(stream.Signature(reciprocal_layout(payload_layout), always_ready=True)),
+        })
 
     def elaborate(self, platform):
         m = Module()
         qbits = MEAN_RECIP_BITS + 1      # the quotient < 2**(MEAN_RECIP_BITS + 1)
         # numerator 2**24 + count//2 < 2**33; quotient bits above qbits are zero, so the
         # division starts from numerator >> qbits as partial remainder.
+        count = self.i.payload.count
         numerator = Signal(34)
-        m.d.comb += numerator.eq((1 << MEAN_RECIP_BITS) + (self.i_count >> 1))
-        valid, payload, rem, num, quo, div = (self.i_valid, self.i_payload,
+        m.d.comb += numerator.eq((1 << MEAN_RECIP_BITS) + (count >> 1))
+        valid, payload, rem, num, quo, div = (self.i.valid, self.i.payload,
                                               numerator >> qbits, numerator, Const(0, qbits),
-                                              self.i_count)
+                                              count)
         for stage in range(qbits):
             bit = qbits - 1 - stage
             trial = Cat(num[bit], rem)                   # (rem << 1) | numerator bit
@@ -201,20 +207,10 @@ class ReciprocalPipe(Elaboratable):
             ]
             valid, payload, rem, num, quo, div = n_valid, n_payload, n_rem, n_num, n_quo, n_div
         m.d.comb += [
-            self.o_valid.eq(valid), self.o_payload.eq(payload),
-            self.o_recip.eq(Mux(div == 0, 0, quo)),
+            self.o.valid.eq(valid), self.o.payload.desc.eq(payload),
+            self.o.payload.recip.eq(Mux(div == 0, 0, quo)),
         ]
         return m
-
-
-class _EdgeState(enum.Enum, shape=3):
-    FIRST_PTR = 0   # read indptr[0]
-    SKIP = 1        # discard stream positions before the next node's first edge
-    NEXT_PTR = 2    # read indptr[v+1]
-    EDGES = 3       # walk node v's edges
-    CLOSE = 4       # emit node v's last descriptor
-    TAIL = 5        # discard positions after the last node
-    DONE = 6
 
 
 class AggregatorCore(UnitCore):
@@ -259,11 +255,10 @@ class AggregatorCore(UnitCore):
         row_address = RowAddress(addr_width=aw, bytes_per_beat=bpb, max_beats=maxb)
         id_slots = row_address.latency + 4
         row_ids = fifo.SyncFIFOBuffered(width=row_bursts_layout(aw, maxb).size, depth=id_slots)
-        desc_layout = data.StructLayout({
-            "weight": signed(ew), "last": 1, "empty": 1, "count": 32})
+        desc_layout = descriptor_layout(ew)
         # without `mean` the descriptors skip the divider (and its latency)
         recip_pipe = ReciprocalPipe(desc_layout) if "mean" in c.reduce_ops else None
-        desc_full_layout = data.StructLayout({"desc": desc_layout, "recip": MEAN_RECIP_BITS + 1})
+        desc_full_layout = reciprocal_layout(desc_layout)
         desc_fifo = fifo.SyncFIFOBuffered(width=desc_full_layout.size, depth=c.desc_depth)
         for name, sub in [("read_port", read_port), ("write_port", write_port),
                           ("ptr_reader", ptr_reader), ("idx_reader", idx_reader),
@@ -345,113 +340,31 @@ class AggregatorCore(UnitCore):
                       row_fifo.w_en.eq(read_port.responses[3].valid),
                       row_fifo.w_data.eq(read_port.responses[3].data)]
 
-        # ---- edge control ----------------------------------------------------------------
-        state = Signal(_EdgeState)
-        node_next = Signal(32, init=1)  # the current node + 1 (compared, never added)
-        pos = Signal(32)
-        pos_next = Signal(32, init=1)   # pos + 1, counted beside it
-        target = Signal(32)             # end of the current node (or of the skip)
-        node_count = Signal(32)         # valid edges of the current node
-        held = Signal()                 # a valid edge waiting to learn whether it is last
-        held_weight = Signal(signed(ew), reset_less=True)
-        bad_indptr = Signal()
-        rejected_pulse = Signal()
-        edge_pulse = Signal()
-        id_push = Signal()
-        id_credits = Signal(range(id_slots + 1), init=id_slots)
-        desc_credits = Signal(range(c.desc_depth + 1), init=c.desc_depth)
-        desc_pop = Signal()
-        emit = Signal()
-        emit_desc = data.Signal(desc_layout)
-
+        # ---- edge walk: a row index and a descriptor per valid edge -----------------------
         # register slices: the walk's decisions do not reach back into the readers
         slices = {name: StreamRegister(width) for name, width in
                   (("ptr_slice", 32), ("idx_slice", 32), ("w_slice", ew))}
         for (name, sl), reader in zip(slices.items(), (ptr_reader, idx_reader, w_reader)):
             dp.submodules[name] = sl
             wiring.connect(dp, reader.elements, sl.i)
-        ptr, idx, wts = (sl.o for sl in slices.values())
-        edge_ready = idx.valid & (wts.valid | ~use_weights)
-        weight_in = Mux(use_weights, wts.payload, 1)[:ew].as_signed()
-        index_ok = idx.payload < num_nodes
-        can_emit = desc_credits != 0
-        consume = Signal()
-        dp.d.comb += [idx.ready.eq(consume), wts.ready.eq(consume & use_weights)]
-        # a pointer is read only where pos == target: min(max(p, pos), E) and whether the
-        # node is empty come from comparators side by side, not one after another
-        p = ptr.payload
-        p_behind, p_beyond = p < target, p > num_edges
-        clamped = Signal(32)
-        dp.d.comb += clamped.eq(Mux(p_behind, target, Mux(p_beyond, num_edges, p)))
-        node_empty = (p <= target) | (target == num_edges)
-
-        def step_pos():
-            return [pos.eq(pos + 1), pos_next.eq(pos_next + 1)]
-
-        with dp.Switch(state):
-            with dp.Case(_EdgeState.FIRST_PTR):
-                with dp.If(running & ptr.valid):
-                    dp.d.comb += ptr.ready.eq(1)
-                    dp.d.sync += [target.eq(clamped), state.eq(_EdgeState.SKIP)]
-                    with dp.If(p != 0):
-                        dp.d.sync += bad_indptr.eq(1)
-            with dp.Case(_EdgeState.SKIP, _EdgeState.TAIL):
-                with dp.If(pos == target):
-                    with dp.If(state == _EdgeState.TAIL):
-                        dp.d.sync += state.eq(_EdgeState.DONE)
-                    with dp.Elif(num_nodes == 0):
-                        dp.d.sync += [state.eq(_EdgeState.TAIL), target.eq(num_edges)]
-                    with dp.Else():
-                        dp.d.sync += state.eq(_EdgeState.NEXT_PTR)
-                with dp.Elif(edge_ready):
-                    dp.d.comb += consume.eq(1)
-                    dp.d.sync += step_pos()
-            with dp.Case(_EdgeState.NEXT_PTR):
-                with dp.If(ptr.valid):
-                    dp.d.comb += ptr.ready.eq(1)
-                    dp.d.sync += [target.eq(clamped), node_count.eq(0)]
-                    dp.d.sync += state.eq(Mux(node_empty, _EdgeState.CLOSE, _EdgeState.EDGES))
-                    last_ptr = node_next == num_nodes
-                    with dp.If(p_behind | p_beyond | (last_ptr & (p != num_edges))):
-                        dp.d.sync += bad_indptr.eq(1)
-            with dp.Case(_EdgeState.EDGES):
-                with dp.If(edge_ready & (id_credits != 0) & can_emit):
-                    dp.d.comb += consume.eq(1)
-                    dp.d.sync += step_pos()
-                    with dp.If(pos_next == target):
-                        dp.d.sync += state.eq(_EdgeState.CLOSE)
-                    with dp.If(index_ok):
-                        dp.d.comb += [id_push.eq(1), edge_pulse.eq(1)]
-                        dp.d.sync += [held.eq(1), held_weight.eq(weight_in),
-                                      node_count.eq(node_count + 1)]
-                        with dp.If(held):
-                            dp.d.comb += [emit.eq(1), emit_desc.weight.eq(held_weight)]
-                    with dp.Else():
-                        dp.d.comb += rejected_pulse.eq(1)
-            with dp.Case(_EdgeState.CLOSE):
-                with dp.If(can_emit):
-                    dp.d.comb += [emit.eq(1), emit_desc.weight.eq(held_weight),
-                                  emit_desc.last.eq(1), emit_desc.empty.eq(~held),
-                                  emit_desc.count.eq(node_count)]
-                    dp.d.sync += [held.eq(0), node_next.eq(node_next + 1)]
-                    with dp.If(node_next == num_nodes):
-                        dp.d.sync += [state.eq(_EdgeState.TAIL), target.eq(num_edges)]
-                    with dp.Else():
-                        dp.d.sync += state.eq(_EdgeState.NEXT_PTR)
-        dp.d.comb += [row_address.i.valid.eq(id_push), row_address.i.payload.eq(idx.payload)]
-        dp.d.sync += id_credits.eq(id_credits - id_push + row_ids.r_en)
-        dp.d.sync += desc_credits.eq(desc_credits - emit + desc_pop)
-        out_desc = data.Signal(desc_full_layout)
+        walk = EdgeWalk(elem_width=ew, row_slots=id_slots, desc_slots=c.desc_depth)
+        dp.submodules.walk = walk
+        for sl, port in zip(slices.values(), (walk.pointers, walk.indices, walk.weights)):
+            wiring.connect(dp, sl.o, port)
+        wiring.connect(dp, walk.rows, row_address.i)
+        desc_pop = Signal()
+        dp.d.comb += [walk.run.eq(running), walk.num_nodes.eq(num_nodes),
+                      walk.num_edges.eq(num_edges), walk.use_weights.eq(use_weights),
+                      walk.row_done.eq(row_ids.r_en), walk.desc_done.eq(desc_pop)]
+        edge_pulse, rejected_pulse, bad_indptr = walk.edge, walk.rejected, walk.bad_indptr
         if recip_pipe is not None:
-            dp.d.comb += [
-                recip_pipe.i_valid.eq(emit), recip_pipe.i_payload.eq(emit_desc),
-                recip_pipe.i_count.eq(emit_desc.count),
-                out_desc.desc.eq(recip_pipe.o_payload), out_desc.recip.eq(recip_pipe.o_recip),
-                desc_fifo.w_en.eq(recip_pipe.o_valid),
-            ]
-        else:
-            dp.d.comb += [out_desc.desc.eq(emit_desc), desc_fifo.w_en.eq(emit)]
-        dp.d.comb += desc_fifo.w_data.eq(out_desc)
+            wiring.connect(dp, walk.descriptors, recip_pipe.i)
+            described = recip_pipe.o
+        else:   # recip 0: the output stage's mean is never chosen
+            described = stream.Signature(desc_full_layout, always_ready=True).create()
+            dp.d.comb += [described.valid.eq(walk.descriptors.valid),
+                          described.payload.desc.eq(walk.descriptors.payload)]
+        dp.d.comb += [desc_fifo.w_en.eq(described.valid), desc_fifo.w_data.eq(described.payload)]
 
         # ---- reduce: stage 1 multiplies, stage 2 accumulates ---------------------------
         acc_w = c.acc_width
@@ -613,7 +526,7 @@ class AggregatorCore(UnitCore):
 
         # ---- completion ----------------------------------------------------------------
         drained = Signal()
-        dp.d.comb += drained.eq((state == _EdgeState.DONE) & (out_node == num_nodes) &
+        dp.d.comb += drained.eq(walk.done & (out_node == num_nodes) &
                                 ~pipe_busy & write_port.idle &
                                 (read_port.outstanding == 0))
 
