@@ -482,3 +482,58 @@ def _why_infeasible(problem: StageProblem) -> str:
     extra = " using every device exactly" if problem.use_all_devices else ""
     return (f"no plan of {cuts.name} fits{extra}: the largest layer needs {biggest:.4g} B "
             f"(weights + one activation), the largest device memory is {mem:.4g} B")
+
+
+def simulate_stages(problem: StageProblem, plan: StagePlan, minibatches: int = 0) -> dict:
+    """Push minibatches through the plan's resources one at a time and measure the period.
+
+    Each replica of a stage is a server that takes ``compute + all-reduce`` per minibatch it
+    receives (minibatches go round-robin over the replicas), plus, with ``comm="sender"``,
+    the transfer to the next stage; with ``comm="overlap"`` every replica also has a receive
+    and a send link of its own (the first stage's send is charged at the receiver only, as
+    in the model). A minibatch enters a resource when it has left the previous one and the
+    resource is free. Returns the steady period (seconds between finished minibatches over
+    the second half of the run) and each stage's measured busy time per minibatch, to be
+    compared with ``plan.bottleneck_s`` and the stages' ``time_s``. Forward and backward are
+    one task per stage here (their sum), as in the model.
+    """
+    slots = {(cl.name): c for c, cl in enumerate(problem.classes)}
+    stages = plan.stages
+    S = len(stages)
+    lcm = 1
+    for st in stages:
+        lcm = lcm * st.replicas // math.gcd(lcm, st.replicas)
+    M = minibatches or 2 * lcm * max(50, 4000 // lcm)
+    comp_free = [[0.0] * st.replicas for st in stages]
+    recv_free = [[0.0] * st.replicas for st in stages]
+    send_free = [[0.0] * st.replicas for st in stages]
+    busy = [0.0] * S
+    xs = []
+    for i in range(S - 1):
+        a, b = slots[stages[i].device_class], slots[stages[i + 1].device_class]
+        xs.append(problem.link_s(stages[i].last_cut, a, b))
+    done = []
+    half = M // 2
+    for m in range(M):
+        t = 0.0
+        for i, st in enumerate(stages):
+            q = m % st.replicas
+            if problem.comm == "overlap" and i > 0:
+                t = max(t, recv_free[i][q]) + xs[i - 1]
+                recv_free[i][q] = t
+            service = st.compute_s + st.allreduce_s
+            if problem.comm == "sender" and i < S - 1:
+                service += xs[i]
+            t = max(t, comp_free[i][q]) + service
+            comp_free[i][q] = t
+            if m >= half:
+                busy[i] += service / st.replicas
+            if problem.comm == "overlap" and 0 < i < S - 1:
+                t = max(t, send_free[i][q]) + xs[i]
+                send_free[i][q] = t
+        done.append(t)
+    # replicas finish out of order: the period between the k-th and the last finish
+    done.sort()
+    window = M - 1 - half
+    return {"period_s": (done[-1] - done[half]) / window, "minibatches": M,
+            "stage_busy_s": [b / (M - half) for b in busy]}

@@ -20,6 +20,7 @@ from gnnweave.host.stageplan import (
     StageProblem,
     evaluate_stages,
     plan_stages,
+    simulate_stages,
 )
 
 REFERENCE = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "pipedream_reference.json"
@@ -260,3 +261,22 @@ def test_slow_inter_group_link_moves_the_cut():
     # the same devices on one fast network: never slower
     fast = StageProblem(cuts, classes, Links.uniform(2, 100e9), comm="sender", replicate=False)
     assert plan_stages(fast).bottleneck_s <= plan.bottleneck_s
+
+
+def test_simulated_schedule_matches_predicted_stage_times():
+    # mixed devices at two sites behind a slow link: the schedule's steady period equals the
+    # predicted bottleneck and each stage's busy time its predicted own time
+    rng = np.random.default_rng(11)
+    cuts = all_cuts(random_dag(rng, 10, 0.4))
+    classes = [DeviceClass("gpu", 2, 1.0, group="s1"), DeviceClass("fpga", 2, 0.3, group="s1"),
+               DeviceClass("big", 2, 1.5, group="s2")]
+    links = Links.two_level(classes, 12e9, 5e-6, 1e9, 2e-3)
+    for comm in ("none", "overlap", "sender"):
+        for replicate in (False, True):
+            p = StageProblem(cuts, classes, links, comm=comm, replicate=replicate)
+            plan = plan_stages(p)
+            sim = simulate_stages(p, plan)
+            assert sim["period_s"] == pytest.approx(plan.bottleneck_s, rel=2e-3), (comm, replicate)
+            own = [(s.compute_s + s.allreduce_s) / s.replicas
+                   + (s.comm_s if comm == "sender" else 0.0) for s in plan.stages]
+            assert sim["stage_busy_s"] == pytest.approx(own, rel=1e-9)
