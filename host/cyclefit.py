@@ -266,7 +266,8 @@ def measure_mac(config: str, cases, latency=cm.DEFAULT_LATENCY, progress=True) -
             shapes = {"fwd": ((m, k), (k, n)), "dx": ((m, k), (n, k)), "dw": ((k, m), (k, n))}
             p, q = (rng.integers(-300, 301, s).astype(np.int16) for s in shapes[mode])
             _, counters = accel.mac(mode, p, q, shift=8)
-            out.append({"case": (mode, m, k, n), "cycles": int(counters["busy_cycles"])})
+            out.append({"case": (mode, m, k, n), "cycles": int(counters["busy_cycles"]),
+                        "rtl_key": _device.sim.build.key})
     finally:
         owner.close()
     return out
@@ -305,7 +306,8 @@ def cmd_fit_mac(a) -> int:
         check_rows.append({"case": s["case"], "measured": s["cycles"], "predicted": round(p),
                            "error_pct": round(100 * (p / s["cycles"] - 1), 2)})
     data["mac_array_fit"] = {
-        "constants": dataclasses.asdict(timing), "fitted_on": a.config, "latency": a.latency,
+        "constants": dataclasses.asdict(timing), "fitted_on": a.config,
+        "rtl_key": samples[0]["rtl_key"], "latency": a.latency,
         "runs": len(samples), "fit_max_abs_error_pct": round(float(errs.max()), 3),
         "check": check_rows,
         "command": f"python -m gnnweave.host.cyclefit fit-mac --config {a.config}"}
