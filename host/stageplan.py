@@ -315,6 +315,7 @@ def plan_stages(problem: StageProblem) -> StagePlan:
     check_mem = np.isfinite(mem_lim).any()
     inflight = (np.ceil(tot[:, None] / sr[None, :]) if problem.in_flight == "1f1b"
                 else np.ones((K, T)))                                      # [K, T]
+    inflight_max = inflight.max(axis=0)                                    # [T]
     ar_bw = np.array([bw[c, c] for c, _ in slots])
     ar_lat = np.array([lat[c, c] for c, _ in slots])
     x_rt = 1.0 / sr
@@ -348,9 +349,12 @@ def plan_stages(problem: StageProblem) -> StagePlan:
             cand = np.maximum(own[:, None, :], (store.first if j == 0 else store.best)[ks])
         if check_mem:
             act = pre_a[ks] - pre_a[j]
-            wmul = inflight if problem.stash_weights else 1.0
-            need = par[:, None, None] * wmul + act[:, None, None] * inflight[None]
-            cand = np.where(need <= mem_lim[None, None, :], cand, INF)
+            # the most minibatches in flight first: the full [Q, K, T] test only if needed
+            hi = inflight_max if problem.stash_weights else 1.0
+            if (par[:, None] * hi + act[:, None] * inflight_max > mem_lim).any():
+                wmul = inflight if problem.stash_weights else 1.0
+                need = par[:, None, None] * wmul + act[:, None, None] * inflight[None]
+                cand = np.where(need <= mem_lim[None, None, :], cand, INF)
         q = np.argmin(cand, axis=0)                                              # [K, T]
         Fj = np.take_along_axis(cand, q[None], axis=0)[0]
         kk = ks[q]
