@@ -153,7 +153,7 @@ def fit_timing(build: cm.AggregatorBuild, samples, *, latency=cm.DEFAULT_LATENCY
 
     # bounds keep each constant what it stands for (a negative issue lead beyond the
     # latency would cut the edge walk off the read channel)
-    lo = {"fixed": 0, "node_walk": 1, "drain_gap": 0, "multiply_stages": 0,
+    lo = {"fixed": 0, "node_walk": 1, "empty_walk": -1, "drain_gap": 0, "multiply_stages": 0,
           "issue_lead": -latency, "reduce_lag": -8, "credit_round_trip": 0,
           "edge_credit_lag": -64}
     bounds = ([lo[n] for n in names], [2000 if n == "fixed" else 256 for n in names])

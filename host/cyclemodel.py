@@ -104,7 +104,8 @@ class AggregatorTiming:
 
     ``fixed``: start, configuration check, pipeline fill and the last drain and write
     response; ``node_walk``: edge-control cycles of a node besides its edges (reading its
-    row pointer, closing it); ``drain_gap``: cycles between a bank's drain and the next
+    row pointer, closing it); ``empty_walk``: the further edge-control cost of a node
+    without edges (the row-pointer stream's pace); ``drain_gap``: cycles between a bank's drain and the next
     close beyond its row beats; ``multiply_stages``: the further wait when the drained node
     had edges (its last product still on the way into the bank); ``issue_lead``: from edge control closing a node to its last row request
     (added to the memory latency); ``reduce_lag``: from a node's last beat arriving to the
@@ -115,6 +116,7 @@ class AggregatorTiming:
 
     fixed: float = 70.0
     node_walk: float = 2.0
+    empty_walk: float = 0.0
     drain_gap: float = 1.0
     multiply_stages: float = 1.0
     issue_lead: float = 0.0
@@ -195,7 +197,7 @@ class AggregatorModel:
         round_trip = self.latency + t.credit_round_trip
         # edge control: one edge a cycle, or the index FIFO's refill rate
         per_index = max(1.0, round_trip / (b.meta_fifo_beats * bpb / 4))
-        edge_service = deg * per_index + t.node_walk
+        edge_service = deg * per_index + t.node_walk + t.empty_walk * (deg == 0)
         # read channel: rows plus the metadata streams' beats, or the credit/burst refill rate
         meta_beats = deg * (4 / bpb) + (deg * (b.elem_width // 8) / bpb if weighted else 0.0) \
             + 4 / bpb
