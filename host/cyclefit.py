@@ -319,14 +319,35 @@ def cmd_fit_mac(a) -> int:
     return 0
 
 
+def clock_from_depth_report(report: dict, where: str) -> tuple[float, str]:
+    """``(MHz, source)`` from a ``python -m gnnweave.hw.estimate CONFIG --depth --json``
+    report: the slowest unit's ``est_fmax_mhz`` (the build runs on one clock)."""
+    depth = report.get("depth") if isinstance(report, dict) else None
+    units = {u: d["est_fmax_mhz"] for u, d in (depth or {}).items()
+             if isinstance(d, dict) and isinstance(d.get("est_fmax_mhz"), (int, float))}
+    if not units:
+        raise cm.CycleModelError(f"{where}: no 'depth' field with est_fmax_mhz per unit "
+                                 f"(run the estimate with --depth --json)")
+    slowest = min(units, key=units.get)
+    return float(units[slowest]), (f"estimate --depth: slowest unit {slowest} at "
+                                   f"{units[slowest]:g} MHz (UltraScale+ logic-depth model)")
+
+
 def cmd_export(a) -> int:
-    """Refresh the build parameters only (after a change to ``hw/configs.py``)."""
+    """Refresh the build parameters only (after a change to ``hw/configs.py``); with
+    ``--clock-from REPORT --config NAME``, record that build's estimated clock too."""
     data = cm.read_data(a.data)
     configs = export_configs()
     for name, entry in configs.items():
         for key in ("est_fmax_mhz", "clock_source"):
             if key in data["configs"].get(name, {}):
                 entry[key] = data["configs"][name][key]
+    if a.clock_from:
+        if a.config not in configs:
+            raise SystemExit(f"--clock-from needs --config, one of {', '.join(configs)}")
+        with open(a.clock_from) as fh:
+            mhz, source = clock_from_depth_report(json.load(fh), a.clock_from)
+        configs[a.config].update(est_fmax_mhz=mhz, clock_source=source)
     data["configs"] = configs
     path = cm.DATA_FILE if a.data is None else a.data
     with open(path, "w") as fh:
@@ -385,6 +406,9 @@ def main(argv=None) -> int:
     m.set_defaults(func=cmd_fit_mac)
     e = sub.add_parser("export", help="refresh the build parameters from hw/configs.py")
     e.add_argument("--data", default=None)
+    e.add_argument("--clock-from", default=None, metavar="REPORT.json",
+                   help="record the clock of `python -m gnnweave.hw.estimate CONFIG --depth --json`")
+    e.add_argument("--config", default=None, help="the build the clock report is of")
     e.set_defaults(func=cmd_export)
     c = sub.add_parser("check", help="measured vs predicted on graphs the fit never saw")
     c.add_argument("--config", default="small-agg")

@@ -151,3 +151,13 @@ def test_mac_array_steps_over_its_blocks():
     with pytest.raises(cm.CycleModelError, match="mode = 'up'"):
         mac.cycles(4, 4, 4, "up")
     assert cm.load("small-agg").mac_array is None
+
+
+def test_clock_comes_from_the_depth_estimate_report():
+    from gnnweave.host.cyclefit import clock_from_depth_report
+    report = {"depth": {"aggregator": {"lut_levels": 9, "est_fmax_mhz": 212.5},
+                        "mac_array": {"lut_levels": 12, "est_fmax_mhz": 180.0}}}
+    mhz, source = clock_from_depth_report(report, "r.json")
+    assert mhz == 180.0 and "mac_array" in source
+    with pytest.raises(cm.CycleModelError, match="r.json: no 'depth' field"):
+        clock_from_depth_report({"units": {}}, "r.json")
