@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from amaranth.back import verilog
-from amaranth.hdl import ClockDomain, Elaboratable, Module, Signal
+from amaranth.hdl import ClockDomain, Elaboratable, Module, Signal, Value
 from amaranth.hdl._ir import PortDirection
 from amaranth.lib import wiring
 
@@ -46,7 +46,8 @@ class VitisWrapper(Elaboratable):
             head, *rest = path
             name = "_".join([PORT_PREFIXES.get(head, head), *map(str, rest)])
             direction = PortDirection.Input if member.flow == wiring.In else PortDirection.Output
-            ports[name] = (value, direction)
+            # an enum or struct member is a view: its port is the signal under it
+            ports[name] = (Value.cast(value), direction)
         return ports
 
 

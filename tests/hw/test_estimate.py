@@ -448,3 +448,26 @@ def test_estimate_rtlil_drops_only_all_zero_memory_initialisers():
     assert len(text) < 36 * 1024 + 10_000        # one initialiser, not two
     # the RTLIL of anything else (simulation Verilog) keeps both
     assert rtlil.convert(_TwoRams(), name="two_rams").count("$meminit_v2") == 2
+
+
+class _ViewPorts(wiring.Component):
+    """A unit whose ports are an enum and a struct (views, not plain signals)."""
+
+    def __init__(self):
+        from amaranth.lib import data, enum
+
+        class Mode(enum.Enum, shape=2):
+            A = 0
+            B = 1
+        super().__init__({"mode": In(Mode), "pair": Out(data.StructLayout({"x": 4, "y": 4}))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.pair.x.eq(self.mode.as_value())
+        return m
+
+
+def test_component_rtlil_accepts_view_ports():
+    lines = est_mod.component_rtlil(_ViewPorts(), "views").splitlines()
+    assert any(ln.split()[:4] == ["wire", "width", "2", "input"] and ln.endswith("\\mode") for ln in lines)
+    assert any(ln.split()[:4] == ["wire", "width", "8", "output"] and ln.endswith("\\pair") for ln in lines)
