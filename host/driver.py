@@ -888,8 +888,9 @@ def _make_executor_class():
         results are bit-identical to it; device times come from the cycle counters."""
 
         def __init__(self, accel, kind: str, name: str | None = None, *, timeout_s: float = 600.0,
-                     owner=None, dense: str = "device"):
-            super().__init__(name or kind)
+                     owner=None, dense: str = "device", config: str | None = None):
+            # the build's own cycle model and clock turn its counters into seconds
+            super().__init__(name or kind, config=config)
             if dense not in ("device", "emulated"):
                 raise ValueError(f"dense must be 'device' or 'emulated', got {dense!r}")
             self.kind = kind
@@ -1066,7 +1067,8 @@ def open_executor(kind: str, name: str | None = None, **kw):
         if problem:
             raise unavailable(f"no fpga-sim device: {problem}")
         accel, _device, owner = open_sim_accel(**kw)
-        return cls(accel, kind, name, timeout_s=timeout_s, owner=owner, dense=dense)
+        return cls(accel, kind, name, timeout_s=timeout_s, owner=owner, dense=dense,
+                   config=kw.get("config", "small"))
     if kind == "fpga":
         pynq = _pynq()
         if pynq is None:

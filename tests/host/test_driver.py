@@ -229,6 +229,20 @@ def test_fpga_sim_executor_matches_fpga_emu(backend):
         ex.close()
 
 
+def test_fpga_sim_times_come_from_its_own_builds_cycle_model():
+    from gnnweave.host.executors import CycleModel, make_executor
+    ex = make_executor("fpga-sim", config="small-agg", latency=8, use_pynq=False)
+    try:
+        assert ex.cycle_model.config == "small-agg"
+        assert ex.cycle_model.clock_hz == CycleModel("small-agg").clock_hz
+        g = rmat(6, 4, seed=1)
+        res = ex.aggregate(g, np.ones((g.num_nodes, 8), np.float32), "sum")
+        cycles = ex.accel.counters()["busy_cycles"]
+        assert res.device_seconds == pytest.approx(cycles / CycleModel("small-agg").clock_hz)
+    finally:
+        ex.close()
+
+
 def test_pynq_overlay_binds_the_driver(tmp_path):
     pynq = require_pynq()
     device = simdevice.SimDevice(1 << 22, latency=16)
