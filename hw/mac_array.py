@@ -349,7 +349,8 @@ class MacArrayCore(UnitCore):
         p_bufs = [SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes)) for _ in range(2)]
         q_bufs = [SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes)) for _ in range(2)]
         read_port = ReadPort(self.bus, num_clients=3)     # 0 bias, 1 P, 2 Q
-        write_port = WritePort(self.bus, beat_depth=16, address_depth=16)
+        # consecutive beats of an output row leave as one INCR burst
+        write_port = WritePort(self.bus, beat_depth=16, address_depth=16, coalesce=True)
         # room for a whole block's bias: it is fetched during the previous block
         bias_reader = StreamReader(addr_width=aw, data_width=c.bus_width, elem_width=32,
                                    fifo_beats=max(16, D * BIAS_BYTES // bpb),
@@ -629,11 +630,10 @@ class MacArrayCore(UnitCore):
         m.d.comb += [self.idle.eq(~busy), read_port.enable.eq(~fault)]
 
         # ---- run control ---------------------------------------------------------------
-        # WritePort.idle looks at the FIFOs' r_rdy, which lags a push by a cycle or two:
-        # count what is queued instead, so done never precedes the last write
+        # WritePort.idle counts what is queued and the bursts still being formed, so done
+        # never precedes the last write
         writes_idle = Signal()
-        m.d.comb += writes_idle.eq((write_port.address.level == 0) & (write_port.beats.level == 0) &
-                                   (write_port.outstanding == 0) & ~writes_pending)
+        m.d.comb += writes_idle.eq(write_port.idle & ~writes_pending)
         quiet = (read_port.outstanding == 0) & writes_idle & ~core.busy
         running = Signal()        # the block loops may proceed
         all_computed = Signal()
