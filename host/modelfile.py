@@ -84,10 +84,14 @@ def check_writable(path) -> Path:
     if path.is_dir():
         raise ModelFileError(f"{path}: is a folder; give a file name, e.g. {path / 'model.npz'}")
     parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise ModelFileError(f"{path}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise ModelFileError(f"{path}: folder {parent} is not writable")
+    existing = parent
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ModelFileError(f"{path}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK):
+        raise ModelFileError(f"{path}: folder {existing} is not writable")
+    parent.mkdir(parents=True, exist_ok=True)   # as --out does
     if path.exists() and not os.access(path, os.W_OK):
         raise ModelFileError(f"{path}: exists and is not writable")
     return path

@@ -107,9 +107,13 @@ def test_save_model_path_is_checked_before_training(tmp_path):
     rc, _, err = run_cli("train", "--dataset", SBM, "--epochs", "500", "--save-model",
                          str(tmp_path))
     assert rc == 2 and "is a folder; give a file name" in err
+    (tmp_path / "plain").write_text("")
     rc, _, err = run_cli("train", "--dataset", SBM, "--save-model",
-                         str(tmp_path / "missing" / "m.npz"))
-    assert rc == 2 and "does not exist" in err
+                         str(tmp_path / "plain" / "m.npz"))
+    assert rc == 2 and "is a file, not a folder" in err
+    rc, _, err = run_cli("train", "--dataset", SBM, "--epochs", "1", "--save-model",
+                         str(tmp_path / "new" / "m.npz"))
+    assert rc == 0 and (tmp_path / "new" / "m.npz").is_file()
 
 
 @pytest.mark.parametrize("name", ["gcn", "sage", "sgc"])
