@@ -305,7 +305,14 @@ def build_native(config: str = "small", *, force: bool = False,
 
 
 def _logged(cmd: list[str], log: Path, product: Path | None, what: str):
-    """Run ``cmd`` appending to ``log``; a failure raises with the log's tail."""
+    """Run ``cmd`` appending to ``log`` (its stage named on stderr while it runs); a failure
+    raises with the log's tail."""
+    from gnnweave.progress import stage
+    with stage(what, note="once per build, cached afterwards"):
+        _logged_run(cmd, log, product, what)
+
+
+def _logged_run(cmd: list[str], log: Path, product: Path | None, what: str):
     with open(log, "a") as fh:
         fh.write(" ".join(cmd) + "\n")
         fh.flush()
