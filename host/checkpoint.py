@@ -47,10 +47,17 @@ def save_checkpoint(path, arrays: dict[str, np.ndarray], meta: dict) -> Path:
             raise CheckpointError(f"{path}: array name {name!r} is reserved or has a '/'")
     meta = dict(meta, format_version=FORMAT_VERSION)
     blob = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
+    return write_npz_atomic(path, {_META_KEY: blob, **arrays})
+
+
+def write_npz_atomic(path, arrays: dict) -> Path:
+    """``np.savez`` of ``arrays`` to ``path`` through a temporary file in the same folder,
+    synced and renamed, so a reader sees the old file or the whole new one."""
+    path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **{_META_KEY: blob}, **{k: np.asarray(v) for k, v in arrays.items()})
+            np.savez(f, **{k: np.asarray(v) for k, v in arrays.items()})
             f.flush()
             os.fsync(f.fileno())
         # mkstemp makes the file 0600: give it the mode a plain open() would have

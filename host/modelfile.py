@@ -20,13 +20,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from gnnweave.errors import GnnweaveError
+from gnnweave.host.checkpoint import write_npz_atomic
 
 FORMAT = "gnnweave-model"
 VERSION = 1
@@ -101,19 +101,9 @@ def save_model(saved: SavedModel, path) -> Path:
     """Write ``saved`` to ``path`` (``.npz``) atomically; returns the path."""
     path = check_writable(path)
     arrays = {f"param/{k}": np.asarray(v) for k, v in saved.params.items()}
+    from gnnweave.host.train import _json_default   # numpy scalars, as result.json
     arrays["meta"] = np.array(json.dumps(saved.meta(), default=_json_default))
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_npz_atomic(path, arrays)
 
 
 def load_model(path) -> SavedModel:
@@ -141,29 +131,6 @@ def load_model(path) -> SavedModel:
         return SavedModel(params=params, **fields)
     except TypeError as exc:
         raise ModelFileError(f"{path}: unexpected fields in meta ({exc})") from None
-
-
-def _umask() -> int:
-    # read without setting it (setting it to read it changes it for every thread)
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except OSError:
-        pass
-    return 0o022
-
-
-def _json_default(o):
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, tuple):
-        return list(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def from_training(config, trainer, engine, dataset_name: str) -> SavedModel:
