@@ -241,14 +241,20 @@ class DistEngine:
             the devices its block's aggregations are split over); float path only.
         fixed: compute the fixed-point ops here with formats agreed across ranks.
         total_rows: nodes over all ranks (the exact bias sums' grid).
+        shares: fixed-point path: ``[(executor, (lo, hi))]``, the rank's fpga-emu devices
+            and the rows of the block (of ``n_src``) each aggregates; each device's share
+            of every product is computed apart and timed by that device's cycle model.
+            The first executor times the dense ops. Rows are independent, so any split
+            gives the same integers.
     """
 
     def __init__(self, comm: Comm, block, global_graph: CSRGraph, *, local=None,
-                 fixed: bool = False, total_rows: int):
+                 fixed: bool = False, total_rows: int, shares=None):
         from gnnweave.host.timeline import Timeline
         self.comm, self.block, self.local, self.fixed = comm, block, local, bool(fixed)
         self.total_rows = int(total_rows)
         self.timeline = local.timeline if local is not None else Timeline()
+        self.shares = list(shares or [])
         self.saturations = 0
         self.steals = 0
         self._send = block.send_index
@@ -263,6 +269,7 @@ class DistEngine:
                     else self._w_fmt.quantize(g.weights)[0].astype(np.int64))
             self._a_q = sp.csr_matrix((data, g.indices, g.indptr), shape=(g.num_nodes,) * 2)
             self._at_q = self._a_q.T.tocsr()
+            self._graphs = {False: g, True: transposed(g)}
 
     # -- plumbing the models use
 
@@ -324,19 +331,56 @@ class DistEngine:
         shift = product_frac - out_frac
         if not transpose:
             src = self._fetch_halo(x_q).astype(np.int64)
-            acc = np.asarray(self._a_q[: b.n_own] @ src)
+            acc = self._shared_product(False, src, b.n_own)
         else:
             pad = np.zeros((b.n_src, x.shape[1]), dtype=np.int64)
             pad[: b.n_own] = x_q
-            acc = self._return_halo(np.asarray(self._at_q @ pad))
+            acc = self._return_halo(self._shared_product(True, pad, b.n_src))
         z, saturated = narrow(acc, shift, FixedFormat(FPGA_WIDTH, 0))
         self.saturations += int(np.count_nonzero(saturated))
         return FixedFormat(FPGA_WIDTH, out_frac).to_float(z).astype(np.float32)
+
+    def _shared_product(self, transpose: bool, src: np.ndarray, n_rows: int) -> np.ndarray:
+        """Rows ``0..n_rows`` of the block's (transposed) integer matrix times ``src``,
+        each device computing the rows of its share, recorded with its modelled time."""
+        a = self._at_q if transpose else self._a_q
+        if not self.shares:
+            return np.asarray(a[:n_rows] @ src)
+        from gnnweave.host.executors import OpResult, job_degrees
+        out = np.zeros((n_rows, src.shape[1]), dtype=np.int64)
+        g = self._graphs[transpose]
+        for ex, (lo, hi) in self.shares:
+            lo, hi = min(lo, n_rows), min(hi, n_rows)
+            t0 = time.perf_counter()
+            if hi > lo:
+                out[lo:hi] = a[lo:hi] @ src
+            t1 = time.perf_counter()
+            dev = ex.cycle_model.aggregate_seconds(job_degrees(g, lo, hi), src.shape[1],
+                                                   weighted=g.weights is not None)
+            edges = int(g.indptr[hi] - g.indptr[lo])
+            self.timeline.record(ex, OpResult(None, t1 - t0, dev, edges * src.shape[1] * 2,
+                                              (hi - lo) * src.shape[1] * 2, "aggregate",
+                                              ex.name), t0, t1, dict(rows=(lo, hi)))
+        return out
+
+    def _record_dense(self, op, mode, a, b, t0):
+        if not self.shares:
+            return
+        from gnnweave.host.executors import OpResult
+        ex = self.shares[0][0]
+        m, k, n = {"fwd": (a.shape[0], a.shape[1], b.shape[1]),
+                   "dx": (a.shape[0], a.shape[1], b.shape[0]),
+                   "dw": (a.shape[1], a.shape[0], b.shape[1])}[mode]
+        t1 = time.perf_counter()
+        self.timeline.record(ex, OpResult(None, t1 - t0, ex.cycle_model.matmul_seconds(m, k, n, mode),
+                                          (a.shape[0] * a.shape[1] + b.size) * 2, m * n * 2,
+                                          op, ex.name), t0, t1)
 
     # -- dense ops
 
     def _gemm_fixed(self, mode, a, b, *, bias=None, relu=False, reduce_over_ranks=False):
         from gnnweave.host.executors import FpgaEmuExecutor
+        t0 = time.perf_counter()
         a_frac = _frac(self.comm.peak(a))
         b_frac = _frac(self.comm.peak(b)) if mode == "dw" else _frac(_local_peak(b))
         a_q, b_q = _q16(a, a_frac), _q16(b, b_frac)
@@ -347,6 +391,7 @@ class DistEngine:
             bfmt = FixedFormat(FPGA_WIDTH, min(choose_frac(bias, FPGA_WIDTH), product_frac))
             bias_q = (bfmt.quantize(bias)[0].astype(np.int64), product_frac - bfmt.frac)
         acc = FpgaEmuExecutor._accumulator(mode, a_q, b_q, bias=bias_q).astype(np.int64)
+        self._record_dense(_DENSE_OPS[mode], mode, a, b, t0)
         if reduce_over_ranks:
             return _Accumulated(acc, product_frac)
         peak = float(np.max(np.abs(acc))) * 2.0 ** -product_frac if acc.size else 0.0
@@ -425,6 +470,9 @@ class DistEngine:
         return out
 
 
+_DENSE_OPS = {"fwd": "dense_forward", "dx": "dense_input_grad", "dw": "dense_weight_grad"}
+
+
 def _local_peak(x) -> float:
     data = x.data if sp.issparse(x) else np.asarray(x)
     return float(np.max(np.abs(data))) if data.size else 0.0
@@ -467,6 +515,21 @@ def _loss_and_grad(logits, labels, rows, total: int):
     p[np.arange(rows.shape[0]), labels[rows]] -= 1.0
     d[rows] = p / n
     return float(-logp[rows, labels[rows]].astype(np.float64).sum()), d
+
+
+def _rank_device_rows(graph: CSRGraph, devices: list[str], rank: int) -> dict:
+    """The rows of a rank's block each of its devices aggregates: cuts of equal edge
+    counts (:func:`~gnnweave.host.models.cut_rows_by_fractions`), as ``--partition even``
+    splits one process's graph."""
+    from gnnweave.host.models import cut_rows_by_fractions
+    seen = set()
+    for d in devices:
+        if d.lower() in seen:
+            raise ValueError(f"--rank-devices: rank {rank} lists {d!r} twice (name further "
+                             f"instances {d}:1, {d}:2, ...)")
+        seen.add(d.lower())
+    ranges = cut_rows_by_fractions(graph.indptr, 0, graph.num_nodes, [1.0] * len(devices))
+    return dict(zip(devices, ranges))
 
 
 def _devices_of(config, rank) -> list[str]:
@@ -571,20 +634,24 @@ def run_rank(config, comm: Comm) -> dict:
     fixed_all = comm.sum(np.array([int(fixed_here)], dtype=np.int64),
                          counter="format_bytes")[0] == comm.world
     executors = {}
-    local = None
+    local, shares = None, None
+    rows = _rank_device_rows(block.graph, devices, comm.rank)
     if not fixed_all:
         dense = _executor_for(dense_name, executors, config.executor_options)
         shards = None
         if len(devices) > 1:
-            from gnnweave.host.models import cut_rows_by_fractions
-            ranges = cut_rows_by_fractions(block.graph.indptr, 0, block.n_src, [1.0] * len(devices))
             shards = {d: (_executor_for(d, executors, config.executor_options), r)
-                      for d, r in zip(devices, ranges)}
+                      for d, r in rows.items()}
         local = Engine(dense, Timeline(), shards=shards, num_nodes=block.n_src,
                        base_graph=block.graph)
     elif (config.executor_options.get("fpga-emu", {}).get("dense_range", "peak") != "peak"):
         raise ValueError("executor_options['fpga-emu']['dense_range']: only 'peak' runs over ranks")
-    eng = DistEngine(comm, block, data.graph, local=local, fixed=fixed_all, total_rows=n)
+    else:
+        order = [dense_name] + [d for d in rows if d != dense_name]
+        shares = [(_executor_for(d, executors, config.executor_options), rows.get(d, (0, 0)))
+                  for d in order]
+    eng = DistEngine(comm, block, data.graph, local=local, fixed=fixed_all, total_rows=n,
+                     shares=shares)
 
     train_local = np.flatnonzero(np.isin(own, data.train_idx))
     val_local = np.flatnonzero(np.isin(own, data.val_idx))
@@ -622,7 +689,26 @@ def run_rank(config, comm: Comm) -> dict:
         rank_epoch_seconds=per_seed[-1]["rank_epoch_seconds"],
         rank_timeline=per_seed[-1].pop("rank_timeline"),
         saturations=eng.saturations,
+        rank_device_shares=_gather_device_shares(comm, config, eng, rows),
         seeds=per_seed)
+
+
+def _gather_device_shares(comm: Comm, config, eng: DistEngine, rows: dict) -> dict:
+    """``{rank: {device: {rows, seconds_last_epoch}}}``: the rows of its block each device
+    of each rank aggregates and the time its ops took in the last epoch on the device's
+    clock (modelled device time on fpga kinds)."""
+    names = {r: _devices_of(config, r) for r in range(comm.world)}
+    width = max(len(v) for v in names.values())
+    mine = np.zeros((comm.world, width, 3), dtype=np.float64)
+    records = eng.timeline.of_epoch(eng.timeline.epoch)
+    for i, d in enumerate(names[comm.rank]):
+        lo, hi = rows.get(d, (0, 0))
+        secs = sum(r.measured_seconds for r in records if r.device == d)
+        mine[comm.rank, i] = (lo, hi, secs)
+    every = comm.sum(mine.reshape(-1), counter="format_bytes").reshape(mine.shape)
+    return {r: {d: dict(rows=[int(every[r, i, 0]), int(every[r, i, 1])],
+                        seconds_last_epoch=float(every[r, i, 2]))
+                for i, d in enumerate(names[r])} for r in range(comm.world)}
 
 
 def _exchanged_widths(model, hp, layers, num_classes) -> list[int]:
@@ -672,7 +758,7 @@ def _train_seed(config, comm, eng, hp, key, data, block, x_own, y_own, splits, s
                unit="epoch", disable=not config.progress or comm.rank != 0, leave=False)
     try:
         while epoch < epochs:
-            rng.epoch = comm.epoch = epoch
+            rng.epoch = comm.epoch = eng.timeline.epoch = epoch
             h0, a0 = comm.halo_bytes, comm.allreduce_bytes
             t0 = time.perf_counter()
             first_record = len(comm.records)

@@ -16,6 +16,10 @@ JOBS = {
                              dropout=0.5, progress=False),
     "sage-fixed": TrainConfig(dataset="cora", model="sage", device="fpga-emu", epochs=3,
                               dropout=0.5, progress=False),
+    # rank 0 splits its block over two fpga-emu devices, rank 1 runs on one
+    "gcn-fixed-devices": TrainConfig(dataset="cora", model="gcn", device="fpga-emu", epochs=3,
+                                     dropout=0.5, rank_devices="0=fpga-emu,fpga-emu:1 1=fpga-emu",
+                                     progress=False),
     "sgc-fixed": TrainConfig(dataset="cora", model="sgc", device="fpga-emu", epochs=3,
                              progress=False),
     "gcn-float": TrainConfig(dataset="cora", model="gcn", device="cpu", epochs=5, dropout=0.0,
@@ -58,6 +62,20 @@ def test_fixed_point_over_two_ranks_is_one_process_bit_for_bit(two_ranks, name):
     one = _one_process(JOBS[name])
     assert dist["seeds"][0]["params_sha256"] == one["seeds"][0]["params_sha256"]
     assert dist["test_acc_mean"] == one["test_acc_mean"]
+
+
+def test_fixed_point_rank_splits_its_block_over_its_devices(two_ranks):
+    dist = two_ranks["gcn-fixed-devices"]
+    one = _one_process(replace(JOBS["gcn-fixed-devices"], rank_devices=None))
+    assert dist["numeric"] == "fixed"
+    assert dist["seeds"][0]["params_sha256"] == one["seeds"][0]["params_sha256"]
+    shares = dist["rank_device_shares"]
+    assert list(shares[0]) == ["fpga-emu", "fpga-emu:1"] and list(shares[1]) == ["fpga-emu"]
+    (a0, a1), (b0, b1) = shares[0]["fpga-emu"]["rows"], shares[0]["fpga-emu:1"]["rows"]
+    assert a0 == 0 and a1 == b0 and 0 < a1 < b1      # contiguous, both non-empty
+    assert shares[1]["fpga-emu"]["rows"][0] == 0
+    # every device ran its share of the aggregations on its modelled clock
+    assert all(d["seconds_last_epoch"] > 0 for r in shares.values() for d in r.values())
 
 
 def test_float_over_two_ranks_within_1e5_of_one_process(two_ranks):
