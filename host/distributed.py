@@ -81,15 +81,36 @@ class Comm:
         self.comm_seconds = 0.0
         self.epoch = 0                # for error messages
         self.records: list[tuple] = []   # (category, start, end, bytes)
+        self.backend = "none"         # torch.distributed's backend once joined
+
+    #: torch device the collectives' tensors live on: None (host memory, gloo) or the
+    #: rank's CUDA device (NCCL reduces only CUDA tensors)
+    device = None
 
     @classmethod
-    def from_env(cls, timeout_s: float = 60.0) -> "Comm":
+    def from_env(cls, timeout_s: float = 60.0, backend: str = "gloo") -> "Comm":
         import datetime
 
+        import torch
         import torch.distributed as dist
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         if not dist.is_initialized():
-            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
-        return cls(dist.get_rank(), dist.get_world_size())
+            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+        comm = cls(dist.get_rank(), dist.get_world_size())
+        comm.backend = str(dist.get_backend())
+        if comm.backend == "nccl":
+            comm.device = torch.device("cuda", torch.cuda.current_device())
+        return comm
+
+    def _tensor(self, a: np.ndarray):
+        import torch
+        t = torch.from_numpy(a)
+        return t if self.device is None else t.to(self.device)
+
+    @staticmethod
+    def _numpy(t) -> np.ndarray:
+        return t.cpu().numpy() if t.is_cuda else t.numpy()
 
     def _record(self, category, t0, nbytes):
         t1 = time.perf_counter()
@@ -109,13 +130,15 @@ class Comm:
         t0 = time.perf_counter()
         row = width * send.dtype.itemsize
         # as bytes: gloo has no int16, and every dtype travels unchanged this way
-        src = torch.from_numpy(send.view(np.uint8).reshape(-1)) if send.size else \
-            torch.empty(0, dtype=torch.uint8)
-        dst = torch.from_numpy(out.view(np.uint8).reshape(-1)) if out.size else \
-            torch.empty(0, dtype=torch.uint8)
+        src = self._tensor(send.view(np.uint8).reshape(-1)) if send.size else \
+            torch.empty(0, dtype=torch.uint8, device=self.device)
+        dst = self._tensor(out.view(np.uint8).reshape(-1)) if out.size else \
+            torch.empty(0, dtype=torch.uint8, device=self.device)
         _collective(self, "the halo exchange", lambda: dist.all_to_all_single(
             dst, src, output_split_sizes=[int(c) * row for c in recv_counts],
             input_split_sizes=[int(c) * row for c in send_counts]))
+        if self.device is not None and out.size:
+            out.view(np.uint8).reshape(-1)[:] = self._numpy(dst)
         nbytes = sum(int(c) for q, c in enumerate(send_counts) if q != self.rank) * row
         self.halo_bytes += nbytes
         self._record("exchange", t0, nbytes)
@@ -128,12 +151,12 @@ class Comm:
         import torch
         import torch.distributed as dist
         t0 = time.perf_counter()
-        t = torch.from_numpy(a.copy())
+        t = self._tensor(a.copy())
         _collective(self, f"an all-reduce ({op})", lambda: dist.all_reduce(
             t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX))
         setattr(self, counter, getattr(self, counter) + a.nbytes)
         self._record("allreduce", t0, a.nbytes)
-        return t.numpy()
+        return self._numpy(t)
 
     def sum(self, a, counter="allreduce_bytes"):
         return self._reduce(a, "sum", counter)
@@ -152,11 +175,10 @@ class Comm:
         a = np.ascontiguousarray(a)
         if self.world == 1:
             return a
-        import torch
         import torch.distributed as dist
-        t = torch.from_numpy(a.copy())
+        t = self._tensor(a.copy())
         _collective(self, "a broadcast from rank 0", lambda: dist.broadcast(t, src=0))
-        return t.numpy()
+        return self._numpy(t)
 
     def check_same(self, value: int, what: str):
         """Raise :class:`DivergenceError` unless every rank passes the same integer."""
@@ -676,7 +698,7 @@ def run_rank(config, comm: Comm) -> dict:
     return dict(
         dataset=getattr(data.dataset, "name", str(config.dataset)), model=key,
         device=dense_name, mode="full-batch", numeric="fixed" if fixed_all else "float",
-        world_size=comm.world, rank_speeds=speeds,
+        world_size=comm.world, dist_backend=comm.backend, rank_speeds=speeds,
         rank_devices={r: _devices_of(config, r) for r in range(comm.world)},
         partition_method=ran, partition_requested=method, partition=report,
         halo_nodes=report["halo_nodes"],
@@ -874,9 +896,35 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+def choose_backend(config, world: int | None = None) -> str:
+    """``config.dist_backend``: ``gloo``, ``nccl``, or ``auto`` (NCCL when every rank runs
+    on ``gpu`` devices only and this host has a CUDA device per local rank, else gloo).
+    Every rank decides alike from the config (the world size from the environment)."""
+    want = str(getattr(config, "dist_backend", "auto") or "auto").lower()
+    if want not in BACKENDS:
+        raise ValueError(f"--dist-backend {want!r}: choose one of {', '.join(BACKENDS)}")
+    world = int(world or os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    try:
+        import torch
+        cuda = torch.cuda.is_available() and torch.cuda.device_count() >= local
+    except ImportError:
+        cuda = False
+    if want == "nccl" and not cuda:
+        raise ValueError(f"--dist-backend nccl: this host has no CUDA device for each of its "
+                         f"{local} local ranks")
+    if want != "auto":
+        return want
+    kinds = {d.partition(":")[0].lower() for r in range(world) for d in _devices_of(config, r)}
+    return "nccl" if cuda and kinds == {"gpu"} else "gloo"
+
+
 def _rank_jobs(jobs, timeout_s):
     """A spawned rank: join the group once, run every job in turn."""
-    comm = Comm.from_env(timeout_s)
+    comm = Comm.from_env(timeout_s, choose_backend(jobs[0]))
     try:
         return [run_rank(job, comm) for job in jobs]
     finally:
@@ -898,6 +946,10 @@ def launch(jobs, nproc: int, *, max_restarts: int = 0, timeout_s: float = 60.0) 
                        run_id=f"gnnweave-{uuid.uuid4().hex[:8]}", rdzv_backend="c10d",
                        rdzv_endpoint=f"127.0.0.1:{_free_port()}", max_restarts=max_restarts,
                        monitor_interval=0.2, start_method="spawn")
+    backends = {choose_backend(j, int(nproc)) for j in jobs}
+    if len(backends) > 1:
+        raise ValueError(f"launch: the jobs need different backends {sorted(backends)}; "
+                         f"launch them apart")
     out = elastic_launch(cfg, _rank_jobs)([replace(j, nproc=1, dist=True) for j in jobs],
                          timeout_s)
     return out[0]
@@ -914,7 +966,8 @@ def run_distributed(config) -> dict:
         raise ValueError(f"TrainConfig.{unsupported[0]}: not available over ranks "
                          f"(--nproc/--dist); see docs/distributed.md")
     if config.dist:
-        comm = Comm.from_env(float(getattr(config, "comm_timeout_s", 60.0)))
+        comm = Comm.from_env(float(getattr(config, "comm_timeout_s", 60.0)),
+                             choose_backend(config))
         result = run_rank(config, comm)
     else:
         result = launch([config], config.nproc)[0]
