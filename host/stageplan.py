@@ -293,189 +293,283 @@ def _count_vectors(counts: list[int], limit: int):
     return K, vec, strides
 
 
-def plan_stages(problem: StageProblem) -> StagePlan:
-    """The optimal plan under the model of this module (dynamic program, module docstring)."""
-    cuts, slots = problem.cuts, problem.slots()
-    S, C, T = len(cuts), len(problem.classes), len(slots)
-    K, vec, strides = _count_vectors(problem.counts, problem.max_count_vectors)
-    tot = vec.sum(axis=1)
-    sc = np.array([c for c, _ in slots])
-    sr = np.array([r for _, r in slots], dtype=np.float64)
-    # shift[t][n] = index of n minus slot t's devices, -1 when n has too few
-    shift = np.full((T, K), -1, dtype=np.int64)
-    for t, (c, r) in enumerate(slots):
-        ok = vec[:, c] >= r
-        shift[t, ok] = np.arange(K)[ok] - r * strides[c]
-    valid_shift = shift >= 0
-    safe_shift = np.where(valid_shift, shift, 0)
-    pre_c = cuts.members.astype(np.float64) @ problem.compute_s          # [S, C]
-    pre_p, pre_a = cuts.parameter_bytes, cuts.activation_bytes
-    bw, lat = problem.links.bandwidth, problem.links.latency_s
-    mem_lim = np.array([cl.memory_bytes for cl in problem.classes])[sc]   # [T]
-    check_mem = np.isfinite(mem_lim).any()
-    inflight = (np.ceil(tot[:, None] / sr[None, :]) if problem.in_flight == "1f1b"
-                else np.ones((K, T)))                                      # [K, T]
-    inflight_max = inflight.max(axis=0)                                    # [T]
-    ar_bw = np.array([bw[c, c] for c, _ in slots])
-    ar_lat = np.array([lat[c, c] for c, _ in slots])
-    x_rt = 1.0 / sr
-    sender = problem.comm == "sender"
-    # per cut k: what the stages after k offer the stage that ends at k, already shifted to
-    # the count vector n of that stage and its successors ([K, T]; sender: [K, C] unshifted)
-    store = _AfterStore(S, K, T, C, sender)
-    store.put(S - 1, _after(problem, S - 1, None, sc, sr, K, S), safe_shift, valid_shift)
-    arg_k = np.full((S, K, T), -1, dtype=np.int32)
-    arg_t = np.full((S, K, T), -1, dtype=np.int16)
-    nn, tt = np.arange(K)[:, None], np.arange(T)[None, :]
-    final = None
-    for j in range(S - 2, -1, -1):
-        ks = np.flatnonzero(cuts.may_follow[j])
-        if ks.size == 0:
-            continue
-        comp = pre_c[ks][:, sc] - pre_c[j][None, sc]                            # [Q, T]
-        par = pre_p[ks] - pre_p[j]                                               # [Q]
-        own = (comp + np.where(sr > 1, 4.0 * (sr - 1) / sr * par[:, None] / ar_bw
-                               + 2.0 * (sr - 1) * ar_lat, 0.0)) * x_rt           # [Q, T]
-        if sender:
-            xs = (2.0 * (cuts.out_bytes[ks][:, None, None] / bw[sc][None]
-                         + lat[sc][None]) * x_rt[None, :, None])                 # [Q, T, C]
-            xs[ks == S - 1] = 0.0
-            Hs = np.where(valid_shift.T[None, ..., None], store.by_class[ks][:, safe_shift.T],
-                          INF)                                                   # [Q, K, T, C]
-            val = np.maximum(own[:, None, :, None] + xs[:, None], Hs)
-            cb = np.argmin(val, axis=3)                                          # [Q, K, T]
-            cand = np.take_along_axis(val, cb[..., None], axis=3)[..., 0]
-        else:
-            cand = np.maximum(own[:, None, :], (store.first if j == 0 else store.best)[ks])
-        if check_mem:
-            act = pre_a[ks] - pre_a[j]
-            # the most minibatches in flight first: the full [Q, K, T] test only if needed
-            hi = inflight_max if problem.stash_weights else 1.0
-            if (par[:, None] * hi + act[:, None] * inflight_max > mem_lim).any():
-                wmul = inflight if problem.stash_weights else 1.0
-                need = par[:, None, None] * wmul + act[:, None, None] * inflight[None]
-                cand = np.where(need <= mem_lim[None, None, :], cand, INF)
-        q = np.argmin(cand, axis=0)                                              # [K, T]
-        Fj = np.take_along_axis(cand, q[None], axis=0)[0]
-        kk = ks[q]
-        arg_k[j] = kk
-        if sender:
-            cbq = np.take_along_axis(cb, q[None], axis=0)[0]
-            arg_t[j] = store.by_class_slot[kk, safe_shift.T, cbq]
-        else:
-            arg_t[j] = (store.first_slot if j == 0 else store.best_slot)[kk, nn, tt]
-        if j == 0:
-            final = Fj
-        else:
-            store.put(j, _after(problem, j, Fj, sc, sr, K, S), safe_shift, valid_shift)
-    if final is None:
-        raise InfeasibleStagesError(f"{cuts.name}: no stage may start at the empty cut")
-    if problem.use_all_devices:
-        n_idx = np.array([K - 1])
-    else:
-        n_idx = np.arange(K)
-    sub = final[n_idx]
-    if not np.isfinite(sub).any():
-        raise InfeasibleStagesError(_why_infeasible(problem))
-    n0, t0 = np.unravel_index(int(np.argmin(sub)), sub.shape)
-    n0 = int(n_idx[n0])
-    plan, j, n, t = [], 0, n0, int(t0)
+def plan_stages(problem: StageProblem, *, prune: bool = True) -> StagePlan:
+    """The optimal plan under the model of this module (dynamic program, module docstring).
+
+    ``prune`` (default) runs the program under a bound ``B`` on the bottleneck: states and
+    stages that no plan of bottleneck ``<= B`` can use are skipped, and ``B`` grows from a
+    lower bound until a plan is found, which is then optimal (every state of an optimal plan
+    lies inside the bound's window). ``prune=False`` runs the full program once.
+    """
+    dp = _Program(problem)
+    if not prune:
+        return dp.solve(INF) or dp.infeasible()
+    bound = dp.lower_bound() * (1.0 + FIRST_SLACK)
+    ceiling = dp.upper_bound()
     while True:
-        k = int(arg_k[j, n, t])
-        plan.append((j, k, t))
-        if k == S - 1:
-            break
-        t_next = int(arg_t[j, n, t])
-        n = int(shift[t, n])
-        j, t = k, t_next
-    result = evaluate_stages(problem, plan, total_devices=int(tot[n0]))
-    if not math.isclose(result.bottleneck_s, float(sub.min()), rel_tol=1e-9, abs_tol=1e-15):
-        raise AssertionError(f"planner: the plan scores {result.bottleneck_s}, the dynamic "
-                             f"program claimed {float(sub.min())}")
-    return result
+        if not (0.0 < bound < ceiling):
+            bound = INF
+        plan = dp.solve(bound)
+        if plan is not None:
+            return plan
+        if bound == INF:
+            return dp.infeasible()
+        bound *= BOUND_GROWTH
 
 
-@dataclass
-class _After:
-    """The best of the stages after a cut, seen from the stage that ends there: ``best[n,
-    t_a]`` (link terms of the boundary included) and ``first`` (when that stage is the first
-    one), with the next stage's slot; for ``comm="sender"`` ``by_class[n, c_b]`` (next stage
-    on class ``c_b``, link not included: it adds to the sender) and its best slot."""
-
-    best: np.ndarray | None = None
-    best_slot: np.ndarray | None = None
-    first: np.ndarray | None = None
-    first_slot: np.ndarray | None = None
-    by_class: np.ndarray | None = None
-    by_class_slot: np.ndarray | None = None
+FIRST_SLACK = 0.02     # first bound: the lower bound + 2 %
+BOUND_GROWTH = 1.25    # each failed bound: 25 % more (the last, successful run dominates)
 
 
-class _AfterStore:
-    """:class:`_After` of every cut, shifted by each slot's devices (none/overlap)."""
+class _Program:
+    """The tables of the dynamic program that do not depend on the bound."""
 
-    def __init__(self, S, K, T, C, sender):
+    def __init__(self, problem: StageProblem):
+        self.problem = p = problem
+        cuts, slots = p.cuts, p.slots()
+        self.slots = slots
+        self.S, self.C, self.T = len(cuts), len(p.classes), len(slots)
+        self.K, self.vec, strides = _count_vectors(p.counts, p.max_count_vectors)
+        K, T = self.K, self.T
+        self.tot = self.vec.sum(axis=1)
+        self.sc = np.array([c for c, _ in slots])
+        self.sr = np.array([r for _, r in slots], dtype=np.float64)
+        # shift[t, n] = index of n minus slot t's devices, -1 when n has too few
+        shift = np.full((T, K), -1, dtype=np.int64)
+        for t, (c, r) in enumerate(slots):
+            ok = self.vec[:, c] >= r
+            shift[t, ok] = np.arange(K)[ok] - r * strides[c]
+        self.shift = shift
+        self.valid_shift = shift >= 0
+        self.safe_shift = np.where(self.valid_shift, shift, 0)
+        # grow[t, m] = index of m plus slot t's devices, -1 past the class's count
+        grow = np.full((T, K), -1, dtype=np.int64)
+        for t in range(T):
+            ok = self.valid_shift[t]
+            grow[t, shift[t, ok]] = np.arange(K)[ok]
+        self.grow = grow
+        self.pre_c = cuts.members.astype(np.float64) @ p.compute_s                # [S, C]
+        self.mem_lim = np.array([cl.memory_bytes for cl in p.classes])[self.sc]    # [T]
+        self.check_mem = bool(np.isfinite(self.mem_lim).any())
+        self.inflight = (np.ceil(self.tot[:, None] / self.sr[None, :]) if p.in_flight == "1f1b"
+                         else np.ones((K, T)))                                      # [K, T]
+        bw, lat = p.links.bandwidth, p.links.latency_s
+        r = self.sr
+        self.ar_coef = np.where(r > 1, 4.0 * (r - 1) / r / bw[self.sc, self.sc], 0.0)   # [T]
+        self.ar_const = np.where(r > 1, 2.0 * (r - 1) * lat[self.sc, self.sc], 0.0)
+        self.follow = [np.flatnonzero(cuts.may_follow[j]) for j in range(self.S)]
+        self._capacity()
+
+    def _capacity(self):
+        """Work ``u_l`` (seconds on the slowest class) and each class's speed-up ``s_c`` on it
+        (``compute_s[l, c] >= u_l / s_c``): a suffix of work ``R`` needs ``R <= B sum_c n_c
+        s_c`` under bound ``B``, since each stage's time is at least its work / (r s_c)."""
+        comp = self.problem.compute_s
+        u = comp.max(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(u[:, None] > 0, u[:, None] / comp, 0.0)
+        speedup = ratio.max(axis=0) if ratio.size else np.zeros(self.C)
+        self.windowed = bool(np.isfinite(speedup).all() and u.sum() > 0)
+        prefix = self.problem.cuts.members.astype(np.float64) @ u
+        self.work_done = prefix                       # [S]
+        self.work_left = prefix[-1] - prefix          # [S]
+        self.work_total = float(prefix[-1])
+        self.cap = self.vec @ np.where(np.isfinite(speedup), speedup, 0.0)      # [K]
+        self.cap_all = float(self.cap[-1])
+
+    def lower_bound(self) -> float:
+        """No plan beats all work spread over every device, nor its costliest layer alone
+        on the best (class, replicas)."""
+        p = self.problem
+        single = ((p.compute_s[:, self.sc] + self.ar_coef * p.cuts.layer_parameter_bytes[:, None]
+                   + self.ar_const) / self.sr)                                      # [N, T]
+        layer = float(single.min(axis=1).max()) if single.size else 0.0
+        spread = self.work_total / self.cap_all if self.windowed and self.cap_all > 0 else 0.0
+        return max(layer, spread)
+
+    def upper_bound(self) -> float:
+        """Above this every term of every plan fits: no pruning left to gain."""
+        p = self.problem
+        bw_min, lat_max = p.links.bandwidth.min(), p.links.latency_s.max()
+        n = sum(p.counts)
+        stage = (p.compute_s.max(axis=1).sum() + 4.0 * p.cuts.layer_parameter_bytes.sum() / bw_min
+                 + 2.0 * n * lat_max)
+        link = 2.0 * (p.cuts.out_bytes.max() / bw_min + lat_max)
+        return float(stage + link) * 2.0
+
+    def window(self, bound: float) -> np.ndarray:
+        """[S, K]: count vectors the stages after each cut may use under ``bound``."""
+        if bound == INF or not self.windowed:
+            return np.ones((self.S, self.K), dtype=bool)
+        slack = 1e-9 * self.work_total
+        room = self.cap[None, :] * bound
+        return ((room >= self.work_left[:, None] - slack)
+                & ((self.cap_all - self.cap[None, :]) * bound >= self.work_done[:, None] - slack))
+
+    def infeasible(self):
+        raise InfeasibleStagesError(_why_infeasible(self.problem))
+
+    def solve(self, bound: float) -> StagePlan | None:
+        """The best plan of bottleneck ``<= bound`` (None when there is none)."""
+        p, cuts = self.problem, self.problem.cuts
+        S, K, T, C = self.S, self.K, self.T, self.C
+        sc, sr = self.sc, self.sr
+        tol = bound * (1.0 + 1e-9)
+        win = self.window(bound)
+        sender = p.comm == "sender"
+        bw, lat = p.links.bandwidth, p.links.latency_s
+        # after[k]: the stages after cut k seen from the stage ending there, shifted to that
+        # stage's count vector n: [K, T] by its slot (sender: [K, C] by the next one's class,
+        # unshifted, the link added at the sender)
         if sender:
-            self.by_class = np.full((S, K, C), INF)
-            self.by_class_slot = np.full((S, K, C), -1, dtype=np.int16)
+            after = np.full((S, K, C), INF)
+            after_slot = np.full((S, K, C), -1, dtype=np.int16)
+            after[S - 1, 0] = 0.0
         else:
-            self.best = np.full((S, K, T), INF)
-            self.best_slot = np.full((S, K, T), -1, dtype=np.int16)
-            self.first, self.first_slot = self.best, self.best_slot
-        self.sender = sender
-        self.separate_first = False
+            after = np.full((S, K, T), INF)
+            after_slot = np.full((S, K, T), -1, dtype=np.int16)
+            end = np.full((K, T), INF)
+            end[0] = 0.0
+            after[S - 1] = self._shifted(end)
+            first = after if p.comm == "none" else after.copy()
+            first_slot = after_slot if p.comm == "none" else after_slot.copy()
+        alive = np.zeros(S, dtype=bool)
+        alive[S - 1] = True
+        arg_k = np.full((S, K, T), -1, dtype=np.int32)
+        arg_t = np.full((S, K, T), -1, dtype=np.int16)
+        final = None
+        for j in range(S - 2, -1, -1):
+            ns = np.flatnonzero(win[j])
+            ks = self.follow[j]
+            ks = ks[alive[ks]]
+            if ns.size == 0 or ks.size == 0:
+                continue
+            par = cuts.parameter_bytes[ks] - cuts.parameter_bytes[j]                 # [Q]
+            own = ((self.pre_c[ks][:, sc] - self.pre_c[j][sc] + self.ar_coef * par[:, None]
+                    + self.ar_const) / sr)                                          # [Q, T]
+            ok = own <= tol
+            q_ok = ok.any(axis=1)
+            ts = np.flatnonzero(ok.any(axis=0))
+            if ts.size == 0:
+                continue
+            ks, par, own, ok = ks[q_ok], par[q_ok], own[q_ok][:, ts], ok[q_ok][:, ts]
+            own = np.where(ok, own, INF)
+            sh = self.safe_shift[ts][:, ns].T                                        # [W, Tt]
+            valid = self.valid_shift[ts][:, ns].T
+            if sender:
+                xs = (2.0 * (cuts.out_bytes[ks][:, None, None] / bw[sc[ts]][None]
+                             + lat[sc[ts]][None]) / sr[ts][None, :, None])           # [Q, Tt, C]
+                xs[ks == S - 1] = 0.0
+                Hs = np.where(valid[None, ..., None], after[ks][:, sh], INF)         # [Q, W, Tt, C]
+                val = np.maximum(own[:, None, :, None] + xs[:, None], Hs)
+                cb = np.argmin(val, axis=3)
+                cand = np.take_along_axis(val, cb[..., None], axis=3)[..., 0]        # [Q, W, Tt]
+            else:
+                src = first if j == 0 else after
+                cand = np.maximum(own[:, None, :], src[ks[:, None, None], ns[None, :, None],
+                                                       ts[None, None, :]])
+            if self.check_mem:
+                cand = self._memory(cand, j, ks, par, ns, ts)
+            q = np.argmin(cand, axis=0)                                              # [W, Tt]
+            Fj = np.take_along_axis(cand, q[None], axis=0)[0]
+            Fj[Fj > tol] = INF
+            if not np.isfinite(Fj).any():
+                continue
+            alive[j] = True
+            kk = ks[q]
+            rows, cols = ns[:, None], ts[None, :]
+            arg_k[j, rows, cols] = kk
+            if sender:
+                cbq = np.take_along_axis(cb, q[None], axis=0)[0]
+                arg_t[j, rows, cols] = after_slot[kk, sh, cbq]
+            else:
+                arg_t[j, rows, cols] = (first_slot if j == 0 else after_slot)[kk, rows, cols]
+            full = np.full((K, T), INF)
+            full[rows, cols] = Fj
+            if j == 0:
+                final = full
+            elif sender:
+                after[j], after_slot[j] = self._by_class(full, ns)
+            else:
+                self._put_after(j, full, ns, ts, after, after_slot, first, first_slot)
+        if final is None:
+            return None
+        n_idx = np.array([K - 1]) if p.use_all_devices else np.arange(K)
+        sub = final[n_idx]
+        if not np.isfinite(sub).any():
+            return None
+        n0, t0 = np.unravel_index(int(np.argmin(sub)), sub.shape)
+        n0 = int(n_idx[n0])
+        plan, j, n, t = [], 0, n0, int(t0)
+        while True:
+            k = int(arg_k[j, n, t])
+            plan.append((j, k, t))
+            if k == S - 1:
+                break
+            t_next = int(arg_t[j, n, t])
+            n = int(self.shift[t, n])
+            j, t = k, t_next
+        result = evaluate_stages(p, plan, total_devices=int(self.tot[n0]))
+        if not math.isclose(result.bottleneck_s, float(sub.min()), rel_tol=1e-9, abs_tol=1e-15):
+            raise AssertionError(f"planner: the plan scores {result.bottleneck_s}, the dynamic "
+                                 f"program claimed {float(sub.min())}")
+        return result
 
-    def put(self, k, after: _After, safe_shift, valid_shift):
-        if self.sender:
-            self.by_class[k], self.by_class_slot[k] = after.by_class, after.by_class_slot
+    def _memory(self, cand, j, ks, par, ns, ts):
+        """Stages that do not fit their devices' memory get INF; the full [Q, W, Tt] test only
+        when the most minibatches in flight would not fit."""
+        p = self.problem
+        act = p.cuts.activation_bytes[ks] - p.cuts.activation_bytes[j]
+        infl = self.inflight[ns][:, ts]                                              # [W, Tt]
+        lim = self.mem_lim[ts]
+        hi = infl.max(axis=0)
+        if not (par[:, None] * (hi if p.stash_weights else 1.0) + act[:, None] * hi > lim).any():
+            return cand
+        wmul = infl if p.stash_weights else 1.0
+        need = par[:, None, None] * wmul + act[:, None, None] * infl[None]
+        return np.where(need <= lim[None, None, :], cand, INF)
+
+    def _shifted(self, H):
+        """[K, T]: ``H[n - devices of t, t]`` (INF where n has too few)."""
+        tt = np.arange(self.T)[None, :]
+        return np.where(self.valid_shift.T, H[self.safe_shift.T, tt], INF)
+
+    def _by_class(self, Fk, ns):
+        """sender: the best next stage per class, [K, C] and its slot."""
+        Hc = np.full((self.K, self.C), INF)
+        slot = np.full((self.K, self.C), -1, dtype=np.int16)
+        for c in range(self.C):
+            ts = np.flatnonzero(self.sc == c)
+            a = np.argmin(Fk[ns][:, ts], axis=1)
+            Hc[ns, c] = Fk[ns, ts[a]]
+            slot[ns, c] = ts[a]
+        return Hc, slot
+
+    def _put_after(self, k, Fk, ns, ts, after, after_slot, first, first_slot):
+        """none/overlap: the best next stage seen from each slot of the stage ending at k,
+        written at the count vectors ``m + devices of that slot`` for the ``m`` in ``ns``."""
+        p, T = self.problem, self.T
+        dest = self.grow[:, ns].T                                                    # [W, T]
+        ok = dest >= 0
+        d_rows, d_cols = dest[ok], np.broadcast_to(np.arange(T), dest.shape)[ok]
+        F = Fk[ns][:, ts]                                                            # [W, Tt]
+        if p.comm == "none":
+            a = np.argmin(F, axis=1)
+            H = np.repeat(F[np.arange(len(ns)), a][:, None], T, axis=1)
+            after[k, d_rows, d_cols] = H[ok]
+            after_slot[k, d_rows, d_cols] = np.repeat(ts[a][:, None], T, axis=1)[ok]
             return
-        T = safe_shift.shape[0]
-        tt = np.arange(T)[None, :]
-        idx = safe_shift.T
-        if after.first is not after.best and not self.separate_first:
-            self.first, self.first_slot = self.best.copy(), self.best_slot.copy()
-            self.separate_first = True
-        self.best[k] = np.where(valid_shift.T, after.best[idx, tt], INF)
-        self.best_slot[k] = after.best_slot[idx, tt]
-        if self.separate_first:
-            self.first[k] = np.where(valid_shift.T, after.first[idx, tt], INF)
-            self.first_slot[k] = after.first_slot[idx, tt]
-
-
-def _after(problem, k, Fk, sc, sr, K, S) -> _After:
-    T, C = len(sc), len(problem.classes)
-    if k == S - 1:   # nothing after the whole graph: only n = 0, no link terms
-        H = np.full((K, T), INF)
-        H[0] = 0.0
-        none = np.full((K, T), -1, dtype=np.int16)
-        Hc = np.full((K, C), INF)
-        Hc[0] = 0.0
-        return _After(H, none, H, none, Hc, np.full((K, C), -1, dtype=np.int16))
-    rows = np.arange(K)
-    if problem.comm == "sender":
-        Hc = np.full((K, C), INF)
-        slot = np.full((K, C), -1, dtype=np.int16)
-        for c in range(C):
-            ts = np.flatnonzero(sc == c)
-            a = np.argmin(Fk[:, ts], axis=1)
-            Hc[:, c] = Fk[rows, ts[a]]
-            slot[:, c] = ts[a]
-        return _After(by_class=Hc, by_class_slot=slot)
-    if problem.comm == "none":
-        a = np.argmin(Fk, axis=1)
-        H = np.repeat(Fk[rows, a][:, None], T, axis=1)
-        arg = np.repeat(a[:, None].astype(np.int16), T, axis=1)
-        return _After(H, arg, H, arg)
-    # overlap: boundary k costs X(c_a, c_b) / r_b at the receiver, / r_a at the sender
-    cuts, bw, lat = problem.cuts, problem.links.bandwidth, problem.links.latency_s
-    X = 2.0 * (cuts.out_bytes[k] / bw[np.ix_(sc, sc)] + lat[np.ix_(sc, sc)])   # [T_a, T_b]
-    recv = X / sr[None, :]
-    out = []
-    for term in (np.maximum(recv, X / sr[:, None]), recv):
-        val = np.maximum(Fk[:, None, :], term[None])                            # [K, T_a, T_b]
-        a = np.argmin(val, axis=2)
-        out.append((np.take_along_axis(val, a[..., None], axis=2)[..., 0], a.astype(np.int16)))
-    (H, Ha), (H1, H1a) = out
-    return _After(H, Ha, H1, H1a)
+        # overlap: boundary k costs X(c_a, c_b) / r_b at the receiver, / r_a at the sender
+        # (not for the first stage)
+        cuts, bw, lat, sc, sr = p.cuts, p.links.bandwidth, p.links.latency_s, self.sc, self.sr
+        X = 2.0 * (cuts.out_bytes[k] / bw[np.ix_(sc, sc[ts])] + lat[np.ix_(sc, sc[ts])])  # [T, Tt]
+        recv = X / sr[None, ts]
+        for term, dst, dst_slot in ((np.maximum(recv, X / sr[:, None]), after, after_slot),
+                                    (recv, first, first_slot)):
+            val = np.maximum(F[:, None, :], term[None])                              # [W, T, Tt]
+            a = np.argmin(val, axis=2)
+            dst[k, d_rows, d_cols] = np.take_along_axis(val, a[..., None], axis=2)[..., 0][ok]
+            dst_slot[k, d_rows, d_cols] = ts[a][ok]
 
 
 def _why_infeasible(problem: StageProblem) -> str:
