@@ -7,3 +7,10 @@ a bug in gnnweave and keeps its traceback.
 
 class GnnweaveError(Exception):
     """A problem the user can fix; the message names the option, file, field or tool."""
+
+
+class InputError(GnnweaveError, ValueError):
+    """A bad value given by the user (an option, a configuration field, a file's contents).
+
+    Also a :class:`ValueError`, so callers that catch that keep working.
+    """
