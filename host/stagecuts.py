@@ -126,30 +126,43 @@ def _bits(mask: int):
         mask ^= low
 
 
-def _space(graph: LayerGraph, keep, kind, cuts: list[int], out_bytes: list[float],
-           follow) -> CutSpace:
+def _to_bool(masks: list[int], n: int) -> np.ndarray:
+    """Python-int bitsets as a [len(masks), n] bool matrix (bit i = column i)."""
+    nb = max(1, (n + 7) // 8)
+    buf = np.frombuffer(b"".join(m.to_bytes(nb, "little") for m in masks), dtype=np.uint8)
+    bits = np.unpackbits(buf.reshape(len(masks), nb), axis=1, bitorder="little")
+    return bits[:, :n].astype(bool)
+
+
+def _to_int(row: np.ndarray) -> int:
+    return int.from_bytes(np.packbits(row, bitorder="little").tobytes(), "little")
+
+
+def _nested(members: np.ndarray) -> np.ndarray:
+    """[S, S] bool: row k a strict subset of row j (rows sorted by size)."""
+    m = members.astype(np.float32)
+    size = members.sum(axis=1)
+    return ((m @ m.T) == size[:, None]) & (size[:, None] < size[None, :])
+
+
+def _space(graph: LayerGraph, keep, kind, cuts: list[int], out_bytes, follow) -> CutSpace:
+    """``follow``: [len(cuts)]^2 bool in the order of ``cuts``, ``"nested"`` (every strict
+    subset) or ``"chain"`` (cuts already in chain order)."""
     nodes = [graph.nodes[n] for n in keep]
     comp = np.array([x.forward_ms + x.backward_ms for x in nodes], dtype=np.float64)
     par = np.array([x.parameter_bytes for x in nodes], dtype=np.float64)
     act = np.array([x.activation_bytes for x in nodes], dtype=np.float64)
-    order = sorted(range(len(cuts)), key=lambda i: (bin(cuts[i]).count("1"), i))
-    cuts = [cuts[i] for i in order]
-    out_b = np.array([out_bytes[i] for i in order], dtype=np.float64)
     N, S = len(keep), len(cuts)
-    members = np.zeros((S, N), dtype=bool)
-    for s, c in enumerate(cuts):
-        members[s, list(_bits(c))] = True
-    rank = {old: new for new, old in enumerate(order)}
-    may = np.zeros((S, S), dtype=bool)
-    if follow is None:     # every strict subset
-        m = members.astype(np.float32)
-        inter = m @ m.T
-        size = members.sum(axis=1)
-        may = (inter == size[:, None]) & (size[:, None] < size[None, :])
+    members = _to_bool(cuts, N)
+    order = np.lexsort((np.arange(S), members.sum(axis=1)))
+    members = members[order]
+    out_b = np.asarray(out_bytes, dtype=np.float64)[order]
+    if isinstance(follow, str) and follow == "chain":
+        may = np.triu(np.ones((S, S), dtype=bool), 1)
+    elif isinstance(follow, str):
+        may = _nested(members)
     else:
-        for a, bs in follow.items():
-            for b in bs:
-                may[rank[a], rank[b]] = True
+        may = np.asarray(follow, dtype=bool)[np.ix_(order, order)]
     names = [f"{n}:{graph.nodes[n].description.split('(')[0]}" for n in keep]
     mf = members.astype(np.float64)
     return CutSpace(graph.name, kind, names, members, mf @ comp, mf @ par, mf @ act, out_b,
@@ -166,81 +179,92 @@ def pipedream_cuts(graph: LayerGraph, limit: int = 50000) -> CutSpace:
     act = [graph.nodes[n].activation_bytes for n in keep]
     full = (1 << len(keep)) - 1
 
-    out_mask = [sum(1 << o for o in out[p]) for p in range(len(keep))]
     # augment(A) = A + the union over a in A of extra(a): the predecessors of a with an edge
     # leaving a's predecessors (a itself excepted); extra(a) depends on a alone
-    extra = []
-    for a in range(len(keep)):
-        inside = anc[a] | (1 << a)
-        extra.append(sum(1 << p for p in _bits(anc[a]) if out_mask[p] & ~inside))
+    N = len(keep)
+    ancestors = _to_bool(anc, N)                                  # [a, p]: p before a
+    inside = ancestors | np.eye(N, dtype=bool)
+    adj = _adjacency(out)                                         # [p, y]: edge p -> y
+    leaving = (np.asarray(adj.sum(axis=1)).ravel()[None, :]
+               - (adj @ inside.T.astype(np.float32)).T)           # [a, p]
+    extra = [_to_int(row) for row in ancestors & (leaving > 0.5)]
 
-    def augment(antichain: frozenset) -> frozenset:
-        mask = 0
-        for a in antichain:
-            mask |= extra[a] | (1 << a)
-        return frozenset(_bits(mask))
-
-    def deaugment(nodes: set) -> frozenset:
-        mask = 0
-        for u in nodes:
-            mask |= 1 << u
-        return frozenset(u for u in nodes if not desc[u] & mask)
-
-    def downset(antichain) -> int:
-        mask = 0
-        for a in antichain:
-            mask |= anc[a] | (1 << a)
+    # states are antichains as bitsets; a state's transitions are memoised by its id
+    def augment(antichain: int) -> int:
+        mask = antichain
+        for a in _bits(antichain):
+            mask |= extra[a]
         return mask
 
-    sources = [i for i in range(len(keep)) if not inn[i]]
-    start = frozenset([sources[0]])
+    def deaugment(nodes: int) -> int:
+        return sum(1 << u for u in _bits(nodes) if not desc[u] & nodes)
+
+    def downset(antichain: int) -> int:
+        mask = antichain
+        for a in _bits(antichain):
+            mask |= anc[a]
+        return mask
+
+    sources = [i for i in range(N) if not inn[i]]
+    start = 1 << sources[0]
     ids = {start: 0}
-    augmented = [augment(start)]
-    edges: dict[int, set[int]] = {}
+    states, augmented = [start], [augment(start)]
+    edges: list[set[int]] = []
     queue = deque([start])
     while queue:
         a = queue.popleft()
-        ia = ids[a]
-        edges[ia] = set()
-        aug = augmented[ia]
-        aug_mask = 0
-        for u in aug:
-            aug_mask |= 1 << u
-        for x in aug:
+        aug = augmented[ids[a]]
+        nexts = set()
+        for x in _bits(aug):
+            rest = aug & ~(1 << x)
             for y in out[x]:
-                if y in a or desc[y] & aug_mask:
+                if (a >> y) & 1 or desc[y] & aug:
                     continue
-                nxt = deaugment((set(aug) - {x}) | {y})
+                nxt = deaugment(rest | (1 << y))
                 if nxt not in ids:
                     if len(ids) >= limit:
                         raise CutLimitError(f"{graph.name}: PipeDream's antichain DAG has more "
                                             f"than {limit} states")
-                    ids[nxt] = len(augmented)
+                    ids[nxt] = len(states)
+                    states.append(nxt)
                     augmented.append(augment(nxt))
                     queue.append(nxt)
-                edges[ia].add(ids[nxt])
-    states = sorted(ids, key=ids.get)
+                nexts.add(ids[nxt])
+        edges.append(nexts)
     masks = [downset(a) for a in states]
     if full not in masks:
         raise ProfileError(f"{graph.name}: the antichain DAG does not reach the whole graph "
                            f"(several sources?)")
-    # transitive successors in the antichain DAG, plus the empty cut before every state
-    reach: dict[int, int] = {}
-    topo = sorted(range(len(states)), key=lambda i: -bin(masks[i]).count("1"))
-    for i in topo:
+    # transitive successors in the antichain DAG (bit j + 1 for state j: row 0 is the empty
+    # cut, which every state may follow)
+    sizes = [m.bit_count() for m in masks]
+    reach = [0] * len(states)
+    for i in sorted(range(len(states)), key=lambda i: -sizes[i]):
         r = 0
-        for j in edges.get(i, ()):
+        for j in edges[i]:
             r |= reach[j] | (1 << (j + 1))
         reach[i] = r
-    follow = {0: set(range(1, len(states) + 1))}
-    for i in range(len(states)):
-        follow[i + 1] = set(_bits(reach[i]))
-    out_bytes = [0.0] + [sum(act[u] for u in augmented[i]) for i in range(len(states))]
+    S = len(states) + 1
+    follow = _to_bool([((1 << S) - 1) ^ 1] + reach, S)
+    out_bytes = [0.0] + [sum(act[u] for u in _bits(aug)) for aug in augmented]
     return _space(graph, keep, "pipedream", [0] + masks, out_bytes, follow)
 
 
-def _frontier_bytes(mask: int, out, act) -> float:
-    return sum(act[u] for u in _bits(mask) if any(not (mask >> s) & 1 for s in out[u]))
+def _adjacency(out):
+    """Sparse [N, N] float32: 1 for each edge u -> v."""
+    from scipy.sparse import csr_matrix
+
+    rows = [u for u, vs in enumerate(out) for _ in vs]
+    cols = [v for vs in out for v in vs]
+    return csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)),
+                      shape=(len(out), len(out)))
+
+
+def _frontier_bytes(cuts: list[int], out, act) -> np.ndarray:
+    """Bytes leaving each cut: the activations of its layers with a consumer outside it."""
+    members = _to_bool(cuts, len(out))
+    outside = (_adjacency(out) @ (~members).T.astype(np.float32)).T   # [S, u]: consumers outside
+    return (members & (outside > 0.5)).astype(np.float64) @ np.asarray(act, dtype=np.float64)
 
 
 def all_cuts(graph: LayerGraph, limit: int = 20000) -> CutSpace:
@@ -262,8 +286,8 @@ def all_cuts(graph: LayerGraph, limit: int = 20000) -> CutSpace:
                         raise CutLimitError(f"{graph.name}: more than {limit} downsets; use "
                                             f"PipeDream's antichain cuts (cuts='pipedream')")
                     queue.append(nm)
-    cuts = sorted(seen, key=lambda c: (bin(c).count("1"), c))
-    return _space(graph, keep, "all", cuts, [_frontier_bytes(c, out, act) for c in cuts], None)
+    cuts = sorted(seen, key=lambda c: (c.bit_count(), c))
+    return _space(graph, keep, "all", cuts, _frontier_bytes(cuts, out, act), "nested")
 
 
 def chain_cuts(graph: LayerGraph) -> CutSpace:
@@ -279,7 +303,17 @@ def chain_cuts(graph: LayerGraph) -> CutSpace:
     for u in order:
         mask |= 1 << u
         cuts.append(mask)
-    return _space(graph, keep, "chain", cuts, [_frontier_bytes(c, out, act) for c in cuts], None)
+    # a layer's activation crosses the prefixes from its own to its last consumer's
+    pos = np.empty(len(keep), dtype=np.int64)
+    pos[order] = np.arange(len(order))
+    cross = np.zeros(len(cuts) + 1)
+    for u, vs in enumerate(out):
+        if vs:
+            last = max(pos[v] for v in vs)
+            if last > pos[u]:
+                cross[pos[u] + 1] += act[u]
+                cross[last + 1] -= act[u]
+    return _space(graph, keep, "chain", cuts, np.cumsum(cross)[:len(cuts)], "chain")
 
 
 def union_cuts(*spaces: CutSpace) -> CutSpace:
@@ -297,9 +331,7 @@ def union_cuts(*spaces: CutSpace) -> CutSpace:
                 rows[key] = (sp.members[s], float(sp.out_bytes[s]))
     items = sorted(rows.values(), key=lambda t: int(t[0].sum()))
     members = np.array([m for m, _ in items])
-    m = members.astype(np.float32)
-    size = members.sum(axis=1)
-    may = ((m @ m.T) == size[:, None]) & (size[:, None] < size[None, :])
+    may = _nested(members)
     mf = members.astype(np.float64)
     return CutSpace(first.name, "+".join(sp.kind for sp in spaces), first.layers, members,
                     mf @ first.layer_compute_ms, mf @ first.layer_parameter_bytes,

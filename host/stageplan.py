@@ -304,21 +304,20 @@ def plan_stages(problem: StageProblem, *, prune: bool = True) -> StagePlan:
     dp = _Program(problem)
     if not prune:
         return dp.solve(INF) or dp.infeasible()
-    bound = dp.lower_bound() * (1.0 + FIRST_SLACK)
-    ceiling = dp.upper_bound()
+    bound = dp.first_bound()
+    growth = FIRST_SLACK
     while True:
-        if not (0.0 < bound < ceiling):
-            bound = INF
         plan = dp.solve(bound)
         if plan is not None:
             return plan
         if bound == INF:
             return dp.infeasible()
-        bound *= BOUND_GROWTH
+        bound = bound * (1.0 + growth) if bound * (1.0 + growth) < dp.upper_bound() else INF
+        growth *= 2.0
 
 
-FIRST_SLACK = 0.02     # first bound: the lower bound + 2 %
-BOUND_GROWTH = 1.25    # each failed bound: 25 % more (the last, successful run dominates)
+FIRST_SLACK = 0.01     # bounds grow by 1 %, 2 %, 4 % ... of the last until a plan is found
+RELAXED_PRECISION = 0.005   # the relaxation's smallest bound is bracketed to 0.5 %
 
 
 class _Program:
@@ -359,6 +358,7 @@ class _Program:
         self.ar_const = np.where(r > 1, 2.0 * (r - 1) * lat[self.sc, self.sc], 0.0)
         self.follow = [np.flatnonzero(cuts.may_follow[j]) for j in range(self.S)]
         self._capacity()
+        self._pairs()
 
     def _capacity(self):
         """Work ``u_l`` (seconds on the slowest class) and each class's speed-up ``s_c`` on it
@@ -370,11 +370,9 @@ class _Program:
             ratio = np.where(u[:, None] > 0, u[:, None] / comp, 0.0)
         speedup = ratio.max(axis=0) if ratio.size else np.zeros(self.C)
         self.windowed = bool(np.isfinite(speedup).all() and u.sum() > 0)
-        prefix = self.problem.cuts.members.astype(np.float64) @ u
-        self.work_done = prefix                       # [S]
-        self.work_left = prefix[-1] - prefix          # [S]
-        self.work_total = float(prefix[-1])
-        self.cap = self.vec @ np.where(np.isfinite(speedup), speedup, 0.0)      # [K]
+        self.work_total = float(u.sum())
+        self.speedup = np.where(np.isfinite(speedup), speedup, 0.0)
+        self.cap = self.vec @ self.speedup                                          # [K]
         self.cap_all = float(self.cap[-1])
 
     def lower_bound(self) -> float:
@@ -397,101 +395,185 @@ class _Program:
         link = 2.0 * (p.cuts.out_bytes.max() / bw_min + lat_max)
         return float(stage + link) * 2.0
 
-    def window(self, bound: float) -> np.ndarray:
-        """[S, K]: count vectors the stages after each cut may use under ``bound``."""
+    def _pairs(self):
+        """Every (cut, later cut) pair with its stage's time on each slot, rounded down to
+        float32 for the relaxation (which may only err towards keeping a pair); a stage
+        that does not fit one minibatch on a slot's device is out."""
+        cuts = self.problem.cuts
+        pj, pk = np.nonzero(cuts.may_follow)
+        self.pair_j, self.pair_k = pj, pk
+        self.row_start = np.searchsorted(pj, np.arange(self.S + 1))
+        self.by_col = np.argsort(pk, kind="stable")
+        self.col_start = np.searchsorted(pk[self.by_col], np.arange(self.S + 1))
+        own32 = np.empty((pj.size, self.T), dtype=np.float32)
+        for a in range(0, pj.size, 1 << 16):
+            j, k = pj[a:a + (1 << 16)], pk[a:a + (1 << 16)]
+            par = cuts.parameter_bytes[k] - cuts.parameter_bytes[j]
+            act = cuts.activation_bytes[k] - cuts.activation_bytes[j]
+            own = ((self.pre_c[k][:, self.sc] - self.pre_c[j][:, self.sc]
+                    + self.ar_coef * par[:, None] + self.ar_const) / self.sr)
+            own[par[:, None] + act[:, None] > self.mem_lim[None, :]] = INF
+            low = own.astype(np.float32)
+            over = low > own
+            low[over] = np.nextafter(low[over], np.float32(-INF))
+            own32[a:a + (1 << 16)] = low
+        self.pair_own32 = own32
+        self.slot_cap = self.sr * self.speedup[self.sc]                              # [T]
+
+    def relaxed(self, bound: float, before: bool = True):
+        """Capacity (sum of r s_c over the stages) that the cuts after / before each cut need
+        under ``bound`` when device counts are ignored: ``[S]`` each (INF: none suffices).
+        A plan of bottleneck ``<= bound`` whose stages after cut ``j`` use ``n`` has
+        ``need_after[j] <= cap(n)`` and ``need_before[j] <= cap(N) - cap(n)``."""
+        tol = np.float32(bound * (1.0 + 1e-9)) if bound < 3e38 else np.float32(INF)
+        need = np.where(self.pair_own32 <= tol, self.slot_cap[None, :], INF).min(axis=1)
+        pk, pj, rs = self.pair_k, self.pair_j, self.row_start
+        after = np.full(self.S, INF)
+        after[-1] = 0.0
+        for j in range(self.S - 2, -1, -1):
+            if rs[j + 1] > rs[j]:
+                after[j] = (need[rs[j]:rs[j + 1]] + after[pk[rs[j]:rs[j + 1]]]).min()
+        if not before:
+            return after, None
+        ahead = np.full(self.S, INF)
+        ahead[0] = 0.0
+        bc, cs = self.by_col, self.col_start
+        for k in range(1, self.S):
+            idx = bc[cs[k]:cs[k + 1]]
+            if idx.size:
+                ahead[k] = (need[idx] + ahead[pj[idx]]).min()
+        return after, ahead
+
+    def relaxed_ok(self, bound: float) -> bool:
+        return bool(self.relaxed(bound, before=False)[0][0] <= self.cap_all * (1 + 1e-9))
+
+    def first_bound(self) -> float:
+        """The smallest bound the relaxation accepts (to :data:`RELAXED_PRECISION`): no plan
+        has a smaller bottleneck than the last bound it refused."""
+        lo = self.lower_bound()
+        if not (self.windowed and lo > 0):
+            return INF
+        hi, step = lo, FIRST_SLACK
+        ceiling = self.upper_bound()
+        while not self.relaxed_ok(hi):
+            lo, hi = hi, hi * (1.0 + step)
+            step *= 2.0
+            if hi >= ceiling:
+                return INF
+        while hi > lo * (1.0 + RELAXED_PRECISION):
+            mid = math.sqrt(lo * hi)
+            lo, hi = (lo, mid) if self.relaxed_ok(mid) else (mid, hi)
+        return hi
+
+    def window(self, bound: float):
+        """[S, K]: count vectors the stages after each cut may use under ``bound``, and the
+        relaxation's needs (None without a bound)."""
         if bound == INF or not self.windowed:
-            return np.ones((self.S, self.K), dtype=bool)
-        slack = 1e-9 * self.work_total
-        room = self.cap[None, :] * bound
-        return ((room >= self.work_left[:, None] - slack)
-                & ((self.cap_all - self.cap[None, :]) * bound >= self.work_done[:, None] - slack))
+            return np.ones((self.S, self.K), dtype=bool), None
+        after, ahead = self.relaxed(bound)
+        eps = 1e-9 * self.cap_all
+        win = ((self.cap[None, :] >= after[:, None] - eps)
+               & (self.cap_all - self.cap[None, :] >= ahead[:, None] - eps))
+        return win, (after, ahead)
 
     def infeasible(self):
         raise InfeasibleStagesError(_why_infeasible(self.problem))
 
     def solve(self, bound: float) -> StagePlan | None:
-        """The best plan of bottleneck ``<= bound`` (None when there is none)."""
+        """The best plan of bottleneck ``<= bound`` (None when there is none).
+
+        Sparse over the cuts in decreasing order: for cut ``j``, the (next cut ``k``, slot
+        ``t``) pairs whose stage fits the bound, joined with the count vectors ``m`` still
+        open after ``k``, give the candidates of ``F[j, m + devices of t, t]``; the best per
+        state is a scatter-minimum. ``after[k, m, t_a]``: the best of the stages after cut
+        ``k`` using ``m`` devices, seen from the stage ending at ``k`` on slot ``t_a`` (link
+        terms of the boundary included; ``comm="sender"``: by the next stage's class, the
+        link added at the sender)."""
         p, cuts = self.problem, self.problem.cuts
-        S, K, T, C = self.S, self.K, self.T, self.C
-        sc, sr = self.sc, self.sr
+        S, K, T = self.S, self.K, self.T
         tol = bound * (1.0 + 1e-9)
-        win = self.window(bound)
+        win, needs = self.window(bound)
+        room = self.cap_all * (1 + 1e-9) + 1e-12
         sender = p.comm == "sender"
-        bw, lat = p.links.bandwidth, p.links.latency_s
-        # after[k]: the stages after cut k seen from the stage ending there, shifted to that
-        # stage's count vector n: [K, T] by its slot (sender: [K, C] by the next one's class,
-        # unshifted, the link added at the sender)
-        if sender:
-            after = np.full((S, K, C), INF)
-            after_slot = np.full((S, K, C), -1, dtype=np.int16)
-            after[S - 1, 0] = 0.0
-        else:
-            after = np.full((S, K, T), INF)
-            after_slot = np.full((S, K, T), -1, dtype=np.int16)
-            end = np.full((K, T), INF)
-            end[0] = 0.0
-            after[S - 1] = self._shifted(end)
-            first = after if p.comm == "none" else after.copy()
-            first_slot = after_slot if p.comm == "none" else after_slot.copy()
+        width = self.C if sender else T
+        after = np.full((S, K, width), INF)
+        after_slot = np.full((S, K, width), -1, dtype=np.int16)
+        after[S - 1, 0] = 0.0
+        first, first_slot = ((after, after_slot) if p.comm != "overlap"
+                             else (after.copy(), after_slot.copy()))
+        rows = np.zeros((S, K), dtype=np.int64)     # open count vectors after each cut
+        n_open = np.zeros(S, dtype=np.int64)
+        n_open[S - 1] = 1
         alive = np.zeros(S, dtype=bool)
         alive[S - 1] = True
         arg_k = np.full((S, K, T), -1, dtype=np.int32)
         arg_t = np.full((S, K, T), -1, dtype=np.int16)
         final = None
         for j in range(S - 2, -1, -1):
-            ns = np.flatnonzero(win[j])
             ks = self.follow[j]
             ks = ks[alive[ks]]
-            if ns.size == 0 or ks.size == 0:
+            if ks.size == 0 or not win[j].any():
                 continue
             par = cuts.parameter_bytes[ks] - cuts.parameter_bytes[j]                 # [Q]
-            own = ((self.pre_c[ks][:, sc] - self.pre_c[j][sc] + self.ar_coef * par[:, None]
-                    + self.ar_const) / sr)                                          # [Q, T]
-            ok = own <= tol
-            q_ok = ok.any(axis=1)
-            ts = np.flatnonzero(ok.any(axis=0))
-            if ts.size == 0:
+            own = ((self.pre_c[ks][:, self.sc] - self.pre_c[j][self.sc]
+                    + self.ar_coef * par[:, None] + self.ar_const) / self.sr)       # [Q, T]
+            fits = own <= tol
+            if needs is not None:   # the cuts before j, this stage and those after k
+                fits &= (needs[1][j] + self.slot_cap[None, :] + needs[0][ks][:, None]) <= room
+            qi, tq = np.nonzero(fits)                                                # P pairs
+            if qi.size == 0:
                 continue
-            ks, par, own, ok = ks[q_ok], par[q_ok], own[q_ok][:, ts], ok[q_ok][:, ts]
-            own = np.where(ok, own, INF)
-            sh = self.safe_shift[ts][:, ns].T                                        # [W, Tt]
-            valid = self.valid_shift[ts][:, ns].T
+            # each pair joined with the open count vectors after its cut (ragged)
+            cnt = n_open[ks[qi]]
+            pi = np.repeat(np.arange(qi.size), cnt)
+            if pi.size == 0:
+                continue
+            offs = np.arange(pi.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+            kk, tt = ks[qi[pi]], tq[pi]
+            mm = rows[kk, offs]
+            nn = self.grow[tt, mm]
+            ok = nn >= 0
+            ok &= win[j][np.maximum(nn, 0)]
+            if not ok.any():
+                continue
+            kk, tt, mm, nn, pi = kk[ok], tt[ok], mm[ok], nn[ok], pi[ok]
+            stage = own[qi[pi], tt]
+            src, src_slot = (first, first_slot) if j == 0 else (after, after_slot)
             if sender:
-                xs = (2.0 * (cuts.out_bytes[ks][:, None, None] / bw[sc[ts]][None]
-                             + lat[sc[ts]][None]) / sr[ts][None, :, None])           # [Q, Tt, C]
-                xs[ks == S - 1] = 0.0
-                Hs = np.where(valid[None, ..., None], after[ks][:, sh], INF)         # [Q, W, Tt, C]
-                val = np.maximum(own[:, None, :, None] + xs[:, None], Hs)
-                cb = np.argmin(val, axis=3)
-                cand = np.take_along_axis(val, cb[..., None], axis=3)[..., 0]        # [Q, W, Tt]
+                x = (2.0 * (cuts.out_bytes[kk][:, None] / p.links.bandwidth[self.sc[tt]]
+                            + p.links.latency_s[self.sc[tt]]) / self.sr[tt][:, None])  # [E, C]
+                x[kk == S - 1] = 0.0
+                both = np.maximum(stage[:, None] + x, src[kk, mm])
+                cb = np.argmin(both, axis=1)
+                val = both[np.arange(cb.size), cb]
+                nxt = src_slot[kk, mm, cb]
             else:
-                src = first if j == 0 else after
-                cand = np.maximum(own[:, None, :], src[ks[:, None, None], ns[None, :, None],
-                                                       ts[None, None, :]])
+                val = np.maximum(stage, src[kk, mm, tt])
+                nxt = src_slot[kk, mm, tt]
+            keep = val <= tol
             if self.check_mem:
-                cand = self._memory(cand, j, ks, par, ns, ts)
-            q = np.argmin(cand, axis=0)                                              # [W, Tt]
-            Fj = np.take_along_axis(cand, q[None], axis=0)[0]
-            Fj[Fj > tol] = INF
-            if not np.isfinite(Fj).any():
+                keep &= self._fits(j, kk, tt, nn)
+            if not keep.any():
                 continue
+            kk, tt, nn, val, nxt = kk[keep], tt[keep], nn[keep], val[keep], nxt[keep]
+            key = nn * T + tt
+            best = np.full(K * T, INF)
+            np.minimum.at(best, key, val)
+            win_ = val == best[key]
+            arg_k[j].reshape(-1)[key[win_]] = kk[win_]
+            arg_t[j].reshape(-1)[key[win_]] = nxt[win_]
+            Fj = best.reshape(K, T)
             alive[j] = True
-            kk = ks[q]
-            rows, cols = ns[:, None], ts[None, :]
-            arg_k[j, rows, cols] = kk
-            if sender:
-                cbq = np.take_along_axis(cb, q[None], axis=0)[0]
-                arg_t[j, rows, cols] = after_slot[kk, sh, cbq]
-            else:
-                arg_t[j, rows, cols] = (first_slot if j == 0 else after_slot)[kk, rows, cols]
-            full = np.full((K, T), INF)
-            full[rows, cols] = Fj
             if j == 0:
-                final = full
-            elif sender:
-                after[j], after_slot[j] = self._by_class(full, ns)
+                final = Fj
+                continue
+            open_ = np.flatnonzero(np.isfinite(Fj).any(axis=1))
+            rows[j, :open_.size] = open_
+            n_open[j] = open_.size
+            if sender:
+                self._by_class(j, Fj, open_, after, after_slot)
             else:
-                self._put_after(j, full, ns, ts, after, after_slot, first, first_slot)
+                self._put_after(j, Fj, open_, after, after_slot, first, first_slot)
         if final is None:
             return None
         n_idx = np.array([K - 1]) if p.use_all_devices else np.arange(K)
@@ -515,49 +597,33 @@ class _Program:
                                  f"program claimed {float(sub.min())}")
         return result
 
-    def _memory(self, cand, j, ks, par, ns, ts):
-        """Stages that do not fit their devices' memory get INF; the full [Q, W, Tt] test only
-        when the most minibatches in flight would not fit."""
+    def _fits(self, j, kk, tt, nn):
+        """Whether each candidate stage (cut j to kk on slot tt, count vector nn from it to
+        the end) fits its devices' memory (1F1B: ``nn``'s devices / replicas in flight)."""
         p = self.problem
-        act = p.cuts.activation_bytes[ks] - p.cuts.activation_bytes[j]
-        infl = self.inflight[ns][:, ts]                                              # [W, Tt]
-        lim = self.mem_lim[ts]
-        hi = infl.max(axis=0)
-        if not (par[:, None] * (hi if p.stash_weights else 1.0) + act[:, None] * hi > lim).any():
-            return cand
-        wmul = infl if p.stash_weights else 1.0
-        need = par[:, None, None] * wmul + act[:, None, None] * infl[None]
-        return np.where(need <= lim[None, None, :], cand, INF)
+        par = p.cuts.parameter_bytes[kk] - p.cuts.parameter_bytes[j]
+        act = p.cuts.activation_bytes[kk] - p.cuts.activation_bytes[j]
+        infl = self.inflight[nn, tt]
+        need = par * (infl if p.stash_weights else 1.0) + act * infl
+        return need <= self.mem_lim[tt]
 
-    def _shifted(self, H):
-        """[K, T]: ``H[n - devices of t, t]`` (INF where n has too few)."""
-        tt = np.arange(self.T)[None, :]
-        return np.where(self.valid_shift.T, H[self.safe_shift.T, tt], INF)
-
-    def _by_class(self, Fk, ns):
-        """sender: the best next stage per class, [K, C] and its slot."""
-        Hc = np.full((self.K, self.C), INF)
-        slot = np.full((self.K, self.C), -1, dtype=np.int16)
+    def _by_class(self, k, Fk, open_, after, after_slot):
+        """sender: the best next stage per class for the open count vectors."""
         for c in range(self.C):
             ts = np.flatnonzero(self.sc == c)
-            a = np.argmin(Fk[ns][:, ts], axis=1)
-            Hc[ns, c] = Fk[ns, ts[a]]
-            slot[ns, c] = ts[a]
-        return Hc, slot
+            a = np.argmin(Fk[open_][:, ts], axis=1)
+            after[k, open_, c] = Fk[open_, ts[a]]
+            after_slot[k, open_, c] = ts[a]
 
-    def _put_after(self, k, Fk, ns, ts, after, after_slot, first, first_slot):
-        """none/overlap: the best next stage seen from each slot of the stage ending at k,
-        written at the count vectors ``m + devices of that slot`` for the ``m`` in ``ns``."""
+    def _put_after(self, k, Fk, open_, after, after_slot, first, first_slot):
+        """none/overlap: the best next stage seen from each slot of the stage ending at k."""
         p, T = self.problem, self.T
-        dest = self.grow[:, ns].T                                                    # [W, T]
-        ok = dest >= 0
-        d_rows, d_cols = dest[ok], np.broadcast_to(np.arange(T), dest.shape)[ok]
-        F = Fk[ns][:, ts]                                                            # [W, Tt]
+        ts = np.flatnonzero(np.isfinite(Fk[open_]).any(axis=0))
+        F = Fk[open_][:, ts]                                                         # [W, Tt]
         if p.comm == "none":
             a = np.argmin(F, axis=1)
-            H = np.repeat(F[np.arange(len(ns)), a][:, None], T, axis=1)
-            after[k, d_rows, d_cols] = H[ok]
-            after_slot[k, d_rows, d_cols] = np.repeat(ts[a][:, None], T, axis=1)[ok]
+            after[k, open_] = F[np.arange(open_.size), a][:, None]
+            after_slot[k, open_] = ts[a][:, None]
             return
         # overlap: boundary k costs X(c_a, c_b) / r_b at the receiver, / r_a at the sender
         # (not for the first stage)
@@ -568,8 +634,8 @@ class _Program:
                                     (recv, first, first_slot)):
             val = np.maximum(F[:, None, :], term[None])                              # [W, T, Tt]
             a = np.argmin(val, axis=2)
-            dst[k, d_rows, d_cols] = np.take_along_axis(val, a[..., None], axis=2)[..., 0][ok]
-            dst_slot[k, d_rows, d_cols] = ts[a][ok]
+            dst[k, open_] = np.take_along_axis(val, a[..., None], axis=2)[..., 0]
+            dst_slot[k, open_] = ts[a]
 
 
 def _why_infeasible(problem: StageProblem) -> str:

@@ -280,3 +280,45 @@ def test_simulated_schedule_matches_predicted_stage_times():
             own = [(s.compute_s + s.allreduce_s) / s.replicas
                    + (s.comm_s if comm == "sender" else 0.0) for s in plan.stages]
             assert sim["stage_busy_s"] == pytest.approx(own, rel=1e-9)
+
+
+def test_bounded_program_equals_the_full_one():
+    # the bound only skips states and stages that no plan under it can use: the same optimum
+    # as the full program with mixed classes, tight memory, slow links, every comm model, and
+    # with a compute table that is not the profile divided by a speed
+    rng = np.random.default_rng(5)
+    for case in range(18):
+        g = random_dag(rng, [11, 9, 7][case % 3], 0.35)
+        cuts = all_cuts(g)
+        classes = [DeviceClass("gpu", 3, 1.0), DeviceClass("fpga", 2, 0.3),
+                   DeviceClass("big", 2, 1.7)][: 1 + case % 3]
+        if case % 4 == 3:
+            need = float((cuts.layer_parameter_bytes + cuts.layer_activation_bytes).sum())
+            for c in classes:
+                c.memory_bytes = need * rng.uniform(0.4, 1.0)
+        compute = None
+        if case % 5 == 2:   # per-class times with no common speed ratio
+            compute = rng.uniform(0.0, 3e-3, (len(cuts.layers), len(classes)))
+        links = Links(rng.uniform(0.5, 20, (len(classes),) * 2) * 1e9,
+                      rng.uniform(0, 1e-3, (len(classes),) * 2))
+        p = StageProblem(cuts, classes, links, comm=["none", "overlap", "sender"][case % 3],
+                         replicate=case % 6 != 1, use_all_devices=case % 7 == 3,
+                         stash_weights=case % 2 == 1, compute_s=compute)
+        try:
+            full = plan_stages(p, prune=False).bottleneck_s
+        except InfeasibleStagesError:
+            with pytest.raises(InfeasibleStagesError):
+                plan_stages(p)
+            continue
+        assert math.isclose(plan_stages(p).bottleneck_s, full, rel_tol=1e-12), case
+
+
+@pytest.mark.parametrize("comm", ["none", "overlap", "sender"])
+def test_bounded_program_on_a_profile_with_three_kinds(comm):
+    need_profiles("resnet18")
+    cuts = model_cuts(load_graph("resnet18"))
+    classes = [DeviceClass("gpu", 3, 1.0, 32e9), DeviceClass("fpga", 3, 0.3, 8e9),
+               DeviceClass("v100", 2, 1.6, 16e9)]
+    p = StageProblem(cuts, classes, Links.uniform(3, 10e9, 5e-6), comm=comm)
+    assert math.isclose(plan_stages(p).bottleneck_s, plan_stages(p, prune=False).bottleneck_s,
+                        rel_tol=1e-12)
