@@ -37,6 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm import tqdm
 
+from gnnweave.errors import InputError
 from gnnweave.graph import CSRGraph
 
 #: Keys of the shared ``.npz`` layout (see ``shared/datasets/README.md``).
@@ -62,7 +63,7 @@ EDGE_LIST_SUFFIXES = (".txt", ".csv", ".tsv", ".edges", ".el")
 _PROGRESS_MIN_BYTES = 16 << 20
 
 
-class DatasetError(ValueError):
+class DatasetError(InputError):
     """Malformed dataset input; the message names the file, the field and the index."""
 
 

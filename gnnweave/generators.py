@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gnnweave.errors import InputError
 from gnnweave.graph import CSRGraph
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ def _check_fits_memory(what: str, need_bytes: int) -> None:
     """Refuse up front a graph that cannot fit this machine, instead of a MemoryError later."""
     have = _physical_memory_bytes()
     if have is not None and need_bytes > have:
-        raise ValueError(f"{what}: needs about {need_bytes / 2**30:,.1f} GiB, this machine has "
+        raise InputError(f"{what}: needs about {need_bytes / 2**30:,.1f} GiB, this machine has "
                          f"{have / 2**30:,.1f} GiB; choose a smaller scale or edge factor")
 
 
@@ -54,12 +55,12 @@ def rmat_edges(scale: int, edge_factor: int, *, a: float = GRAPH500_ABC[0],
     vertex id carries no information about degree.
     """
     if not 0 <= scale <= 40:
-        raise ValueError(f"rmat: scale must be in 0..40, got {scale}")
+        raise InputError(f"rmat: scale must be in 0..40, got {scale}")
     if edge_factor < 0:
-        raise ValueError(f"rmat: edge_factor must be >= 0, got {edge_factor}")
+        raise InputError(f"rmat: edge_factor must be >= 0, got {edge_factor}")
     d = 1.0 - a - b - c
     if min(a, b, c) < 0 or d < -1e-12:
-        raise ValueError(f"rmat: a, b, c must be >= 0 with a + b + c <= 1, got {a}, {b}, {c}")
+        raise InputError(f"rmat: a, b, c must be >= 0 with a + b + c <= 1, got {a}, {b}, {c}")
     rng = np.random.default_rng(seed)
     num_nodes = 1 << scale
     num_edges = int(edge_factor) * num_nodes
@@ -114,7 +115,7 @@ def sbm_edges(block_sizes, p_in: float, p_out: float, *, seed=0) -> np.ndarray:
     """
     for name, p in (("p_in", p_in), ("p_out", p_out)):
         if not 0.0 <= p <= 1.0:
-            raise ValueError(f"sbm: {name} must be in [0, 1], got {p}")
+            raise InputError(f"sbm: {name} must be in [0, 1], got {p}")
     sizes = np.asarray(block_sizes, dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)])
     rng = np.random.default_rng(seed)
@@ -173,7 +174,7 @@ def sbm(num_nodes: int = SBM_DEFAULTS["num_nodes"],
     """
     from gnnweave.datasets import Dataset, standard_split
     if num_classes < 1 or num_nodes < num_classes:
-        raise ValueError(f"sbm: need 1 <= num_classes <= num_nodes, got {num_classes}, {num_nodes}")
+        raise InputError(f"sbm: need 1 <= num_classes <= num_nodes, got {num_classes}, {num_nodes}")
     sizes = np.full(num_classes, num_nodes // num_classes, dtype=np.int64)
     sizes[: num_nodes % num_classes] += 1
     if p_in is None or p_out is None:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from gnnweave.errors import InputError
+
 
 @dataclass
 class CSRGraph:
@@ -29,25 +31,25 @@ class CSRGraph:
     def validate(self):
         n = self.num_nodes
         if n < 0:
-            raise ValueError(f"num_nodes must be >= 0, got {n}")
+            raise InputError(f"num_nodes must be >= 0, got {n}")
         if self.indptr.shape != (n + 1,):
-            raise ValueError(f"indptr: shape {self.indptr.shape}, expected ({n + 1},)")
+            raise InputError(f"indptr: shape {self.indptr.shape}, expected ({n + 1},)")
         if self.indptr[0] != 0 or np.any(np.diff(self.indptr) < 0):
-            raise ValueError("indptr: must start at 0 and never decrease")
+            raise InputError("indptr: must start at 0 and never decrease")
         if self.indptr[-1] != self.indices.shape[0]:
-            raise ValueError(f"indptr: ends at {self.indptr[-1]} but there are "
+            raise InputError(f"indptr: ends at {self.indptr[-1]} but there are "
                              f"{self.indices.shape[0]} indices")
         if self.indices.size:
             bad = np.flatnonzero((self.indices < 0) | (self.indices >= n))
             if bad.size:
-                raise ValueError(f"indices[{bad[0]}] = {self.indices[bad[0]]} is not a node id "
+                raise InputError(f"indices[{bad[0]}] = {self.indices[bad[0]]} is not a node id "
                                  f"(0 <= id < {n})")
         if self.weights is not None:
             if self.weights.shape != self.indices.shape:
-                raise ValueError(f"weights: shape {self.weights.shape}, expected {self.indices.shape}")
+                raise InputError(f"weights: shape {self.weights.shape}, expected {self.indices.shape}")
             if not np.isfinite(self.weights).all():
                 i = int(np.flatnonzero(~np.isfinite(self.weights))[0])
-                raise ValueError(f"weights[{i}] is not finite")
+                raise InputError(f"weights[{i}] is not finite")
 
     @property
     def num_edges(self) -> int:
@@ -62,7 +64,7 @@ class CSRGraph:
         """From a [2, E] array of (source, target) pairs; edge order is kept within a row."""
         ei = np.asarray(edge_index)
         if ei.ndim != 2 or ei.shape[0] != 2:
-            raise ValueError(f"edge_index: shape {ei.shape}, expected (2, E)")
+            raise InputError(f"edge_index: shape {ei.shape}, expected (2, E)")
         ei = ei.astype(np.int64)
         src, dst = ei[0], ei[1]
         if num_nodes is None:
@@ -70,7 +72,7 @@ class CSRGraph:
         for name, ids in (("source", src), ("target", dst)):
             bad = np.flatnonzero((ids < 0) | (ids >= num_nodes))
             if bad.size:
-                raise ValueError(f"edge_index: {name} of edge {bad[0]} is {ids[bad[0]]}, "
+                raise InputError(f"edge_index: {name} of edge {bad[0]} is {ids[bad[0]]}, "
                                  f"not a node id (0 <= id < {num_nodes})")
         order = np.argsort(dst, kind="stable")
         indptr = np.zeros(num_nodes + 1, dtype=np.int64)
@@ -83,7 +85,7 @@ class CSRGraph:
         """From a sparse matrix with ``A[v, u] = w_uv`` (rows are destinations)."""
         a = sp.csr_matrix(matrix)
         if a.shape[0] != a.shape[1]:
-            raise ValueError(f"adjacency must be square, got shape {a.shape}")
+            raise InputError(f"adjacency must be square, got shape {a.shape}")
         return cls(a.indptr, a.indices, a.shape[0], a.data.astype(np.float64))
 
     def to_scipy(self) -> sp.csr_matrix:
@@ -126,7 +128,7 @@ def gcn_norm(graph: CSRGraph, *, add_self_loops: bool = True) -> CSRGraph:
     degree = np.bincount(dst, weights=w, minlength=n)
     if np.any(degree < 0):
         v = int(np.flatnonzero(degree < 0)[0])
-        raise ValueError(f"gcn_norm: node {v} has negative weighted in-degree {degree[v]}")
+        raise InputError(f"gcn_norm: node {v} has negative weighted in-degree {degree[v]}")
     inv_sqrt = np.zeros(n)
     positive = degree > 0
     inv_sqrt[positive] = degree[positive] ** -0.5

@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from gnnweave.errors import InputError
 from gnnweave.golden.mac import MacMode, mac
 
 
@@ -153,11 +154,11 @@ def verify_mac(rows: int, cols: int, depth: int, mode="fwd", *, array_rows: int 
     mode = MacMode.parse(mode)
     for name, v in (("rows", rows), ("cols", cols), ("depth", depth)):
         if not 1 <= v <= 4096:
-            raise ValueError(f"--{name} must be in 1..4096, got {v}")
+            raise InputError(f"--{name} must be in 1..4096, got {v}")
     if not 0.0 <= backpressure < 1.0:
-        raise ValueError(f"backpressure must be in [0, 1), got {backpressure}")
+        raise InputError(f"backpressure must be in [0, 1), got {backpressure}")
     if front_end not in ("axi", "unit"):
-        raise ValueError(f"front_end must be 'axi' or 'unit', got {front_end!r}")
+        raise InputError(f"front_end must be 'axi' or 'unit', got {front_end!r}")
     rng = np.random.default_rng(seed)
     (pr, pc), (qr, qc) = operand_shapes(mode, rows, cols, depth)
     lo, hi = -(1 << (value_bits - 1)), 1 << (value_bits - 1)

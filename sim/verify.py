@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnweave.errors import InputError
 from gnnweave.layout import AggregateJob
 
 def load_graph(spec: str, seed: int = 0):
@@ -23,7 +24,7 @@ def load_graph(spec: str, seed: int = 0):
         try:
             scale, edge_factor = int(parts[1]), int(parts[2])
         except ValueError:
-            raise ValueError(f"graph {spec!r}: expected rmat:SCALE:EF with integers") from None
+            raise InputError(f"graph {spec!r}: expected rmat:SCALE:EF with integers") from None
         return rmat(scale, edge_factor, seed=seed)
     from gnnweave.datasets import load_dataset
     return load_dataset(spec, seed=seed).graph
@@ -34,9 +35,9 @@ def make_job(graph, feat_dim: int, reduce: str = "sum", *, weighted: bool = Fals
     """A job on ``graph`` with random features (``|x| <= feat_range``) and weights."""
     from gnnweave.sim.aggregate_bench import REDUCES, default_shift
     if reduce not in REDUCES:
-        raise ValueError(f"reduce {reduce!r}: choose one of {', '.join(REDUCES)}")
+        raise InputError(f"reduce {reduce!r}: choose one of {', '.join(REDUCES)}")
     if feat_dim < 1:
-        raise ValueError(f"feat_dim must be >= 1, got {feat_dim}")
+        raise InputError(f"feat_dim must be >= 1, got {feat_dim}")
     rng = np.random.default_rng(seed)
     x = rng.integers(-feat_range, feat_range + 1, size=(graph.num_nodes, feat_dim), dtype=np.int64)
     w = rng.integers(-32768, 32768, size=graph.num_edges, dtype=np.int64) if weighted else None
@@ -58,14 +59,14 @@ def check_run_options(cfg, config: str, *, feat_dim: int, reduce: str, latency: 
     """Refuse, before any build, a run the configuration cannot do or the bench cannot drive
     (the RTL would answer a too-wide row with a config error, read as mismatches)."""
     if not 1 <= feat_dim <= cfg.max_feat_dim:
-        raise ValueError(f"feat_dim={feat_dim}: configuration {config!r} takes 1..{cfg.max_feat_dim}")
+        raise InputError(f"feat_dim={feat_dim}: configuration {config!r} takes 1..{cfg.max_feat_dim}")
     if reduce not in cfg.reduce_ops:
-        raise ValueError(f"reduce={reduce!r}: configuration {config!r} is built with "
+        raise InputError(f"reduce={reduce!r}: configuration {config!r} is built with "
                          f"{', '.join(cfg.reduce_ops)} only")
     if latency < 0:
-        raise ValueError(f"latency={latency}: must be >= 0 cycles")
+        raise InputError(f"latency={latency}: must be >= 0 cycles")
     if backpressure is not None and not 0.0 <= backpressure < 1.0:
-        raise ValueError(f"backpressure={backpressure}: a pause probability in [0, 1) "
+        raise InputError(f"backpressure={backpressure}: a pause probability in [0, 1) "
                          f"(1 would pause every cycle and never finish)")
 
 
