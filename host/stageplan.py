@@ -356,7 +356,6 @@ class _Program:
         r = self.sr
         self.ar_coef = np.where(r > 1, 4.0 * (r - 1) / r / bw[self.sc, self.sc], 0.0)   # [T]
         self.ar_const = np.where(r > 1, 2.0 * (r - 1) * lat[self.sc, self.sc], 0.0)
-        self.follow = [np.flatnonzero(cuts.may_follow[j]) for j in range(self.S)]
         self._capacity()
         self._pairs()
 
@@ -417,64 +416,92 @@ class _Program:
             over = low > own
             low[over] = np.nextafter(low[over], np.float32(-INF))
             own32[a:a + (1 << 16)] = low
-        self.pair_own32 = own32
         self.slot_cap = self.sr * self.speedup[self.sc]                              # [T]
+        cap32 = self.slot_cap.astype(np.float32)   # rounded down: needs never overstated
+        over = cap32 > self.slot_cap
+        cap32[over] = np.nextafter(cap32[over], np.float32(0))
+        # each pair's slots by decreasing time: under a bound the slots that fit are a
+        # suffix, and the least capacity among them a suffix minimum
+        self.pair_slot = np.argsort(-own32, axis=1, kind="stable").astype(np.int8)
+        self.pair_own32 = np.take_along_axis(own32, self.pair_slot, axis=1)
+        caps = cap32[self.pair_slot]
+        suffix = np.minimum.accumulate(caps[:, ::-1], axis=1)[:, ::-1]
+        self.pair_need = np.concatenate([suffix, np.full((pj.size, 1), np.float32(INF))], axis=1)
+
+    def _need(self, bound: float) -> np.ndarray:
+        """[pairs]: the least slot capacity (r s_c) on which each pair's stage fits ``bound``."""
+        tol = np.float32(min(bound * (1.0 + 1e-9), 3e38))
+        too_slow = (self.pair_own32 > tol).sum(axis=1)
+        return self.pair_need[np.arange(too_slow.size), too_slow].astype(np.float64)
 
     def relaxed(self, bound: float, before: bool = True):
         """Capacity (sum of r s_c over the stages) that the cuts after / before each cut need
-        under ``bound`` when device counts are ignored: ``[S]`` each (INF: none suffices).
-        A plan of bottleneck ``<= bound`` whose stages after cut ``j`` use ``n`` has
-        ``need_after[j] <= cap(n)`` and ``need_before[j] <= cap(N) - cap(n)``."""
-        tol = np.float32(bound * (1.0 + 1e-9)) if bound < 3e38 else np.float32(INF)
-        need = np.where(self.pair_own32 <= tol, self.slot_cap[None, :], INF).min(axis=1)
-        pk, pj, rs = self.pair_k, self.pair_j, self.row_start
-        after = np.full(self.S, INF)
-        after[-1] = 0.0
-        for j in range(self.S - 2, -1, -1):
-            if rs[j + 1] > rs[j]:
-                after[j] = (need[rs[j]:rs[j + 1]] + after[pk[rs[j]:rs[j + 1]]]).min()
-        if not before:
-            return after, None
-        ahead = np.full(self.S, INF)
-        ahead[0] = 0.0
-        bc, cs = self.by_col, self.col_start
-        for k in range(1, self.S):
-            idx = bc[cs[k]:cs[k + 1]]
-            if idx.size:
-                ahead[k] = (need[idx] + ahead[pj[idx]]).min()
+        under ``bound`` when device counts are ignored: ``[S]`` each (INF: none suffices),
+        shortest paths over the pairs weighted by :meth:`_need`. A plan of bottleneck
+        ``<= bound`` whose stages after cut ``j`` use ``n`` has ``need_after[j] <= cap(n)``
+        and ``need_before[j] <= cap(N) - cap(n)``."""
+        from scipy.sparse import csr_matrix
+        from scipy.sparse.csgraph import dijkstra
+
+        need = self._need(bound)
+        S = self.S
+
+        def graph(order, src, dst):   # pairs already sorted by src in this order
+            w = need[order]
+            ok = np.isfinite(w)
+            ptr = np.concatenate([[0], np.cumsum(np.bincount(src[order][ok], minlength=S))])
+            return csr_matrix((w[ok], dst[order][ok], ptr), shape=(S, S))
+
+        after = dijkstra(graph(self.by_col, self.pair_k, self.pair_j), indices=S - 1)
+        ahead = (dijkstra(graph(slice(None), self.pair_j, self.pair_k), indices=0)
+                 if before else None)
         return after, ahead
 
-    def relaxed_ok(self, bound: float) -> bool:
-        return bool(self.relaxed(bound, before=False)[0][0] <= self.cap_all * (1 + 1e-9))
+    def relaxed_need(self, bound: float) -> float:
+        """The capacity the whole model needs under ``bound`` (relaxation, INF: none)."""
+        return float(self.relaxed(bound, before=False)[0][0])
 
     def first_bound(self) -> float:
-        """The smallest bound the relaxation accepts (to :data:`RELAXED_PRECISION`): no plan
-        has a smaller bottleneck than the last bound it refused."""
+        """The smallest bound the relaxation accepts, to :data:`RELAXED_PRECISION`: no plan
+        has a smaller bottleneck than a bound it refuses. Capacity needed scales about as
+        1 / bound, which the search uses for its next guess from below."""
         lo = self.lower_bound()
         if not (self.windowed and lo > 0):
             return INF
-        hi, step = lo, FIRST_SLACK
+        room = self.cap_all * (1 + 1e-9)
         ceiling = self.upper_bound()
-        while not self.relaxed_ok(hi):
-            lo, hi = hi, hi * (1.0 + step)
-            step *= 2.0
+        hi = lo
+        while True:
+            need = self.relaxed_need(hi)
+            if need <= room:
+                break
+            lo = hi
+            grow = need / self.cap_all if math.isfinite(need) else 2.0
+            hi = hi * min(max(grow, 1.0 + RELAXED_PRECISION), 2.0)
             if hi >= ceiling:
                 return INF
         while hi > lo * (1.0 + RELAXED_PRECISION):
             mid = math.sqrt(lo * hi)
-            lo, hi = (lo, mid) if self.relaxed_ok(mid) else (mid, hi)
+            lo, hi = (lo, mid) if self.relaxed_need(mid) <= room else (mid, hi)
         return hi
 
     def window(self, bound: float):
-        """[S, K]: count vectors the stages after each cut may use under ``bound``, and the
-        relaxation's needs (None without a bound)."""
+        """[S, K]: count vectors the stages after each cut may use under ``bound``, and
+        [pairs, T]: the (pair, slot)s a stage may use (None: every one)."""
         if bound == INF or not self.windowed:
             return np.ones((self.S, self.K), dtype=bool), None
         after, ahead = self.relaxed(bound)
         eps = 1e-9 * self.cap_all
         win = ((self.cap[None, :] >= after[:, None] - eps)
                & (self.cap_all - self.cap[None, :] >= ahead[:, None] - eps))
-        return win, (after, ahead)
+        # a (pair, slot) is usable when the cuts before it, it and those after fit in cap(N)
+        tol = np.float32(bound * (1.0 + 1e-9))
+        usable = np.zeros((self.pair_j.size, self.T), dtype=bool)
+        ok = ((self.pair_own32 <= tol)
+              & ((ahead[self.pair_j][:, None] + self.slot_cap[self.pair_slot]
+                  + after[self.pair_k][:, None]) <= self.cap_all + eps))
+        np.put_along_axis(usable, self.pair_slot.astype(np.int64), ok, axis=1)
+        return win, usable
 
     def infeasible(self):
         raise InfeasibleStagesError(_why_infeasible(self.problem))
@@ -492,8 +519,7 @@ class _Program:
         p, cuts = self.problem, self.problem.cuts
         S, K, T = self.S, self.K, self.T
         tol = bound * (1.0 + 1e-9)
-        win, needs = self.window(bound)
-        room = self.cap_all * (1 + 1e-9) + 1e-12
+        win, usable = self.window(bound)
         sender = p.comm == "sender"
         width = self.C if sender else T
         after = np.full((S, K, width), INF)
@@ -509,27 +535,30 @@ class _Program:
         arg_k = np.full((S, K, T), -1, dtype=np.int32)
         arg_t = np.full((S, K, T), -1, dtype=np.int16)
         final = None
+        every = np.ones((int(np.diff(self.row_start).max(initial=0)), T), dtype=bool)
         for j in range(S - 2, -1, -1):
-            ks = self.follow[j]
-            ks = ks[alive[ks]]
-            if ks.size == 0 or not win[j].any():
+            a, z = self.row_start[j], self.row_start[j + 1]
+            if z == a or not win[j].any():
                 continue
-            par = cuts.parameter_bytes[ks] - cuts.parameter_bytes[j]                 # [Q]
-            own = ((self.pre_c[ks][:, self.sc] - self.pre_c[j][self.sc]
-                    + self.ar_coef * par[:, None] + self.ar_const) / self.sr)       # [Q, T]
+            qi, tq = np.nonzero(every[:z - a] if usable is None else usable[a:z])
+            kq = self.pair_k[a + qi]
+            live = alive[kq]
+            tq, kq = tq[live], kq[live]
+            par = cuts.parameter_bytes[kq] - cuts.parameter_bytes[j]
+            cq = self.sc[tq]
+            own = ((self.pre_c[kq, cq] - self.pre_c[j, cq] + self.ar_coef[tq] * par
+                    + self.ar_const[tq]) / self.sr[tq])                               # [P]
             fits = own <= tol
-            if needs is not None:   # the cuts before j, this stage and those after k
-                fits &= (needs[1][j] + self.slot_cap[None, :] + needs[0][ks][:, None]) <= room
-            qi, tq = np.nonzero(fits)                                                # P pairs
-            if qi.size == 0:
+            if not fits.any():
                 continue
+            tq, kq, own = tq[fits], kq[fits], own[fits]
             # each pair joined with the open count vectors after its cut (ragged)
-            cnt = n_open[ks[qi]]
-            pi = np.repeat(np.arange(qi.size), cnt)
+            cnt = n_open[kq]
+            pi = np.repeat(np.arange(kq.size), cnt)
             if pi.size == 0:
                 continue
             offs = np.arange(pi.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-            kk, tt = ks[qi[pi]], tq[pi]
+            kk, tt = kq[pi], tq[pi]
             mm = rows[kk, offs]
             nn = self.grow[tt, mm]
             ok = nn >= 0
@@ -537,7 +566,7 @@ class _Program:
             if not ok.any():
                 continue
             kk, tt, mm, nn, pi = kk[ok], tt[ok], mm[ok], nn[ok], pi[ok]
-            stage = own[qi[pi], tt]
+            stage = own[pi]
             src, src_slot = (first, first_slot) if j == 0 else (after, after_slot)
             if sender:
                 x = (2.0 * (cuts.out_bytes[kk][:, None] / p.links.bandwidth[self.sc[tt]]
