@@ -40,21 +40,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal, signed
-from amaranth.hdl import unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.lib.memory import Memory
 
 from gnnweave.fixed import ACC_GUARD_BITS, MEAN_RECIP_BITS
 
 from .aggregator_check import ConfigCheck
+from .aggregator_drain import Drain
 from .aggregator_gather import RowAddress, row_bursts_layout
 from .aggregator_output import OutputStage
+from .aggregator_reduce import Reduce
 from .aggregator_walk import EdgeWalk, StreamRegister, descriptor_layout
 from .axi import BusParams, UnitCore
-from .dma import ReadPort, StreamReader, WritePort, beats_to_boundary
-from .regmap import BUS_COUNTERS, BUSY_CYCLES, status_register
+from .dma import ReadPort, StreamReader, WritePort
+from gnnweave.contract import AGGREGATOR_CONFIG_REGISTERS as CONFIG_REGISTERS  # noqa: F401
+from gnnweave.contract import AGGREGATOR_STATUS_REGISTERS as STATUS_REGISTERS  # noqa: F401
+from gnnweave.contract import AggregatorStatus as Status  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -105,50 +107,6 @@ class ReduceOp(enum.Enum, shape=2):
     SUM = 0
     MEAN = 1
     MAX = 2
-
-
-class Status(enum.IntFlag):
-    """Bits of the ``status`` register (sticky for one run, cleared at start)."""
-
-    CONFIG_ERROR = 1 << 0    # run refused before any memory traffic
-    INDEX_REJECTED = 1 << 1  # an index >= num_nodes was skipped
-    BAD_INDPTR = 1 << 2      # row pointers were clamped
-    ADDR_FAULT = 1 << 3      # a burst outside its buffer was refused (run aborted)
-    AXI_ERROR = 1 << 4       # SLVERR/DECERR on R or B
-
-
-#: Registers the host writes (name, width, doc); order fixes the offsets.
-CONFIG_REGISTERS = (
-    ("num_nodes", 32, "Number of destination nodes N (rows of the CSR and of the output)"),
-    ("num_edges", 32, "Number of entries E of the index (and weight) stream"),
-    ("feat_dim", 32, "Feature elements per row F (1 .. max_feat_dim)"),
-    ("reduce_op", 32, "0 sum, 1 mean, 2 max"),
-    ("use_weights", 32, "1: multiply by per-edge weights; 0: unweighted"),
-    ("shift", 32, "Narrowing shift: feat.frac + weight.frac - out.frac (0 .. 63)"),
-    ("feat_stride", 32, "Bytes between feature rows (multiple of the bus width)"),
-    ("out_stride", 32, "Bytes between output rows (multiple of the bus width)"),
-    ("indptr_addr", 64, "Base of indptr: N+1 little-endian uint32"),
-    ("indptr_size", 64, "Bytes of the indptr buffer"),
-    ("indices_addr", 64, "Base of indices: E uint32 source node ids"),
-    ("indices_size", 64, "Bytes of the indices buffer"),
-    ("weights_addr", 64, "Base of weights: E int16"),
-    ("weights_size", 64, "Bytes of the weights buffer"),
-    ("feat_addr", 64, "Base of the feature rows"),
-    ("feat_size", 64, "Bytes of the feature buffer"),
-    ("out_addr", 64, "Base of the output rows"),
-    ("out_size", 64, "Bytes of the output buffer"),
-)
-
-#: Registers the hardware drives.
-STATUS_REGISTERS = (
-    status_register(Status),
-    BUSY_CYCLES,
-    *BUS_COUNTERS,
-    ("mem_wait_cycles", 64, "Busy cycles with reads outstanding and no R beat"),
-    ("edges", 64, "Edges gathered (valid indices)"),
-    ("rejected_indices", 64, "Indices >= num_nodes skipped"),
-    ("saturations", 64, "Output elements that saturated"),
-)
 
 
 def aggregator_regmap(config: AggregatorConfig | None = None):
@@ -228,7 +186,6 @@ class AggregatorCore(UnitCore):
         m = Module()
         lanes, bpb, ew = c.lanes, c.bytes_per_beat, c.elem_width
         maxb = c.max_beats
-        bank_entries = 1 << max(1, (maxb - 1).bit_length())   # power of two per bank
         aw = c.addr_width
 
         # ---- run control -------------------------------------------------------------
@@ -366,167 +323,47 @@ class AggregatorCore(UnitCore):
                           described.payload.desc.eq(walk.descriptors.payload)]
         dp.d.comb += [desc_fifo.w_en.eq(described.valid), desc_fifo.w_data.eq(described.payload)]
 
-        # ---- reduce: stage 1 multiplies, stage 2 accumulates ---------------------------
+        # ---- reduce: products accumulated per node into two banks; drain: a closed bank
+        # beat by beat, one AW per burst, into the output stage
         acc_w = c.acc_width
-        entry_bits = (bank_entries - 1).bit_length()
-
-        def acc_index(beat, which_bank):
-            return Cat(beat, Const(0, entry_bits - len(beat)), which_bank)
-
-        # a RAM, not registers: distributed RAM on the FPGA, and an indexed array (instead of
-        # a wide multiplexer evaluated every cycle) in Verilator's model
-        acc = Memory(shape=unsigned(lanes * acc_w), depth=2 * bank_entries, init=[])
-        dp.submodules.acc = acc
-        acc_update = acc.read_port(domain="comb")
-        acc_drain = acc.read_port(domain="comb")
-        acc_write = acc.write_port()
-        bank = Signal()
-        beat_no = Signal(range(maxb))
-        first = Signal(init=1)
-        filled = Signal(2)                        # bank closed, waiting for / in drain
-        # a closed bank's node: no valid edge (its outputs are 0), the mean's reciprocal
-        bank_zero = Array(Signal(name=f"bank_zero{i}", reset_less=True) for i in range(2))
-        bank_recip = Array(Signal(MEAN_RECIP_BITS + 1, name=f"bank_recip{i}", reset_less=True)
-                           for i in range(2))
-        head = data.View(desc_full_layout, desc_fifo.r_data)
-        other_free = ~(filled.bit_select(~bank, 1))
-        # the product in DSP shape: operand registers (p1), M (p2), P (s2), then accumulate
-        p1_valid, p2_valid, s2_valid = Signal(), Signal(), Signal()
-        p1_index, p2_index, s2_index = (Signal(range(2 * bank_entries), name=f"{n}_index",
-                                               reset_less=True) for n in ("p1", "p2", "s2"))
-        p1_first, p2_first = Signal(reset_less=True), Signal(reset_less=True)
-        s2_first = Signal(reset_less=True, attrs={"max_fanout": 64})   # selects lanes x acc_w
-        p1_x, p1_w = Signal(lanes * ew, reset_less=True), Signal(signed(ew), reset_less=True)
-        p2_prod, s2_prod = Signal(lanes * 2 * ew, reset_less=True), Signal(lanes * 2 * ew, reset_less=True)
-        # whether beat_no is a row's last, a flip-flop: each way beat_no can go is compared
-        # a cycle ahead (no reset: it follows beat_no and the row length through CHECK)
-        last_beat = Signal(reset_less=True)
-        dp.d.sync += last_beat.eq(Mux(row_pop, Mux(last_beat, row_last_beat == 0,
-                                                   beat_no + 1 == row_last_beat),
-                                      beat_no == row_last_beat))
-
-        def close_bank():
-            return [
-                filled.bit_select(bank, 1).eq(1), bank.eq(~bank), first.eq(1),
-                bank_zero[bank].eq(head.desc.empty), bank_recip[bank].eq(head.recip),
-            ]
-
-        dp.d.sync += [
-            p1_valid.eq(row_pop), p1_index.eq(acc_index(beat_no, bank)), p1_first.eq(first),
-            p1_x.eq(row_fifo.r_data), p1_w.eq(head.desc.weight),
-            p2_valid.eq(p1_valid), p2_index.eq(p1_index), p2_first.eq(p1_first),
-            p2_prod.eq(Cat(*[(p1_x.word_select(k, ew).as_signed() * p1_w)[:2 * ew]
-                             for k in range(lanes)])),
-            s2_valid.eq(p2_valid), s2_index.eq(p2_index), s2_first.eq(p2_first),
-            s2_prod.eq(p2_prod),
-        ]
-        with dp.If(desc_fifo.r_rdy):
-            with dp.If(head.desc.empty):
-                with dp.If(other_free):
-                    dp.d.comb += desc_pop.eq(1)
-                    dp.d.sync += close_bank()
-            with dp.Elif(row_fifo.r_rdy & (~(last_beat & head.desc.last) | other_free)):
-                dp.d.comb += row_pop.eq(1)
-                dp.d.sync += beat_no.eq(beat_no + 1)
-                with dp.If(last_beat):
-                    dp.d.comb += desc_pop.eq(1)
-                    dp.d.sync += [beat_no.eq(0), first.eq(0)]
-                    with dp.If(head.desc.last):
-                        dp.d.sync += close_bank()
-        dp.d.comb += [row_fifo.r_en.eq(row_pop), desc_fifo.r_en.eq(desc_pop)]
-
-        old = Signal(lanes * acc_w)
-        new = Signal(lanes * acc_w)
-        dp.d.comb += [acc_update.addr.eq(s2_index), old.eq(acc_update.data)]
-        for lane in range(lanes):
-            prod = s2_prod.word_select(lane, 2 * ew).as_signed()
-            prev = old.word_select(lane, acc_w).as_signed()
-            summed = (prev + prod)[:acc_w]
-            biggest = Mux(prod > prev, prod, prev)
-            if "max" in c.reduce_ops:
-                value = Mux(s2_first, prod, Mux(reduce_op == ReduceOp.MAX, biggest, summed))
-            else:
-                value = Mux(s2_first, prod, summed)
-            dp.d.comb += new.word_select(lane, acc_w).eq(value)
-        dp.d.comb += [acc_write.addr.eq(s2_index), acc_write.data.eq(new),
-                      acc_write.en.eq(s2_valid)]
-
-        # ---- drain: read a closed bank beat by beat, one AW per burst ---------------------
-        dbank = Signal()
-        d_beat = Signal(range(maxb))
-        out_node = Signal(32)
-        w_credits = Signal(range(W_BEATS + 1), init=W_BEATS)
-        # a row's bursts (it crosses at most one 4 KiB boundary), computed a row ahead:
-        # next_row_addr is the row after the one being drained
-        next_row_addr, out_row_addr, second_addr = Signal(aw), Signal(aw), Signal(aw)
-        first_len, first_len_m1, second_len_m1 = (Signal(range(maxb + 1)), Signal(range(maxb)),
-                                                  Signal(range(maxb)))
-        advance = Signal()      # the next row becomes the one being drained
-        launched = Signal()     # the run's second cycle: the first row is set up
-        # beats to the boundary minus one, for a beat-aligned address: no carry chain
-        to_b_m1 = ~next_row_addr[bpb.bit_length() - 1:12]
-        crosses = to_b_m1 < row_last_beat
-        with dp.If(advance):
-            dp.d.sync += [
-                out_row_addr.eq(next_row_addr), next_row_addr.eq(next_row_addr + cfg["out_stride"]),
-                first_len_m1.eq(Mux(crosses, to_b_m1, row_last_beat)),
-                first_len.eq(Mux(crosses, to_b_m1 + 1, row_beats)),
-            ]
-        dp.d.sync += [second_addr.eq(out_row_addr + (first_len << (bpb.bit_length() - 1))),
-                      second_len_m1.eq(row_last_beat - first_len)]
-        # a closed bank drains once its last products are in
-        ready_bank = filled.bit_select(dbank, 1) & ~Cat(
-            *[v & (i[-1] == dbank) for v, i in ((p1_valid, p1_index), (p2_valid, p2_index),
-                                                (s2_valid, s2_index))]).any()
-        d_last = d_beat == row_last_beat
-        needs_aw = (d_beat == 0) | (d_beat == first_len)
-        d1_go = ready_bank & (w_credits != 0) & (~needs_aw | write_port.address.w_rdy)
-        dp.d.comb += advance.eq(launched | (d1_go & d_last))
-        aw_payload = data.Signal(write_port._aw_layout)
-        dp.d.comb += [
-            aw_payload.addr.eq(Mux(d_beat == 0, out_row_addr, second_addr)),
-            aw_payload.len.eq(Mux(d_beat == 0, first_len_m1, second_len_m1)),
-            write_port.address.w_data.eq(aw_payload),
-            write_port.address.w_en.eq(d1_go & needs_aw),
-        ]
-        d1_valid = Signal()
-        d1_acc = Signal(lanes * acc_w, reset_less=True)
-        dp.d.comb += acc_drain.addr.eq(acc_index(d_beat, dbank))
-        d1_mask = Signal(lanes, reset_less=True)
-        d1_last, d1_zero = Signal(reset_less=True), Signal(reset_less=True)
-        d1_recip = Signal(MEAN_RECIP_BITS + 1, reset_less=True)
-        # the data registers load every cycle (no enable to fan out); d1_valid qualifies them
-        dp.d.sync += [
-            d1_valid.eq(d1_go), d1_acc.eq(acc_drain.data),
-            d1_mask.eq(Mux(d_last, check.last_mask, (1 << lanes) - 1)),
-            d1_last.eq(d_last | (d_beat + 1 == first_len)),
-            d1_zero.eq(bank_zero[dbank]), d1_recip.eq(bank_recip[dbank]),
-        ]
-        with dp.If(d1_go):
-            dp.d.sync += d_beat.eq(d_beat + 1)
-            with dp.If(d_last):
-                dp.d.sync += [d_beat.eq(0), filled.bit_select(dbank, 1).eq(0), dbank.eq(~dbank),
-                              out_node.eq(out_node + 1)]
+        reduce = Reduce(lanes=lanes, elem_width=ew, acc_width=acc_w, max_beats=maxb,
+                        reduce_max="max" in c.reduce_ops)
+        drain = Drain(lanes=lanes, acc_width=acc_w, max_beats=maxb, addr_width=aw,
+                      bytes_per_beat=bpb, credits=W_BEATS)
         # the output stage: round, saturate, mean, narrow, a stage each (no stall: the
-        # credits above reserve the write port's room for every beat in flight)
+        # drain's credits reserve the write port's room for every beat in flight)
         output = OutputStage(lanes=lanes, acc_width=acc_w, elem_width=ew,
                              mean=recip_pipe is not None)
-        dp.submodules.output = output
+        dp.submodules.reduce, dp.submodules.drain, dp.submodules.output = reduce, drain, output
         dp.d.comb += [
-            output.i.valid.eq(d1_valid),
-            output.i.payload.acc.eq(d1_acc), output.i.payload.mask.eq(d1_mask),
-            output.i.payload.last.eq(d1_last), output.i.payload.zero.eq(d1_zero),
-            output.i.payload.recip.eq(d1_recip),
-            write_port.beats.w_data.eq(output.o.payload), write_port.beats.w_en.eq(output.o.valid),
+            reduce.rows.valid.eq(row_fifo.r_rdy), reduce.rows.payload.eq(row_fifo.r_data),
+            row_fifo.r_en.eq(reduce.rows.ready), row_pop.eq(row_fifo.r_en),
+            reduce.descriptors.valid.eq(desc_fifo.r_rdy),
+            reduce.descriptors.payload.eq(desc_fifo.r_data),
+            desc_fifo.r_en.eq(reduce.descriptors.ready & desc_fifo.r_rdy), desc_pop.eq(desc_fifo.r_en),
+            reduce.row_last_beat.eq(row_last_beat),
         ]
+        m.d.comb += reduce.max.eq(reduce_op == ReduceOp.MAX)
+        wiring.connect(dp, reduce.bank, drain.bank)
+        dp.d.comb += [
+            write_port.address.w_en.eq(drain.aw.valid),
+            write_port.address.w_data.eq(drain.aw.payload),
+            drain.aw.ready.eq(write_port.address.w_rdy),
+            drain.beat_done.eq(write_port.beat), drain.launch.eq(launch),
+            drain.row_beats.eq(row_beats), drain.row_last_beat.eq(row_last_beat),
+            drain.last_mask.eq(check.last_mask),
+        ]
+        m.d.comb += [drain.base.eq(cfg["out_addr"]), drain.stride.eq(cfg["out_stride"])]
+        wiring.connect(dp, drain.o, output.i)
+        dp.d.comb += [write_port.beats.w_data.eq(output.o.payload),
+                      write_port.beats.w_en.eq(output.o.valid)]
         m.d.comb += [output.shift.eq(cfg["shift"][:6]), output.mean.eq(reduce_op == ReduceOp.MEAN)]
-        dp.d.sync += w_credits.eq(w_credits - d1_go + write_port.beat)
         saturated_now = output.saturated
-        pipe_busy = d1_valid | output.busy
+        pipe_busy = drain.busy | output.busy
 
         # ---- completion ----------------------------------------------------------------
         drained = Signal()
-        dp.d.comb += drained.eq(walk.done & (out_node == num_nodes) &
+        dp.d.comb += drained.eq(walk.done & (drain.nodes == num_nodes) &
                                 ~pipe_busy & write_port.idle &
                                 (read_port.outstanding == 0))
 
@@ -586,15 +423,10 @@ class AggregatorCore(UnitCore):
             with m.State("ABORT"):
                 # nothing new is issued; wait for what is in flight, then finish
                 with m.If((read_port.outstanding == 0) & write_port.idle & ~pipe_busy
-                          & ~ready_bank):
+                          & ~reduce.bank.ready):
                     m.next = "FINISH"
             with m.State("FINISH"):
                 m.d.sync += [busy.eq(0), first_cycle.eq(1)]
                 m.d.comb += self.done.eq(1)
                 m.next = "IDLE"
-        # the output row pointer starts at the output base in the run's first cycle
-        # the first output row is set up in the run's first two cycles (no data is there yet)
-        dp.d.sync += launched.eq(launch)
-        with dp.If(launch):
-            dp.d.sync += next_row_addr.eq(cfg["out_addr"])
         return m

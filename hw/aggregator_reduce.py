@@ -1,0 +1,208 @@
+"""The Aggregator's reduce: every gathered row beat times its edge's weight, accumulated
+per node (sum, or max) into one of two banks, and a closed bank read out by the drain.
+
+Per lane, with ``w`` the edge weight and ``x`` a feature element::
+
+    acc = w * x                    first edge of the node
+    acc = acc + w * x              sum (and mean: the output stage divides)
+    acc = max(acc, w * x)          max
+
+Node ``k + 1`` accumulates in one bank while node ``k`` drains from the other. Each
+product is in DSP shape (operand registers, M, P); the old accumulator is read a stage
+ahead, beside the P register, and the value the accumulate stage writes is forwarded to
+the read behind it, so the add and the compare start from flip-flops::
+
+    row beat  -> [x, w] -> M -> P ------------------> + / max -> bank RAM
+    descriptor (register slice) ->  old: RAM read | forwarded ^
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from gnnweave.fixed import MEAN_RECIP_BITS
+
+from .aggregator_walk import StreamRegister, descriptor_layout
+
+
+def bank_entries(max_beats: int) -> int:
+    """Accumulator entries per bank: a row's beats, rounded up to a power of two."""
+    return 1 << max(1, (max_beats - 1).bit_length())
+
+
+def bank_read_signature(lanes: int, acc_width: int, max_beats: int) -> wiring.Signature:
+    """The drain's side of the banks (as the :class:`Reduce` drives it).
+
+    Members:
+        ready: the drain's bank is closed and its last product is in.
+        zero: that bank's node had no valid edge (its outputs are 0).
+        recip: that node's mean reciprocal.
+        beat: the beat the drain reads (combinational read of ``data``).
+        data: that beat's ``lanes`` accumulators.
+        release: the drain has read the bank's last beat; the other bank is next.
+    """
+    return wiring.Signature({
+        "ready": Out(1), "zero": Out(1), "recip": Out(MEAN_RECIP_BITS + 1),
+        "beat": In(range(max_beats)), "data": Out(lanes * acc_width),
+        "release": In(1),
+    })
+
+
+def reduce_descriptor_layout(elem_width: int) -> data.StructLayout:
+    """What the reduce needs of an edge descriptor (with its mean reciprocal)."""
+    return data.StructLayout({"desc": descriptor_layout(elem_width), "recip": MEAN_RECIP_BITS + 1})
+
+
+class Reduce(wiring.Component):
+    """Multiplies and accumulates one row beat per cycle; never stalls after the operands.
+
+    Ports:
+        rows: gathered feature beats, ``lanes`` elements each, a row's beats in order.
+        descriptors: one per gathered row (:func:`reduce_descriptor_layout`), in the same
+            order; a node without valid edges sends one ``empty`` descriptor and no row.
+        row_last_beat: beats per row minus one, fixed for a run.
+        max: reduce by max (else sum), fixed for a run (only with ``reduce_max``).
+        bank: :func:`bank_read_signature`, the closed banks for the drain.
+        busy: a product is still on its way into a bank.
+
+    Args:
+        lanes, elem_width, acc_width, max_beats: the build's geometry.
+        reduce_max: build the max reduction.
+    """
+
+    def __init__(self, *, lanes: int, elem_width: int, acc_width: int, max_beats: int,
+                 reduce_max: bool = True):
+        self.lanes, self.ew, self.acc_w, self.max_beats = lanes, elem_width, acc_width, max_beats
+        self.reduce_max = reduce_max
+        super().__init__({
+            "rows": In(stream.Signature(lanes * elem_width)),
+            "descriptors": In(stream.Signature(reduce_descriptor_layout(elem_width))),
+            "row_last_beat": In(range(max_beats + 1)),
+            "max": In(1),
+            "bank": Out(bank_read_signature(lanes, acc_width, max_beats)),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        entries = bank_entries(self.max_beats)
+        entry_bits = (entries - 1).bit_length()
+        # a RAM, not registers: distributed RAM on the FPGA, and an indexed array (instead of
+        # a wide multiplexer evaluated every cycle) in Verilator's model
+        m.submodules.acc = acc = Memory(shape=unsigned(self.lanes * self.acc_w),
+                                        depth=2 * entries, init=[])
+        # the descriptor's control bits leave flip-flops, not the FIFO's block RAM
+        m.submodules.head = head_slice = StreamRegister(reduce_descriptor_layout(self.ew))
+        wiring.connect(m, wiring.flipped(self.descriptors), head_slice.i)
+        head = head_slice.o
+
+        def index(beat, which_bank):
+            return Cat(beat, Const(0, entry_bits - len(beat)), which_bank)
+
+        bank = Signal()                       # the bank being accumulated
+        dbank = Signal()                      # the bank the drain reads
+        filled = Signal(2)                    # closed, waiting for / in the drain
+        beat_no = Signal(range(self.max_beats))
+        first = Signal(init=1)                # the next beat is its node's first edge's
+        bank_zero = Array(Signal(name=f"bank_zero{i}", reset_less=True) for i in range(2))
+        bank_recip = Array(Signal(MEAN_RECIP_BITS + 1, name=f"bank_recip{i}", reset_less=True)
+                           for i in range(2))
+        row_pop, desc_pop = Signal(), Signal()
+        other_free = ~filled.bit_select(~bank, 1)
+        # whether beat_no is a row's last, a flip-flop: each way beat_no can go is compared
+        # a cycle ahead (no reset: it follows beat_no and the row length through CHECK)
+        last_beat = Signal(reset_less=True)
+        m.d.sync += last_beat.eq(Mux(row_pop, Mux(last_beat, self.row_last_beat == 0,
+                                                  beat_no + 1 == self.row_last_beat),
+                                     beat_no == self.row_last_beat))
+
+        def close_bank():
+            return [filled.bit_select(bank, 1).eq(1), bank.eq(~bank), first.eq(1),
+                    bank_zero[bank].eq(head.payload.desc.empty),
+                    bank_recip[bank].eq(head.payload.recip)]
+
+        with m.If(head.valid):
+            with m.If(head.payload.desc.empty):
+                with m.If(other_free):
+                    m.d.comb += desc_pop.eq(1)
+                    m.d.sync += close_bank()
+            with m.Elif(self.rows.valid & (~(last_beat & head.payload.desc.last) | other_free)):
+                m.d.comb += row_pop.eq(1)
+                m.d.sync += beat_no.eq(beat_no + 1)
+                with m.If(last_beat):
+                    m.d.comb += desc_pop.eq(1)
+                    m.d.sync += [beat_no.eq(0), first.eq(0)]
+                    with m.If(head.payload.desc.last):
+                        m.d.sync += close_bank()
+        m.d.comb += [self.rows.ready.eq(row_pop), head.ready.eq(desc_pop)]
+
+        entry = index(beat_no, bank)
+        s2_new = self._multiply_accumulate(m, acc, row_pop, entry, first, head.payload.desc.weight)
+
+        # the drain side: a closed bank is ready once none of its products is in flight
+        with m.If(self.bank.release):
+            m.d.sync += [filled.bit_select(dbank, 1).eq(0), dbank.eq(~dbank)]
+        drain_read = acc.read_port(domain="comb")
+        m.d.comb += [
+            self.bank.ready.eq(filled.bit_select(dbank, 1) & ~self._in_flight.bit_select(dbank, 1)),
+            self.bank.zero.eq(bank_zero[dbank]), self.bank.recip.eq(bank_recip[dbank]),
+            drain_read.addr.eq(index(self.bank.beat, dbank)),
+            self.bank.data.eq(drain_read.data),
+        ]
+        return m
+
+    def _multiply_accumulate(self, m, acc, valid, entry, first, weight):
+        """The product pipeline and the accumulate stage; sets :attr:`_in_flight` (per bank:
+        a product of it is in p1, p2 or s2) and drives ``busy``."""
+        lanes, ew, acc_w = self.lanes, self.ew, self.acc_w
+        depth = len(entry)
+
+        def regs(prefix, **shapes):
+            return [Signal(shape, name=f"{prefix}_{n}", reset_less=True) for n, shape in shapes.items()]
+
+        p1_valid, p2_valid, s2_valid = Signal(), Signal(), Signal()
+        p1_index, p1_first, p1_x, p1_w = regs("p1", index=depth, first=1, x=lanes * ew, w=signed(ew))
+        p2_index, p2_first, p2_prod = regs("p2", index=depth, first=1, prod=lanes * 2 * ew)
+        s2_index, s2_first, s2_prod, s2_old = regs("s2", index=depth, first=1,
+                                                   prod=lanes * 2 * ew, old=lanes * acc_w)
+        forward = Signal(reset_less=True)     # s2 writes the entry p2 reads
+        is_max = Signal(reset_less=True)
+        new = Signal(lanes * acc_w)
+        update_read = acc.read_port(domain="comb")
+        write = acc.write_port()
+        m.d.sync += [
+            p1_valid.eq(valid), p1_index.eq(entry), p1_first.eq(first),
+            p1_x.eq(self.rows.payload), p1_w.eq(weight),
+            p2_valid.eq(p1_valid), p2_index.eq(p1_index), p2_first.eq(p1_first),
+            p2_prod.eq(Cat(*[(p1_x.word_select(k, ew).as_signed() * p1_w)[:2 * ew]
+                             for k in range(lanes)])),
+            s2_valid.eq(p2_valid), s2_index.eq(p2_index), s2_first.eq(p2_first),
+            s2_prod.eq(p2_prod),
+            forward.eq(p2_valid & (p1_index == p2_index)),
+            s2_old.eq(Mux(forward, new, update_read.data)),
+            is_max.eq(self.max if self.reduce_max else 0),
+        ]
+        m.d.comb += update_read.addr.eq(p2_index)
+        for lane in range(lanes):
+            prod = s2_prod.word_select(lane, 2 * ew).as_signed()
+            prev = s2_old.word_select(lane, acc_w).as_signed()
+            summed = (prev + prod)[:acc_w]
+            if self.reduce_max:
+                value = Mux(s2_first | (is_max & (prod > prev)), prod,
+                            Mux(is_max, prev, summed))
+            else:
+                value = Mux(s2_first, prod, summed)
+            m.d.comb += new.word_select(lane, acc_w).eq(value)
+        m.d.comb += [write.addr.eq(s2_index), write.data.eq(new), write.en.eq(s2_valid)]
+
+        # per bank, whether a product of it will be in p1, p2 or s2 next cycle
+        self._in_flight = Signal(2)
+        bank_bit = depth - 1
+        for b in range(2):
+            m.d.sync += self._in_flight[b].eq(
+                (valid & (entry[bank_bit] == b)) | (p1_valid & (p1_index[bank_bit] == b)) |
+                (p2_valid & (p2_index[bank_bit] == b)))
+        m.d.comb += self.busy.eq(p1_valid | p2_valid | s2_valid)
+        return new
