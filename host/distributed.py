@@ -1168,15 +1168,20 @@ def _gather_timeline(comm: Comm, last_step) -> list[dict]:
 
 def plot_rank_timeline(timeline: list[dict], path, title: str = ""):
     """One row per rank: the step's compute (what is not a collective), halo exchanges and
-    all-reduces (which include the time a rank waits for the others in them)."""
+    all-reduces (which include the time a rank waits for the others in them), and idle:
+    from the rank's own step end to the slowest rank's."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    colours = {"compute": "#4c72b0", "exchange": "#dd8452", "allreduce": "#c44e52"}
+    colours = {"compute": "#4c72b0", "exchange": "#dd8452", "allreduce": "#c44e52",
+               "idle": "#d9d9d9"}
     fig, ax = plt.subplots(figsize=(9, 1 + 0.6 * len(timeline)))
+    slowest = max((row["step_seconds"] for row in timeline), default=0.0)
     for row in timeline:
         y = row["rank"]
         ax.barh(y, row["step_seconds"], left=0, color=colours["compute"], height=0.6)
+        ax.barh(y, slowest - row["step_seconds"], left=row["step_seconds"], height=0.6,
+                color=colours["idle"])
         for span in row["spans"]:
             ax.barh(y, span["end"] - span["start"], left=span["start"], height=0.6,
                     color=colours[span["category"]])
