@@ -14,11 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnweave.errors import InputError
+
 FORMAT_VERSION = 1
 _META_KEY = "__meta__"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(InputError):
     """A checkpoint that cannot be used; the message names the file and the field."""
 
 

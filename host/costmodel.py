@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import nnls
 
+from gnnweave.errors import InputError
+
 FEATURES: dict[str, tuple[str, ...]] = {
     "aggregate": ("fixed", "edges", "edge_feats", "row_feats", "rows", "edges_miss",
                   "edge_feats_miss"),
@@ -56,7 +58,7 @@ CACHE_CANDIDATES = tuple(1 << k for k in range(14, 28))   # 16 KiB .. 128 MiB
 X_ITEMSIZE = 4   # bytes per gathered feature element in the cache model (float32 host arrays)
 
 
-class CostModelError(ValueError):
+class CostModelError(InputError):
     """A cost model file or query that cannot be used; the message says which field."""
 
 

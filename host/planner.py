@@ -38,11 +38,13 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from gnnweave.errors import InputError
+
 INF = math.inf
 MAX_DEVICES = 14   # 2^D states per (layer, device); beyond this group identical devices
 
 
-class InfeasiblePlanError(ValueError):
+class InfeasiblePlanError(InputError):
     """No plan satisfies the memory limits; the message says what the smallest need is."""
 
 
@@ -71,7 +73,7 @@ class DeviceSpec:
         name, _, rest = body.partition("=")
         name, star, count_text = name.partition("*")
         if not name:
-            raise ValueError(f"device {text!r}: empty name")
+            raise InputError(f"device {text!r}: empty name")
         count = 1
         if star:
             try:
@@ -79,7 +81,7 @@ class DeviceSpec:
             except ValueError:
                 count = 0
             if count < 1:
-                raise ValueError(f"device {text!r}: COUNT after '*' must be an integer >= 1")
+                raise InputError(f"device {text!r}: COUNT after '*' must be an integer >= 1")
         speed, mem = 1.0, INF
         if rest:
             s, _, m = rest.partition(":")
@@ -87,10 +89,10 @@ class DeviceSpec:
                 speed = float(s)
                 mem = float(m) * 1e9 if m else INF
             except ValueError:
-                raise ValueError(f"device {text!r}: expected NAME[*COUNT][=SPEED[:MEMORY_GB]]"
+                raise InputError(f"device {text!r}: expected NAME[*COUNT][=SPEED[:MEMORY_GB]]"
                                  f"[@GROUP]") from None
         if not speed > 0 or not mem > 0:
-            raise ValueError(f"device {text!r}: speed and memory must be > 0")
+            raise InputError(f"device {text!r}: speed and memory must be > 0")
         if not star:
             return [cls(name, speed, mem, group)]
         return [cls(f"{name}:{i}", speed, mem, group) for i in range(count)]
@@ -723,13 +725,13 @@ def plan_main(model: str | None = None, devices: list[str] | None = None, *,
     With ``out`` a JSON and a stage-time PNG are written there. Returns the report.
     """
     if not devices:
-        raise ValueError("devices: give at least one, e.g. gpu:0=1.0:16 fpga=0.3:4")
+        raise InputError("devices: give at least one, e.g. gpu:0=1.0:16 fpga=0.3:4")
     if (model is None) == (dataset is None):
         raise ValueError("give exactly one of model (PipeDream profile) or dataset (GNN)")
     specs = [s for d in devices for s in DeviceSpec.parse_many(d)]
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
-        raise ValueError(f"devices: names repeat in {names}")
+        raise InputError(f"devices: names repeat in {names}")
     cm = None
     if cost_model:
         from gnnweave.host.costmodel import CostModel

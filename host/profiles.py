@@ -28,13 +28,19 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnweave.errors import InputError
+
 _NODE_RE = re.compile(r"^(node\d+)\s+--\s+(.*)\s+--\s+(forward_compute_time=.*)$")
 _EDGE_RE = re.compile(r"^\s+(node\d+)\s+--\s+(node\d+)\s*$")
 _FIELDS = ("forward_compute_time", "backward_compute_time", "activation_size", "parameter_size")
 
 
-class ProfileError(ValueError):
+class ProfileError(InputError):
     """A profile file that cannot be read; the message names the file and line."""
+
+
+class ProfileNotFoundError(ProfileError, FileNotFoundError):
+    """No layer profile of that name or path."""
 
 
 @dataclass
@@ -143,7 +149,7 @@ def resolve_profile(name_or_path: str | os.PathLike) -> Path:
     if cand.is_file():
         return cand
     names = ", ".join(available_profiles()) or f"none found under {profiles_dir()}"
-    raise FileNotFoundError(f"profile {str(name_or_path)!r} not found (known: {names}; "
+    raise ProfileNotFoundError(f"profile {str(name_or_path)!r} not found (known: {names}; "
                             f"set GNNWEAVE_PROFILES to the folder holding pipedream/)")
 
 

@@ -32,10 +32,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gnnweave.errors import InputError
 from gnnweave.host.profiles import LayerGraph, ProfileError
 
 
-class CutLimitError(ValueError):
+class CutLimitError(InputError):
     """More downsets than the given limit; the message names the model and the limit."""
 
 
