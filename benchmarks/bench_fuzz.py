@@ -56,7 +56,7 @@ class Campaign:
     def __init__(self, config: str, seed: int, latency: int = 16):
         from gnnweave.host.driver import SimAccel
         from gnnweave.hw.configs import get_config
-        from gnnweave.sim.simdevice import SimDevice
+        from gnnweave.sim.device import SimDevice
         self.config = config
         self.agg = get_config(config)
         self.device = SimDevice(1 << 24, config=config, latency=latency, check_buffers=True,
@@ -372,7 +372,7 @@ class _Graph:
 def campaign(jobs: int = DEFAULT_JOBS, seed: int = 0, config: str = CONFIG,
              progress: bool = True) -> dict:
     """Run ``jobs`` random jobs on a fresh simulated device -> the JSON report."""
-    from gnnweave.sim.simdevice import build_native
+    from gnnweave.sim.device import build_native
     build_native(config)
     start = time.perf_counter()
     c = Campaign(config, seed)

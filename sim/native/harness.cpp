@@ -53,6 +53,27 @@
 #include "Vgnnweave_sim_top.h"
 #include "Vgnnweave_sim_top___024root.h"
 
+// The unit clocks (see gnnweave/sim/device/top.py): each unit of the top runs on a clock
+// of its own, which the harness gives an edge only while the unit is busy, for a drain
+// margin after that, and for a wake margin after every register write and reset. The
+// generated header names the build's units through this detector of the model's
+// per-clock edge memory (absent in a Verilator that does not keep one).
+#define GW_UNIT_EDGE_DETECTOR(U, MEMBER)                                                    \
+    template <typename R, typename = void>                                                  \
+    struct HasUnitPrev##U : std::false_type {};                                             \
+    template <typename R>                                                                   \
+    struct HasUnitPrev##U<R, std::void_t<decltype(std::declval<R&>().MEMBER)>>              \
+        : std::true_type {};                                                                \
+    template <typename R>                                                                   \
+    inline void gw_unit_edge_##U(R* r, uint32_t on) {                                       \
+        if constexpr (HasUnitPrev##U<R>::value) {                                           \
+            if (on) r->MEMBER = 0;                                                          \
+        } else {                                                                            \
+            (void)r; (void)on;                                                              \
+        }                                                                                   \
+    }
+#include "gw_units.h"
+
 #define GW_EXPORT __attribute__((visibility("default")))
 
 #ifndef BUS_BYTES
@@ -74,7 +95,13 @@ struct HasClockPrev : std::false_type {};
 template <typename R>
 struct HasClockPrev<R, std::void_t<decltype(std::declval<R&>().__Vtrigprevexpr___TOP__ap_clk__0)>>
     : std::true_type {};
-constexpr bool kOneEvalPossible = HasClockPrev<Root>::value;
+constexpr bool kOneEvalPossible = HasClockPrev<Root>::value && gw_unit_edges_possible<Root>();
+// Unit clocks: edges a unit keeps getting after it was last busy (its pipelines drain and
+// its done pulse ends) and after a register write or reset (configuration settles into
+// any register that copies it). Generous: both are short against a job's cycles.
+constexpr uint64_t kUnitDrainCycles = 64;
+constexpr uint64_t kUnitWakeCycles = 64;
+constexpr int kMaxUnits = 32;
 }  // namespace
 
 // The model's own evaluation (ico, act, nba regions). Vgnnweave_sim_top::eval() wraps it
@@ -187,6 +214,28 @@ struct Sim {
     bool one_eval = kOneEvalPossible;
     bool check_one_eval = false;
     uint64_t one_eval_mismatches = 0;
+
+    // unit clocks (see the top of the file)
+    bool gate_units = true;
+    uint64_t wake_until = 0;                  // every unit clocked before this edge
+    uint64_t unit_awake_until[kMaxUnits] = {};
+    uint64_t unit_edges[kMaxUnits] = {};      // edges each unit's clock got
+
+    // The units clocked at the coming edge (their busy outputs settled before it).
+    inline uint32_t unit_clock_mask() {
+        const uint32_t busy = gw_unit_busy(top.get());
+        uint32_t mask = 0;
+        for (uint32_t m = kUnitMask; m; m &= m - 1) {
+            const int u = __builtin_ctz(m);
+            if (busy >> u & 1) unit_awake_until[u] = cycle + kUnitDrainCycles;
+            if (cycle < unit_awake_until[u]) mask |= 1u << u;
+        }
+        if (!gate_units || cycle < wake_until) mask = kUnitMask;
+        for (uint32_t m = mask; m; m &= m - 1) ++unit_edges[__builtin_ctz(m)];
+        return mask;
+    }
+    void wake_units() { wake_until = ~0ull; }
+    void settle_units() { wake_until = cycle + kUnitWakeCycles; }
 
     // read side
     bool ar_ready = false;
@@ -385,7 +434,7 @@ struct Sim {
         const bool r_fire = r_valid && t->m_axi_gmem_rready;
         const bool b_fire = b_valid && t->m_axi_gmem_bready;
 
-        rising_edge();
+        rising_edge(unit_clock_mask());
         const uint64_t e = ++cycle;
 
         // --- sinks (ready for the next cycle: queue not full after this edge's transfer)
@@ -454,6 +503,7 @@ struct Sim {
         apply_inputs();
         if (!one_eval) {
             t->ap_clk = 0;
+            gw_unit_clocks(t, 0);
             eval_model();
         } else if (check_one_eval) {
             const Sampled before = sample();
@@ -463,12 +513,19 @@ struct Sim {
         }
     }
 
-    inline void rising_edge() {
+    // A clock held high between edges gets its edge from the edge detector marked low
+    // (one-eval mode); one that the falling-edge eval took low rises (two-eval mode). A
+    // unit clock outside `units` goes (or stays) low: no edge.
+    inline void rising_edge(uint32_t units) {
         auto* t = top.get();
         if constexpr (kOneEvalPossible) {
             // the inputs set after the last edge settle in this eval's 'ico' phase
-            if (one_eval) t->rootp->__Vtrigprevexpr___TOP__ap_clk__0 = 0;
+            if (one_eval) {
+                t->rootp->__Vtrigprevexpr___TOP__ap_clk__0 = 0;
+                gw_unit_edges(t->rootp, units);
+            }
         }
+        gw_unit_clocks(t, units);
         t->ap_clk = 1;
         eval_model();
     }
@@ -609,6 +666,13 @@ struct Sim {
     }
 
     bool reg_write(uint32_t addr, uint32_t value, uint32_t strb, uint64_t timeout) {
+        wake_units();
+        const bool ok = reg_write_clocked(addr, value, strb, timeout);
+        settle_units();
+        return ok;
+    }
+
+    bool reg_write_clocked(uint32_t addr, uint32_t value, uint32_t strb, uint64_t timeout) {
         auto* t = top.get();
         t->s_axi_control_awaddr = addr;
         t->s_axi_control_wdata = value;
@@ -655,6 +719,7 @@ struct Sim {
 
     void reset(uint32_t cycles) {
         auto* t = top.get();
+        wake_units();
         clear_bench();
         t->ap_rst_n = 0;
         apply_inputs();
@@ -666,6 +731,7 @@ struct Sim {
         apply_ctl();
         tick();   // the wrapper's reset flop
         tick();
+        settle_units();
     }
 };
 
@@ -825,6 +891,22 @@ GW_EXPORT void gw_set_check_one_eval(void* h, int on) {
 
 GW_EXPORT uint64_t gw_one_eval_mismatches(void* h) {
     return static_cast<Sim*>(h)->one_eval_mismatches;
+}
+
+// 1: unit clocks stop while their units are idle (the default); 0: every unit clock runs
+// every cycle. Returns the mask of the build's units.
+GW_EXPORT uint32_t gw_set_unit_gating(void* h, int on) {
+    static_cast<Sim*>(h)->gate_units = on != 0;
+    return kUnitMask;
+}
+
+GW_EXPORT uint32_t gw_unit_mask() { return kUnitMask; }
+
+// Edges each unit's clock got since the device was made: out[u] for u < n.
+GW_EXPORT int gw_unit_edge_counts(void* h, uint64_t* out, int n) {
+    auto* s = static_cast<Sim*>(h);
+    for (int u = 0; u < n && u < kMaxUnits; ++u) out[u] = s->unit_edges[u];
+    return kMaxUnits;
 }
 
 }  // extern "C"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gnnweave.sim import simdevice
+from gnnweave.sim import device as simdevice
 from gnnweave.sim.aggregate_bench import MAX, MEAN, SUM, random_graph_job
 
 from .test_simdevice import check
@@ -25,7 +25,7 @@ AXI_ERROR = 1 << 4
 @pytest.fixture(scope="module")
 def native():
     simdevice.build_native(CONFIG)
-    sim = simdevice.NativeAggregator(np.zeros(4096, np.uint8), 0x1000_0000, latency=16,
+    sim = simdevice.NativeAccelerator(np.zeros(4096, np.uint8), 0x1000_0000, latency=16,
                                      config=CONFIG)
     yield sim
     sim.close()
@@ -105,7 +105,7 @@ def test_a_burst_outside_the_configured_buffers_is_counted(native):
     native.set_regions(read=shrunk, write=writes)
     native.clear_faults()
     before = native.stats()
-    regmap = simdevice._regmap(CONFIG)
+    regmap = simdevice.regmap(CONFIG)
     for name, value in regs.items():
         simdevice.write_register(native, regmap[name], value)
     native.reg_write(0x04, 1)

@@ -1,6 +1,6 @@
-"""The native simulated device (Verilated Aggregator + C++ memory model): bit-exact
-against the golden model, the same cycle counts as the cocotb bench, memory safety,
-faults, reset.
+"""The native simulated device (the Verilated accelerator top + C++ memory model):
+bit-exact against the golden model, the same cycle counts as the cocotb bench, memory
+safety, faults, reset, idle units unclocked without any change in behaviour.
 
 The harness is built once per content under build/native (first build: a few minutes;
 cached after that).
@@ -14,7 +14,8 @@ import pytest
 
 from gnnweave.golden.aggregate import Reduce, aggregate_raw
 from gnnweave.layout import AggregateJob
-from gnnweave.sim import simdevice
+from gnnweave.sim import device as simdevice
+from gnnweave.sim.device import build as native_build
 from gnnweave.sim.aggregate_bench import (
     EDGE_CASES, MAX, MEAN, SUM, config_error_jobs, edge_case_jobs, random_graph_job)
 
@@ -26,7 +27,7 @@ REQUIRE = os.environ.get("GNNWEAVE_REQUIRE_DATA") == "1"
 @pytest.fixture(scope="module")
 def native():
     simdevice.build_native(CONFIG)
-    sim = simdevice.NativeAggregator(np.zeros(4096, np.uint8), 0x1000_0000, latency=16,
+    sim = simdevice.NativeAccelerator(np.zeros(4096, np.uint8), 0x1000_0000, latency=16,
                                      config=CONFIG)
     yield sim
     sim.close()
@@ -122,7 +123,7 @@ def test_memory_outside_the_buffer_is_recorded(native):
     native.clear_faults()
     native.set_memory(short, job.base_addr)
     for name, value in job.registers().items():
-        simdevice.write_register(native, simdevice._regmap(CONFIG)[name], value)
+        simdevice.write_register(native, simdevice.regmap(CONFIG)[name], value)
     native.reg_write(0x04, 1)
     native.reg_write(0x08, 1)
     native.reg_write(0x00, 1)
@@ -132,7 +133,7 @@ def test_memory_outside_the_buffer_is_recorded(native):
     faults = native.stats()["faults"]
     assert faults > 0 and "write" in native.first_fault() and "outside memory" in native.first_fault()
     assert np.all(backing[short.size:] == 0x5A), "the harness wrote past the memory array"
-    status = simdevice.read_register(native, simdevice._regmap(CONFIG)["status"])
+    status = simdevice.read_register(native, simdevice.regmap(CONFIG)["status"])
     assert status & (1 << 4), "SLVERR on B must raise status.axi_error"
     native.clear_faults()
 
@@ -203,11 +204,92 @@ def test_build_cache_key_names_the_cpu(monkeypatch):
     cache key includes the CPU: a build directory reached from another kind of CPU is
     rebuilt, not loaded (where it could stop on an illegal instruction)."""
     monkeypatch.delenv("GNNWEAVE_NATIVE_OPT", raising=False)
-    here = simdevice._build_plan(CONFIG)
+    here = simdevice.build_plan(CONFIG)
     assert "-march=native" in here.cflags.split() and "-march=native" in here.ldflags.split()
-    assert simdevice._build_plan(CONFIG).key == here.key
-    monkeypatch.setattr(simdevice, "_cpu_identity", lambda: '["x86_64", "another CPU"]')
-    assert simdevice._build_plan(CONFIG).key != here.key
+    assert simdevice.build_plan(CONFIG).key == here.key
+    monkeypatch.setattr(native_build, "cpu_identity", lambda: '["x86_64", "another CPU"]')
+    assert simdevice.build_plan(CONFIG).key != here.key
     monkeypatch.undo()
     monkeypatch.setenv("GNNWEAVE_NATIVE_OPT", "-O3")     # a portable build: its own key
-    assert simdevice._build_plan(CONFIG).key != here.key
+    assert simdevice.build_plan(CONFIG).key != here.key
+
+
+def test_idle_units_get_no_clock_edges(native):
+    """During an Aggregator job the MacArray's and the Pipeline's clocks stop: they get
+    edges only in the wake margin after each register write, not for the job's cycles."""
+    from gnnweave.sim.device.top import unit_values
+    units = set(native.unit_edges())
+    assert units == {0, 1, 2}, f"the small build's units: {sorted(units)}"
+    rng = np.random.default_rng(21)
+    job = random_graph_job(rng, 400, 8.0, 32, SUM, False)
+    before = native.unit_edges()
+    res = simdevice.run_job(job, latency=16, sim=native, config=CONFIG)
+    check(job, res, "gated")
+    got = {u: n - before[u] for u, n in native.unit_edges().items()}
+    regs = simdevice.regmap(CONFIG)
+    writes = sum(regs[name].words for name in job.registers()) + 4   # GIE, IER, start, ISR
+    assert got[0] >= res.cycles
+    for idle in (1, 2):
+        assert got[idle] <= writes * 80 < res.cycles, (idle, got, res.cycles)
+    assert unit_values(simdevice.simulated_top(CONFIG)[0].read_text()) == [0, 1, 2]
+
+
+def _unit_mix(gated: bool) -> dict:
+    """Aggregator, MacArray and Pipeline jobs back to back on one simulated device."""
+    from gnnweave.generators import rmat
+    from gnnweave.host import driver
+    from gnnweave.sim.pipeline_unit_bench import unit_problem
+    accel, device, owner = driver.open_sim_accel(config=CONFIG, latency=16, mem_size=1 << 22,
+                                                 use_pynq=False)
+    try:
+        device.sim.set_unit_gating(gated)
+        rng = np.random.default_rng(5)
+        g = rmat(7, 6, seed=2)
+        x = rng.integers(-500, 500, size=(g.num_nodes, 24))
+        p = rng.integers(-3000, 3000, size=(19, 45))
+        q = rng.integers(-3000, 3000, size=(45, 13))
+        seen = {"agg0": accel.aggregate(g, x, "mean", 0),
+                "mac": accel.mac("fwd", p, q, shift=10, relu=True)}
+        pb = unit_problem("1f1b-flush", seed=3, microbatches=2, steps=1)
+        run = accel.train_pipeline(pb.inputs, pb.loss_grad, microbatches=pb.microbatches,
+                                   weights=pb.masters, schedule=pb.schedule, relu=pb.relu,
+                                   lr=0.25, wd=1e-3, mu=0.5, fmt=pb.fmt, dx=True, timeout_s=120)
+        seen["pipeline"] = (run.logits, run.dx, run.weights, run.counters)
+        seen["dx"] = accel.mac("dx", p, q.T.copy(), shift=9)
+        seen["agg1"] = accel.aggregate(g, x, "max", 0)
+        seen["cycles"] = device.cycles
+        return seen
+    finally:
+        owner.close()
+
+
+def test_unit_clocks_change_nothing():
+    """Every unit job gives the same results, counters and device cycles whether the units'
+    clocks stop while idle (the default) or run every cycle."""
+    gated, free = _unit_mix(True), _unit_mix(False)
+    assert gated["cycles"] == free["cycles"]
+    for key in ("agg0", "mac", "dx", "agg1"):
+        (out_g, cnt_g), (out_f, cnt_f) = gated[key], free[key]
+        np.testing.assert_array_equal(out_g, out_f, err_msg=key)
+        assert cnt_g == cnt_f, key
+    for a, b in zip(gated["pipeline"][:3], free["pipeline"][:3]):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+    assert gated["pipeline"][3] == free["pipeline"][3]
+
+
+def test_device_package_imports_no_bench():
+    """The simulated device is a product, not a test bench: nothing in gnnweave.sim.device
+    imports a bench module (or the verify front end built on them)."""
+    import ast
+    from pathlib import Path
+    root = Path(simdevice.__file__).parent
+    found = []
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.name}: {n}" for n in names
+                      if n.rsplit(".", 1)[-1].endswith("_bench") or n.endswith("sim.verify")
+                      or n.endswith("sim.tb")]
+    assert found == []
