@@ -35,6 +35,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -623,6 +624,7 @@ def format_plan(report: dict) -> str:
 
 
 CUT_CHOICES = ("auto", "pipedream", "chain", "all")
+COMM_CHOICES = ("none", "overlap", "sender")
 AUTO_MAX_STATES = 3000   # PipeDream's antichain DAG above this: the chain's cuts
 
 
@@ -649,6 +651,31 @@ def model_cuts(graph, cuts: str = "auto"):
     return union_cuts(pd, chain_cuts(graph))
 
 
+EXAMPLE_PROFILES = Path(__file__).resolve().parent / "example_profiles"
+
+
+def example_profiles() -> list[str]:
+    """The profiles shipped with the package (see ``example_profiles/README.md``)."""
+    return sorted(p.parent.name for p in (EXAMPLE_PROFILES / "pipedream").glob("*/graph.txt"))
+
+
+def locate_profile(name_or_path: str) -> Path:
+    """A profile's ``graph.txt``: a path, else ``$GNNWEAVE_PROFILES/pipedream/NAME``, else
+    ``../shared/profiles/pipedream/NAME``, else the examples shipped with the package."""
+    from gnnweave.host.profiles import ProfileNotFoundError, available_profiles, resolve_profile
+
+    try:
+        return resolve_profile(name_or_path)
+    except ProfileNotFoundError:
+        shipped = EXAMPLE_PROFILES / "pipedream" / str(name_or_path) / "graph.txt"
+        if shipped.is_file():
+            return shipped
+        known = sorted(set(available_profiles()) | set(example_profiles()))
+        raise ProfileNotFoundError(
+            f"--model {str(name_or_path)!r}: no such profile (known: {', '.join(known)}; "
+            f"others from $GNNWEAVE_PROFILES/pipedream/NAME/graph.txt)") from None
+
+
 def _plan_model(report: dict, model: str, specs: list[DeviceSpec], *, comm: str,
                 bandwidth_gbps: float, latency_us: float, inter_group_gbps: float | None,
                 inter_group_latency_us: float | None, straight: bool, cuts: str,
@@ -656,7 +683,9 @@ def _plan_model(report: dict, model: str, specs: list[DeviceSpec], *, comm: str,
     from gnnweave.host.profiles import load_graph
     from gnnweave.host.stageplan import Links, StageProblem, plan_stages
 
-    graph = load_graph(model)
+    source = locate_profile(model)
+    graph = load_graph(source)
+    report["profile"] = str(source)
     space = model_cuts(graph, cuts)
     classes = device_classes(specs, distinct=exact_devices)
     bw, lat = bandwidth_gbps * 1e9, latency_us * 1e-6
@@ -846,40 +875,59 @@ def plot_stages(plan, png, title: str = "") -> None:
 def add_plan_arguments(parser) -> None:
     """The ``gnnweave plan`` options (the CLI's ``plan`` subcommand calls this)."""
     src = parser.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", help="PipeDream profile name (vgg16, resnet50, ...) or path")
-    src.add_argument("--dataset", help="GNN dataset (cora, citeseer, sbm, path)")
-    parser.add_argument("--devices", nargs="+", required=True,
+    src.add_argument("--model", metavar="NAME|PATH",
+                     help="PipeDream layer profile: a name (shipped: "
+                          f"{', '.join(example_profiles())}; more from $GNNWEAVE_PROFILES or "
+                          "../shared/profiles), a folder holding graph.txt, or a graph.txt")
+    src.add_argument("--dataset", metavar="SPEC",
+                     help="GNN dataset for the op placement (cora, citeseer, sbm, rmat, a path)")
+    parser.add_argument("--devices", nargs="+", required=True, metavar="DEVICE",
                         help="NAME[*COUNT][=SPEED[:MEM_GB]][@GROUP] ... (e.g. gpu*8=1:32@dc1 "
-                             "fpga*4=0.3:8@dc2); SPEED divides the profiled times")
-    parser.add_argument("--hidden", type=int, default=16)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--comm", choices=("none", "overlap", "sender"), default="sender",
+                             "fpga*4=0.3:8@dc2); SPEED divides the profiled times (default 1), "
+                             "MEM_GB caps a device's memory (default: no cap), GROUP places it "
+                             "in a two-level topology (default: one group)")
+    parser.add_argument("--hidden", type=int, default=16,
+                        help="with --dataset: hidden width of the GCN (default: %(default)s)")
+    parser.add_argument("--layers", type=int, default=2,
+                        help="with --dataset: number of GCN layers (default: %(default)s)")
+    parser.add_argument("--comm", choices=COMM_CHOICES, default="sender",
                         help="link model: none (PipeDream's default: links ignored), overlap "
                              "(PipeDream's activation transfers, concurrent with compute), "
-                             "sender (the sending stage is busy for the transfer; default)")
+                             "sender (the sending stage is busy for the transfer) "
+                             "(default: %(default)s)")
     parser.add_argument("--bandwidth-gbps", "--bandwidth-gb-per-s", dest="bandwidth_gbps",
-                        type=float, default=10.0,
-                        help="link bandwidth in GB/s (1e9 bytes/s) within a group (default 10)")
-    parser.add_argument("--latency-us", type=float, default=0.0,
-                        help="link latency in microseconds within a group")
-    parser.add_argument("--inter-group-gbps", type=float, default=None,
-                        help="bandwidth in GB/s of the link between device groups (@GROUP); "
-                             "default: --bandwidth-gbps")
-    parser.add_argument("--inter-group-latency-us", type=float, default=None,
-                        help="latency in microseconds of the link between device groups")
+                        type=float, default=10.0, metavar="GB_PER_S",
+                        help="link bandwidth in GB/s (1e9 bytes/s) within a group "
+                             "(default: %(default)s)")
+    parser.add_argument("--latency-us", type=float, default=0.0, metavar="US",
+                        help="link latency in microseconds within a group (default: %(default)s)")
+    parser.add_argument("--inter-group-gbps", type=float, default=None, metavar="GB_PER_S",
+                        help="bandwidth in GB/s of the link between device groups (@GROUP) "
+                             "(default: --bandwidth-gbps)")
+    parser.add_argument("--inter-group-latency-us", type=float, default=None, metavar="US",
+                        help="latency in microseconds of the link between device groups "
+                             "(default: --latency-us)")
     parser.add_argument("--straight", action="store_true",
-                        help="no stage replicas (PipeDream's --straight_pipeline)")
+                        help="no stage replicas (PipeDream's --straight_pipeline) "
+                             "(default: replicas allowed)")
     parser.add_argument("--cuts", choices=CUT_CHOICES, default="auto",
                         help="where stages may be cut: PipeDream's antichain DAG, one "
-                             "topological order, every downset, or auto (see docs/planner.md)")
+                             "topological order, every downset, or auto: PipeDream's and the "
+                             "chain's (see docs/planner.md) (default: %(default)s)")
     parser.add_argument("--exact-devices", action="store_true",
                         help="treat every device as distinct (exact subset search, "
-                             "exponential: at most 14 devices)")
+                             "exponential: at most 14 devices) (default: identical devices "
+                             "grouped into classes)")
     parser.add_argument("--use-all-devices", action="store_true",
-                        help="use every device (PipeDream's default) instead of at most")
-    parser.add_argument("--cost-model", default=None)
-    parser.add_argument("--out", default=None, help="folder or .json for the plan (PNG beside)")
-    parser.add_argument("--json", action="store_true")
+                        help="use every device (PipeDream's default) (default: at most all)")
+    parser.add_argument("--cost-model", default=None, metavar="JSON",
+                        help="with --dataset: a profile JSON from `gnnweave profile` whose rates "
+                             "replace SPEED (default: nominal rates x SPEED)")
+    parser.add_argument("--out", default=None, metavar="DIR|FILE.json",
+                        help="write the plan JSON there and a PNG of the stages beside it "
+                             "(default: nothing written)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the report as JSON (default: a text summary)")
 
 
 def plan_from_args(a) -> dict:

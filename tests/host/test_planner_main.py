@@ -168,3 +168,40 @@ def test_plan_says_which_devices_the_cost_model_lacks(tmp_path):
     assert "nominal x SPEED: gpu" in rep["text"]
     assert CostModel.load(path).devices
 
+
+
+def test_plan_without_shared_profiles_uses_the_shipped_examples(tmp_path, monkeypatch):
+    # an empty $GNNWEAVE_PROFILES and no ../shared: the README's `plan --model vgg16` still
+    # runs, on the shipped copy, which is byte-for-byte the profile it was taken from
+    from gnnweave.host.planner import EXAMPLE_PROFILES, example_profiles, locate_profile
+    from gnnweave.host.profiles import ProfileNotFoundError
+
+    monkeypatch.setenv("GNNWEAVE_PROFILES", str(tmp_path))
+    assert {"vgg16", "resnet18", "gnmt"} <= set(example_profiles())
+    assert (EXAMPLE_PROFILES / "LICENSE").read_text().count("MIT License") == 1
+    rep = plan_main("vgg16", ["gpu0=1.0:16", "gpu1=1.0:16", "fpga=0.3:4"])
+    assert rep["profile"] == str(locate_profile("vgg16"))
+    assert rep["profile"].startswith(str(EXAMPLE_PROFILES))
+    with pytest.raises(ProfileNotFoundError, match="'nosuchnet'.*known: gnmt, resnet18, vgg16"):
+        plan_main("nosuchnet", ["gpu"])
+    monkeypatch.delenv("GNNWEAVE_PROFILES")
+    shared = {m for m in available_profiles()} & set(example_profiles())
+    for model in shared:
+        assert ((EXAMPLE_PROFILES / "pipedream" / model / "graph.txt").read_bytes()
+                == locate_profile(model).read_bytes())
+
+
+def test_every_plan_option_has_help_and_a_default():
+    import argparse
+
+    from gnnweave.host.planner import add_plan_arguments
+
+    parser = argparse.ArgumentParser()
+    add_plan_arguments(parser)
+    chosen = {a.dest for g in parser._mutually_exclusive_groups if g.required
+              for a in g._group_actions}   # exactly one of them is given
+    for action in parser._actions:
+        if action.dest == "help":
+            continue
+        assert action.help, action.dest
+        assert action.required or action.dest in chosen or "default" in action.help, action.dest
