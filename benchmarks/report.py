@@ -4,8 +4,8 @@
 rebuilds the report from the JSON already under ``benchmarks/results/``. The JSON is the
 record; the report only lays it out: for each benchmark its purpose (the first line of its
 module docstring), its run time, every target verdict found in it (keys ending in
-``meets_target``/``meets_targets``, ``match``/``all_match``, ``passed``, ``fits``) and its
-top-level figures.
+``meets_target``/``meets_targets``, ``match``/``all_match``, ``passed``, ``fits``), its
+top-level figures, and the markdown tables a benchmark puts in its result's ``tables``.
 """
 from __future__ import annotations
 
@@ -85,6 +85,9 @@ def section(name: str, report: dict) -> str:
             lines += ["| figure | value |", "|---|---|"]
             lines += [f"| `{k}` | {_fmt(v)} |" for k, v in figs]
             lines.append("")
+    if isinstance(result, dict) and isinstance(result.get("tables"), list):
+        for table in result["tables"]:   # markdown the benchmark laid out itself
+            lines += [str(table), ""]
     lines += [f"Full record: `{name}.json`.", ""]
     return "\n".join(lines)
 
