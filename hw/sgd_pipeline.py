@@ -102,7 +102,8 @@ class SgdPipeline(wiring.Component):
     ``velocity`` (the new velocity; with ``mu == 0`` it is not meaningful and must not be
     stored), ``weight`` (narrowed MAC weight); one cycle later ``sat_valid`` and
     ``sat_count`` (saturated elements of that word: velocity, master or weight).
-    ``busy`` is high while any word is in flight, including its saturation count."""
+    ``busy`` (a register: no wide OR in front of its user) is high while a word taken in
+    an earlier cycle is in flight, including its saturation count."""
 
     def __init__(self, *, lanes: int, tag_width: int, master: FixedFormat, weight: FixedFormat,
                  grad_sum: FixedFormat, velocity: FixedFormat, lr: FixedFormat, wd: FixedFormat,
@@ -149,7 +150,8 @@ class SgdPipeline(wiring.Component):
         lane_on = st.delay(self.lane_on, self.LATENCY, "lane_on")
         m.d.comb += [self.out_valid.eq(valids[self.LATENCY]), self.out_tag.eq(tag),
                      self.sat_valid.eq(valids[self.LATENCY + 1]),
-                     self.busy.eq(Cat(*valids).any())]
+                     ]
+        m.d.sync += self.busy.eq(Cat(*valids[:-1]).any())
         # the hyper-parameters are steady: each lane registers its own copies (the DSPs'
         # B registers and its momentum flag), so no control net fans out to every lane
 

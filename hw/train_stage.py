@@ -71,42 +71,101 @@ class _FillTracker:
     row by row. ``(block, word, row)`` is the next expected segment; a segment out of
     that order sets ``disorder`` and nothing is known until the microbatch is complete
     (so any order stays correct, only the streaming order is fast). Call :meth:`update`
-    with the segments as they are *written* into the buffer; reset after ``last``."""
+    with the segments as they are *written* into the buffer; reset after ``last``.
 
-    def __init__(self, m, name, *, lanes: int, ib: int, rows, words, fire, row, col, last):
+    Besides the position it keeps two earlier ones, so the stage can tell one cycle ahead
+    whether the core's *next* read is in (a registered ``hold``): ``prev_*`` the position
+    one segment back, ``unit_*`` the ``(block, word)`` one word back (each valid once the
+    position moved past it); ``block_m1`` is ``block - 1`` (valid for ``block >= 1``)."""
+
+    def __init__(self, m, name, *, lanes: int, ib: int, rows_last, words_last, fire, row, col, last):
         lb = lanes.bit_length() - 1
         self.lb, self.L = lb, lanes
         self.block = Signal(ib, name=f"{name}_block")
         self.word = Signal(ib, name=f"{name}_word")
         self.row = Signal(lb + 1, name=f"{name}_row")
         self.disorder = Signal(name=f"{name}_disorder")
-        left = Signal(ib + 1, name=f"{name}_left")
-        m.d.comb += left.eq(rows - (self.block << lb))
-        block_rows = Mux(left >= lanes, lanes, left)
-        expected = (row == (self.block << lb) + self.row) & (col == (self.word << lb))
+        self.prev_block, self.prev_word = Signal(ib, name=f"{name}_prev_block"), Signal(ib, name=f"{name}_prev_word")
+        self.prev_row, self.prev_ok = Signal(lb + 1, name=f"{name}_prev_row"), Signal(name=f"{name}_prev_ok")
+        self.unit_block, self.unit_word = Signal(ib, name=f"{name}_unit_block"), Signal(ib, name=f"{name}_unit_word")
+        self.unit_ok = Signal(name=f"{name}_unit_ok")
+        self.block_m1, self.block_ok = Signal(ib, name=f"{name}_block_m1"), Signal(name=f"{name}_block_ok")
+        # ``rows_last`` / ``words_last``: the microbatch's rows - 1 and words per row - 1
+        # (registers); the row index is a concatenation (row < lanes), so the checks are
+        # equalities, no adds
+        row_at = Cat(self.row[:lb], self.block) if lb else self.block
+        expected = (row == row_at) & (col == Cat(Const(0, lb), self.word))
+        block_end = (self.row == lanes - 1) | (row_at == rows_last)
         with m.If(fire):
             with m.If(last):
-                m.d.sync += [self.block.eq(0), self.word.eq(0), self.row.eq(0), self.disorder.eq(0)]
+                m.d.sync += [self.block.eq(0), self.word.eq(0), self.row.eq(0), self.disorder.eq(0),
+                             self.prev_ok.eq(0), self.unit_ok.eq(0), self.block_ok.eq(0)]
             with m.Elif(~expected):
                 m.d.sync += self.disorder.eq(1)
             with m.Else():
-                m.d.sync += self.row.eq(self.row + 1)
-                with m.If(self.row + 1 >= block_rows):
-                    m.d.sync += [self.row.eq(0), self.word.eq(self.word + 1)]
-                    with m.If(self.word + 1 >= words):
-                        m.d.sync += [self.word.eq(0), self.block.eq(self.block + 1)]
+                m.d.sync += [self.row.eq(self.row + 1), self.prev_ok.eq(1), self.prev_block.eq(self.block),
+                             self.prev_word.eq(self.word), self.prev_row.eq(self.row)]
+                with m.If(block_end):
+                    m.d.sync += [self.row.eq(0), self.word.eq(self.word + 1), self.unit_ok.eq(1),
+                                 self.unit_block.eq(self.block), self.unit_word.eq(self.word)]
+                    with m.If(self.word == words_last):
+                        m.d.sync += [self.word.eq(0), self.block.eq(self.block + 1),
+                                     self.block_m1.eq(self.block), self.block_ok.eq(1)]
+
+    def _split(self, row):
+        return row >> self.lb, (row[:self.lb] if self.lb else Const(0, 1))
 
     def has_block_word(self, row_start, col):
         """All rows of the block of ``row_start`` have the word of column ``col``."""
         b, w = row_start >> self.lb, col >> self.lb
         return ~self.disorder & ((self.block > b) | ((self.block == b) & (self.word > w)))
 
+    def has_next_block_word(self, row_start, col):
+        """Also the word after that one (in the streaming order) is in."""
+        b, w = row_start >> self.lb, col >> self.lb
+        return ~self.disorder & self.unit_ok & (
+            (self.unit_block > b) | ((self.unit_block == b) & (self.unit_word > w)))
+
     def has_row_word(self, row, col):
         """Row ``row`` has the word of column ``col``."""
-        b, w = row >> self.lb, col >> self.lb
-        r = row[:self.lb] if self.lb else Const(0, 1)
+        (b, r), w = self._split(row), col >> self.lb
         return ~self.disorder & ((self.block > b) | ((self.block == b) & (
             (self.word > w) | ((self.word == w) & (self.row > r)))))
+
+    def has_next_row_word(self, row, col):
+        """Also the segment after that one (in the streaming order) is in."""
+        (b, r), w = self._split(row), col >> self.lb
+        return ~self.disorder & self.prev_ok & ((self.prev_block > b) | ((self.prev_block == b) & (
+            (self.prev_word > w) | ((self.prev_word == w) & (self.prev_row > r)))))
+
+    def has_row_word_next_block(self, row, col):
+        """The row ``lanes`` rows below ``row`` (same position in the next block) has the
+        word of column ``col``."""
+        (b, _), w = self._split(row), col >> self.lb
+        return ~self.disorder & self.block_ok & ((self.block_m1 > b) | ((self.block_m1 == b) & (
+            (self.word > w) | ((self.word == w) & (self.row > 0)))))
+
+
+class _PhaseRegister:
+    """The sequencer's phase and, set with it, a flag per group of phases (the op kinds,
+    START, RUN, ...): registers, so no decode of the phase sits in front of the many
+    signals they select (operand routing, core configuration, hold, counters)."""
+
+    GROUPS = {
+        "f": (Phase.F_START, Phase.F_RUN), "dx": (Phase.DX_START, Phase.DX_RUN),
+        "dw": (Phase.DW_START, Phase.DW_RUN), "start": (Phase.F_START, Phase.DX_START, Phase.DW_START),
+        "run": (Phase.F_RUN, Phase.DX_RUN, Phase.DW_RUN), "upd": (Phase.U_RUN, Phase.U_DRAIN),
+        "setup": (Phase.SETUP,), "decide": (Phase.DECIDE,),
+    }
+
+    def __init__(self, m):
+        self.m = m
+        self.value = Signal(4, name="phase")
+        self.flag = {g: Signal(name=f"phase_{g}") for g in self.GROUPS}
+
+    def go(self, phase: int):
+        self.m.d.sync += [self.value.eq(phase)] + [
+            flag.eq(phase in self.GROUPS[g]) for g, flag in self.flag.items()]
 
 
 class TrainStage(wiring.Component):
@@ -191,7 +250,8 @@ class TrainStage(wiring.Component):
         m.submodules.ybuf = ybuf = SkewedBuffer(lanes=L, rows=2 * RM, cols=DO)
 
         running = Signal()
-        phase = Signal(4)
+        ph = _PhaseRegister(m)
+        phase, in_f, in_dx, in_dw = ph.value, ph.flag["f"], ph.flag["dx"], ph.flag["dw"]
         m.d.comb += self.busy.eq(running)
 
         # ---------------------------------------------------------------- op counters
@@ -204,19 +264,36 @@ class TrainStage(wiring.Component):
         n_ops = [Signal(8, name="n_mbs_q", reset_less=True), Signal(16, name="n_steps_q", reset_less=True)]
         n_prod = Signal(24, name="n_prod", reset_less=True)
         m.d.sync += [n_ops[0].eq(mbs), n_ops[1].eq(self.steps), n_prod.eq(n_ops[0] * n_ops[1])]
-        setup_left = Signal(2)
-        m_eff = Mux(is_async, n_total, mbs)          # microbatches per flush
+        setup_left = Signal(3)
+        # per-run constants, registered (steady from SETUP on)
+        m_eff = Signal(24, name="m_eff", reset_less=True)        # microbatches per flush
+        m.d.sync += m_eff.eq(Mux(is_async, n_total, mbs))
         f_loc, b_loc = Signal(24), Signal(24)       # F / B issued in this step
+        ahead = Signal(24)                          # f_loc - b_loc
         base = Signal(24)                           # global index of the step's first microbatch
+        f_mb = Signal(24)                           # base + f_loc: the next forward's microbatch
+        b_mb = Signal(24)                           # the next backward's microbatch
         step_idx = Signal(16)
         b_done = Signal(24)                         # B completed in the run (global)
-        p_minus_s = Signal(5)
-        m.d.comb += p_minus_s.eq(self.stages - self.stage)
-        window = Signal(24)
+        p_minus_s = Signal(5, name="p_minus_s", reset_less=True)
+        m.d.sync += p_minus_s.eq(self.stages - self.stage)
+        window = Signal(24, name="window", reset_less=True)
         win_raw = Mux(is_async, p_minus_s, p_minus_s - 1)
-        m.d.comb += window.eq(Mux(win_raw < m_eff, win_raw, m_eff))
+        m.d.sync += window.eq(Mux(win_raw < m_eff, win_raw, m_eff))
         cur_ver = Signal(range(V))
         ver_of_slot = Array([Signal(range(V), name=f"ver_slot{i}") for i in range(S)])
+
+        # each dimension - 1 and the words per row - 1 of the input and the output,
+        # registered (the configuration is steady from start)
+        dim_last = {}
+        for name in ("d_in", "d_out", "rows"):
+            dim_last[name] = Signal(ib, name=f"{name}_last", reset_less=True)
+            m.d.sync += dim_last[name].eq(getattr(self, name) - 1)
+        d_in_last = dim_last["d_in"]
+        in_words_last = Signal(ib, name="in_words_last", reset_less=True)
+        words_last = Signal(ib, name="words_last", reset_less=True)
+        m.d.sync += [in_words_last.eq(((self.d_in + L - 1) >> lb) - 1),
+                     words_last.eq(((self.d_out + L - 1) >> lb) - 1)]
 
         # ---------------------------------------------------------------- act receiver
         rx_f = Signal(24)                 # microbatches fully received (global)
@@ -225,21 +302,31 @@ class TrainStage(wiring.Component):
         m.d.comb += rx_slot.eq(rx_f[:max(S.bit_length() - 1, 1)] if S > 1 else 0)
         # a slot is free when its previous occupant's backward is done; synchronous
         # schedules also wait for the flush before taking the next step's inputs
-        sync_gate = Mux(is_async, 1, rx_f < base + mbs)
-        m.d.comb += rx_row_ok.eq(running & (phase != Phase.SETUP) & (rx_f < b_done + S) & sync_gate &
-                                 (rx_f < n_total))
-        m.d.comb += self.act_in.ready.eq(rx_row_ok)
+        # ``ready`` is a register (it reaches the upstream core's drain credits): computed one
+        # cycle ahead from the limits' registered copies (stale limits only ever lag: b_done
+        # and base grow during a run) for the count the receiver will have then
         act = self.act_in.payload
+        rx_f_next = Signal(24)            # rx_f + 1
+        rx_lim_slot = Signal(24, name="rx_lim_slot", reset_less=True)     # b_done + S
+        rx_lim_step = Signal(24, name="rx_lim_step", reset_less=True)     # base + mbs
+        m.d.sync += [rx_lim_slot.eq(b_done + S), rx_lim_step.eq(base + mbs)]
+
+        def rx_room(count):
+            return (count < rx_lim_slot) & (is_async | (count < rx_lim_step)) & (count < n_total)
+        rx_last = self.act_in.valid & rx_row_ok & act.last
+        m.d.sync += rx_row_ok.eq(running & ~ph.flag["setup"] &
+                                 Mux(rx_last, rx_room(rx_f_next), rx_room(rx_f)))
+        m.d.comb += self.act_in.ready.eq(rx_row_ok)
         m.d.comb += [
             xbuf.wr_en.eq(self.act_in.valid & rx_row_ok),
-            xbuf.wr.row.eq(act.row + (rx_slot << (RM.bit_length() - 1))),
+            xbuf.wr.row.eq(Cat(act.row[:RM.bit_length() - 1], rx_slot)),
             xbuf.wr.col.eq(act.col), xbuf.wr.count.eq(act.count), xbuf.wr.data.eq(act.data),
         ]
-        with m.If(self.act_in.valid & rx_row_ok & act.last):
-            m.d.sync += rx_f.eq(rx_f + 1)
+        with m.If(rx_last):
+            m.d.sync += [rx_f.eq(rx_f + 1), rx_f_next.eq(rx_f_next + 1)]
         # how far microbatch rx_f has arrived (the first stage's forward streams on it)
-        x_fill = _FillTracker(m, "x_fill", lanes=L, ib=ib, rows=self.rows,
-                              words=(self.d_in + L - 1) >> lb, fire=self.act_in.valid & rx_row_ok,
+        x_fill = _FillTracker(m, "x_fill", lanes=L, ib=ib, rows_last=dim_last["rows"],
+                              words_last=in_words_last, fire=self.act_in.valid & rx_row_ok,
                               row=act.row, col=act.col, last=act.last)
 
         # ---------------------------------------------------------------- mask stash
@@ -260,7 +347,11 @@ class TrainStage(wiring.Component):
         rx_b_mb = Signal(24)
         m.d.comb += rx_b_mb.eq(Mux(sched == SCHEDULE_GPIPE, rx_b_base + mbs - 1 - rx_b_loc,
                                    rx_b_base + rx_b_loc))
-        g_ok = running & (rx_b < b_done + 2)
+        # ``ready`` registered as the act receiver's (b_done + 2 lags, so it only errs safe)
+        g_ok = Signal()
+        rx_b_next = Signal(24)            # rx_b + 1
+        g_lim = Signal(24, name="g_lim", reset_less=True)
+        m.d.sync += g_lim.eq(b_done + 2)
         # stage 1 of the receiver: read the mask word; stage 2: write masked dY
         g_valid_q = Signal()
         g_pl_q = Signal.like(self.grad_in.payload)
@@ -271,14 +362,15 @@ class TrainStage(wiring.Component):
         mb_slot = rx_b_mb[:max(S.bit_length() - 1, 1)] if S > 1 else Const(0, 1)
         m.d.comb += [mask_rp.addr.eq(mask_addr(mb_slot, gp.row, gp.col)), mask_rp.en.eq(1)]
         m.d.sync += [g_valid_q.eq(g_fire), g_pl_q.eq(gp), g_slot_q.eq(rx_b[0])]
+        m.d.sync += g_ok.eq(running & Mux(g_fire & gp.last, rx_b_next < g_lim, rx_b < g_lim))
         with m.If(g_fire & gp.last):
-            m.d.sync += [rx_b.eq(rx_b + 1), rx_b_loc.eq(rx_b_loc + 1)]
+            m.d.sync += [rx_b.eq(rx_b + 1), rx_b_next.eq(rx_b_next + 1), rx_b_loc.eq(rx_b_loc + 1)]
             with m.If(~is_async & (rx_b_loc + 1 == mbs)):
                 m.d.sync += [rx_b_loc.eq(0), rx_b_base.eq(rx_b_base + mbs)]
         masked = [Mux(~self.relu | mask_rp.data[l], g_pl_q.data[l], 0) for l in range(L)]
         m.d.comb += [
             ybuf.wr_en.eq(g_valid_q),
-            ybuf.wr.row.eq(g_pl_q.row + (g_slot_q << (RM.bit_length() - 1))),
+            ybuf.wr.row.eq(Cat(g_pl_q.row[:RM.bit_length() - 1], g_slot_q)),
             ybuf.wr.col.eq(g_pl_q.col), ybuf.wr.count.eq(g_pl_q.count),
         ]
         m.d.comb += [ybuf.wr.data[l].eq(masked[l]) for l in range(L)]
@@ -287,8 +379,8 @@ class TrainStage(wiring.Component):
         m.d.sync += rx_b_written.eq(rx_b)
         # how far dY microbatch rx_b_written has been written (the last stage's backward
         # streams on it)
-        y_fill = _FillTracker(m, "y_fill", lanes=L, ib=ib, rows=self.rows,
-                              words=(self.d_out + L - 1) >> lb, fire=g_valid_q,
+        y_fill = _FillTracker(m, "y_fill", lanes=L, ib=ib, rows_last=dim_last["rows"],
+                              words_last=words_last, fire=g_valid_q,
                               row=g_pl_q.row, col=g_pl_q.col, last=g_pl_q.last)
 
         # ---------------------------------------------------------------- master/velocity/grad
@@ -318,41 +410,44 @@ class TrainStage(wiring.Component):
         rows_shift = RM.bit_length() - 1
         d_shift = DI.bit_length() - 1
 
-        # core operand routing (offsets are multiples of lanes: banks are unchanged)
-        def route(req, buf, off):
+        # core operand routing: the slot / version offset goes to the row coordinate (the
+        # fixed index of a rowwise read, else the start), which is below 2**shift, so
+        # it is a concatenation, not an add (the extent, off the address path, is added)
+        def route(req, buf, slot, shift):
+            def at(index):
+                return Cat(index[:shift], slot) if shift else slot
             m.d.comb += [buf.rd_en.eq(req.en), buf.rd_rowwise.eq(req.rowwise)]
-            m.d.comb += [buf.rd_fixed.eq(Mux(req.rowwise, req.fixed + off, req.fixed)),
-                         buf.rd_start.eq(Mux(req.rowwise, req.start, req.start + off)),
-                         buf.rd_extent.eq(Mux(req.rowwise, req.extent, req.extent + off))]
+            m.d.comb += [buf.rd_fixed.eq(Mux(req.rowwise, at(req.fixed), req.fixed)),
+                         buf.rd_start.eq(Mux(req.rowwise, req.start, at(req.start))),
+                         buf.rd_extent.eq(Mux(req.rowwise, req.extent, req.extent + (slot << shift)))]
 
-        in_f = (phase == Phase.F_START) | (phase == Phase.F_RUN)
-        in_dx = (phase == Phase.DX_START) | (phase == Phase.DX_RUN)
-        in_dw = (phase == Phase.DW_START) | (phase == Phase.DW_RUN)
-        x_off = op_slot << rows_shift
-        y_off = op_yslot << rows_shift
-        w_off = op_ver << d_shift
-        route(core.a_req, xbuf, x_off)       # F, DW read X on the A side
-        route(core.b_req, wbuf, w_off)       # F, DX read W on the B side
+        route(core.a_req, xbuf, op_slot, rows_shift)       # F, DW read X on the A side
+        route(core.b_req, wbuf, op_ver, d_shift)           # F, DX read W on the B side
         # dY: A side in DX, B side in DW
         with m.If(in_dx):
-            route(core.a_req, ybuf, y_off)
+            route(core.a_req, ybuf, op_yslot, rows_shift)
         with m.Else():
-            route(core.b_req, ybuf, y_off)
+            route(core.b_req, ybuf, op_yslot, rows_shift)
         m.d.comb += [core.a_data.eq(Mux(in_dx, ybuf.rd_data.as_value(), xbuf.rd_data.as_value())),
                      core.b_data.eq(Mux(in_dw, ybuf.rd_data.as_value(), wbuf.rd_data.as_value()))]
 
-        # core configuration per phase
+        # core configuration: registers loaded when an op begins (see ``go``)
         m.d.comb += [core.use_bias.eq(0), core.bias_shift.eq(0), core.bias_clear.eq(0),
                      core.bias_wr_en.eq(0)]
-        with m.If(in_f):
-            m.d.comb += [core.mode.eq(MacMode.FWD), core.m.eq(self.rows), core.n.eq(self.d_out),
-                         core.k.eq(self.d_in), core.shift.eq(self.fwd_shift), core.relu.eq(self.relu)]
-        with m.Elif(in_dx):
-            m.d.comb += [core.mode.eq(MacMode.DX), core.m.eq(self.rows), core.n.eq(self.d_in),
-                         core.k.eq(self.d_out), core.shift.eq(self.dx_shift)]
-        with m.Else():
-            m.d.comb += [core.mode.eq(MacMode.DW), core.m.eq(self.d_in), core.n.eq(self.d_out),
-                         core.k.eq(self.rows), core.shift.eq(self.dw_shift)]
+        core_cfg = {name: Signal.like(getattr(core, name), name=f"core_cfg_{name}", reset_less=True)
+                    for name in ("mode", "m", "n", "k", "shift", "relu")}
+        m.d.comb += [getattr(core, name).eq(sig) for name, sig in core_cfg.items()]
+        op_config = {
+            Phase.F_START: (MacMode.FWD, self.rows, self.d_out, self.d_in, self.fwd_shift, self.relu),
+            Phase.DX_START: (MacMode.DX, self.rows, self.d_in, self.d_out, self.dx_shift, 0),
+            Phase.DW_START: (MacMode.DW, self.d_in, self.d_out, self.rows, self.dw_shift, 0),
+        }
+
+        def go(p):
+            """Enter phase ``p`` (an op's START also loads the core's configuration)."""
+            ph.go(p)
+            if p in op_config:
+                m.d.sync += [sig.eq(v) for sig, v in zip(core_cfg.values(), op_config[p])]
 
         # core output routing
         out = core.out.payload
@@ -442,10 +537,10 @@ class TrainStage(wiring.Component):
         # MAC weights: a host write still in its narrowing stages goes first (the SGD writes
         # only while running, long after the host's last write)
         with m.If(host_valid[3]):
-            m.d.comb += [wbuf.wr_en.eq(1), wbuf.wr.row.eq(host_row + (cur_ver << d_shift)),
+            m.d.comb += [wbuf.wr_en.eq(1), wbuf.wr.row.eq(Cat(host_row[:d_shift], cur_ver)),
                          wbuf.wr.col.eq(host_word << lb), wbuf.wr.count.eq(L), wbuf.wr.data.eq(host_w)]
         with m.Else():
-            m.d.comb += [wbuf.wr_en.eq(sgd.out_valid), wbuf.wr.row.eq(sgd_row + (new_ver << d_shift)),
+            m.d.comb += [wbuf.wr_en.eq(sgd.out_valid), wbuf.wr.row.eq(Cat(sgd_row[:d_shift], new_ver)),
                          wbuf.wr.col.eq(sgd_word << lb), wbuf.wr.count.eq(L), wbuf.wr.data.eq(sgd.weight)]
         m.d.comb += [self.w_rd_data.eq(ms_rp.data), self.v_rd_data.eq(vl_rp.data), ms_rp.en.eq(1),
                      vl_rp.en.eq(1), gs_rp.en.eq(1)]
@@ -467,123 +562,166 @@ class TrainStage(wiring.Component):
         # Between stages a microbatch is handed over whole, as in the schedule model.
         is_first = self.stage == 0
         is_last = self.stage + 1 == self.stages
+        # ``hold`` gates the core's whole sequencer, so it is a register, computed one cycle
+        # ahead: while held the core's read stays where it is and that read must be in; else
+        # the core may step, so its next read must be in too. The next read is the same
+        # word until the depth step crosses a word (or the run's depth ends), then the next
+        # one in the streaming order; DW reads dY row by row, so its next row may lie in
+        # the next row block. A START phase looks at address 0, where the core starts.
         x_whole = rx_f > op_mb
         y_whole = rx_b_written > b_done
         hold = Signal()
-        x_has = (rx_f == op_mb) & x_fill.has_block_word(core.a_req.start, core.a_req.fixed)
-        y_has_dx = y_fill.has_block_word(core.a_req.start, core.a_req.fixed)
-        y_has_dw = y_fill.has_row_word(core.b_req.fixed, core.b_req.start)
-        m.d.comb += hold.eq(((phase == Phase.F_RUN) & ~x_whole & ~x_has) |
-                            ((phase == Phase.DX_RUN) & ~y_whole & ~y_has_dx) |
-                            ((phase == Phase.DW_RUN) & ~y_whole & ~y_has_dw))
+        starting_op = ph.flag["start"]
+        kk = Mux(starting_op, 0, core.a_req.fixed)      # the depth step (== b_req.fixed)
+        i0 = Mux(starting_op, 0, core.a_req.start)
+        j0 = Mux(starting_op, 0, core.b_req.start)
+        depth_end = {name: kk == last for name, last in dim_last.items()}
+        word_end = (kk[:lb] == L - 1) if lb else Const(1, 1)
+        still = hold | starting_op
+
+        def ok(cur, nxt):
+            return cur & (still | nxt)
+        x_at = (rx_f == op_mb)
+        ok_f = x_whole | (x_at & ok(x_fill.has_block_word(i0, kk), Mux(
+            word_end | depth_end["d_in"], x_fill.has_next_block_word(i0, kk), x_fill.has_block_word(i0, kk))))
+        ok_dx = y_whole | ok(y_fill.has_block_word(i0, kk), Mux(
+            word_end | depth_end["d_out"], y_fill.has_next_block_word(i0, kk), y_fill.has_block_word(i0, kk)))
+        ok_dw = y_whole | ok(y_fill.has_row_word(kk, j0), Mux(
+            word_end & ~depth_end["rows"], y_fill.has_row_word_next_block(kk, j0),
+            y_fill.has_next_row_word(kk, j0)))
+        m.d.sync += hold.eq((in_f & ~ok_f) | (in_dx & ~ok_dx) | (in_dw & ~ok_dw))
         m.d.comb += core.hold.eq(hold)
+        held = hold & ph.flag["run"]        # counted as waiting
 
         # ---------------------------------------------------------------- sequencer
-        m.d.comb += core.start.eq((phase == Phase.F_START) | (phase == Phase.DX_START) |
-                                  (phase == Phase.DW_START))
-        words_per_row = (self.d_out + L - 1) >> lb
+        m.d.comb += core.start.eq(ph.flag["start"])
         busy_c, fwd_c, bwd_c, upd_c, wait_c = (Signal(32, name=n) for n in
                                                ("busy_c", "fwd_c", "bwd_c", "upd_c", "wait_c"))
         mac_ops, sats, ops_done = Signal(48), Signal(32), Signal(32)
+        gpipe = sched == SCHEDULE_GPIPE
         with m.If(self.start & ~running):
-            m.d.sync += [running.eq(1), phase.eq(Phase.SETUP), setup_left.eq(3), f_loc.eq(0), b_loc.eq(0),
-                         base.eq(0), step_idx.eq(0), b_done.eq(0), rx_f.eq(0), rx_b.eq(0),
-                         rx_b_loc.eq(0), rx_b_base.eq(0),
+            go(Phase.SETUP)
+            m.d.sync += [running.eq(1), setup_left.eq(5), f_loc.eq(0), b_loc.eq(0), ahead.eq(0),
+                         base.eq(0), f_mb.eq(0), b_mb.eq(Mux(gpipe, mbs - 1, 0)),
+                         step_idx.eq(0), b_done.eq(0), rx_f.eq(0), rx_b.eq(0), rx_f_next.eq(1),
+                         rx_b_next.eq(1), rx_b_loc.eq(0), rx_b_base.eq(0),
                          busy_c.eq(0), fwd_c.eq(0), bwd_c.eq(0), upd_c.eq(0), wait_c.eq(0),
                          mac_ops.eq(0), sats.eq(0), ops_done.eq(0)]
-        gpipe = sched == SCHEDULE_GPIPE
 
         def mb_slot_of(mb):
             return mb[:max(S.bit_length() - 1, 1)] if S > 1 else Const(0, 1)
 
         def finish_backward():
-            m.d.sync += [b_loc.eq(b_loc + 1), ops_done.eq(ops_done + 1)]
+            m.d.sync += [b_loc.eq(b_loc + 1), ahead.eq(ahead - 1), ops_done.eq(ops_done + 1),
+                         b_mb.eq(Mux(gpipe, b_mb - 1, b_mb + 1))]
             with m.If(is_async):
-                m.d.sync += [phase.eq(Phase.U_RUN), u_row.eq(0), u_word.eq(0)]
+                go(Phase.U_RUN)
+                m.d.sync += [u_row.eq(0), u_word.eq(0)]
             with m.Else():
-                m.d.sync += [phase.eq(Phase.DECIDE), b_done.eq(b_done + 1)]
+                go(Phase.DECIDE)
+                m.d.sync += b_done.eq(b_done + 1)
+
+        # DECIDE's conditions are registers computed every cycle; the first DECIDE cycle
+        # only lets them see the counters the ended op just updated
+        settled = Signal()
+        m.d.sync += settled.eq(ph.flag["decide"])
+        want_f, f_ready, b_left, b_ready, finished = (Signal(name=f"decide_{n}") for n in
+                                                      ("want_f", "f_ready", "b_left", "b_ready", "finished"))
+        b_ver = Signal(range(V), name="decide_b_ver")
+        m.d.sync += [
+            want_f.eq(Mux(is_async, (f_loc < n_total) & (ahead < window),
+                          (f_loc < mbs) & (gpipe | (ahead <= window)))),
+            f_ready.eq((rx_f > f_mb) | (is_first & (rx_f == f_mb) & rx_row_ok)),
+            b_left.eq(b_loc < m_eff),
+            b_ready.eq((rx_b_written > b_done) | (is_last & (rx_b_written == b_done))),
+            finished.eq(Mux(is_async, b_done >= n_total, step_idx >= self.steps)),
+            b_ver.eq(Mux(is_async, ver_of_slot[mb_slot_of(b_mb)], cur_ver)),
+        ]
 
         with m.Switch(phase):
             with m.Case(Phase.SETUP):
-                # the configuration is steady from start: its operands, product and N settle
+                # the configuration is steady from start: its operands, product, N and the
+                # constants registered from N (m_eff, window) settle
                 m.d.sync += setup_left.eq(setup_left - 1)
                 with m.If(setup_left == 0):
-                    m.d.sync += phase.eq(Phase.DECIDE)
+                    go(Phase.DECIDE)
                 with m.Else():
                     m.d.sync += n_total.eq(n_prod)
             with m.Case(Phase.DECIDE):
-                want_f = Signal()
-                with m.If(is_async):
-                    m.d.comb += want_f.eq((f_loc < n_total) & (f_loc - b_loc < window))
-                with m.Elif(gpipe):
-                    m.d.comb += want_f.eq(f_loc < mbs)
-                with m.Else():
-                    m.d.comb += want_f.eq((f_loc < mbs) & (f_loc - b_loc <= window))
-                b_left = b_loc < m_eff
-                finished = Mux(is_async, b_done >= n_total, step_idx >= self.steps)
-                with m.If(finished):
-                    m.d.sync += phase.eq(Phase.DONE)
+                with m.If(~settled):
+                    pass
+                with m.Elif(finished):
+                    go(Phase.DONE)
                 with m.Elif(want_f):
                     # forward of microbatch base + f_loc, once its input arrived
-                    with m.If((rx_f > base + f_loc) | (is_first & (rx_f == base + f_loc) & rx_row_ok)):
-                        m.d.sync += [op_mb.eq(base + f_loc), phase.eq(Phase.F_START)]
+                    with m.If(f_ready):
+                        go(Phase.F_START)
+                        m.d.sync += op_mb.eq(f_mb)
                     with m.Else():
                         m.d.sync += wait_c.eq(wait_c + 1)
                 with m.Elif(b_left):
-                    with m.If((rx_b_written > b_done) | (is_last & (rx_b_written == b_done))):
-                        mb = Mux(gpipe, base + mbs - 1 - b_loc, base + b_loc)
-                        m.d.sync += [op_mb.eq(mb), op_yslot.eq(b_done[0]),
-                                     op_ver.eq(Mux(is_async, ver_of_slot[mb_slot_of(mb)], cur_ver)),
-                                     phase.eq(Mux(self.dx_first, Phase.DX_START, Phase.DW_START))]
+                    with m.If(b_ready):
+                        m.d.sync += [op_mb.eq(b_mb), op_yslot.eq(b_done[0]), op_ver.eq(b_ver)]
+                        with m.If(self.dx_first):
+                            go(Phase.DX_START)
+                        with m.Else():
+                            go(Phase.DW_START)
                     with m.Else():
                         m.d.sync += wait_c.eq(wait_c + 1)
                 with m.Else():
-                    m.d.sync += [phase.eq(Phase.U_RUN), u_row.eq(0), u_word.eq(0)]
+                    go(Phase.U_RUN)
+                    m.d.sync += [u_row.eq(0), u_word.eq(0)]
             with m.Case(Phase.F_START):
-                m.d.sync += [phase.eq(Phase.F_RUN), op_ver.eq(cur_ver)]
+                go(Phase.F_RUN)
+                m.d.sync += op_ver.eq(cur_ver)
                 m.d.sync += ver_of_slot[op_slot].eq(cur_ver)
             with m.Case(Phase.F_RUN):
                 m.d.sync += op_ver.eq(cur_ver)
                 with m.If(core.done):
-                    m.d.sync += [phase.eq(Phase.DECIDE), f_loc.eq(f_loc + 1), ops_done.eq(ops_done + 1),
+                    go(Phase.DECIDE)
+                    m.d.sync += [f_loc.eq(f_loc + 1), ahead.eq(ahead + 1), f_mb.eq(f_mb + 1),
+                                 ops_done.eq(ops_done + 1),
                                  mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
             with m.Case(Phase.DX_START):
-                m.d.sync += phase.eq(Phase.DX_RUN)
+                go(Phase.DX_RUN)
             with m.Case(Phase.DX_RUN):
                 with m.If(core.done):
                     m.d.sync += [mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
                     with m.If(self.dx_first):
-                        m.d.sync += phase.eq(Phase.DW_START)
+                        go(Phase.DW_START)
                     with m.Else():
                         finish_backward()
             with m.Case(Phase.DW_START):
-                m.d.sync += phase.eq(Phase.DW_RUN)
+                go(Phase.DW_RUN)
             with m.Case(Phase.DW_RUN):
                 with m.If(core.done):
                     m.d.sync += [mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
                     with m.If(self.dx_first):
                         finish_backward()
                     with m.Else():
-                        m.d.sync += phase.eq(Phase.DX_START)
+                        go(Phase.DX_START)
             with m.Case(Phase.U_RUN):
                 m.d.comb += u_issue.eq(~dw_busy)
                 with m.If(~dw_busy):
                     m.d.sync += u_word.eq(u_word + 1)
-                    with m.If(u_word + 1 >= words_per_row):
+                    with m.If(u_word == words_last):
                         m.d.sync += [u_word.eq(0), u_row.eq(u_row + 1)]
-                        with m.If(u_row + 1 >= self.d_in):
-                            m.d.sync += phase.eq(Phase.U_DRAIN)
+                        with m.If(u_row == d_in_last):
+                            go(Phase.U_DRAIN)
             with m.Case(Phase.U_DRAIN):
                 # once the last word is written (and counted) the new version becomes current
-                with m.If(~sgd.busy):
-                    m.d.sync += [cur_ver.eq(new_ver), phase.eq(Phase.DECIDE), ops_done.eq(ops_done + 1)]
+                with m.If(~sgd.busy & ~u_q):      # u_q: a word entering the SGD pipeline now
+                    go(Phase.DECIDE)
+                    m.d.sync += [cur_ver.eq(new_ver), ops_done.eq(ops_done + 1)]
                     with m.If(is_async):
                         m.d.sync += b_done.eq(b_done + 1)
                     with m.Else():
-                        m.d.sync += [f_loc.eq(0), b_loc.eq(0), base.eq(base + mbs),
+                        m.d.sync += [f_loc.eq(0), b_loc.eq(0), ahead.eq(0), base.eq(base + mbs),
+                                     f_mb.eq(base + mbs), b_mb.eq(Mux(gpipe, base + mbs + mbs - 1, base + mbs)),
                                      step_idx.eq(step_idx + 1)]
             with m.Case(Phase.DONE):
-                m.d.sync += [running.eq(0), phase.eq(Phase.IDLE)]
+                go(Phase.IDLE)
+                m.d.sync += running.eq(0)
                 m.d.comb += self.done.eq(1)
         with m.If(sgd.sat_valid):
             m.d.sync += sats.eq(sats + sgd.sat_count)
@@ -591,13 +729,13 @@ class TrainStage(wiring.Component):
         with m.If(running):
             m.d.sync += busy_c.eq(busy_c + 1)
             # a held core waits for data: that is idle time, not forward/backward time
-            with m.If(in_f & ~hold):
+            with m.If(in_f & ~held):
                 m.d.sync += fwd_c.eq(fwd_c + 1)
-            with m.If((in_dx | in_dw) & ~hold):
+            with m.If((in_dx | in_dw) & ~held):
                 m.d.sync += bwd_c.eq(bwd_c + 1)
-            with m.If(hold):
+            with m.If(held):
                 m.d.sync += wait_c.eq(wait_c + 1)
-            with m.If((phase == Phase.U_RUN) | (phase == Phase.U_DRAIN)):
+            with m.If(ph.flag["upd"]):
                 m.d.sync += upd_c.eq(upd_c + 1)
         m.d.comb += [self.busy_cycles.eq(busy_c), self.fwd_cycles.eq(fwd_c), self.bwd_cycles.eq(bwd_c),
                      self.upd_cycles.eq(upd_c), self.wait_cycles.eq(wait_c), self.mac_ops.eq(mac_ops),

@@ -129,7 +129,14 @@ class PipelineHost:
 
     def __init__(self, masters, inputs, loss_grad, *, schedule, microbatches, relu, lr_q, wd_q,
                  mu_q, fmt, lanes, seg_layout, master_width, dx_first: bool = True,
-                 segment_order: str = "streaming", velocities=None):
+                 segment_order: str = "streaming", velocities=None, gaps: float = 0.0,
+                 gap_seed: int = 0):
+        if not 0.0 <= gaps < 1.0:
+            raise ValueError(f"gaps must be in [0, 1), got {gaps}")
+        #: share of cycles the host leaves its input streams idle and holds back the
+        #: output streams' ready (seeded): data arrives at uneven times
+        self.gaps = gaps
+        self._gap_rng = np.random.default_rng(gap_seed)
         if velocities is not None and len(velocities) != len(masters):
             raise ValueError(f"velocities has {len(velocities)} entries for {len(masters)} stages")
         #: SGD velocity per stage (None: not loaded; the stage keeps what its memory holds)
@@ -234,15 +241,17 @@ class PipelineHost:
         links = getattr(io, "drive_links", None)   # DevicesIO: the links between devices
         if links is not None:
             links()
-        if self.in_pos < len(self.in_segs):
+        idle = self._gap_rng.random(4) < self.gaps if self.gaps else [False] * 4
+        self.in_sending = self.in_pos < len(self.in_segs) and not idle[0]
+        if self.in_sending:
             io.set("act_in.valid", 1)
             io.set("act_in.payload", self.in_segs[self.in_pos])
         else:
             io.set("act_in.valid", 0)
-        io.set("act_out.ready", 1)
-        io.set("grad_out.ready", 1)
+        io.set("act_out.ready", int(not idle[1]))
+        io.set("grad_out.ready", int(not idle[2]))
         self.sending = None
-        if self.b_send < len(self.b_orders[-1]):
+        if self.b_send < len(self.b_orders[-1]) and not idle[3]:
             q = self.dy_queue.get(self.b_orders[-1][self.b_send])
             if q:
                 self.sending = q[0]
@@ -269,7 +278,7 @@ class PipelineHost:
         if links is not None:
             links()
         self.cycle += 1
-        if self.in_pos < len(self.in_segs) and io.get("act_in.ready"):
+        if getattr(self, "in_sending", False) and io.get("act_in.ready"):
             self.in_pos += 1
         if self.sending is not None and io.get("grad_in.ready"):
             self.dy_queue[self.b_orders[-1][self.b_send]].pop(0)
@@ -360,8 +369,9 @@ class AmaranthIO:
 def run_pipeline_rtl(masters, inputs, loss_grad, *, schedule, microbatches: int, relu,
                      lr_q: int, wd_q: int = 0, mu_q: int = 0, fmt: TrainFormat = BENCH_FORMAT,
                      lanes: int = 4, max_cycles: int = 2_000_000, dx_first: bool = True,
-                     segment_order: str = "streaming") -> RtlRun:
-    """The bench on the Amaranth simulator (no Verilog toolchain; slow: small problems)."""
+                     segment_order: str = "streaming", gaps: float = 0.0, gap_seed: int = 0) -> RtlRun:
+    """The bench on the Amaranth simulator (no Verilog toolchain; slow: small problems).
+    ``gaps``/``gap_seed``: see :class:`PipelineHost`."""
     p = len(masters)
     dims = [masters[0].shape[0]] + [w.shape[1] for w in masters]
     dut = build_pipeline(p, dims, inputs[0].shape[0], microbatches, schedule, lanes, fmt)
@@ -369,7 +379,7 @@ def run_pipeline_rtl(masters, inputs, loss_grad, *, schedule, microbatches: int,
                         relu=relu, lr_q=lr_q, wd_q=wd_q, mu_q=mu_q, fmt=fmt, lanes=lanes,
                         seg_layout=dut.stage_list[0].act_out.payload.shape(),
                         master_width=fmt.sgd.master.width, dx_first=dx_first,
-                        segment_order=segment_order)
+                        segment_order=segment_order, gaps=gaps, gap_seed=gap_seed)
     return _simulate_amaranth(dut, host, p, max_cycles)
 
 

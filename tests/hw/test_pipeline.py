@@ -7,7 +7,7 @@ import pytest
 from gnnweave.golden.pipeline import GoldenPipeline
 from gnnweave.hw.pipeline import Pipeline, Schedule as HwSchedule
 from gnnweave.golden.pipeline import Schedule
-from gnnweave.sim.pipeline_bench import BENCH_FORMAT, make_problem, run_pipeline_rtl
+from gnnweave.sim.pipeline_bench import BENCH_FORMAT, PipelineHost, make_problem, run_pipeline_rtl
 
 
 def test_schedule_encoding_matches_golden():
@@ -65,6 +65,39 @@ def test_streaming_ends_bit_exact_in_any_segment_order(dx_first):
     # streaming: only for the first word of the first row block (4 segments)
     assert runs["streaming"].cycles < runs["rows"].cycles
     assert runs["streaming"].counters[0]["wait_cycles"] < runs["rows"].counters[0]["wait_cycles"]
+
+
+@pytest.mark.parametrize("dx_first", [False, True])
+def test_streaming_ends_bit_exact_with_uneven_arrival(dx_first):
+    """The stages' ``hold`` and ``ready`` are registers computed a cycle ahead: with the
+    host's streams idle and its ready low on random cycles (segments arrive just before,
+    at and after the read that needs them), every result is still bit-exact."""
+    fmt = BENCH_FORMAT
+    masters, xs, loss_grad = make_problem(2, 2, 1, dim=8, rows=8, seed=6)
+    lr_q, wd_q, mu_q = fmt.sgd.quantize_hyper(0.25, 1e-3, 0.5)
+    relu = [True, False]
+    trace = GoldenPipeline(masters, relu=relu, fmt=fmt, lr_q=lr_q, wd_q=wd_q, mu_q=mu_q).run(
+        "1f1b-flush", xs, loss_grad, microbatches=2)
+    steady = run_pipeline_rtl(masters, xs, loss_grad, schedule="1f1b-flush", microbatches=2,
+                              relu=relu, lr_q=lr_q, wd_q=wd_q, mu_q=mu_q, fmt=fmt, lanes=4,
+                              dx_first=dx_first)
+    run = run_pipeline_rtl(masters, xs, loss_grad, schedule="1f1b-flush", microbatches=2, relu=relu,
+                           lr_q=lr_q, wd_q=wd_q, mu_q=mu_q, fmt=fmt, lanes=4, dx_first=dx_first,
+                           gaps=0.35, gap_seed=3)
+    for s in range(2):
+        for i in range(2):
+            assert np.array_equal(run.outputs[s][i], trace.outputs[s][i]), (s, i)
+            assert np.array_equal(run.input_grads[s][i], trace.input_grads[s][i]), (s, i)
+        assert np.array_equal(run.masters[s], trace.masters[s])
+    # the gaps were real: the first stage waited longer for its input
+    assert run.counters[0]["wait_cycles"] > steady.counters[0]["wait_cycles"]
+
+
+def test_host_gaps_out_of_range():
+    with pytest.raises(ValueError, match=r"gaps must be in \[0, 1\), got 1.5"):
+        PipelineHost([np.zeros((4, 4))], [np.zeros((4, 4))], None, schedule="gpipe", microbatches=1,
+                     relu=[False], lr_q=0, wd_q=0, mu_q=0, fmt=BENCH_FORMAT, lanes=4, seg_layout=None,
+                     master_width=32, gaps=1.5)
 
 
 def test_velocity_port_resumes_momentum_bit_exact():
