@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gnnweave.errors import InputError
 from gnnweave.graph import CSRGraph
 
 
@@ -65,10 +66,10 @@ class NeighborSampler:
     def __init__(self, graph: CSRGraph, fanouts):
         fanouts = [int(f) for f in fanouts]
         if not fanouts:
-            raise ValueError("fanouts: need one fan-out per layer, got none")
+            raise InputError("fanouts: need one fan-out per layer, got none")
         for i, f in enumerate(fanouts):
             if f == 0 or f < -1:
-                raise ValueError(f"fanouts[{i}] = {f}: must be >= 1, or -1 for every neighbour")
+                raise InputError(f"fanouts[{i}] = {f}: must be >= 1, or -1 for every neighbour")
         self.graph = graph
         self.fanouts = fanouts
         self._local = np.full(graph.num_nodes, -1, dtype=np.int64)
@@ -130,7 +131,7 @@ def seed_batches(nodes, batch_size: int, rng: np.random.Generator | None) -> lis
     """Shuffled (when ``rng`` is given) batches of ``nodes``."""
     nodes = np.asarray(nodes, dtype=np.int64)
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
     if rng is not None:
         nodes = nodes[rng.permutation(nodes.shape[0])]
     return [nodes[i:i + batch_size] for i in range(0, nodes.shape[0], batch_size)]
@@ -154,7 +155,7 @@ class Prefetcher:
 
     def __init__(self, producer, depth: int = 2):
         if depth < 1:
-            raise ValueError(f"prefetch depth must be >= 1, got {depth}")
+            raise InputError(f"prefetch depth must be >= 1, got {depth}")
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._producer = producer
