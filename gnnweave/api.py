@@ -63,12 +63,12 @@ class TrainedModel:
 
 def train(dataset="cora", model: str = "gcn", *, seed: int = 0, **options) -> TrainedModel:
     """Train one model (one seed) and return it; ``options`` are TrainConfig fields."""
-    from gnnweave.host.train import TrainConfig, _placement_args, run_training
+    from gnnweave.host.train import TrainConfig, resolve_placement, run_training
     if "seeds" in options:
         raise TypeError("train() trains one model: give seed=N, not seeds")
     # device, devices and partition mean what they mean on the command line
     # (partition="auto": an even split rebalanced after each epoch)
-    device, partition, rebalance = _placement_args(options.pop("device", None),
+    device, partition, rebalance = resolve_placement(options.pop("device", None),
                                                    options.get("devices"),
                                                    options.pop("partition", None))
     options.update(device=device, partition=partition,

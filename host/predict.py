@@ -3,7 +3,7 @@
 :func:`predict` rebuilds the model from a :class:`~gnnweave.host.modelfile.SavedModel`,
 prepares the dataset exactly as training did (feature normalisation, the model's
 normalised graph, SGC's propagation, the sparse input), and runs the forward pass with
-dropout off through an :class:`~gnnweave.host.models.Engine` on the given devices (by
+dropout off through an :class:`~gnnweave.host.engine.Engine` on the given devices (by
 default the ones that trained it). On the same data and devices the logits are those
 training evaluated, so ``test_acc`` reproduces the training run's: bit for bit on
 ``fpga-emu`` (its fixed-point formats follow from the data), and on ``cpu`` as far as the
@@ -63,7 +63,8 @@ def predict(saved: SavedModel, dataset, *, device: str | None = None,
         devices: the aggregation's devices (default: training's; one entry runs everything
             there).
     """
-    from gnnweave.host.models import MODELS, Engine, LayerGraph, make_model
+    from gnnweave.host.engine import Engine
+    from gnnweave.host.models import MODELS, LayerGraph, make_model
     from gnnweave.host.timeline import Timeline
     from gnnweave.host.train import (TrainConfig, _executor_for, _load, _maybe_sparse,
                                      prepare, resolve_shares)

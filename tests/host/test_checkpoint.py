@@ -112,7 +112,7 @@ def test_interrupt_in_the_middle_of_an_epoch_resumes_bit_identically(sbm, tmp_pa
     kw = dict(dataset=sbm, model="sage", seeds=[1], epochs=4, batch_size=16, fanouts=(3, 3),
               progress=False)
     straight = run_training(TrainConfig(**kw))
-    real_step = train_mod.Trainer._step
+    real_step = train_mod.Trainer.step
     calls = {"n": 0}
 
     def flaky_step(self, *a, **k):
@@ -121,9 +121,9 @@ def test_interrupt_in_the_middle_of_an_epoch_resumes_bit_identically(sbm, tmp_pa
             raise KeyboardInterrupt
         return real_step(self, *a, **k)
 
-    monkeypatch.setattr(train_mod.Trainer, "_step", flaky_step)
+    monkeypatch.setattr(train_mod.Trainer, "step", flaky_step)
     first = run_training(TrainConfig(checkpoint_dir=str(tmp_path), **kw))
     assert first["interrupted"] and first["seeds"][0]["epochs_done"] == 2
-    monkeypatch.setattr(train_mod.Trainer, "_step", real_step)
+    monkeypatch.setattr(train_mod.Trainer, "step", real_step)
     resumed = run_training(TrainConfig(checkpoint_dir=str(tmp_path), resume=True, **kw))
     assert resumed["seeds"][0]["params_sha256"] == straight["seeds"][0]["params_sha256"]

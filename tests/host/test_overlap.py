@@ -8,7 +8,8 @@ import pytest
 
 from gnnweave.datasets import load_dataset
 from gnnweave.host.executors import CpuExecutor, FpgaEmuExecutor
-from gnnweave.host.models import Engine, LayerGraph, make_model, softmax_cross_entropy
+from gnnweave.host.engine import Engine
+from gnnweave.host.models import LayerGraph, make_model, softmax_cross_entropy
 from gnnweave.host.timeline import interval_overlap
 from gnnweave.host.train import TrainConfig, add_train_arguments, config_from_args, run_training
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gnnweave.host.executors import CycleModel, FpgaEmuExecutor
-from gnnweave.host.models import Engine
+from gnnweave.host.engine import Engine
 from gnnweave.host.partition import (
     Rebalancer,
     ShareCost,

@@ -13,9 +13,8 @@ import pytest
 from gnnweave.datasets import load_dataset
 from gnnweave.graph import CSRGraph
 from gnnweave.host.executors import CpuExecutor
-from gnnweave.host.models import (
-    Engine, LayerGraph, check_shares, make_model, mean_norm, softmax_cross_entropy,
-)
+from gnnweave.host.engine import Engine, check_shares
+from gnnweave.host.models import LayerGraph, make_model, mean_norm, softmax_cross_entropy
 from gnnweave.host.sampling import NeighborSampler
 from gnnweave.host.train import TrainConfig, predicted_vs_measured, run_training, train_main
 
@@ -348,9 +347,9 @@ class _SlowAggregate:
 
 
 def test_rebalance_moves_rows_off_the_slow_device(monkeypatch):
-    import gnnweave.host.train as train_mod
-    real = train_mod.make_executor
-    monkeypatch.setattr(train_mod, "make_executor",
+    import gnnweave.host.train.loop as loop
+    real = loop.make_executor
+    monkeypatch.setattr(loop, "make_executor",
                         lambda name, **kw: _SlowAggregate(name) if name == "cpu:slow" else real(name, **kw))
     ds = load_dataset("sbm:2000:4")
     r = run_training(TrainConfig(dataset=ds, seeds=[0], epochs=10, partition="even",
