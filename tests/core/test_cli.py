@@ -24,16 +24,16 @@ def test_help_lists_the_commands():
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["verify", "aggregate", "--graph", "cora", "--feat-dim", "0", "--json"], "--feat-dim must be >= 1"),
-    (["verify", "aggregate", "--graph", "nosuchfile.npz", "--feat-dim", "4", "--json"], "nosuchfile.npz"),
-    (["verify", "aggregate", "--graph", "rmat:x:2", "--feat-dim", "4", "--json"], "rmat"),
-    (["verify", "aggregate", "--graph", "cora", "--feat-dim", "100000"],
+    (["verify", "aggregate", "--dataset", "cora", "--feat-dim", "0", "--json"], "--feat-dim must be >= 1"),
+    (["verify", "aggregate", "--dataset", "nosuchfile.npz", "--feat-dim", "4", "--json"], "nosuchfile.npz"),
+    (["verify", "aggregate", "--dataset", "rmat:x:2", "--feat-dim", "4", "--json"], "rmat"),
+    (["verify", "aggregate", "--dataset", "cora", "--feat-dim", "100000"],
      "feat_dim=100000: configuration 'default' takes 1..256"),
-    (["verify", "aggregate", "--graph", "rmat:6:2", "--feat-dim", "4", "--backpressure", "2"],
+    (["verify", "aggregate", "--dataset", "rmat:6:2", "--feat-dim", "4", "--backpressure", "2"],
      "backpressure=2.0: a pause probability in [0, 1)"),
-    (["verify", "aggregate", "--graph", "rmat:6:2", "--feat-dim", "4", "--backpressure", "-0.5"],
+    (["verify", "aggregate", "--dataset", "rmat:6:2", "--feat-dim", "4", "--backpressure", "-0.5"],
      "backpressure=-0.5"),
-    (["verify", "aggregate", "--graph", "rmat:6:2", "--feat-dim", "4", "--reduce", "max",
+    (["verify", "aggregate", "--dataset", "rmat:6:2", "--feat-dim", "4", "--reduce", "max",
       "--config", "small-sum"], "reduce='max': configuration 'small-sum' is built with sum only"),
     (["verify", "mac", "--rows", "4", "--cols", "4", "--depth", "4", "--backpressure", "2"],
      "backpressure must be in [0, 1)"),
@@ -65,9 +65,88 @@ def test_plan_prints_json(tmp_path):
 
 
 def test_parser_builds_without_running():
-    parser = cli.build_parser()
-    ns = parser.parse_args(["verify", "aggregate", "--graph", "cora", "--feat-dim", "16"])
-    assert ns.func is cli.cmd_verify_aggregate and ns.latency == 32
+    argv = ["verify", "aggregate", "--dataset", "cora", "--feat-dim", "16"]
+    ns = cli.build_parser(argv).parse_args(argv)
+    assert ns.command_target == "gnnweave.sim.commands.verify:Aggregate" and ns.latency == 32
+
+
+def test_every_command_mounts_one_way_and_every_option_has_help():
+    found = list(cli.options(cli.build_parser(every_command=True)))
+    commands = {words for words, target in ((w, t) for w, (t, _) in cli.COMMANDS.items()) if target}
+    assert {words for words, *_ in found} == commands
+    for words, (target, _) in cli.COMMANDS.items():
+        if target:
+            command = cli.load_command(target)
+            assert callable(command.add_arguments) and callable(command.run), words
+    no_help = [(words, names) for words, names, help_text, _ in found
+               if not help_text and names != ("--flow",)]   # the estimate flow's own option
+    assert no_help == []
+
+
+def test_help_shows_the_defaults():
+    rc, out, _ = run_cli("verify", "aggregate", "--help")
+    assert rc == 0 and "(default: verilator)" in out and "(default: 32)" in out
+    assert "(default: 0)" in out        # a zero default is shown too
+
+
+def test_graph_is_a_deprecated_name_of_dataset():
+    argv = ["device", "run", "aggregate", "--graph", "rmat:6:2", "--feat-dim", "4"]
+    assert cli.build_parser(argv).parse_args(argv).dataset == "rmat:6:2"
+    rc, _, err = run_cli("verify", "aggregate", "--graph", "cora", "--feat-dim", "0")
+    assert rc == 2 and "--graph is deprecated: use --dataset" in err
+    assert "--feat-dim must be >= 1" in err
+
+
+def test_a_bug_keeps_its_traceback_and_says_so(monkeypatch, capsys):
+    from gnnweave.host.commands import profile
+
+    def broken(args):
+        raise ValueError("not the user's fault")
+    monkeypatch.setattr(profile, "run", broken)
+    assert cli.main(["profile", "--devices", "cpu"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "ValueError: not the user's fault" in err
+    assert err.strip().splitlines()[-1] == cli.BUG_HINT
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["profile", "--devices", "cpu", "--out", "{file}"], "--out {file}: is a file; give a folder"),
+    (["train", "--dataset", "sbm:60:2", "--out", "{file}"], "--out {file}: is a file; give a folder"),
+    (["train", "--dataset", "sbm:60:2", "--checkpoint-dir", "{file}/x"], "{file} is a file, not a folder"),
+    (["predict", "--model", "nosuch.npz", "--out", "{file}"], "--out {file}: is a file"),
+    (["build", "verilog", "--out", "{file}"], "--out {file}: is a file; give a folder"),
+    (["train", "--devices", "gpu=1:16", "cpu"], "=SPEED:MEM and @GROUP are for gnnweave plan"),
+    (["train", "--devices", "cpu*0"], "COUNT after '*' must be an integer >= 1"),
+    (["plan", "--dataset", "cora", "--devices", "cpu", "--hidden", "0"], "--hidden must be >= 1"),
+])
+def test_output_paths_and_device_words_are_checked_before_any_work(tmp_path, args, needle):
+    file = tmp_path / "a-file"
+    file.write_text("")
+    args = [a.replace("{file}", str(file)) for a in args]
+    rc, out, err = run_cli(*args)
+    assert rc == 2, (rc, out, err)
+    assert needle.replace("{file}", str(file)) in err and "Traceback" not in err
+
+
+def test_train_and_plan_read_the_same_device_words():
+    from gnnweave.host.commands.train import add_arguments, config_from_args
+    import argparse
+    parser = add_arguments(argparse.ArgumentParser())
+    cfg = config_from_args(parser.parse_args(["--devices", "fpga-emu*2", "cpu"]))
+    assert cfg.devices == ["fpga-emu:0", "fpga-emu:1", "cpu"] and cfg.partition == "even"
+    from gnnweave.host.planner import DeviceSpec
+    assert [d.name for d in DeviceSpec.parse_many("fpga-emu*2")] == cfg.devices[:2]
+    assert config_from_args(parser.parse_args(["--devices", "fpga-emu,cpu"])).devices == \
+        ["fpga-emu", "cpu"]
+
+
+def test_reports_print_as_an_aligned_table():
+    from gnnweave.clitools import format_table
+    text = format_table({"match": True, "cycles": 1234, "port_utilization": 0.123456789,
+                         "devices": ["cpu", "fpga-emu"], "error": None})
+    assert text.splitlines() == ["match             yes", "cycles            1234",
+                                 "port utilization  0.1235", "devices           cpu, fpga-emu",
+                                 "error             -"]
 
 
 def test_a_missing_simulator_is_named_before_any_build():

