@@ -48,12 +48,12 @@ from gnnweave.fixed import ACC_GUARD_BITS, MEAN_RECIP_BITS
 
 from .aggregator_check import ConfigCheck
 from .aggregator_drain import Drain
-from .aggregator_gather import RowAddress, row_bursts_layout
+from .aggregator_gather import RowAddress, RowGather, row_bursts_layout
 from .aggregator_output import OutputStage
 from .aggregator_reduce import Reduce
 from .aggregator_walk import EdgeWalk, StreamRegister, descriptor_layout
 from .axi import BusParams, UnitCore
-from .dma import ReadPort, StreamReader, WritePort
+from .dma import ReadPort, StreamReader, WritePort, read_request_layout
 from gnnweave.contract import AGGREGATOR_CONFIG_REGISTERS as CONFIG_REGISTERS  # noqa: F401
 from gnnweave.contract import AGGREGATOR_STATUS_REGISTERS as STATUS_REGISTERS  # noqa: F401
 from gnnweave.contract import AggregatorStatus as Status  # noqa: F401
@@ -123,15 +123,16 @@ def reciprocal_layout(payload_layout) -> data.StructLayout:
 class ReciprocalPipe(wiring.Component):
     """``round(2**MEAN_RECIP_BITS / count)`` (half up), one per cycle, fixed latency.
 
-    A restoring divider unrolled into ``MEAN_RECIP_BITS + 1`` registered stages; the
-    payload (which holds ``count``) travels alongside. Nothing stalls it: the producer
+    A restoring divider unrolled into ``MEAN_RECIP_BITS + 1`` registered stages behind an
+    input register; the payload (which holds ``count``) travels alongside. Nothing stalls
+    it: the producer
     must have room for every element in flight (see :attr:`latency`); ``recip`` is 0
     for a count of 0.
     """
 
     def __init__(self, payload_layout: data.StructLayout):
         self.layout = payload_layout
-        self.latency = MEAN_RECIP_BITS + 1
+        self.latency = MEAN_RECIP_BITS + 2     # an input register, then a stage per bit
         super().__init__({
             "i": In(stream.Signature(payload_layout, always_ready=True)),
             "o": Out(stream.Signature(reciprocal_layout(payload_layout), always_ready=True)),
@@ -142,10 +143,15 @@ class ReciprocalPipe(wiring.Component):
         qbits = MEAN_RECIP_BITS + 1      # the quotient < 2**(MEAN_RECIP_BITS + 1)
         # numerator 2**24 + count//2 < 2**33; quotient bits above qbits are zero, so the
         # division starts from numerator >> qbits as partial remainder.
-        count = self.i.payload.count
+        # the input from registers: the producer's logic and the first stage's compare do
+        # not share a cycle
+        in_valid = Signal()
+        in_payload = Signal(self.layout, reset_less=True)
+        m.d.sync += [in_valid.eq(self.i.valid), in_payload.eq(self.i.payload)]
+        count = in_payload.count
         numerator = Signal(34)
         m.d.comb += numerator.eq((1 << MEAN_RECIP_BITS) + (count >> 1))
-        valid, payload, rem, num, quo, div = (self.i.valid, self.i.payload,
+        valid, payload, rem, num, quo, div = (in_valid, in_payload,
                                               numerator >> qbits, numerator, Const(0, qbits),
                                               count)
         for stage in range(qbits):
@@ -239,14 +245,19 @@ class AggregatorCore(UnitCore):
         m.d.comb += reduce_op.eq(cfg["reduce_op"][:2])
 
         # ---- read clients ----------------------------------------------------------------
+        # each request reaches the read port through a register slice: the arbiter's ready
+        # goes no further than a flip-flop, and no client's logic reaches the arbiter
+        request_layout = read_request_layout(aw)
         for i, (reader, buf) in enumerate([(ptr_reader, "indptr"), (idx_reader, "indices"),
                                            (w_reader, "weights")]):
+            dp.submodules[f"{buf}_request"] = request = StreamRegister(request_layout)
             dp.d.comb += [
-                read_port.requests[i].valid.eq(reader.request.valid),
-                read_port.requests[i].payload.eq(reader.request.payload),
-                reader.request.ready.eq(read_port.requests[i].ready),
+                request.i.valid.eq(reader.request.valid),
+                request.i.payload.eq(reader.request.payload),
+                reader.request.ready.eq(request.i.ready),
                 reader.response.eq(read_port.responses[i]),
             ]
+            wiring.connect(dp, request.o, read_port.requests[i])
             m.d.comb += [read_port.guard_base[i].eq(cfg[f"{buf}_addr"]),
                          read_port.guard_size[i].eq(cfg[f"{buf}_size"])]
         m.d.comb += [read_port.guard_base[3].eq(cfg["feat_addr"]),
@@ -263,39 +274,20 @@ class AggregatorCore(UnitCore):
 
         # ---- row gather: one read burst (two across a 4 KiB boundary) per valid edge ----
         # the bursts of a row come from the row-address pipeline through `row_ids`, whose
-        # room the edge control reserves (`id_credits`) before it sends an index in
-        row_credits = Signal(range(c.reads_in_flight + 1), init=c.reads_in_flight)
-        row_busy = Signal()
-        burst_addr, burst_len = Signal(aw, reset_less=True), Signal(range(maxb + 1), reset_less=True)
-        next_addr, next_len = Signal(aw, reset_less=True), Signal(range(maxb + 1))
-        row_req = read_port.requests[3]
+        # room the edge walk reserves before it sends an index in
+        dp.submodules.gather = gather = RowGather(addr_width=aw, max_beats=maxb,
+                                                  slots=c.reads_in_flight)
+        row_pop = Signal()
         dp.d.comb += [
             row_address.base.eq(cfg["feat_addr"]), row_address.stride.eq(cfg["feat_stride"]),
             row_address.row_beats.eq(row_beats),
             row_ids.w_en.eq(row_address.o.valid), row_ids.w_data.eq(row_address.o.payload),
-            row_req.valid.eq(row_busy & (row_credits >= burst_len)),
-            row_req.payload.addr.eq(burst_addr),
-            row_req.payload.len.eq(burst_len - 1),
+            gather.bursts.valid.eq(row_ids.r_rdy), gather.bursts.payload.eq(row_ids.r_data),
+            row_ids.r_en.eq(gather.bursts.ready), gather.freed.eq(row_pop),
+            row_fifo.w_en.eq(read_port.responses[3].valid),
+            row_fifo.w_data.eq(read_port.responses[3].data),
         ]
-        row_issue = row_req.valid & row_req.ready
-        row_pop = Signal()
-        dp.d.sync += row_credits.eq(row_credits - Mux(row_issue, burst_len, 0) + row_pop)
-        finishing = row_issue & (next_len == 0)
-        load = row_ids.r_rdy & (~row_busy | finishing)
-        with dp.If(row_issue):
-            dp.d.sync += [burst_addr.eq(next_addr), burst_len.eq(next_len), next_len.eq(0)]
-            with dp.If(finishing):
-                dp.d.sync += row_busy.eq(0)
-        bursts = data.View(row_bursts_layout(aw, maxb), row_ids.r_data)
-        with dp.If(load):
-            dp.d.sync += [
-                row_busy.eq(1),
-                burst_addr.eq(bursts.first_addr), burst_len.eq(bursts.first_len),
-                next_addr.eq(bursts.second_addr), next_len.eq(bursts.second_len),
-            ]
-        dp.d.comb += [row_ids.r_en.eq(load),
-                      row_fifo.w_en.eq(read_port.responses[3].valid),
-                      row_fifo.w_data.eq(read_port.responses[3].data)]
+        wiring.connect(dp, gather.request, read_port.requests[3])
 
         # ---- edge walk: a row index and a descriptor per valid edge -----------------------
         # register slices: the walk's decisions do not reach back into the readers
@@ -362,10 +354,17 @@ class AggregatorCore(UnitCore):
         pipe_busy = drain.busy | output.busy
 
         # ---- completion ----------------------------------------------------------------
-        drained = Signal()
-        dp.d.comb += drained.eq(walk.done & (drain.nodes == num_nodes) &
-                                ~pipe_busy & write_port.idle &
-                                (read_port.outstanding == 0))
+        # each term is registered (the run ends a cycle later): once the run's work is done
+        # nothing new starts, so terms of the cycle before are as good as this cycle's
+        quiet = {name: Signal(name=f"{name}_quiet") for name in
+                 ("walk", "nodes", "pipe", "writes", "reads", "bank")}
+        dp.d.sync += [
+            quiet["walk"].eq(walk.done), quiet["nodes"].eq(drain.nodes == num_nodes),
+            quiet["pipe"].eq(~pipe_busy), quiet["writes"].eq(write_port.idle),
+            quiet["reads"].eq(read_port.outstanding == 0), quiet["bank"].eq(~reduce.bank.ready),
+        ]
+        in_flight_done = quiet["reads"] & quiet["writes"] & quiet["pipe"]
+        drained = quiet["walk"] & quiet["nodes"] & in_flight_done
 
         m.submodules.datapath = ResetInserter(clear)(dp)
 
@@ -422,8 +421,7 @@ class AggregatorCore(UnitCore):
                     m.next = "FINISH"
             with m.State("ABORT"):
                 # nothing new is issued; wait for what is in flight, then finish
-                with m.If((read_port.outstanding == 0) & write_port.idle & ~pipe_busy
-                          & ~reduce.bank.ready):
+                with m.If(in_flight_done & quiet["bank"]):
                     m.next = "FINISH"
             with m.State("FINISH"):
                 m.d.sync += [busy.eq(0), first_cycle.eq(1)]

@@ -1,6 +1,8 @@
-"""Where the Aggregator reads a gathered feature row: ``feat_addr + index * feat_stride``,
-cut at the 4 KiB boundary it may cross (a row is at most 4 KiB, so into at most two
-bursts).
+"""Where the Aggregator reads a gathered feature row, and when.
+
+:class:`RowAddress` works out ``feat_addr + index * feat_stride``, cut at the 4 KiB
+boundary it may cross (a row is at most 4 KiB, so into at most two bursts);
+:class:`RowGather` issues those bursts as the row buffer frees room for their beats.
 
 The product goes through DSP-shaped tiles (:class:`~.arith.PipelinedMultiplier`), then
 one adder or comparator per stage::
@@ -14,8 +16,9 @@ from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .aggregator_walk import StreamRegister
 from .arith import PipelinedMultiplier
-from .dma import beats_to_boundary
+from .dma import beats_to_boundary, read_request_layout
 
 
 def row_bursts_layout(addr_width: int, max_beats: int) -> data.StructLayout:
@@ -76,4 +79,58 @@ class RowAddress(wiring.Component):
         ]
         m.d.comb += [self.o.valid.eq(valids[-1]), self.o.payload.eq(out),
                      self.busy.eq(Cat(*valids).any())]
+        return m
+
+
+class RowGather(wiring.Component):
+    """Issues each gathered row's one or two read bursts once the row buffer has room
+    for their beats: it holds ``slots`` beats of credit, one back per ``freed`` pulse, and
+    spends a burst's beats when the burst is issued (so R is never stalled).
+
+    Ports:
+        bursts: each row's bursts (:func:`row_bursts_layout`), in edge order.
+        request: read bursts (address, ``len`` = beats - 1) for the read port; they leave
+            from a register slice, whose ready is a flip-flop too.
+        freed: one gathered beat left the row buffer.
+
+    Args:
+        addr_width, max_beats: the build's address width and beats per row.
+        slots: beats the row buffer holds.
+    """
+
+    def __init__(self, *, addr_width: int, max_beats: int, slots: int):
+        self.aw, self.max_beats, self.slots = addr_width, max_beats, slots
+        super().__init__({
+            "bursts": In(stream.Signature(row_bursts_layout(addr_width, max_beats))),
+            "request": Out(stream.Signature(read_request_layout(addr_width))),
+            "freed": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.slice = out = StreamRegister(read_request_layout(self.aw))
+        wiring.connect(m, out.o, wiring.flipped(self.request))
+        beats = range(self.max_beats + 1)
+        credits = Signal(range(self.slots + 1), init=self.slots)
+        busy = Signal()                                   # a row's bursts are being issued
+        burst_addr, burst_len = Signal(self.aw, reset_less=True), Signal(beats)
+        burst_len_m1 = Signal(8, reset_less=True)         # AxLEN, kept beside the length
+        next_addr, next_len = Signal(self.aw, reset_less=True), Signal(beats)
+        m.d.comb += [out.i.valid.eq(busy & (credits >= burst_len)),
+                     out.i.payload.addr.eq(burst_addr), out.i.payload.len.eq(burst_len_m1)]
+        issue = out.i.valid & out.i.ready
+        m.d.sync += credits.eq(credits - Mux(issue, burst_len, 0) + self.freed)
+        finishing = issue & (next_len == 0)
+        load = self.bursts.valid & (~busy | finishing)
+        m.d.comb += self.bursts.ready.eq(load)
+        with m.If(issue):
+            m.d.sync += [burst_addr.eq(next_addr), burst_len.eq(next_len),
+                         burst_len_m1.eq(next_len - 1), next_len.eq(0)]
+            with m.If(finishing):
+                m.d.sync += busy.eq(0)
+        row = self.bursts.payload
+        with m.If(load):
+            m.d.sync += [busy.eq(1), burst_addr.eq(row.first_addr), burst_len.eq(row.first_len),
+                         burst_len_m1.eq(row.first_len - 1),
+                         next_addr.eq(row.second_addr), next_len.eq(row.second_len)]
         return m

@@ -10,7 +10,7 @@ Per lane, bit-exact to :func:`gnnweave.golden.aggregate.aggregate_raw`::
 sum or max: the second saturation is the narrower one). Every step has a stage of its
 own so that no register-to-register path holds more than one carry chain or a few LUTs::
 
-    shift -> round -> flags -> clamp -> [a/b regs -> M -> P -> add (mean)
+    shift -> align -> round -> flags -> clamp -> [a/b regs -> M -> P -> add (mean)
     -> round terms -> round] -> flags -> clamp -> beat          -> popcount
 
 The pipeline never stalls (its producer reserves room for every beat in flight) and its
@@ -18,7 +18,7 @@ data registers have no reset; ``valid`` is the only state that a reset clears.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, Value, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -80,8 +80,8 @@ class OutputStage(wiring.Component):
             lanes, acc_width, elem_width, mean)
         self._multipliers = [PipelinedMultiplier(signed(MEAN_SUM_WIDTH), MEAN_RECIP_BITS + 1)
                              for _ in range(lanes)] if mean else []
-        # shift, round, flags, clamp | multiply, round terms, round | flags, clamp
-        self.latency = 4 + (self._multipliers[0].latency + 2 if mean else 0) + 2
+        # shift, align, round, flags, clamp | multiply, round terms, round | flags, clamp
+        self.latency = 5 + (self._multipliers[0].latency + 2 if mean else 0) + 2
         super().__init__({
             "i": In(stream.Signature(accumulator_beat_layout(lanes, acc_width),
                                      always_ready=True)),
@@ -107,12 +107,18 @@ class OutputStage(wiring.Component):
         m.d.sync += [shift.eq(self.shift), self._mean_sel.eq(self.mean),
                      Cat(mask, half).eq(Cat(*rounding_constants(self.shift, acc_w)))]
 
-        # shift: the kept part, and how the dropped bits compare with one half
+        # shift, in two stages of three mux levels: by the shift's multiple of 8, with how
+        # the dropped bits compare with one half, then by the rest
         terms = [rounding_terms(a, shift, (mask, half)) for a in self._lanes(beat.acc, acc_w)]
-        r = chain.stage("shift", kept=Cat(*[t[0] for t in terms]),
+        r = chain.stage("shift", coarse=Cat(*[a >> Cat(Const(0, 3), shift[3:])
+                                              for a in self._lanes(beat.acc, acc_w)]),
                         above=Cat(*[t[1] for t in terms]), tie=Cat(*[t[2] for t in terms]),
                         mask=beat.mask, last=beat.last, zero=beat.zero, recip=beat.recip)
         side = {k: r[k] for k in ("mask", "last", "zero", "recip")}
+        inside = shift < acc_w          # beyond the width the quotient rounds to 0
+        kept = [Mux(inside, c >> shift[:3], 0) for c in self._lanes(r["coarse"], acc_w)]
+        r = chain.stage("align", kept=Cat(*kept), above=r["above"], tie=r["tie"], **side)
+        side = {k: r[k] for k in side}
         # round: kept + round-up, one carry chain
         rounded = [(k + (r["above"][i] | (r["tie"][i] & k[0])))[:acc_w + 1]
                    for i, k in enumerate(self._lanes(r["kept"], acc_w))]

@@ -100,13 +100,16 @@ class EdgeWalk(wiring.Component):
         held_weight = Signal(signed(ew), reset_less=True)
         row_credits = Signal(range(self.row_slots + 1), init=self.row_slots)
         desc_credits = Signal(range(self.desc_slots + 1), init=self.desc_slots)
+        # flip-flops that say what a compare of counters would: pos == target, and room for
+        # a descriptor (each set a cycle ahead from each way its counters can go)
+        at_target = Signal(init=1)
+        can_emit = Signal(init=self.desc_slots != 0)
         emit, desc = self.descriptors.valid, self.descriptors.payload
 
         ptr, idx, wts = self.pointers, self.indices, self.weights
         edge_ready = idx.valid & (wts.valid | ~use_weights)
         weight_in = Mux(use_weights, wts.payload, 1)[:ew].as_signed()
         index_ok = idx.payload < num_nodes
-        can_emit = desc_credits != 0
         consume = Signal()
         m.d.comb += [idx.ready.eq(consume), wts.ready.eq(consume & use_weights),
                      self.rows.payload.eq(idx.payload), self.done.eq(state == _EdgeState.DONE)]
@@ -119,21 +122,27 @@ class EdgeWalk(wiring.Component):
         node_empty = (p <= target) | (target == num_edges)
 
         def step_pos():
-            return [pos.eq(pos + 1), pos_next.eq(pos_next + 1)]
+            return [pos.eq(pos + 1), pos_next.eq(pos_next + 1), at_target.eq(pos_next == target)]
+
+        def to_tail():          # from pos == target: the rest of the stream is discarded
+            return [state.eq(_EdgeState.TAIL), target.eq(num_edges),
+                    at_target.eq(target == num_edges)]
 
         with m.Switch(state):
             with m.Case(_EdgeState.FIRST_PTR):
                 with m.If(self.run & ptr.valid):
                     m.d.comb += ptr.ready.eq(1)
-                    m.d.sync += [target.eq(clamped), state.eq(_EdgeState.SKIP)]
+                    # pos is 0 here and target 0, so no pointer lies behind it
+                    m.d.sync += [target.eq(clamped), state.eq(_EdgeState.SKIP),
+                                 at_target.eq(Mux(p_beyond, num_edges == 0, p == 0))]
                     with m.If(p != 0):
                         m.d.sync += self.bad_indptr.eq(1)
             with m.Case(_EdgeState.SKIP, _EdgeState.TAIL):
-                with m.If(pos == target):
+                with m.If(at_target):
                     with m.If(state == _EdgeState.TAIL):
                         m.d.sync += state.eq(_EdgeState.DONE)
                     with m.Elif(num_nodes == 0):
-                        m.d.sync += [state.eq(_EdgeState.TAIL), target.eq(num_edges)]
+                        m.d.sync += to_tail()
                     with m.Else():
                         m.d.sync += state.eq(_EdgeState.NEXT_PTR)
                 with m.Elif(edge_ready):
@@ -142,7 +151,8 @@ class EdgeWalk(wiring.Component):
             with m.Case(_EdgeState.NEXT_PTR):
                 with m.If(ptr.valid):
                     m.d.comb += ptr.ready.eq(1)
-                    m.d.sync += [target.eq(clamped), node_count.eq(0)]
+                    # pos == target here: the new target is pos exactly when the node is empty
+                    m.d.sync += [target.eq(clamped), node_count.eq(0), at_target.eq(node_empty)]
                     m.d.sync += state.eq(Mux(node_empty, _EdgeState.CLOSE, _EdgeState.EDGES))
                     last_ptr = node_next == num_nodes
                     with m.If(p_behind | p_beyond | (last_ptr & (p != num_edges))):
@@ -167,9 +177,11 @@ class EdgeWalk(wiring.Component):
                                  desc.empty.eq(~held), desc.count.eq(node_count)]
                     m.d.sync += [held.eq(0), node_next.eq(node_next + 1)]
                     with m.If(node_next == num_nodes):
-                        m.d.sync += [state.eq(_EdgeState.TAIL), target.eq(num_edges)]
+                        m.d.sync += to_tail()
                     with m.Else():
                         m.d.sync += state.eq(_EdgeState.NEXT_PTR)
         m.d.sync += [row_credits.eq(row_credits - self.rows.valid + self.row_done),
-                     desc_credits.eq(desc_credits - emit + self.desc_done)]
+                     desc_credits.eq(desc_credits - emit + self.desc_done),
+                     can_emit.eq(Mux(emit & ~self.desc_done, desc_credits != 1,
+                                     Mux(~emit & self.desc_done, 1, desc_credits != 0)))]
         return m

@@ -415,3 +415,44 @@ def test_edge_walk_follows_the_clamped_pointers(seed):
     assert descs == want_descs
     assert flags["edges"] == len(want_rows) and flags["rejected"] == want_rejected
     assert bool(flags["bad"]) == want_bad
+
+
+# ---------------------------------------------------------------- row gather
+from gnnweave.hw.aggregator_gather import RowGather  # noqa: E402
+
+
+@pytest.mark.parametrize("p_ready, p_free", [(1.0, 1.0), (0.5, 0.3), (0.9, 0.1)])
+def test_row_gather_issues_every_burst_within_its_credits(p_ready, p_free):
+    slots, maxb = 12, 8
+    dut = RowGather(addr_width=40, max_beats=maxb, slots=slots)
+    rng = np.random.default_rng(int(p_ready * 10 + p_free * 100))
+    rows = []
+    for _ in range(80):
+        first = int(rng.integers(1, maxb + 1))
+        second = int(rng.integers(0, maxb - first + 1)) if rng.random() < 0.4 else 0
+        rows.append({"first_addr": 16 * int(rng.integers(0, 1 << 30)), "first_len": first,
+                     "second_addr": 16 * int(rng.integers(0, 1 << 30)), "second_len": second})
+    want = [b for r in rows for b in [(r["first_addr"], r["first_len"] - 1)] +
+            ([(r["second_addr"], r["second_len"] - 1)] if r["second_len"] else [])]
+    got = []
+
+    async def bench(ctx):
+        k, held = 0, 0          # rows offered; beats issued and not yet freed
+        for _ in range(4000):
+            ctx.set(dut.bursts.valid, k < len(rows))
+            ctx.set(dut.bursts.payload, rows[k] if k < len(rows) else rows[0])
+            ctx.set(dut.request.ready, rng.random() < p_ready)
+            free = held > 0 and rng.random() < p_free
+            ctx.set(dut.freed, free)
+            held -= free
+            if ctx.get(dut.request.valid) and ctx.get(dut.request.ready):
+                got.append((ctx.get(dut.request.payload.addr), ctx.get(dut.request.payload.len)))
+                held += got[-1][1] + 1
+            assert held <= slots, "more beats requested than the row buffer has room for"
+            k += ctx.get(dut.bursts.valid) and ctx.get(dut.bursts.ready)
+            await ctx.tick()
+            if len(got) == len(want):
+                break
+
+    _run(dut, bench)
+    assert got == want
