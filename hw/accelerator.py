@@ -28,23 +28,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amaranth.hdl import Const, Module, Mux, Signal
-from amaranth.lib import enum, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
+
+from gnnweave.contract import (  # noqa: F401 - the IP's names, re-exported
+    ACCELERATOR_TOP, INSTANCE_NAME, STATUS_REGISTER, UNIT_REGISTER, UNITS_PRESENT_REGISTER, VLNV,
+    AggregatorStatus, Unit,
+)
 
 from .axi import AXI4LiteSignature, AXI4Signature, AXIRegisterSlice
 from .control import AxiLiteControl
 from .regmap import Access, RegisterBuilder, RegisterMap
 
 #: ``status`` bit every unit uses for "run refused before any memory traffic".
-STATUS_CONFIG_ERROR = 1 << 0
-
-
-class Unit(enum.Enum, shape=8):
-    """Value of the ``unit`` register."""
-
-    AGGREGATOR = 0
-    MAC_ARRAY = 1
-    PIPELINE = 2
+STATUS_CONFIG_ERROR = int(AggregatorStatus.CONFIG_ERROR)
 
 
 @dataclass(frozen=True)
@@ -84,10 +81,8 @@ def accelerator_regmap(sets: list[UnitRegisters], name: str = "gnnweave") -> Reg
                              f"status register of another")
     builder = RegisterBuilder(name)
     builder.ap_ctrl()
-    builder.add("unit", 8, Access.RW, "Unit that ap_start runs: " +
-                ", ".join(f"{u.value} {u.name.lower()}" for u in Unit))
-    builder.add("units_present", 8, Access.RO,
-                "Bit u set: unit u is in this build (see the unit register)")
+    builder.add(*UNIT_REGISTER[:2], Access.RW, UNIT_REGISTER[2])
+    builder.add(*UNITS_PRESENT_REGISTER[:2], Access.RO, UNITS_PRESENT_REGISTER[2])
     for reg_name, width, doc, owners in _merge(sets, "config"):
         builder.add(reg_name, width, Access.RW, _owned(doc, owners, len(units)))
     for reg_name, width, doc, owners in _merge(sets, "status"):
@@ -201,13 +196,13 @@ class AcceleratorTop(wiring.Component):
         ctrl_ro = ctrl.ro
         m.d.comb += ctrl_ro.units_present.eq(sum(1 << u.unit.value for u in units))
         for reg in self.regmap:
-            if reg.access is not Access.RO or reg.name == "units_present":
+            if reg.access is not Access.RO or reg.name == UNITS_PRESENT_REGISTER[0]:
                 continue
             value = Const(0, reg.width)
             for u in units:
                 if reg.name in u.core.stat:
                     value = Mux(owner == u.unit.value, u.core.stat[reg.name], value)
-            if reg.name == "status":
+            if reg.name == STATUS_REGISTER:
                 value = Mux(refused, STATUS_CONFIG_ERROR, value)
             m.d.comb += getattr(ctrl_ro, reg.name).eq(value)
 
@@ -229,14 +224,6 @@ class AcceleratorTop(wiring.Component):
                     else:
                         m.d.comb += dst.eq(out)
         return m
-
-
-#: Module name of the generated top (and the IP's name in the VLNV).
-ACCELERATOR_TOP = "gnnweave"
-#: The IP's VLNV (the PYNQ driver binds to it) and its instance name in the block design
-#: (``Overlay("gnnweave.bit").gnnweave_0``).
-VLNV = f"gnnweave:hls:{ACCELERATOR_TOP}:1.0"
-INSTANCE_NAME = "gnnweave_0"
 
 
 def _aggregator_registers() -> UnitRegisters:

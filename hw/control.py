@@ -1,7 +1,7 @@
 """AXI4-Lite control slave generated from a :class:`~.regmap.RegisterMap`.
 
 Behaviour (host view) is that of a Vitis HLS ``s_axi_control`` with ``ap_ctrl_hs``; see
-:mod:`.regmap` for the layout. Bus behaviour:
+:mod:`.regmap` for the layout (offsets and bits from :mod:`gnnweave.contract`). Bus behaviour:
 
 * AW and W are accepted independently, in either order or in the same cycle; the write is
   performed once both are held, then B is raised. One write and one read are outstanding
@@ -47,11 +47,13 @@ from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .axi import AXI4LiteSignature, Resp
-from .regmap import (
-    DATA_WIDTH, WORD_BYTES, Access, CtrlBit, GieBit, IrqBit, RegisterMap,
-    CTRL_OFFSET, GIE_OFFSET, IER_OFFSET, ISR_OFFSET,
+from gnnweave.contract import (
+    CTRL_OFFSET, DATA_WIDTH, GIE_OFFSET, IER_OFFSET, ISR_OFFSET, WORD_BYTES, CtrlBit, GieBit,
+    IrqBit,
 )
+
+from .axi import AXI4LiteSignature, Resp
+from .regmap import Access, RegisterMap
 
 __all__ = ["AxiLiteControl", "rw_signature", "ro_signature"]
 
@@ -124,8 +126,8 @@ class AxiLiteControl(wiring.Component):
         ap_ready = Signal(name="ap_ready")
         auto_restart = Signal(name="auto_restart")
         gie = Signal(name="gie")
-        ier = Signal(2, name="ier")
-        isr = Signal(2, name="isr")
+        ier = Signal(len(IrqBit), name="ier")
+        isr = Signal(len(IrqBit), name="isr")
 
         # ---- write channel: latch AW and W independently, write when both are held --------
         aw_full = Signal()
@@ -271,7 +273,7 @@ class AxiLiteControl(wiring.Component):
         with m.If(write_word(GIE_OFFSET) & w_strb[0]):
             m.d.sync += gie.eq(w_data[GieBit.ENABLE])
         with m.If(write_word(IER_OFFSET) & w_strb[0]):
-            m.d.sync += ier.eq(w_data[:2])
+            m.d.sync += ier.eq(w_data[:len(IrqBit)])
         for bit, event in ((IrqBit.AP_DONE, self.done), (IrqBit.AP_READY, self.accepted)):
             with m.If(ier[bit] & event):
                 m.d.sync += isr[bit].eq(1)

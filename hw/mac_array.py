@@ -103,7 +103,6 @@ partial-sum store 2048 x 520 bits (8 URAM288 of 4096 x 72, or 29 BRAM36 as 2048 
 """
 from __future__ import annotations
 
-import enum as py_enum
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,7 +111,9 @@ from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
 from .axi import UnitCore, unit_bus
 from .dma import ReadPort, StreamReader, WritePort, beats_to_boundary
 from .mac import MAC_INPUT_WIDTH, MacBusParams, MacCore, MacMode, SkewedBuffer
-from .regmap import BUSY_CYCLES, status_register
+from gnnweave.contract import MAC_ARRAY_CONFIG_REGISTERS as CONFIG_REGISTERS  # noqa: F401
+from gnnweave.contract import MAC_ARRAY_STATUS_REGISTERS as STATUS_REGISTERS  # noqa: F401
+from gnnweave.contract import MacArrayStatus as Status  # noqa: F401
 from .top import UnitTop
 
 ELEM_BYTES = MAC_INPUT_WIDTH // 8
@@ -176,51 +177,6 @@ class MacArrayConfig(MacBusParams):
     @property
     def buffer_dim(self) -> int:
         return max(self.max_dim, self.max_depth)
-
-
-class Status(py_enum.IntFlag):
-    """Bits of the ``status`` register (cleared at start); positions as the Aggregator's."""
-
-    CONFIG_ERROR = 1 << 0    # run refused before any memory traffic
-    ADDR_FAULT = 1 << 3      # a burst outside its buffer was refused (run aborted)
-    AXI_ERROR = 1 << 4       # SLVERR/DECERR on R or B
-
-
-#: Registers the host writes (name, width, doc); order fixes the offsets.
-CONFIG_REGISTERS = (
-    ("mode", 32, "0 fwd (Y = X W + b), 1 dx (dX = dY W^T), 2 dw (dW = X^T dY)"),
-    ("m", 32, "Output rows (1 .. 2**32-1)"),
-    ("n", 32, "Output columns (1 .. 2**32-1)"),
-    ("k", 32, "Depth: the contracted dimension (1 .. 2**32-1; cut into max_depth blocks)"),
-    ("shift", 32, "Narrowing shift frac(P) + frac(Q) - frac(out) (0 .. 63)"),
-    ("relu", 32, "1: fused ReLU on the output (fwd only)"),
-    ("use_bias", 32, "1: add bias << bias_shift before narrowing (fwd only)"),
-    ("bias_shift", 32, "Left shift aligning the bias into the product fraction (0 .. 31)"),
-    ("p_addr", 64, "Base of P (fwd X [m,k], dx dY [m,k], dw X [k,m]); int16 rows"),
-    ("p_size", 64, "Bytes of the P buffer"),
-    ("p_stride", 64, "Bytes between P rows (multiple of the bus width)"),
-    ("q_addr", 64, "Base of Q (fwd W [k,n], dx W [n,k], dw dY [k,n]); int16 rows"),
-    ("q_size", 64, "Bytes of the Q buffer"),
-    ("q_stride", 64, "Bytes between Q rows (multiple of the bus width)"),
-    ("bias_addr", 64, "Base of the bias: n int32"),
-    ("bias_size", 64, "Bytes of the bias buffer"),
-    ("out_addr", 64, "Base of the output [m,n]; int16 rows"),
-    ("out_size", 64, "Bytes of the output buffer"),
-    ("out_stride", 64, "Bytes between output rows (multiple of the bus width)"),
-)
-
-#: Registers the hardware drives.
-STATUS_REGISTERS = (
-    status_register(Status),
-    BUSY_CYCLES,
-    ("mac_active_cycles", 64, "Cycles the array accumulated"),
-    ("mac_ops", 64, "Useful multiply-accumulates (m * n * k for a complete run)"),
-    ("stall_cycles", 64, "Cycles the array was frozen by its drain or by write back-pressure"),
-    ("load_cycles", 64, "Busy cycles the array waited for operands (block loads, bias)"),
-    ("read_beats", 64, "R beats accepted"),
-    ("write_beats", 64, "W beats sent"),
-    ("saturations", 64, "Output elements that saturated"),
-)
 
 
 def mac_array_regmap(config: MacArrayConfig | None = None):

@@ -19,6 +19,8 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import enum, stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
+from gnnweave.contract import PIPELINE_STAGE_COUNTERS, names
+
 from .train_stage import TrainStage
 
 
@@ -44,8 +46,7 @@ STAGE_CONFIG = ("rows", "d_in", "d_out", "relu", "fwd_shift", "dx_shift", "dw_sh
 #: (``w_*``, read back on ``s<i>_w_rd_data``) and SGD velocity (``v_*``, ``s<i>_v_rd_data``).
 STAGE_HOST_INPUTS = ("w_wr_en", "w_row", "w_word", "w_wr_data", "v_wr_en", "v_row", "v_word", "v_wr_data")
 #: Per-stage counters exposed as ``s<i>_<name>``.
-STAGE_COUNTERS = ("busy_cycles", "fwd_cycles", "bwd_cycles", "upd_cycles", "wait_cycles", "mac_ops",
-                  "saturations", "ops_done")
+STAGE_COUNTERS = names(PIPELINE_STAGE_COUNTERS)
 
 
 class Pipeline(wiring.Component):

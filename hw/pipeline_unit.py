@@ -72,7 +72,6 @@ beat; ``max_in``/``max_out``/``max_rows``/``slots`` powers of two; ``slots >= st
 """
 from __future__ import annotations
 
-import enum as py_enum
 from dataclasses import dataclass
 
 from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal
@@ -84,7 +83,10 @@ from .dma import ReadPort, WritePort, beats_to_boundary
 from .mac import MAC_INPUT_WIDTH, MacBusParams
 from .serial_multiply import SerialMultiplier
 from .pipeline import STAGE_COUNTERS, Pipeline
-from .regmap import BUS_COUNTERS, BUSY_CYCLES, status_register
+from gnnweave.contract import PIPELINE_STAGE_REGISTERS as STAGE_REGISTERS
+from gnnweave.contract import IpParameters, PipelineStatus as Status  # noqa: F401
+from gnnweave.contract import pipeline_config_registers as config_registers
+from gnnweave.contract import pipeline_status_registers as status_registers
 from .top import UnitTop
 
 ELEM_BYTES = MAC_INPUT_WIDTH // 8
@@ -92,7 +94,7 @@ ELEM_BYTES = MAC_INPUT_WIDTH // 8
 MASTER_BYTES = 4
 #: Build limits the driver checks before touching the device; the ``.hwh`` carries each as
 #: the IP parameter ``C_PIPE_<NAME>`` (0 in a build without a Pipeline).
-HWH_LIMITS = ("max_in", "max_out", "max_rows", "slots")
+HWH_LIMITS = IpParameters.PIPELINE_LIMITS
 
 
 def _is_pow2(x: int) -> bool:
@@ -105,14 +107,6 @@ class PipelineMode(enum.Enum, shape=2):
     LOAD_WEIGHTS = 0
     STORE_WEIGHTS = 1
     TRAIN = 2
-
-
-class Status(py_enum.IntFlag):
-    """Bits of the ``status`` register (cleared at start); positions as the Aggregator's."""
-
-    CONFIG_ERROR = 1 << 0
-    ADDR_FAULT = 1 << 3
-    AXI_ERROR = 1 << 4
 
 
 @dataclass(frozen=True)
@@ -186,70 +180,6 @@ class PipelineUnitConfig(MacBusParams):
                         max_in=self.max_in, max_out=self.max_out, max_rows=self.max_rows,
                         slots=self.slots, versions=self.versions,
                         state_ram_style="ultra" if self.uram else None)
-
-
-#: Per-stage configuration registers ``s<i>_<name>``.
-STAGE_REGISTERS = (
-    ("d_in", "Input features of the stage (1 .. max_in; equals the previous stage's d_out)"),
-    ("d_out", "Output features of the stage (1 .. max_out)"),
-    ("relu", "1: ReLU after the stage's forward (its mask gates the backward)"),
-    ("fwd_shift", "Narrowing shift of the forward Y = X W (0 .. 63)"),
-    ("dx_shift", "Narrowing shift of dX = dY W^T (0 .. 63)"),
-    ("dw_shift", "Narrowing shift of dW = X^T dY (0 .. 63)"),
-    ("lr", "SGD learning rate, raw (SgdFormat.lr, 16 bits)"),
-    ("wd", "SGD weight decay, raw (SgdFormat.wd, 16 bits)"),
-    ("mu", "SGD momentum, raw (SgdFormat.mu, 16 bits; 0: plain SGD)"),
-    ("dx_first", "1: dX leaves before dW is computed (the default order; 0: textbook order)"),
-)
-_STAGE_COUNTER_DOCS = {
-    "busy_cycles": "Cycles the stage was running", "fwd_cycles": "Cycles in forwards",
-    "bwd_cycles": "Cycles in backwards (dX and dW)", "upd_cycles": "Cycles in SGD updates",
-    "wait_cycles": "Cycles the stage waited for an input or a gradient",
-    "mac_ops": "Multiply-accumulates", "saturations": "Saturated outputs and updates",
-    "ops_done": "F, B and U ops completed",
-}
-_BUFFERS = (
-    ("act", "TRAIN inputs: [N*rows, s0_d_in] int16"),
-    ("logits", "TRAIN logits (written): [N*rows, d_out of the last stage] int16"),
-    ("grad", "TRAIN loss gradient (host-written): [N*rows, d_out of the last stage] int16"),
-    ("dx", "TRAIN stage 0 input gradient (written; addr 0: not written): [N*rows, s0_d_in] int16"),
-    ("w", "LOAD/STORE_WEIGHTS master weights of one stage: [d_in, d_out] int32"),
-)
-
-
-def config_registers(stages: int) -> tuple:
-    """Registers the host writes (name, width, doc) of a ``stages``-stage unit."""
-    regs = [
-        ("pipe_mode", 32, "0 load_weights, 1 store_weights, 2 train"),
-        ("stage", 32, "Stage whose master weights load_weights/store_weights move"),
-        ("schedule", 32, "0 GPipe, 1 1F1B-flush, 2 async 1F1B (weight stashing)"),
-        ("microbatches", 32, "Microbatches per step (1 .. 255)"),
-        ("steps", 32, "Steps of a TRAIN run (1 .. 65535); N = steps * microbatches"),
-        ("rows", 32, "Rows of every microbatch (1 .. max_rows)"),
-    ]
-    for buf, doc in _BUFFERS:
-        regs += [(f"{buf}_addr", 64, f"Base of {doc}"), (f"{buf}_size", 64, f"Bytes of the {buf} buffer"),
-                 (f"{buf}_stride", 64, f"Bytes between {buf} rows (multiple of the bus width)")]
-    regs.append(("grads_ready", 32, "Doorbell: microbatches whose loss gradient is in memory "
-                                    "(written while TRAIN runs; read live)"))
-    for i in range(stages):
-        regs += [(f"s{i}_{name}", 32, f"Stage {i}: {doc}") for name, doc in STAGE_REGISTERS]
-    return tuple(regs)
-
-
-def status_registers(stages: int) -> tuple:
-    """Registers the hardware drives of a ``stages``-stage unit."""
-    regs = [
-        status_register(Status),
-        BUSY_CYCLES,
-        *BUS_COUNTERS,
-        ("logits_done", 32, "TRAIN: microbatches whose logits are in memory (write responses in)"),
-        ("grad_wait_cycles", 64, "TRAIN: cycles the gradient reader waited for grads_ready"),
-    ]
-    for i in range(stages):
-        regs += [(f"s{i}_{name}", 64 if name == "mac_ops" else 32, f"Stage {i}: {_STAGE_COUNTER_DOCS[name]}")
-                 for name in STAGE_COUNTERS]
-    return tuple(regs)
 
 
 #: The registers of the default build (two stages).

@@ -19,7 +19,8 @@ Layout (Vitis HLS conventions, so Vitis-aware tools and PYNQ's ``DefaultIP`` und
   offset + 4. For read-only 64-bit registers, reading the low word snapshots the high word,
   so a host that reads low then high gets one consistent value.
 
-This module is pure Python (no Amaranth), so it can be loaded on a board or by tools.
+This module is pure Python (no Amaranth), so it can be loaded on a board or by tools. The
+offsets, bits and unit declarations it lays out are :mod:`gnnweave.contract`'s.
 """
 from __future__ import annotations
 
@@ -33,42 +34,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from gnnweave.contract import (  # noqa: F401 - re-exported: the map's layout
+    BUS_COUNTERS, BUSY_CYCLES, CTRL_OFFSET, DATA_WIDTH, FIRST_REGISTER_OFFSET, GIE_OFFSET,
+    IER_OFFSET, ISR_OFFSET, WORD_BYTES, CtrlBit, GieBit, IrqBit, status_register,
+)
+
 __all__ = [
     "Access", "Register", "RegisterBuilder", "RegisterMap",
     "CTRL_OFFSET", "GIE_OFFSET", "IER_OFFSET", "ISR_OFFSET", "FIRST_REGISTER_OFFSET",
     "CtrlBit", "GieBit", "IrqBit", "AP_CTRL_NAMES", "DATA_WIDTH",
 ]
-
-#: Only 32-bit AXI4-Lite data is supported (the Vitis/PYNQ convention).
-DATA_WIDTH = 32
-WORD_BYTES = DATA_WIDTH // 8
-
-CTRL_OFFSET = 0x00
-GIE_OFFSET = 0x04
-IER_OFFSET = 0x08
-ISR_OFFSET = 0x0C
-FIRST_REGISTER_OFFSET = 0x10
-
-
-class CtrlBit(enum.IntEnum):
-    """Bit positions in CTRL (0x00)."""
-    AP_START = 0
-    AP_DONE = 1
-    AP_IDLE = 2
-    AP_READY = 3
-    AUTO_RESTART = 7
-
-
-class GieBit(enum.IntEnum):
-    """Bit positions in GIE (0x04)."""
-    ENABLE = 0
-
-
-class IrqBit(enum.IntEnum):
-    """Bit positions in IER (0x08) and ISR (0x0C)."""
-    AP_DONE = 0
-    AP_READY = 1
-
 
 class Access(enum.Enum):
     """RW: the host writes, the hardware reads. RO: the hardware drives, the host reads."""
@@ -473,22 +448,6 @@ class RegisterMap:
         root = self.to_hwh_element()
         ET.indent(root)
         return ET.tostring(root, encoding="unicode") + "\n"
-
-
-def status_register(flags) -> tuple:
-    """The ``status`` declaration ``(name, width, doc)`` of a unit whose status bits are the
-    ``enum.IntFlag`` ``flags`` (the doc lists each bit)."""
-    return ("status", 32, "Status bits of the last run: " + ", ".join(
-        f"bit{s.bit_length() - 1} {s.name.lower()}" for s in flags))
-
-
-#: Counter declarations every unit on the AXI front end (:mod:`.dma`) drives the same way.
-BUSY_CYCLES = ("busy_cycles", 64, "Cycles from start to done")
-BUS_COUNTERS = (
-    ("read_beats", 64, "R beats accepted"),
-    ("write_beats", 64, "W beats sent"),
-    ("stall_cycles", 64, "Cycles a manager channel (AR, AW, W) waited for ready"),
-)
 
 
 class RegisterBuilder:

@@ -11,13 +11,15 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out, connect
 from amaranth.sim import Simulator
 
+from gnnweave.contract import CTRL_OFFSET, GIE_OFFSET, IER_OFFSET, ISR_OFFSET, CtrlBit
 from gnnweave.hw.axi import Resp
 from gnnweave.hw.control import AxiLiteControl, ro_signature, rw_signature
 from gnnweave.hw.regmap import Access, RegisterBuilder
 
 OKAY, SLVERR = int(Resp.OKAY), int(Resp.SLVERR)
-CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
-AP_START, AP_DONE, AP_IDLE, AP_READY, AUTO_RESTART = 0x01, 0x02, 0x04, 0x08, 0x80
+CTRL, GIE, IER, ISR = CTRL_OFFSET, GIE_OFFSET, IER_OFFSET, ISR_OFFSET
+AP_START, AP_DONE, AP_IDLE, AP_READY, AUTO_RESTART = (CtrlBit[n].mask for n in (
+    "AP_START", "AP_DONE", "AP_IDLE", "AP_READY", "AUTO_RESTART"))
 TIMEOUT = 400
 
 # Expected layout, written out by hand (independent of the allocator):
@@ -28,7 +30,7 @@ RW_RESET = {"num_nodes": 0x1234_5678, "feat_base": 0x0123_4567_89AB_CDEF, "mode"
 RW_WIDTH = {"num_nodes": 32, "feat_base": 64, "mode": 3, "scale": 20}
 RW_OFFSET = {"num_nodes": 0x10, "feat_base": 0x18, "mode": 0x20, "scale": 0x24}
 RO_OFFSET = {"busy_cycles": 0x28, "status": 0x30, "wide_ro": 0x38, "version": 0x40}
-MAPPED = {0x00, 0x04, 0x08, 0x0C, 0x10, 0x18, 0x1C, 0x20, 0x24, 0x28, 0x2C, 0x30, 0x38, 0x3C,
+MAPPED = {CTRL, GIE, IER, ISR, 0x10, 0x18, 0x1C, 0x20, 0x24, 0x28, 0x2C, 0x30, 0x38, 0x3C,
           0x40}
 SPAN = 0x80
 
