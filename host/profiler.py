@@ -303,35 +303,77 @@ def _profile(devices, *, quick, sizes, repeats, seed, progress, ops, clock, work
     return Profile(model, samples, time.perf_counter() - t0)
 
 
-def _plot(report_samples, model: CostModel, png: Path) -> None:
+#: Marker of each op in the profile plot (colour: the device; filled: held out).
+OP_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+
+
+def plot_series(samples) -> list[dict]:
+    """How :func:`plot_profile` draws ``samples``: one series per (device, op, held out),
+    each with its ``color`` (one per device), ``marker`` (one per op) and ``filled``
+    (held-out points filled, fitted points hollow)."""
+    devices = list(dict.fromkeys(s.device for s in samples))
+    ops = list(dict.fromkeys(s.op for s in samples))
+    series = {}
+    for s in samples:
+        key = (s.device, s.op, bool(s.heldout))
+        if key not in series:
+            series[key] = dict(device=s.device, op=s.op, heldout=bool(s.heldout),
+                               color=f"C{devices.index(s.device) % 10}",
+                               marker=OP_MARKERS[ops.index(s.op) % len(OP_MARKERS)],
+                               filled=bool(s.heldout), samples=[])
+        series[key]["samples"].append(s)
+    return list(series.values())
+
+
+def plot_profile(samples, model: CostModel, png: Path):
+    """Predicted vs measured time of every profiled op, log-log: colour by device, marker by
+    op, held-out points filled and fitted ones hollow; returns the figure's legend labels."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    fig, ax = plt.subplots(figsize=(6, 5))
-    for s in report_samples:
-        pred = model.predict(s.device, s.op, **s.sizes)
-        ax.scatter(s.seconds, pred, s=12, marker="x" if s.heldout else "o",
-                   color="C1" if s.heldout else "C0", alpha=0.7)
-    lo = min(s.seconds for s in report_samples)
-    hi = max(s.seconds for s in report_samples)
+    fig, ax = plt.subplots(figsize=(7, 5.5))
+    for ser in plot_series(samples):
+        measured = [s.seconds for s in ser["samples"]]
+        predicted = [model.predict(s.device, s.op, **s.sizes) for s in ser["samples"]]
+        ax.scatter(measured, predicted, s=18, marker=ser["marker"], alpha=0.75,
+                   facecolors=ser["color"] if ser["filled"] else "none",
+                   edgecolors=ser["color"], linewidths=0.9)
+    lo = min(s.seconds for s in samples)
+    hi = max(s.seconds for s in samples)
     ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("measured time [s]")
     ax.set_ylabel("predicted time [s]")
-    ax.set_title("cost model: o fitted, x held out")
+    ax.set_title("cost model: predicted vs measured time per op")
+    series = plot_series(samples)
+    devices = list(dict.fromkeys((x["device"], x["color"]) for x in series))
+    ops = list(dict.fromkeys((x["op"], x["marker"]) for x in series))
+    handles = ([Line2D([], [], ls="", marker="o", color=c, label=d) for d, c in devices]
+               + [Line2D([], [], ls="", marker=m, color="0.3", mfc="none", label=o) for o, m in ops]
+               + [Line2D([], [], ls="", marker="o", color="0.3", mfc="none", label="fitted"),
+                  Line2D([], [], ls="", marker="o", color="0.3", label="held out")])
+    legend = ax.legend(handles=handles, fontsize=7, loc="upper left", frameon=False,
+                       title="device (colour), op (marker)", title_fontsize=7)
+    labels = [t.get_text() for t in legend.get_texts()]
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
+    return labels
+
+
+#: The cost model's file name in ``gnnweave profile --out FOLDER``.
+COST_MODEL_FILE = "cost_model.json"
 
 
 def profile_main(devices: list[str], out: str | None, quick: bool) -> dict:
-    """``gnnweave profile --devices ... [--out FILE] [--quick] --json``.
+    """``gnnweave profile --devices ... [--out FOLDER] [--quick] --json``.
 
     Profiles the devices, returns the report (cost model, per-op held-out errors, samples);
-    with ``out`` also writes it as JSON (loadable by ``CostModel.load``) and a
-    predicted-vs-measured PNG next to it.
+    with ``out`` also writes it to the folder ``out`` as ``cost_model.json`` (loadable by
+    ``CostModel.load``) and its predicted-vs-measured plot ``cost_model.png``.
     """
     prof = profile(devices, quick=quick)
     cm = prof.cost_model
@@ -365,12 +407,13 @@ def profile_main(devices: list[str], out: str | None, quick: bool) -> dict:
         "samples": [s.to_dict() for s in prof.samples],
     }
     if out:
-        path = Path(out)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / COST_MODEL_FILE
         report["out"] = str(path)
         png = path.with_suffix(".png")
         try:
-            _plot(prof.samples, cm, png)
+            plot_profile(prof.samples, cm, png)
             report["plot"] = str(png)
         except Exception as e:   # the JSON is the result; a missing plot is only reported
             report["plot_error"] = f"{type(e).__name__}: {e}"

@@ -8,7 +8,8 @@ from gnnweave.graph import CSRGraph
 from gnnweave.host.costmodel import CostModel
 from gnnweave.host.partition import ShareCost, partition_rows, predict_times, share_costs
 from gnnweave.host.profiler import (QUICK, SweepSizes, calibrate_shares, calibrated_partition,
-                                    measure_shares, profile, profile_main)
+                                    measure_shares, plot_profile, plot_series, profile,
+                                    profile_main)
 
 executors = pytest.importorskip("gnnweave.host.executors")
 
@@ -50,14 +51,35 @@ def test_cpu_profile_structure():
 def test_profile_main_writes_json_and_png(tmp_path, monkeypatch):
     import gnnweave.host.profiler as profiler
     monkeypatch.setattr(profiler, "QUICK", SMALL)
-    out = tmp_path / "p" / "cm.json"
-    report = profile_main(["fpga-emu"], str(out), True)
+    report = profile_main(["fpga-emu"], str(tmp_path / "p"), True)
+    out = tmp_path / "p" / "cost_model.json"
     assert report["meets_target"] and report["heldout_median_rel_err"] < 0.15
+    assert report["out"] == str(out) and report["plot"] == str(out.with_suffix(".png"))
     assert out.is_file() and out.with_suffix(".png").is_file()
     data = json.loads(out.read_text())
     assert data["per_op"]["fpga-emu"]["aggregate"]["time_source"] == "device"
     cm = CostModel.load(out)
     assert "fpga-emu" in cm.devices
+
+
+def test_profile_plot_tells_devices_ops_and_held_out_points_apart(tmp_path):
+    prof = profile(["cpu", "fpga-emu"], sizes=SMALL, repeats=1, progress=False, blas_threads=1)
+    series = plot_series(prof.samples)
+    devices = {s.device for s in prof.samples}
+    ops = {s.op for s in prof.samples}
+    assert {x["device"] for x in series} == devices and len(ops) > 1
+    # one colour per device, one marker per op, whatever the other is
+    assert len({x["color"] for x in series}) == len(devices)
+    assert {(x["device"], x["op"]) for x in series} == {(s.device, s.op) for s in prof.samples}
+    for x in series:
+        assert {y["color"] for y in series if y["device"] == x["device"]} == {x["color"]}
+        assert {y["marker"] for y in series if y["op"] == x["op"]} == {x["marker"]}
+        assert x["filled"] == x["heldout"]
+        assert all(s.heldout == x["heldout"] for s in x["samples"])
+    assert any(x["heldout"] for x in series) and any(not x["heldout"] for x in series)
+    labels = plot_profile(prof.samples, prof.cost_model, tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 0
+    assert devices | ops | {"fitted", "held out"} <= set(labels)
 
 
 @pytest.mark.slow
