@@ -33,14 +33,15 @@ try:
 except ImportError:  # pragma: no cover - the job and build helpers work without cocotb
     cocotb = None
 
+from gnnweave import contract
 from gnnweave.golden.mac import MacMode, mac
 from gnnweave.sim.mac_bench import operand_shapes
 
 FILL = 0xA5
 PAGE = 4096
-STATUS_BITS = {"config_error": 0, "addr_fault": 3, "axi_error": 4}
-COUNTERS = ("busy_cycles", "mac_active_cycles", "mac_ops", "stall_cycles", "load_cycles",
-            "read_beats", "write_beats", "saturations")
+STATUS_BITS = {f.name.lower(): f.bit_length() - 1 for f in contract.MacArrayStatus}
+COUNTERS = tuple(n for n in contract.names(contract.MAC_ARRAY_STATUS_REGISTERS)
+                 if n != contract.STATUS_REGISTER)
 BUFFERS = ("p", "q", "bias", "out")
 
 

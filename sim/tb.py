@@ -41,18 +41,20 @@ from cocotb.triggers import ClockCycles, Event, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
+from gnnweave import contract
 from gnnweave.layout import BUFFERS, AggregateJob
 
 CLOCK_NS = 10
 MEMORY_BYTES = 1 << 48
 BOUNDARY = 4096
 
-#: status register bits (hw/aggregator.py contract)
-STATUS_BITS = {"config_error": 0, "index_rejected": 1, "bad_indptr": 2, "addr_fault": 3, "axi_error": 4}
-COUNTERS = ("busy_cycles", "read_beats", "write_beats", "stall_cycles", "mem_wait_cycles",
-            "edges", "rejected_indices", "saturations")
+#: status register bits of the Aggregator: {name: bit position}
+STATUS_BITS = {f.name.lower(): f.bit_length() - 1 for f in contract.AggregatorStatus}
+COUNTERS = tuple(n for n in contract.names(contract.AGGREGATOR_STATUS_REGISTERS)
+                 if n != contract.STATUS_REGISTER)
 
-AP_START, AP_DONE, AP_IDLE, AP_READY = 1, 2, 4, 8
+AP_START, AP_DONE, AP_IDLE, AP_READY = (contract.CtrlBit[n].mask for n in (
+    "AP_START", "AP_DONE", "AP_IDLE", "AP_READY"))
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class _Reg:
     width: int = 32
 
 
-_AP_CTRL = _Reg("ap_ctrl", 0x00)
+_AP_CTRL = _Reg("ap_ctrl", contract.CTRL_OFFSET)
 
 
 # ------------------------------------------------------------------ runner protocol
@@ -462,20 +464,20 @@ class AxiTB:
 
     async def write_reg(self, name: str, value: int):
         r = self.reg(name)
-        width = int(getattr(r, "width", 32))
-        value = int(value)
-        if value < 0 or value >= 1 << width:
-            raise ValueError(f"register {name}: value {value} does not fit {width} bits")
-        for word in range(max(1, width // 32)):
-            await self.control.write_dword(r.offset + 4 * word, (value >> (32 * word)) & 0xFFFF_FFFF)
+        width = int(getattr(r, "width", contract.DATA_WIDTH))
+        try:
+            words = contract.split_words(value, width)
+        except ValueError:
+            raise ValueError(f"register {name}: value {value} does not fit {width} bits") from None
+        for i, word in enumerate(words):
+            await self.control.write_dword(r.offset + contract.WORD_BYTES * i, word)
 
     async def read_reg(self, name: str) -> int:
         r = self.reg(name)
-        width = int(getattr(r, "width", 32))
-        value = 0
-        for word in range(max(1, width // 32)):
-            value |= await self.control.read_dword(r.offset + 4 * word) << (32 * word)
-        return value
+        width = int(getattr(r, "width", contract.DATA_WIDTH))
+        words = [await self.control.read_dword(r.offset + contract.WORD_BYTES * i)
+                 for i in range(len(contract.split_words(0, width)))]
+        return contract.join_words(words)
 
     # ---------------------------------------------------------------- memory
     def load(self, addr: int, data):

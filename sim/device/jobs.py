@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnweave import contract
+
 from .build import NativeBuild, bus_bytes
 from .native import NativeAccelerator
 
@@ -35,15 +37,13 @@ def regmap(config: str):
 
 def write_register(sim: NativeAccelerator, reg, value: int):
     """A register of the map (32 or 64 bits, low word first)."""
-    for word in range(reg.words):
-        sim.reg_write(reg.offset + 4 * word, (int(value) >> (32 * word)) & 0xFFFF_FFFF)
+    for i, word in enumerate(contract.split_words(value, contract.DATA_WIDTH * reg.words)):
+        sim.reg_write(reg.offset + contract.WORD_BYTES * i, word)
 
 
 def read_register(sim: NativeAccelerator, reg) -> int:
-    value = 0
-    for word in range(reg.words):
-        value |= sim.reg_read(reg.offset + 4 * word) << (32 * word)
-    return value
+    return contract.join_words(sim.reg_read(reg.offset + contract.WORD_BYTES * i)
+                               for i in range(reg.words))
 
 
 def job_buffers(job) -> tuple[list, list]:
@@ -61,7 +61,9 @@ def run_job(job, *, latency: int = 32, config: str = "small", max_cycles: int | 
     """Run one :class:`~gnnweave.layout.AggregateJob` on the native device (a fresh one
     unless ``sim`` is given; its memory is replaced by the job's image). Every burst is
     checked against the buffers the job configures (:func:`job_buffers`)."""
-    from gnnweave.hw.regmap import CTRL_OFFSET, GIE_OFFSET, IER_OFFSET, ISR_OFFSET, CtrlBit
+    from gnnweave.contract import (
+        CTRL_OFFSET, GIE_OFFSET, IER_OFFSET, ISR_OFFSET, CtrlBit, GieBit, IrqBit,
+    )
     regs = regmap(config)
     image = job.memory_image()
     if sim is None:
@@ -75,19 +77,19 @@ def run_job(job, *, latency: int = 32, config: str = "small", max_cycles: int | 
     before = sim.stats()
     for name, value in job.registers().items():
         write_register(sim, regs[name], value)
-    sim.reg_write(GIE_OFFSET, 1)
-    sim.reg_write(IER_OFFSET, 1)
+    sim.reg_write(GIE_OFFSET, GieBit.ENABLE.mask)
+    sim.reg_write(IER_OFFSET, IrqBit.AP_DONE.mask)
     if max_cycles is None:
         beats = job.num_edges * -(-job.row_bytes // sim.build.bus_bytes) + job.num_nodes * 4
         max_cycles = 20_000 + 20 * beats * max(1, latency // 8)
     t0 = time.perf_counter()
     c0 = sim.cycles
-    sim.reg_write(CTRL_OFFSET, 1 << CtrlBit.AP_START)
+    sim.reg_write(CTRL_OFFSET, CtrlBit.AP_START.mask)
     sim.run_until_interrupt(max_cycles)
     wall = time.perf_counter() - t0
     cycles = sim.cycles - c0
     timed_out = not sim.interrupt
-    sim.reg_write(ISR_OFFSET, 1)       # toggle ap_done back off
+    sim.reg_write(ISR_OFFSET, IrqBit.AP_DONE.mask)    # toggle ap_done back off
     sim.reg_read(CTRL_OFFSET)          # clear-on-read ap_done
     counters = {r.name: read_register(sim, r) for r in regs if r.access.name == "RO"}
     after = sim.stats()

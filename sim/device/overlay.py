@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gnnweave.contract import INSTANCE_NAME as IP_NAME  # noqa: F401 - re-exported
+from gnnweave.contract import VLNV, IpParameters
+
 from .jobs import regmap
 from .native import DEFAULT_MEM_BASE
 
-#: The VLNV the .hwh gives the accelerator (the bitstream flow's); gnnweave.host.driver binds to it.
-VLNV = "gnnweave:hls:gnnweave:1.0"
 #: Where the control slave sits in the PS address map (an M_AXI_HPM0_LPD-like window).
 CONTROL_BASE = 0xA000_0000
-IP_NAME = "gnnweave_0"
 
 
 def hwh_text(regmap, *, control_base: int = CONTROL_BASE, instance: str = IP_NAME,
@@ -23,7 +23,6 @@ def hwh_text(regmap, *, control_base: int = CONTROL_BASE, instance: str = IP_NAM
     accelerator's ``m_axi_gmem`` master reaching the PS's HP slave port."""
     import xml.etree.ElementTree as ET
 
-    from gnnweave.hw.pipeline_unit import HWH_LIMITS
     high = control_base + regmap.size - 1
     root = ET.Element("EDKSYSTEM", EDWVERSION="1.2", TIMESTAMP="0", VIVADOVERSION="2022.1")
     ET.SubElement(root, "SYSTEMINFO", ARCH="zynquplus", DEVICE="xczu7ev", NAME="gnnweave_sim",
@@ -64,12 +63,12 @@ def hwh_text(regmap, *, control_base: int = CONTROL_BASE, instance: str = IP_NAM
                         ("C_S_AXI_CONTROL_HIGHADDR", f"0x{high:08X}"),
                         ("C_S_AXI_CONTROL_ADDR_WIDTH", str(regmap.addr_width)),
                         ("C_S_AXI_CONTROL_DATA_WIDTH", "32"),
-                        ("C_M_AXI_GMEM_DATA_WIDTH", str(bus_width)),
-                        ("C_MAX_FEAT_DIM", str(max_feat_dim)),
-                        ("C_MAC_MAX_DEPTH", str(mac_max_depth)),
-                        # the training Pipeline's limits (0: no Pipeline)
-                        *((f"C_PIPE_{k.upper()}", str((pipeline or {}).get(k, 0)))
-                          for k in HWH_LIMITS)):
+                        *((name, str(value)) for name, value in IpParameters(
+                            gmem_data_width=bus_width, max_feat_dim=max_feat_dim,
+                            mac_max_depth=mac_max_depth,
+                            # the training Pipeline's limits (0: no Pipeline)
+                            **{f"pipe_{k}": (pipeline or {}).get(k, 0)
+                               for k in IpParameters.PIPELINE_LIMITS}).hwh_items())):
         ET.SubElement(params, "PARAMETER", NAME=name, VALUE=value)
     abs_ = ET.SubElement(ip, "ADDRESSBLOCKS")
     block = ET.SubElement(abs_, "ADDRESSBLOCK", ACCESS="read-write", INTERFACE="s_axi_control",
@@ -101,12 +100,11 @@ def write_overlay(out_dir, config: str = "small", name: str = "gnnweave_sim", **
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     from gnnweave.hw.configs import get_config, get_mac_config, get_pipeline_config
-    from gnnweave.hw.pipeline_unit import HWH_LIMITS
     cfg = get_config(config)
     mac = get_mac_config(config)
     pipe = get_pipeline_config(config)
     if pipe is not None:
-        kw.setdefault("pipeline", {k: getattr(pipe, k) for k in HWH_LIMITS})
+        kw.setdefault("pipeline", {k: getattr(pipe, k) for k in IpParameters.PIPELINE_LIMITS})
     kw.setdefault("max_feat_dim", cfg.max_feat_dim)
     kw.setdefault("mac_max_depth", mac.max_depth if mac is not None else 0)
     kw.setdefault("bus_width", cfg.bus_width)

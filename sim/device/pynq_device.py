@@ -8,6 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnweave.contract import (
+    CTRL_OFFSET, DATA_WIDTH, UNIT_REGISTER, WORD_BYTES, CtrlBit, Unit, join_words, split_words,
+)
+
 from .jobs import regmap
 from .memory import SimBuffer, _Allocator, _buffer_class, _SimMemory
 from .native import DEFAULT_MEM_BASE, NativeAccelerator
@@ -42,8 +46,9 @@ class SimDevice(_device_base()):
 
     #: Buffers each unit reads and writes: (read buffer names, written, {buffer: the
     #: register that says it is used}).
-    UNIT_BUFFERS = {0: (("indptr", "indices", "feat", "weights"), ("out",), {"weights": "use_weights"}),
-                    1: (("p", "q", "bias"), ("out",), {"bias": "use_bias"})}
+    UNIT_BUFFERS = {Unit.AGGREGATOR: (("indptr", "indices", "feat", "weights"), ("out",),
+                                      {"weights": "use_weights"}),
+                    Unit.MAC_ARRAY: (("p", "q", "bias"), ("out",), {"bias": "use_bias"})}
 
     _probe_priority_ = None   # never enumerated: a SimDevice is made explicitly
 
@@ -81,7 +86,8 @@ class SimDevice(_device_base()):
 
     def _control_offset(self, address: int, length: int) -> int:
         off = int(address) - self.control_base
-        if off < 0 or off + int(length) > self.regmap.size or off % 4 or int(length) % 4:
+        if off < 0 or off + int(length) > self.regmap.size or off % WORD_BYTES or \
+                int(length) % WORD_BYTES:
             raise ValueError(
                 f"register access at 0x{int(address):x} ({length} bytes) is outside the "
                 f"control slave [0x{self.control_base:x}, "
@@ -91,34 +97,36 @@ class SimDevice(_device_base()):
     def read_registers(self, address, length):
         off = self._control_offset(address, length)
         words = []
-        for i in range(0, int(length), 4):
+        for i in range(0, int(length), WORD_BYTES):
             value = self.sim.reg_read(off + i)
-            if off + i == 0 and not value & 0x6:
+            if off + i == CTRL_OFFSET and not value & (CtrlBit.AP_DONE.mask | CtrlBit.AP_IDLE.mask):
                 # the CTRL poll of a busy engine (neither done nor idle): time passes
                 self.advance()
                 value |= self.sim.reg_read(off + i)   # ap_ready is clear-on-read too
-            words.append(value.to_bytes(4, "little"))
+            words.append(value.to_bytes(WORD_BYTES, "little"))
         return b"".join(words)
 
     def write_registers(self, address, data):
         data = bytes(data)
         off = self._control_offset(address, len(data))
-        for i in range(0, len(data), 4):
-            value = int.from_bytes(data[i:i + 4], "little")
+        for i in range(0, len(data), WORD_BYTES):
+            value = int.from_bytes(data[i:i + WORD_BYTES], "little")
             self._written[off + i] = value
-            if off + i == 0 and value & 1 and self.check_buffers:
+            if off + i == CTRL_OFFSET and value & CtrlBit.AP_START.mask and self.check_buffers:
                 self._configure_regions()
             self.sim.reg_write(off + i, value)
 
     def _register_value(self, name: str) -> int:
         reg = self.regmap[name]
-        return sum(self._written.get(reg.offset + 4 * w, reg.reset >> (32 * w) & 0xFFFF_FFFF)
-                   << (32 * w) for w in range(reg.words))
+        resets = split_words(reg.reset, DATA_WIDTH * reg.words)
+        return join_words(self._written.get(reg.offset + WORD_BYTES * w, resets[w])
+                          for w in range(reg.words))
 
     def configured_buffers(self) -> tuple[list, list] | None:
         """``(read, write)`` ``[(addr, size), ...]`` the registers written so far configure for
         the selected unit, or None for a unit whose buffers are not known here."""
-        unit = self._register_value("unit") if "unit" in self.regmap else 0
+        unit = self._register_value(UNIT_REGISTER[0]) if UNIT_REGISTER[0] in self.regmap \
+            else Unit.AGGREGATOR
         if unit not in self.UNIT_BUFFERS:
             return None
         reads, writes, used_by = self.UNIT_BUFFERS[unit]
