@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import scipy.sparse as sp
 
-from gnnweave.errors import GnnweaveError
+from gnnweave.errors import GnnweaveError, InputError
 from gnnweave.fixed import FixedFormat, choose_frac, narrow
 from gnnweave.graph import CSRGraph
 
@@ -520,7 +520,7 @@ def parse_rank_devices(spec) -> dict[int, list[str]]:
         rank, sep, devs = item.partition("=")
         names = [d.strip() for d in devs.split(",") if d.strip()]
         if not sep or not rank.strip().isdigit() or not names:
-            raise ValueError(f"--rank-devices: {item!r} is not RANK=DEVICE[,DEVICE...]")
+            raise InputError(f"--rank-devices: {item!r} is not RANK=DEVICE[,DEVICE...]")
         out[int(rank)] = names
     return out
 
@@ -547,7 +547,7 @@ def _rank_device_rows(graph: CSRGraph, devices: list[str], rank: int) -> dict:
     seen = set()
     for d in devices:
         if d.lower() in seen:
-            raise ValueError(f"--rank-devices: rank {rank} lists {d!r} twice (name further "
+            raise InputError(f"--rank-devices: rank {rank} lists {d!r} twice (name further "
                              f"instances {d}:1, {d}:2, ...)")
         seen.add(d.lower())
     ranges = cut_rows_by_fractions(graph.indptr, 0, graph.num_nodes, [1.0] * len(devices))
@@ -566,7 +566,7 @@ def _speeds(config, comm=None, data=None) -> list[float] | None:
     s = getattr(config, "rank_speeds", None)
     if isinstance(s, str):
         if s.lower() != "auto":
-            raise ValueError(f"--rank-speeds {s!r}: give numbers (e.g. 2,1) or auto")
+            raise InputError(f"--rank-speeds {s!r}: give numbers (e.g. 2,1) or auto")
         return measure_rank_speeds(config, comm, data)
     return None if s is None else [float(v) for v in s]
 
@@ -619,7 +619,7 @@ def run_rank(config, comm: Comm) -> dict:
 
     key = str(config.model).lower()
     if key not in MODELS:
-        raise ValueError(f"TrainConfig.model = {config.model!r}: choose one of gcn, sage, sgc")
+        raise InputError(f"TrainConfig.model = {config.model!r}: choose one of gcn, sage, sgc")
     model_cls = MODELS[key]
     hp = _resolved(config, model_cls)
     data = prepare(config, model_cls)
@@ -627,14 +627,14 @@ def run_rank(config, comm: Comm) -> dict:
         return run_rank_minibatch(config, comm, hp, key, data)
     n = data.graph.num_nodes
     if comm.world > n:
-        raise ValueError(f"{comm.world} ranks for a graph of {n} nodes")
+        raise InputError(f"{comm.world} ranks for a graph of {n} nodes")
     # rank 0 partitions (METIS is not deterministic across processes) and broadcasts
     method = str(getattr(config, "partition_method", "metis")).lower()
     parts = np.zeros(n, dtype=np.int64)
     meta = np.zeros(2, dtype=np.int64)
     speeds = _speeds(config, comm, data)   # every rank takes part when they are measured
     if method not in METHODS:
-        raise ValueError(f"--partition-method {method!r}: choose one of {', '.join(METHODS)}")
+        raise InputError(f"--partition-method {method!r}: choose one of {', '.join(METHODS)}")
     if comm.rank == 0:
         p0 = partition_graph(data.dataset.graph, comm.world, method=method,
                              node_cost=model_node_costs(config, data.dataset.graph, hp),
@@ -667,7 +667,7 @@ def run_rank(config, comm: Comm) -> dict:
         local = Engine(dense, Timeline(), shards=shards, num_nodes=block.n_src,
                        base_graph=block.graph)
     elif (config.executor_options.get("fpga-emu", {}).get("dense_range", "peak") != "peak"):
-        raise ValueError("executor_options['fpga-emu']['dense_range']: only 'peak' runs over ranks")
+        raise InputError("executor_options['fpga-emu']['dense_range']: only 'peak' runs over ranks")
     else:
         order = [dense_name] + [d for d in rows if d != dense_name]
         shares = [(_executor_for(d, executors, config.executor_options), rows.get(d, (0, 0)))
@@ -905,7 +905,7 @@ def choose_backend(config, world: int | None = None) -> str:
     Every rank decides alike from the config (the world size from the environment)."""
     want = str(getattr(config, "dist_backend", "auto") or "auto").lower()
     if want not in BACKENDS:
-        raise ValueError(f"--dist-backend {want!r}: choose one of {', '.join(BACKENDS)}")
+        raise InputError(f"--dist-backend {want!r}: choose one of {', '.join(BACKENDS)}")
     world = int(world or os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     try:
@@ -914,7 +914,7 @@ def choose_backend(config, world: int | None = None) -> str:
     except ImportError:
         cuda = False
     if want == "nccl" and not cuda:
-        raise ValueError(f"--dist-backend nccl: this host has no CUDA device for each of its "
+        raise InputError(f"--dist-backend nccl: this host has no CUDA device for each of its "
                          f"{local} local ranks")
     if want != "auto":
         return want
@@ -941,14 +941,14 @@ def launch(jobs, nproc: int, *, max_restarts: int = 0, timeout_s: float = 60.0) 
 
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
     if isinstance(nproc, bool) or not isinstance(nproc, (int, np.integer)) or nproc < 1:
-        raise ValueError(f"--nproc {nproc!r}: expected an integer >= 1")
+        raise InputError(f"--nproc {nproc!r}: expected an integer >= 1")
     cfg = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=int(nproc),
                        run_id=f"gnnweave-{uuid.uuid4().hex[:8]}", rdzv_backend="c10d",
                        rdzv_endpoint=f"127.0.0.1:{_free_port()}", max_restarts=max_restarts,
                        monitor_interval=0.2, start_method="spawn")
     backends = {choose_backend(j, int(nproc)) for j in jobs}
     if len(backends) > 1:
-        raise ValueError(f"launch: the jobs need different backends {sorted(backends)}; "
+        raise InputError(f"launch: the jobs need different backends {sorted(backends)}; "
                          f"launch them apart")
     out = elastic_launch(cfg, _rank_jobs)([replace(j, nproc=1, dist=True) for j in jobs],
                          timeout_s)
@@ -963,7 +963,7 @@ def run_distributed(config) -> dict:
         ("rebalance", config.rebalance), ("save_model", getattr(config, "save_model", None)))
         if on]
     if unsupported:
-        raise ValueError(f"TrainConfig.{unsupported[0]}: not available over ranks "
+        raise InputError(f"TrainConfig.{unsupported[0]}: not available over ranks "
                          f"(--nproc/--dist); see docs/distributed.md")
     if config.dist:
         comm = Comm.from_env(float(getattr(config, "comm_timeout_s", 60.0)),
@@ -1021,7 +1021,7 @@ def run_rank_minibatch(config, comm: Comm, hp, key, data) -> dict:
     speeds = _speeds(config, comm, data)
     fractions = np.ones(comm.world) if speeds is None else np.asarray(speeds, dtype=np.float64)
     if fractions.shape[0] != comm.world or not np.all(fractions > 0):
-        raise ValueError(f"--rank-speeds: {comm.world} positive numbers needed, got {speeds}")
+        raise InputError(f"--rank-speeds: {comm.world} positive numbers needed, got {speeds}")
     per_seed = []
     try:
         for seed in config.seed_list():
@@ -1033,7 +1033,7 @@ def run_rank_minibatch(config, comm: Comm, hp, key, data) -> dict:
                                  weight_decay=hp["weight_decay"], decay=model.decay,
                                  momentum=config.momentum)
             if model.hops and len(config.fanouts) != model.hops:
-                raise ValueError(f"TrainConfig.fanouts has {len(config.fanouts)} entries, the "
+                raise InputError(f"TrainConfig.fanouts has {len(config.fanouts)} entries, the "
                                  f"{key} model has {model.hops} layers")
             sampler = NeighborSampler(data.graph, config.fanouts) if model.hops else None
             steps = seeds_trained = 0

@@ -32,6 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from gnnweave.errors import InputError
 import scipy.sparse as sp
 
 from gnnweave.graph import CSRGraph
@@ -47,7 +49,7 @@ def node_costs(graph: CSRGraph, *, per_edge: float = 1.0, per_row: float = 1.0) 
     (a :class:`~gnnweave.host.partition.ShareCost`'s ``per_row_s`` and ``per_edge_s`` give
     the device's figures)."""
     if not (per_edge >= 0 and per_row >= 0 and per_edge + per_row > 0):
-        raise ValueError(f"node_costs: per_edge = {per_edge}, per_row = {per_row}: expected "
+        raise InputError(f"node_costs: per_edge = {per_edge}, per_row = {per_row}: expected "
                          f">= 0, not both 0")
     return per_row + per_edge * graph.in_degree.astype(np.float64)
 
@@ -57,20 +59,20 @@ def _fractions(speeds, num_parts: int) -> np.ndarray:
         return np.full(num_parts, 1.0 / num_parts)
     s = np.asarray(speeds, dtype=np.float64).reshape(-1)
     if s.shape[0] != num_parts:
-        raise ValueError(f"speeds: {s.shape[0]} entries for {num_parts} parts")
+        raise InputError(f"speeds: {s.shape[0]} entries for {num_parts} parts")
     bad = np.flatnonzero(~(np.isfinite(s) & (s > 0)))
     if bad.size:
-        raise ValueError(f"speeds[{bad[0]}] = {s[bad[0]]}: rank speeds must be finite and > 0")
+        raise InputError(f"speeds[{bad[0]}] = {s[bad[0]]}: rank speeds must be finite and > 0")
     return s / s.sum()
 
 
 def _check_costs(costs, n: int) -> np.ndarray:
     c = np.asarray(costs, dtype=np.float64).reshape(-1)
     if c.shape[0] != n:
-        raise ValueError(f"node_cost: {c.shape[0]} entries, the graph has {n} nodes")
+        raise InputError(f"node_cost: {c.shape[0]} entries, the graph has {n} nodes")
     bad = np.flatnonzero(~(np.isfinite(c) & (c >= 0)))
     if bad.size:
-        raise ValueError(f"node_cost[{bad[0]}] = {c[bad[0]]}: costs must be finite and >= 0")
+        raise InputError(f"node_cost[{bad[0]}] = {c[bad[0]]}: costs must be finite and >= 0")
     return c
 
 
@@ -100,7 +102,7 @@ class GraphPartition:
         self.parts = np.asarray(self.parts, dtype=np.int64)
         if self.parts.size and (self.parts.min() < 0 or self.parts.max() >= self.num_parts):
             i = int(np.flatnonzero((self.parts < 0) | (self.parts >= self.num_parts))[0])
-            raise ValueError(f"parts[{i}] = {self.parts[i]}: not a rank in 0..{self.num_parts - 1}")
+            raise InputError(f"parts[{i}] = {self.parts[i]}: not a rank in 0..{self.num_parts - 1}")
         self.order = np.argsort(self.parts, kind="stable")
         self.new_id = np.empty_like(self.order)
         self.new_id[self.order] = np.arange(self.order.shape[0])
@@ -235,13 +237,13 @@ def partition_graph(graph: CSRGraph, num_parts: int, *, method: str = "metis", n
             partition on one rank and broadcast.
     """
     if isinstance(num_parts, bool) or not isinstance(num_parts, (int, np.integer)) or num_parts < 1:
-        raise ValueError(f"num_parts = {num_parts!r}: expected an integer >= 1")
+        raise InputError(f"num_parts = {num_parts!r}: expected an integer >= 1")
     key = str(method).lower()
     if key not in METHODS:
-        raise ValueError(f"partition method {method!r}: choose one of {', '.join(METHODS)}")
+        raise InputError(f"partition method {method!r}: choose one of {', '.join(METHODS)}")
     n = graph.num_nodes
     if num_parts > max(n, 1):
-        raise ValueError(f"num_parts = {num_parts}: more ranks than the graph's {n} nodes")
+        raise InputError(f"num_parts = {num_parts}: more ranks than the graph's {n} nodes")
     costs = node_costs(graph) if node_cost is None else _check_costs(node_cost, n)
     fractions = _fractions(speeds, int(num_parts))
     k = int(num_parts)
@@ -265,7 +267,7 @@ def partition_graph(graph: CSRGraph, num_parts: int, *, method: str = "metis", n
     part = GraphPartition(parts, k, ran, key, fallback, fractions)
     empty = np.flatnonzero(np.diff(part.bounds) == 0)
     if empty.size:
-        raise ValueError(f"partition ({ran}): rank {empty[0]} got no nodes; use fewer ranks "
+        raise InputError(f"partition ({ran}): rank {empty[0]} got no nodes; use fewer ranks "
                          f"or less uneven speeds")
     return part
 
@@ -314,9 +316,9 @@ class LocalBlock:
 def local_block(graph: CSRGraph, partition: GraphPartition, rank: int) -> LocalBlock:
     """Rank ``rank``'s :class:`LocalBlock` of ``graph`` (the model's normalised graph)."""
     if not 0 <= rank < partition.num_parts:
-        raise ValueError(f"rank {rank}: not in 0..{partition.num_parts - 1}")
+        raise InputError(f"rank {rank}: not in 0..{partition.num_parts - 1}")
     if partition.num_nodes != graph.num_nodes:
-        raise ValueError(f"partition has {partition.num_nodes} nodes, the graph {graph.num_nodes}")
+        raise InputError(f"partition has {partition.num_nodes} nodes, the graph {graph.num_nodes}")
     own = partition.owned(rank)
     halo = partition.halo(graph, rank)
     local = np.full(graph.num_nodes, -1, dtype=np.int64)

@@ -121,6 +121,9 @@ def add_arguments(parser):
                    help="how nodes are split over ranks (metis falls back to rcm without pymetis)")
     d.add_argument("--digest-every", type=int, default=10,
                    help="epochs between cross-rank parameter digest checks (0: never)")
+    d.add_argument("--dist-backend", default="auto", choices=["auto", "gloo", "nccl"],
+                   help="torch.distributed backend: auto takes NCCL when every rank runs on "
+                        "gpu devices and CUDA is there, else gloo")
     d.add_argument("--rank-invariant", action="store_true",
                    help="one process: counter-based dropout and exact bias sums, the bits that "
                         "any number of ranks gives")
@@ -157,7 +160,7 @@ def config_from_args(args) -> TrainConfig:
         rank_speeds=(a["rank_speeds"] if a["rank_speeds"] in (None, "auto") else
                      [float(v) for v in _ints_or_floats("rank-speeds", a["rank_speeds"])]),
         partition_method=a["partition_method"], digest_every=a["digest_every"],
-        rank_invariant=a["rank_invariant"])
+        rank_invariant=a["rank_invariant"], dist_backend=a["dist_backend"])
 
 
 def run(args) -> int:

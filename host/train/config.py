@@ -57,6 +57,7 @@ class TrainConfig:
     partition_method: str = "metis"      # metis | rcm | rows | random (nodes over ranks)
     digest_every: int = 10               # epochs between cross-rank parameter digest checks
     rank_invariant: bool = False         # counter-based dropout and exact bias sums: the bits of any rank count
+    dist_backend: str = "auto"           # auto | gloo | nccl (auto: NCCL when every rank is on gpu devices with CUDA)
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
