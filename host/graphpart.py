@@ -32,10 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from gnnweave.errors import InputError
 import scipy.sparse as sp
 
+from gnnweave.errors import InputError
 from gnnweave.graph import CSRGraph
 
 METHODS = ("metis", "rcm", "rows", "random")
