@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
+from gnnweave import contract
 from gnnweave.generators import rmat
 from gnnweave.golden.aggregate import Reduce, aggregate_raw
 from gnnweave.graph import CSRGraph
@@ -255,7 +256,7 @@ def test_pynq_overlay_binds_the_driver(tmp_path):
         assert overlay.ip_dict[simdevice.IP_NAME]["registers"]["num_nodes"]["address_offset"] == \
             device.regmap["num_nodes"].offset
         mmio = pynq.MMIO(simdevice.CONTROL_BASE, device.regmap.size, device=device)
-        assert mmio.read(0) & driver.AP_IDLE
+        assert mmio.read(contract.CTRL_OFFSET) & contract.CtrlBit.AP_IDLE.mask
         buf = pynq.allocate((100,), np.int16, target=device.default_memory)
         buf[:] = 7
         off = buf.device_address - device.mem_base
@@ -353,9 +354,12 @@ def test_pynq_system_cora_matches_golden_and_cocotb():
 
 # ---- the MacArray through the same driver ----------------------------------------------------
 def test_one_vlnv_and_instance_name_everywhere():
-    from gnnweave.hw.accelerator import INSTANCE_NAME, VLNV
-    assert driver.VLNV == simdevice.VLNV == VLNV
-    assert driver.INSTANCE_NAME == simdevice.IP_NAME == INSTANCE_NAME
+    """The contract's names are the ones the gateware, the overlay writer and the driver use."""
+    from gnnweave.hw import accelerator
+    for module in (driver, simdevice, accelerator):
+        assert module.VLNV is contract.VLNV, module.__name__
+    assert driver.INSTANCE_NAME is accelerator.INSTANCE_NAME is contract.INSTANCE_NAME
+    assert simdevice.IP_NAME == contract.INSTANCE_NAME
 
 
 def _golden_mac(mode, p, q, shift, bias=None, bias_shift=0, relu=False):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gnnweave import contract
 from gnnweave.hw.accelerator import Unit, accelerator_regmap, build_regmap, unit_registers
 from gnnweave.hw.configs import CONFIGS, get_pipeline_config
 from gnnweave.hw.pipeline_unit import (STAGE_REGISTERS, PipelineMode, PipelineUnitConfig,
@@ -69,7 +70,7 @@ def test_driver_names_match_the_hardware():
     assert set(driver.PIPE_COUNTERS) <= stat
     assert tuple(driver.PIPE_STAGE_NAMES) == tuple(n for n, _ in STAGE_REGISTERS)
     assert {f"s1_{n}" for n in driver.PIPE_STAGE_COUNTERS} <= stat
-    assert driver.UNIT_PIPELINE == Unit.PIPELINE.value
+    assert Unit is contract.Unit     # the gateware's unit ids are the driver's
     assert driver.PIPE_MODES == {m.name.lower(): m.value for m in PipelineMode}
 
 
