@@ -357,7 +357,14 @@ class _Program:
         self.ar_coef = np.where(r > 1, 4.0 * (r - 1) / r / bw[self.sc, self.sc], 0.0)   # [T]
         self.ar_const = np.where(r > 1, 2.0 * (r - 1) * lat[self.sc, self.sc], 0.0)
         self._capacity()
-        self._pairs()
+        # a chain of cuts (each a prefix of the next): a stage's time grows with its end, so
+        # the stages from a cut under a bound end in a range, and no pair table is needed
+        self.chain = bool(cuts.kind == "chain" and np.array_equal(
+            cuts.may_follow, np.triu(np.ones((self.S, self.S), dtype=bool), 1)))
+        if self.chain:
+            self._chain_tables()
+        else:
+            self._pairs()
 
     def _capacity(self):
         """Work ``u_l`` (seconds on the slowest class) and each class's speed-up ``s_c`` on it
@@ -428,6 +435,51 @@ class _Program:
         suffix = np.minimum.accumulate(caps[:, ::-1], axis=1)[:, ::-1]
         self.pair_need = np.concatenate([suffix, np.full((pj.size, 1), np.float32(INF))], axis=1)
 
+    def _chain_tables(self):
+        cuts = self.problem.cuts
+        self.slot_cap = self.sr * self.speedup[self.sc]                              # [T]
+        # stage time on slot t = (X[t, k] - X[t, j] + ar_const[t]) / r_t, X nondecreasing in k
+        self.chain_x = (self.pre_c[:, self.sc] + self.ar_coef[None, :]
+                        * cuts.parameter_bytes[:, None]).T                           # [T, S]
+        self.chain_mem = cuts.parameter_bytes + cuts.activation_bytes                 # [S]
+
+    def _far(self, bound: float) -> np.ndarray:
+        """chain: [S, T] the last cut a stage from each cut may end at on each slot under
+        ``bound`` (one minibatch in memory); ``<= j`` when none."""
+        tol = min(bound, 1e300) * (1.0 + 2e-9)
+        out = np.empty((self.T, self.S), dtype=np.int64)
+        for t in range(self.T):
+            x = self.chain_x[t]
+            far = np.searchsorted(x, x + (tol * self.sr[t] - self.ar_const[t]), side="right")
+            room = self.chain_mem + self.mem_lim[t] * (1.0 + 1e-12)
+            out[t] = np.minimum(far, np.searchsorted(self.chain_mem, room, side="right")) - 1
+        return out.T
+
+    def _chain_relaxed(self, bound: float, before: bool):
+        far = self._far(bound)
+        S, cap = self.S, self.slot_cap
+        valid = far > np.arange(S)[:, None]
+        after = np.full(S, INF)
+        after[-1] = 0.0
+        for j in range(S - 2, -1, -1):
+            v = valid[j]
+            if v.any():
+                after[j] = (cap[v] + after[far[j, v]]).min()
+        after = np.minimum.accumulate(after)   # a later cut never needs more: keep it exact
+        if not before:
+            return after, None
+        # the first cut whose stage on slot t reaches k (far is nondecreasing in the cut)
+        near = np.stack([np.searchsorted(far[:, t], np.arange(S), side="left")
+                         for t in range(self.T)], axis=1)                             # [S, T]
+        ahead = np.full(S, INF)
+        ahead[0] = 0.0
+        for k in range(1, S):
+            v = near[k] < k
+            if v.any():
+                ahead[k] = (ahead[near[k, v]] + cap[v]).min()
+        ahead = np.minimum.accumulate(ahead[::-1])[::-1]
+        return after, ahead
+
     def _need(self, bound: float) -> np.ndarray:
         """[pairs]: the least slot capacity (r s_c) on which each pair's stage fits ``bound``."""
         tol = np.float32(min(bound * (1.0 + 1e-9), 3e38))
@@ -443,6 +495,8 @@ class _Program:
         from scipy.sparse import csr_matrix
         from scipy.sparse.csgraph import dijkstra
 
+        if self.chain:
+            return self._chain_relaxed(bound, before)
         need = self._need(bound)
         S = self.S
 
@@ -486,22 +540,41 @@ class _Program:
         return hi
 
     def window(self, bound: float):
-        """[S, K]: count vectors the stages after each cut may use under ``bound``, and
-        [pairs, T]: the (pair, slot)s a stage may use (None: every one)."""
+        """[S, K]: count vectors the stages after each cut may use under ``bound``, and a
+        function of a cut ``j`` giving the (next cut, slot) pairs a stage from it may use."""
         if bound == INF or not self.windowed:
-            return np.ones((self.S, self.K), dtype=bool), None
+            return np.ones((self.S, self.K), dtype=bool), self._every_stage
         after, ahead = self.relaxed(bound)
         eps = 1e-9 * self.cap_all
         win = ((self.cap[None, :] >= after[:, None] - eps)
                & (self.cap_all - self.cap[None, :] >= ahead[:, None] - eps))
         # a (pair, slot) is usable when the cuts before it, it and those after fit in cap(N)
+        if self.chain:
+            room = self.cap_all + eps - ahead[:, None] - self.slot_cap[None, :]        # [S, T]
+            lo = np.searchsorted(-after, -room.ravel(), side="left").reshape(room.shape)
+            lo = np.maximum(lo, np.arange(self.S)[:, None] + 1)
+            far = self._far(bound)
+            return win, lambda j: _ranges(lo[j], far[j])
         tol = np.float32(bound * (1.0 + 1e-9))
         usable = np.zeros((self.pair_j.size, self.T), dtype=bool)
         ok = ((self.pair_own32 <= tol)
               & ((ahead[self.pair_j][:, None] + self.slot_cap[self.pair_slot]
                   + after[self.pair_k][:, None]) <= self.cap_all + eps))
         np.put_along_axis(usable, self.pair_slot.astype(np.int64), ok, axis=1)
-        return win, usable
+
+        def stages(j):
+            a = self.row_start[j]
+            qi, tq = np.nonzero(usable[a:self.row_start[j + 1]])
+            return self.pair_k[a + qi], tq
+
+        return win, stages
+
+    def _every_stage(self, j: int):
+        """Every (next cut, slot) pair from cut ``j``."""
+        if self.chain:
+            return _ranges(np.full(self.T, j + 1), np.full(self.T, self.S - 1))
+        ks = self.pair_k[self.row_start[j]:self.row_start[j + 1]]
+        return np.repeat(ks, self.T), np.tile(np.arange(self.T), ks.size)
 
     def infeasible(self):
         raise InfeasibleStagesError(_why_infeasible(self.problem))
@@ -519,7 +592,7 @@ class _Program:
         p, cuts = self.problem, self.problem.cuts
         S, K, T = self.S, self.K, self.T
         tol = bound * (1.0 + 1e-9)
-        win, usable = self.window(bound)
+        win, stages_from = self.window(bound)
         sender = p.comm == "sender"
         width = self.C if sender else T
         after = np.full((S, K, width), INF)
@@ -535,13 +608,10 @@ class _Program:
         arg_k = np.full((S, K, T), -1, dtype=np.int32)
         arg_t = np.full((S, K, T), -1, dtype=np.int16)
         final = None
-        every = np.ones((int(np.diff(self.row_start).max(initial=0)), T), dtype=bool)
         for j in range(S - 2, -1, -1):
-            a, z = self.row_start[j], self.row_start[j + 1]
-            if z == a or not win[j].any():
+            if not win[j].any():
                 continue
-            qi, tq = np.nonzero(every[:z - a] if usable is None else usable[a:z])
-            kq = self.pair_k[a + qi]
+            kq, tq = stages_from(j)
             live = alive[kq]
             tq, kq = tq[live], kq[live]
             par = cuts.parameter_bytes[kq] - cuts.parameter_bytes[j]
@@ -665,6 +735,14 @@ class _Program:
             a = np.argmin(val, axis=2)
             dst[k, open_] = np.take_along_axis(val, a[..., None], axis=2)[..., 0]
             dst_slot[k, open_] = ts[a]
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray):
+    """(next cut, slot) pairs for next cuts ``lo[t]..hi[t]`` on each slot ``t``."""
+    n = np.clip(hi - lo + 1, 0, None)
+    tq = np.repeat(np.arange(lo.size), n)
+    kq = np.repeat(lo, n) + (np.arange(tq.size) - np.repeat(np.cumsum(n) - n, n))
+    return kq, tq
 
 
 def _why_infeasible(problem: StageProblem) -> str:
