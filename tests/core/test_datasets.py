@@ -24,7 +24,7 @@ from gnnweave.datasets import (
     standard_split,
 )
 from gnnweave.graph import CSRGraph
-from tests.optional import require
+from tests.conftest import require
 
 # From shared/datasets/README.md: nodes, directed edges, features, classes, train/val/test
 PUBLISHED = {

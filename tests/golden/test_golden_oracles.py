@@ -4,7 +4,7 @@ installed. Real graphs (Cora, CiteSeer) and a skewed R-MAT graph."""
 import numpy as np
 import pytest
 
-from tests.optional import require
+from tests.conftest import require
 
 from gnnweave.datasets import DatasetNotFoundError, data_root, load_dataset, require_data
 from gnnweave.fixed import FixedFormat

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from gnnweave.host.train import TrainConfig, run_training
-from tests.host.test_train import dataset_or_skip
-from tests.optional import require
+from tests.conftest import require, require_dataset
 
 JOBS = {
     "gcn-fixed": TrainConfig(dataset="cora", model="gcn", device="fpga-emu", epochs=5,
@@ -45,7 +44,7 @@ JOBS = {
 def two_ranks():
     require("torch")
     require("pymetis")
-    dataset_or_skip("cora")
+    require_dataset("cora")
     from gnnweave.host.distributed import launch
     results = launch(list(JOBS.values()), 2)
     return dict(zip(JOBS, results))

@@ -90,8 +90,8 @@ def test_minibatch_over_ranks_resumes_from_its_checkpoint_bit_for_bit(tmp_path):
     # one rank of the distributed mini-batch path (no torch needed): 2 epochs, then on to 4
     from gnnweave.host.distributed import run_rank
     from gnnweave.host.train import TrainConfig
-    from tests.host.test_train import dataset_or_skip
-    dataset_or_skip("cora")
+    from tests.conftest import require_dataset
+    require_dataset("cora")
     kw = dict(dataset="cora", model="gcn", batch_size=64, fanouts=(5, 5), progress=False,
               checkpoint_dir=str(tmp_path), checkpoint_every=1)
     first = run_rank(TrainConfig(**kw, epochs=2), Comm())

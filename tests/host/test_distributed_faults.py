@@ -13,8 +13,7 @@ import pytest
 
 from gnnweave.host.checkpoint import load_checkpoint
 from gnnweave.host.train import TrainConfig, run_training
-from tests.host.test_train import dataset_or_skip
-from tests.optional import require
+from tests.conftest import require, require_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,7 +39,7 @@ def _rank(rank, port, ckpt, log):
 def killed_run(tmp_path_factory):
     require("torch")
     require("pymetis")
-    dataset_or_skip("cora")
+    require_dataset("cora")
     tmp = tmp_path_factory.mktemp("killed")
     ckpt = tmp / "ckpt"
     port = _free_port()

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from gnnweave.host.train import TrainConfig, run_training
-from tests.host.test_train import dataset_or_skip
-from tests.optional import require
+from tests.conftest import require, require_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -23,7 +22,7 @@ pytestmark = pytest.mark.slow
 def test_four_ranks_on_citeseer_reach_the_published_gcn_accuracy():
     require("torch")
     require("pymetis")
-    dataset_or_skip("citeseer")
+    require_dataset("citeseer")
     from gnnweave.host.distributed import launch
     r = launch([TrainConfig(dataset="citeseer", model="gcn", seeds=5, progress=False)], 4)[0]
     assert r["world_size"] == 4
@@ -38,7 +37,7 @@ def _children(pid: int) -> list[int]:
 def test_torchrun_kill_and_resume_gives_the_uninterrupted_digest(tmp_path):
     require("torch")
     require("pymetis")
-    dataset_or_skip("cora")
+    require_dataset("cora")
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     if torchrun is None:
         pytest.skip("torchrun not installed beside this python")
@@ -77,7 +76,7 @@ def test_torchrun_kill_and_resume_gives_the_uninterrupted_digest(tmp_path):
 def test_resume_with_a_different_world_size_is_bit_identical(tmp_path):
     require("torch")
     require("pymetis")
-    dataset_or_skip("cora")
+    require_dataset("cora")
     from gnnweave.host.distributed import launch
     kw = dict(dataset="cora", model="gcn", device="fpga-emu", dropout=0.5, seeds=[0],
               progress=False, checkpoint_dir=str(tmp_path), checkpoint_every=4)

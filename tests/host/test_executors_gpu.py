@@ -4,7 +4,7 @@ without torch it is skipped (torch is the optional extra ``gpu``)."""
 import numpy as np
 import pytest
 
-from tests.optional import require
+from tests.conftest import require
 
 torch = require("torch")
 

@@ -10,13 +10,12 @@ from gnnweave.datasets import load_dataset
 from gnnweave.graph import gcn_norm
 from gnnweave.host.graphpart import local_block, node_costs, partition_graph
 from gnnweave.host.models import mean_norm
-from tests.host.test_train import dataset_or_skip
-from tests.optional import require
+from tests.conftest import require, require_dataset
 
 
 @pytest.fixture(scope="module")
 def cora():
-    return dataset_or_skip("cora")
+    return require_dataset("cora")
 
 
 def test_metis_cuts_the_cora_halo_five_times_below_random(cora):

@@ -10,7 +10,7 @@ import gnnweave
 from gnnweave.host.modelfile import ModelFileError, load_model, save_model
 from gnnweave.host.predict import PredictError, predict
 from gnnweave.host.train import params_digest
-from tests.optional import require
+from tests.conftest import require
 
 SBM = "sbm:400:3"
 

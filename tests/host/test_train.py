@@ -17,15 +17,7 @@ from gnnweave.host.engine import Engine, check_shares
 from gnnweave.host.models import LayerGraph, make_model, mean_norm, softmax_cross_entropy
 from gnnweave.host.sampling import NeighborSampler
 from gnnweave.host.train import TrainConfig, predicted_vs_measured, run_training, train_main
-
-
-def dataset_or_skip(name):
-    try:
-        return load_dataset(name)
-    except FileNotFoundError:
-        if os.environ.get("GNNWEAVE_REQUIRE_DATA") == "1":
-            raise
-        pytest.skip(f"{name} dataset not found (set GNNWEAVE_DATA)")
+from tests.conftest import require_dataset
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +96,7 @@ def test_manual_backprop_matches_finite_differences(name, sampled):
 
 def test_gcn_cora_float_accuracy_single_seed():
     """Kipf & Welling report 81.5 % (mean); one seed of our GCN must land near it."""
-    dataset_or_skip("cora")
+    require_dataset("cora")
     r = run_training(TrainConfig(dataset="cora", model="gcn", seeds=[0], progress=False))
     assert r["test_acc_mean"] >= 0.80
     assert r["epoch_seconds"] > 0 and r["predicted_vs_measured"] is None
@@ -112,7 +104,7 @@ def test_gcn_cora_float_accuracy_single_seed():
 
 def test_gcn_cora_fixed_point_close_to_float():
     """The fpga-emu path (16-bit dynamic fixed point, golden models) tracks float."""
-    dataset_or_skip("cora")
+    require_dataset("cora")
     kw = dict(dataset="cora", model="gcn", seeds=[0], progress=False)
     flt = run_training(TrainConfig(device="cpu", **kw))
     fxp = run_training(TrainConfig(device="fpga-emu", **kw))
@@ -122,7 +114,7 @@ def test_gcn_cora_fixed_point_close_to_float():
 
 def test_gcn_citeseer_float_and_fixed_point_single_seed():
     """Published 70.3 % (mean of runs); seed 0 of ours: float and fixed point near it."""
-    dataset_or_skip("citeseer")
+    require_dataset("citeseer")
     kw = dict(dataset="citeseer", model="gcn", seeds=[0], progress=False)
     flt = run_training(TrainConfig(device="cpu", **kw))
     fxp = run_training(TrainConfig(device="fpga-emu", **kw))
@@ -133,8 +125,8 @@ def test_gcn_citeseer_float_and_fixed_point_single_seed():
 @pytest.mark.slow
 def test_five_seed_accuracy_benchmark(tmp_path):
     """The 5-seed targets: float >= 80.5 % Cora / 69.5 % CiteSeer, fixed point within 1.5."""
-    dataset_or_skip("cora")
-    dataset_or_skip("citeseer")
+    require_dataset("cora")
+    require_dataset("citeseer")
     from benchmarks.bench_train import run
     report = run(tmp_path)
     assert report["passed"], report["accuracy"]
@@ -142,7 +134,7 @@ def test_five_seed_accuracy_benchmark(tmp_path):
 
 @pytest.mark.parametrize("model", ["sage", "sgc"])
 def test_other_models_learn_cora(model):
-    dataset_or_skip("cora")
+    require_dataset("cora")
     r = run_training(TrainConfig(dataset="cora", model=model, seeds=[0], progress=False))
     assert r["test_acc_mean"] >= 0.75
 
@@ -513,7 +505,7 @@ def test_sgd_without_lr_takes_a_learning_rate_that_trains_cora():
     """The models' default lr (0.01) is Adam's; SGD with momentum learns next to nothing at
     it in 200 epochs (19 % on Cora), so --optimizer sgd alone takes SGD_DEFAULT_LR."""
     from gnnweave.host.train import SGD_DEFAULT_LR
-    ds = dataset_or_skip("cora")
+    ds = require_dataset("cora")
     r = run_training(TrainConfig(dataset=ds, optimizer="sgd", epochs=500, seeds=3,
                                  progress=False))
     assert r["hyperparameters"]["lr"] == SGD_DEFAULT_LR

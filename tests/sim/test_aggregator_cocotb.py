@@ -6,14 +6,12 @@ group of cocotb tests; the build is shared (cached by Verilog content under buil
 """
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from gnnweave.sim import runner, toolchain
+from gnnweave.sim import runner
+from tests.conftest import require_file, require_icarus
 
 BENCH = runner.BENCH_MODULE
-REQUIRE = os.environ.get("GNNWEAVE_REQUIRE_DATA") == "1"
 
 
 @pytest.fixture(scope="module")
@@ -23,10 +21,7 @@ def verilator_build():
 
 @pytest.fixture(scope="module")
 def icarus_build():
-    if not toolchain.have_icarus():
-        if REQUIRE:
-            pytest.fail("iverilog/vvp not on PATH but GNNWEAVE_REQUIRE_DATA=1 (CI installs iverilog)")
-        pytest.skip("Icarus Verilog (iverilog) not installed")
+    require_icarus()
     return runner.build_aggregator("default", "icarus")
 
 
@@ -67,11 +62,7 @@ def test_reset_in_the_middle_of_a_run(verilator_build):
 
 def _dataset_or_skip(name):
     from gnnweave.datasets import data_root
-    path = data_root() / f"{name}.npz"
-    if not path.is_file():
-        if REQUIRE:
-            pytest.fail(f"{path} missing and GNNWEAVE_REQUIRE_DATA=1")
-        pytest.skip(f"{path} not found")
+    require_file(data_root() / f"{name}.npz", "dataset")
 
 
 def test_cora_all_reductions(verilator_build):

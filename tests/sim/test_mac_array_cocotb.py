@@ -7,7 +7,6 @@ each test runs one simulator process for a group of cocotb tests of
 """
 from __future__ import annotations
 
-import os
 from dataclasses import asdict
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 from gnnweave.hw.mac_array import MacArrayConfig
 from gnnweave.sim import runner
 from gnnweave.sim.mac_array_bench import BENCH_MODULE, build_mac_array
+from tests.conftest import require_icarus
 
 CONFIG = MacArrayConfig(rows=4, cols=4, max_dim=16, max_depth=32)
 
@@ -105,11 +105,7 @@ def test_other_shape_narrow_bus():
 
 @pytest.mark.icarus
 def test_icarus_subset():
-    from gnnweave.sim import toolchain
-    if not toolchain.have_icarus():
-        if os.environ.get("GNNWEAVE_REQUIRE_DATA") == "1":
-            pytest.fail("iverilog/vvp not on PATH but GNNWEAVE_REQUIRE_DATA=1 (CI installs iverilog)")
-        pytest.skip("Icarus Verilog (iverilog) not installed")
+    require_icarus()
     icarus = build_mac_array(CONFIG, "icarus")
     result = runner.run(icarus, BENCH_MODULE, testcase="modes,config_errors,tight_buffers",
                         params={"config": asdict(CONFIG), "latency": 8}, run_name="icarus")

@@ -380,11 +380,9 @@ if cocotb is not None:
 
 @pytest.mark.icarus
 def test_toy_on_icarus(toy_source, tmp_path_factory):
-    from gnnweave.sim import runner, toolchain
-    if not toolchain.have_icarus():
-        if os.environ.get("GNNWEAVE_REQUIRE_DATA") == "1":
-            pytest.fail("iverilog is required (GNNWEAVE_REQUIRE_DATA=1) but not on PATH")
-        pytest.skip("iverilog not installed")
+    from gnnweave.sim import runner
+    from tests.conftest import require_icarus
+    require_icarus()
     built = runner.build([toy_source], "toy_copy", sim="icarus",
                          build_root=tmp_path_factory.mktemp("ibuild"), waves=False)
     result = _run(built, "toy_copy,toy_registers,toy_monitor", run_name="toy_icarus")
