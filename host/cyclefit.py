@@ -4,7 +4,7 @@
 simulated device (the Verilated RTL through the PYNQ driver, :class:`~gnnweave.host.driver.SimAccel`),
 fits the Aggregator's constants by least squares on relative errors
 (:func:`scipy.optimize.least_squares`) and writes them, with the build parameters of every
-named configuration (exported from ``hw/configs.py``), into ``host/cyclemodel.json``.
+named configuration (exported from ``gnnweave/buildconfig.py``), into ``host/cyclemodel.json``.
 ``python -m gnnweave.host.cyclefit check`` runs graphs the fit never saw and prints
 measured against predicted cycles. The first run of a configuration builds its simulated
 device (minutes; cached afterwards).
@@ -182,15 +182,15 @@ def old_model_cycles(sample: dict, bus_bytes: int = 16) -> int:
 
 
 def export_configs() -> dict:
-    """The build parameters of every named configuration (``hw/configs.py``; needs Amaranth)."""
-    from gnnweave.hw.configs import CONFIGS, MAC_CONFIGS
+    """The build parameters of every named configuration (``gnnweave.buildconfig``)."""
+    from gnnweave.buildconfig import BUILDS
     agg_names = {f.name for f in dataclasses.fields(cm.AggregatorBuild)}
     mac_names = {f.name for f in dataclasses.fields(cm.MacArrayBuild)}
     out = {}
-    for name, cfg in CONFIGS.items():
-        agg = {k: v for k, v in dataclasses.asdict(cfg).items() if k in agg_names}
+    for name, build in BUILDS.items():
+        agg = {k: v for k, v in dataclasses.asdict(build.aggregator).items() if k in agg_names}
         agg["reduce_ops"] = list(agg["reduce_ops"])
-        mac = MAC_CONFIGS[name]
+        mac = build.mac_array
         out[name] = {"aggregator": agg,
                      "mac_array": None if mac is None else
                      {k: v for k, v in dataclasses.asdict(mac).items() if k in mac_names}}
@@ -334,7 +334,7 @@ def clock_from_depth_report(report: dict, where: str) -> tuple[float, str]:
 
 
 def cmd_export(a) -> int:
-    """Refresh the build parameters only (after a change to ``hw/configs.py``); with
+    """Refresh the build parameters only (after a change to ``gnnweave/buildconfig.py``); with
     ``--clock-from REPORT --config NAME``, record that build's estimated clock too."""
     data = cm.read_data(a.data)
     configs = export_configs()
@@ -404,7 +404,7 @@ def main(argv=None) -> int:
     m.add_argument("--latency", type=int, default=cm.DEFAULT_LATENCY)
     m.add_argument("--data", default=None)
     m.set_defaults(func=cmd_fit_mac)
-    e = sub.add_parser("export", help="refresh the build parameters from hw/configs.py")
+    e = sub.add_parser("export", help="refresh the build parameters from gnnweave/buildconfig.py")
     e.add_argument("--data", default=None)
     e.add_argument("--clock-from", default=None, metavar="REPORT.json",
                    help="record the clock of `python -m gnnweave.hw.estimate CONFIG --depth --json`")

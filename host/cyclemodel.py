@@ -30,7 +30,7 @@ does.
 A feature width over ``max_feat_dim`` runs as column chunks of at most ``max_feat_dim``
 (as the driver's executor runs it), one job each.
 
-The build parameters (exported from ``hw/configs.py``, which needs Amaranth, into
+The build parameters (exported from ``gnnweave/buildconfig.py`` into
 ``cyclemodel.json`` beside this module) and the fitted constants are data; refit after an
 RTL change with ``python -m gnnweave.host.cyclemodel fit`` (see :func:`main`), check with
 ``python -m gnnweave.host.cyclemodel check``.

@@ -752,5 +752,5 @@ def write_mac_array_verilog(config: MacArrayConfig, out_dir, *, debug_names: boo
     """Write ``<out_dir>/gnnweave_mac_array.v`` with the Vitis port names (``ap_clk``,
     ``ap_rst_n``, ``s_axi_control_*``, ``m_axi_gmem_*``, ``interrupt``), its register map JSON
     and C header."""
-    from .verilog import write_top
+    from .flow.verilog import write_top
     return write_top(MacArrayTop(config), MAC_ARRAY_TOP, out_dir, debug_names=debug_names)

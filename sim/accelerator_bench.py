@@ -30,7 +30,7 @@ BENCH_MODULE = "gnnweave.sim.accelerator_bench"
 
 def accelerator_verilog(config_name: str, *, debug_names: bool = False) -> Path:
     """Generated Verilog of a named build's accelerator top, cached by the hw sources."""
-    from gnnweave.hw.verilog import write_accelerator_verilog
+    from gnnweave.hw.flow.verilog import write_accelerator_verilog
     from gnnweave.sim import runner
     return runner.cached_verilog(f"accel-{config_name}",
                                  lambda out, **kw: write_accelerator_verilog(config_name, out, **kw),

@@ -137,7 +137,7 @@ def pipeline_unit_verilog(config: dict, *, debug_names: bool = False) -> Path:
     import hashlib
     import json
     from gnnweave.hw.pipeline_unit import PIPELINE_UNIT_TOP, PipelineUnitConfig, PipelineUnitTop
-    from gnnweave.hw.verilog import write_top
+    from gnnweave.hw.flow.verilog import write_top
     from gnnweave.sim import runner
     from gnnweave.sim.pipeline_bench import compact_zero_memory_init
     cfg = PipelineUnitConfig(**config)

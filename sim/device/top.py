@@ -17,7 +17,7 @@ bus, or owns it with nothing in flight), so a clock edge would leave its state a
 The tests run the same jobs with every clock free-running and compare cycles, counters
 and results.
 
-The board build (:func:`gnnweave.hw.verilog.write_accelerator_verilog`) is unchanged:
+The board build (:func:`gnnweave.hw.flow.verilog.write_accelerator_verilog`) is unchanged:
 one clock, no extra ports.
 """
 from __future__ import annotations
@@ -57,7 +57,7 @@ def gated_accelerator(config: str):
     try:
         from gnnweave.hw.flow.verilog import VitisWrapper
     except ImportError:                      # the build flow before hw/flow/
-        from gnnweave.hw.verilog import VitisWrapper
+        from gnnweave.hw.flow.verilog import VitisWrapper
 
     top = build_accelerator(config)
     units = list(top.units)

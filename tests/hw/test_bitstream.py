@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
-from gnnweave.hw import bitstream
-from gnnweave.hw.boards import boards, get_board
+from gnnweave.hw.flow import bitstream
+from gnnweave.hw.flow.boards import boards, get_board
 from gnnweave.hw.configs import get_config, get_pipeline_config
 from gnnweave.hw.pipeline_unit import HWH_LIMITS
 

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from gnnweave.hw.boards import (BoardCatalogueError, CATALOGUE_PATH, boards, get_board,
+from gnnweave.hw.flow.boards import (BoardCatalogueError, CATALOGUE_PATH, boards, get_board,
                                 load_catalogue, parse_catalogue)
 from gnnweave.hw.configs import CONFIGS
 

@@ -1,4 +1,4 @@
-"""hw/budget.py: block RAM, UltraRAM and DSP budget of every build, without synthesis.
+"""hw/flow/budget.py: block RAM, UltraRAM and DSP budget of every build, without synthesis.
 
 Mapping rules are checked on shapes whose cheapest mapping follows from the primitives'
 geometry and Yosys' memory_libmap costs (RAMB18 129, RAMB36 257, URAM288 1024); every board
@@ -13,9 +13,9 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from gnnweave.hw import estimate as est_mod
-from gnnweave.hw.boards import boards, get_board
-from gnnweave.hw.budget import (FIT_MARGIN, MemorySpec, MultiplySpec, budget, check_budget,
+from gnnweave.hw.flow import estimate as est_mod
+from gnnweave.hw.flow.boards import boards, get_board
+from gnnweave.hw.flow.budget import (FIT_MARGIN, MemorySpec, MultiplySpec, budget, check_budget,
                                 component_budget, dsp_count, inventory, map_memory)
 
 

@@ -1,4 +1,4 @@
-"""hw/depth.py: longest register-to-register path of a Xilinx-mapped netlist.
+"""hw/flow/depth.py: longest register-to-register path of a Xilinx-mapped netlist.
 
 The path search is checked on hand-built netlists whose longest path is known by
 construction (LUTs in series, a carry chain, a DSP48E2 with and without its registers), and
@@ -13,8 +13,8 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from gnnweave.hw import estimate as est_mod
-from gnnweave.hw.depth import (DELAY_MODEL, DepthError, component_depth, instance_path,
+from gnnweave.hw.flow import estimate as est_mod
+from gnnweave.hw.flow.depth import (DELAY_MODEL, DepthError, component_depth, instance_path,
                                longest_paths)
 
 needs_yosys = pytest.mark.skipif(not est_mod.have_yowasp("yosys"),

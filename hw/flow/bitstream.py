@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 
 from .boards import Board, get_board
-from .configs import get_config, get_mac_config, get_pipeline_config
-from .accelerator import ACCELERATOR_TOP, INSTANCE_NAME, build_regmap, unit_registers
-from .pipeline_unit import HWH_LIMITS
+from ..configs import get_config, get_mac_config, get_pipeline_config
+from ..accelerator import ACCELERATOR_TOP, INSTANCE_NAME, build_regmap, unit_registers
+from ..pipeline_unit import HWH_LIMITS
 from .verilog import write_accelerator_verilog
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TCL_DIR = REPO_ROOT / "bitstreams" / "tcl"
 BITSTREAMS_DIR = REPO_ROOT / "bitstreams"
 
@@ -128,9 +128,9 @@ def run(board, out_dir=None, *, vivado: str = "vivado") -> Path:
 
 
 def main(argv=None) -> int:
-    """``python -m gnnweave.hw.bitstream BOARD [--out DIR] [--script-only]``"""
+    """``python -m gnnweave.hw.flow.bitstream BOARD [--out DIR] [--script-only]``"""
     import argparse
-    ap = argparse.ArgumentParser(prog="python -m gnnweave.hw.bitstream",
+    ap = argparse.ArgumentParser(prog="python -m gnnweave.hw.flow.bitstream",
                                  description="Vivado project and bitstream for a board")
     ap.add_argument("board")
     ap.add_argument("--out", help="project folder (default build/bitstream/<board>)")

@@ -17,8 +17,8 @@ from amaranth.hdl import ClockDomain, Elaboratable, Module, Signal, Value
 from amaranth.hdl._ir import PortDirection
 from amaranth.lib import wiring
 
-from .configs import get_config
-from .top import AggregatorTop
+from ..configs import get_config
+from ..top import AggregatorTop
 
 PORT_PREFIXES = {"control": "s_axi_control", "gmem": "m_axi_gmem"}
 
@@ -83,6 +83,6 @@ def write_aggregator_verilog(config_name: str, out_dir, *, debug_names: bool = F
 def write_accelerator_verilog(config_name: str, out_dir, *, debug_names: bool = False) -> Path:
     """Write ``<out_dir>/gnnweave.v`` (every unit of the named build behind one control
     slave, :mod:`.accelerator`), its register map JSON and C header."""
-    from .accelerator import ACCELERATOR_TOP, build_accelerator
+    from ..accelerator import ACCELERATOR_TOP, build_accelerator
     return write_top(build_accelerator(config_name), ACCELERATOR_TOP, out_dir,
                      debug_names=debug_names)

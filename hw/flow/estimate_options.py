@@ -26,7 +26,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--json", action="store_true", help="print the estimate as JSON")
     ap.add_argument("--budget", action="store_true",
                     help="analytic block RAM / UltraRAM / DSP budget per unit from the elaborated "
-                         "build (no synthesis; hw/budget.py), with fits per resource on --board; "
+                         "build (no synthesis; hw/flow/budget.py), with fits per resource on --board; "
                          "--out FILE writes FILE.budget.json")
     ap.add_argument("--depth", action="store_true",
                     help="also report each unit's longest register-to-register path of the "

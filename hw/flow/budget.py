@@ -259,7 +259,7 @@ def budget(config_name: str, board=None, *, top: str | None = None) -> dict:
     res = component_budget(component, family=family, uram=uram)
     out = {"config": config_name, "family": family, "uram_allowed": uram,
            "method": "analytic: elaborated memories and multiplies mapped by the rules of "
-                     "hw/budget.py (no synthesis)", **res}
+                     "hw/flow/budget.py (no synthesis)", **res}
     if board is not None:
         out["board"] = board.key
         out.update(check_budget(board, res["total"]))

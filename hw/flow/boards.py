@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .configs import CONFIGS
+from gnnweave.buildconfig import BUILDS
 
-CATALOGUE_PATH = Path(__file__).resolve().parent.parent / "bitstreams" / "boards.json"
+CATALOGUE_PATH = Path(__file__).resolve().parents[2] / "bitstreams" / "boards.json"
 PS_TYPES = ("zynq_ultra_ps_e", "processing_system7", "none")
 RESOURCE_KINDS = ("lut", "ff", "dsp", "bram36", "uram")
 
@@ -65,8 +65,8 @@ def _parse_board(where: str, key: str, d) -> Board:
             fail(field, "must be a non-empty string")
     if d["ps_type"] not in PS_TYPES:
         fail("ps_type", f"{d['ps_type']!r} is not one of {', '.join(PS_TYPES)}")
-    if d["config"] not in CONFIGS:
-        fail("config", f"{d['config']!r} is not a configuration in hw/configs.py")
+    if d["config"] not in BUILDS:
+        fail("config", f"{d['config']!r} is not a named build (gnnweave/buildconfig.py)")
     clk = d["pl_clock_mhz"]
     if isinstance(clk, bool) or not isinstance(clk, (int, float)) or not 0 < clk <= 1000:
         fail("pl_clock_mhz", f"{clk!r} is not a clock in (0, 1000] MHz")
@@ -103,7 +103,7 @@ def _parse_board(where: str, key: str, d) -> Board:
             control_base = int(base, 16)
         except (TypeError, ValueError):
             fail("control_base", f"{base!r} is not a hex address string")
-    config = CONFIGS[d["config"]]
+    config = BUILDS[d["config"]].aggregator
     widest = max(p.width for p in hp)
     if config.bus_width > widest:
         fail("config", f"{d['config']!r} has a {config.bus_width}-bit bus, wider than the "
