@@ -1,0 +1,340 @@
+"""Building blocks every unit shares: the run state machine, event counters, buffer
+guards, buffer extent checks and a burst generator.
+
+Each is a small :class:`~amaranth.lib.wiring.Component`; where data flows it is an
+:mod:`amaranth.lib.stream` interface, so a unit wires them with ``connect()``:
+
+* :class:`RunControl` — ``IDLE -> CHECK -> RUN [-> DRAIN] -> FINISH``, ``RUN -> ABORT ->
+  FINISH`` and ``CHECK -> FINISH`` on a refused configuration; ``busy``/``idle``/``done``.
+* :class:`EventCounters` — the performance counters: cleared at start, counting while busy.
+* :class:`BufferGuard` — a burst ``[addr, addr + beats * bytes_per_beat)`` inside its buffer
+  ``[base, base + size)`` and within one 4 KiB page (AXI A3.4.1).
+* :class:`ExtentCheck` — a buffer of ``rows`` rows ``stride`` bytes apart, ``row_bytes``
+  each: aligned, rows not overlapping, the whole extent ``(rows - 1) * stride + row_bytes``
+  inside ``size`` and the address space; the product by shift-and-add (no DSP), over the
+  cycles of the CHECK state.
+* :class:`BurstGenerator` — a run of consecutive beats cut into INCR bursts of at most
+  ``max_burst`` beats that never cross 4 KiB, one burst per cycle.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .axi import BOUNDARY_BYTES, MAX_BURST_BEATS
+
+
+class RunState(enum.Enum, shape=3):
+    """States of :class:`RunControl`."""
+
+    IDLE = 0
+    CHECK = 1
+    RUN = 2
+    DRAIN = 3
+    ABORT = 4
+    FINISH = 5
+
+
+class RunControl(wiring.Component):
+    """The run state machine of a unit.
+
+    ``IDLE`` waits for ``start``; ``CHECK`` lasts until ``check_done`` (the unit's
+    configuration check runs while ``checking``) and goes to ``FINISH`` with a one-cycle
+    ``config_error`` when ``check_error``, else to ``RUN``. ``RUN`` goes to ``ABORT`` on
+    ``stop`` (a one-cycle ``aborting``), else, on ``finished``, to ``DRAIN`` (with
+    ``drain``: until ``drained``, the last writes answered) or straight to ``FINISH``.
+    ``ABORT`` waits for ``quiet`` (nothing in flight; ``abort_done`` pulses as it leaves).
+    ``FINISH`` drops ``busy`` and pulses ``done``.
+
+    Ports:
+        start: In, one cycle, taken in ``IDLE`` (``accept`` pulses in that cycle: load the
+            configuration, clear the status and the counters).
+        check_done, check_error: In, the configuration check's verdict.
+        stop: In, abort the run (in ``RUN``).
+        finished: In, the run's work is issued and computed (in ``RUN``).
+        drained: In, with ``drain``: the last write answered (in ``DRAIN``).
+        quiet: In, nothing in flight (in ``ABORT``).
+        busy, idle: Out, registered: from the cycle after ``start`` to ``FINISH``.
+        done: Out, one cycle, in ``FINISH``.
+        checking, running: Out, in ``CHECK``, in ``RUN``.
+        first: Out, the first cycle of ``RUN`` (launch the run's first requests).
+        state: Out, the current :class:`RunState`.
+
+    Args:
+        drain: a ``DRAIN`` state between ``RUN`` and ``FINISH``.
+        hold_first: ``finished`` is not taken in the first cycle of ``RUN`` (the unit's
+            completion flags still hold the previous run's value then).
+    """
+
+    start: In(1)
+    check_done: In(1)
+    check_error: In(1)
+    stop: In(1)
+    finished: In(1)
+    drained: In(1)
+    quiet: In(1)
+    busy: Out(1)
+    idle: Out(1)
+    done: Out(1)
+    accept: Out(1)
+    checking: Out(1)
+    config_error: Out(1)
+    running: Out(1)
+    first: Out(1)
+    aborting: Out(1)
+    abort_done: Out(1)
+    state: Out(RunState)
+
+    def __init__(self, *, drain: bool = True, hold_first: bool = False):
+        self.drain, self.hold_first = drain, hold_first
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        busy, first = Signal(), Signal(init=1)
+        m.d.comb += [self.busy.eq(busy), self.idle.eq(~busy)]
+        finished = self.finished & ~first if self.hold_first else self.finished
+        with m.FSM(name="run") as fsm:
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.comb += self.accept.eq(1)
+                    m.d.sync += busy.eq(1)
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.comb += self.checking.eq(1)
+                with m.If(self.check_done & self.check_error):
+                    m.d.comb += self.config_error.eq(1)
+                    m.next = "FINISH"
+                with m.Elif(self.check_done):
+                    m.next = "RUN"
+            with m.State("RUN"):
+                m.d.sync += first.eq(0)
+                m.d.comb += [self.running.eq(1), self.first.eq(first)]
+                with m.If(self.stop):
+                    m.d.comb += self.aborting.eq(1)
+                    m.next = "ABORT"
+                with m.Elif(finished):
+                    m.next = "DRAIN" if self.drain else "FINISH"
+            if self.drain:
+                with m.State("DRAIN"):
+                    with m.If(self.drained):
+                        m.next = "FINISH"
+            with m.State("ABORT"):
+                with m.If(self.quiet):
+                    m.d.comb += self.abort_done.eq(1)
+                    m.next = "FINISH"
+            with m.State("FINISH"):
+                m.d.sync += [busy.eq(0), first.eq(1)]
+                m.d.comb += self.done.eq(1)
+                m.next = "IDLE"
+        for state in RunState:
+            if state.name in fsm.encoding:
+                with m.If(fsm.ongoing(state.name)):
+                    m.d.comb += self.state.eq(state)
+        return m
+
+
+class EventCounters(wiring.Component):
+    """Performance counters: all zero on ``clear``, else each adds its increment while
+    ``enable`` (a unit passes ``accept`` and ``busy`` of its :class:`RunControl`).
+
+    Ports:
+        clear: In, zero every counter (wins over ``enable``).
+        enable: In, count this cycle.
+        inc: In, a view with one field per counter: this cycle's increment.
+        count: Out, a view with one field per counter: its value.
+
+    Args:
+        counters: ``{name: (counter bits, increment bits)}``, in register order.
+    """
+
+    def __init__(self, counters: dict[str, tuple[int, int]]):
+        if not counters:
+            raise ValueError("EventCounters needs at least one counter")
+        for name, (width, inc) in counters.items():
+            if not (isinstance(width, int) and isinstance(inc, int) and 1 <= inc <= width):
+                raise ValueError(f"counter {name!r}: widths ({width!r}, {inc!r}) must be "
+                                 f"integers with 1 <= increment bits <= counter bits")
+        self.counters = dict(counters)
+        super().__init__({
+            "clear": In(1),
+            "enable": In(1),
+            "inc": In(data.StructLayout({n: inc for n, (_, inc) in counters.items()})),
+            "count": Out(data.StructLayout({n: w for n, (w, _) in counters.items()})),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        for name in self.counters:
+            value = getattr(self.count, name)
+            with m.If(self.clear):
+                m.d.sync += value.eq(0)
+            with m.Elif(self.enable):
+                m.d.sync += value.eq(value + getattr(self.inc, name))
+        return m
+
+
+def burst_layout(addr_width: int) -> data.StructLayout:
+    """One burst: byte address (beat aligned) and AxLEN (beats - 1); as ``dma.read_request_layout``."""
+    return data.StructLayout({"addr": addr_width, "len": 8})
+
+
+class BufferGuard(wiring.Component):
+    """Whether a burst lies inside its buffer and within one 4 KiB page (combinational).
+
+    Ports:
+        addr, len: In, the burst (byte address, AxLEN = beats - 1).
+        base, size: In, the buffer: bytes ``[base, base + size)``.
+        inside: Out, ``base <= addr``, ``addr + (len + 1) * bytes_per_beat <= base + size``
+            and no 4 KiB boundary inside the burst.
+
+    Args:
+        addr_width: address bits.
+        bytes_per_beat: bytes of one beat, a power of two.
+    """
+
+    def __init__(self, addr_width: int, bytes_per_beat: int):
+        if bytes_per_beat < 1 or bytes_per_beat & (bytes_per_beat - 1):
+            raise ValueError(f"bytes_per_beat must be a power of two, not {bytes_per_beat!r}")
+        self.addr_width, self.bytes_per_beat = addr_width, bytes_per_beat
+        super().__init__({"addr": In(addr_width), "len": In(8), "base": In(addr_width),
+                          "size": In(addr_width), "inside": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        shift = self.bytes_per_beat.bit_length() - 1
+        burst_bytes = (self.len + 1) << shift
+        end, limit = Signal(self.addr_width + 1), Signal(self.addr_width + 1)
+        m.d.comb += [end.eq(self.addr + burst_bytes), limit.eq(self.base + self.size)]
+        crosses = (self.addr[:12] + burst_bytes) > BOUNDARY_BYTES
+        m.d.comb += self.inside.eq((self.addr >= self.base) & (end <= limit) & ~crosses)
+        return m
+
+
+class ExtentCheck(wiring.Component):
+    """Sequential check of one strided buffer, over ``rows_width + 3`` cycles after ``start``.
+
+    The buffer holds ``rows`` rows of ``row_bytes`` bytes, ``stride`` bytes apart, from
+    ``base``; it is refused (``error``) when ``base`` or ``stride`` is not a multiple of
+    ``bytes_per_beat``, rows overlap (``stride < row_bytes``, ``rows > 0``), or the extent
+    ``(rows - 1) * stride + row_bytes`` exceeds ``size`` or ``base + size`` passes the
+    address space. ``rows == 0`` needs nothing. The product comes from shift-and-add, one
+    bit of ``rows - 1`` a cycle, MSB first, clamped at ``2 ** (addr_width + 1)`` (any
+    clamped extent is over every buffer, so the verdict is exact); no DSP.
+
+    Ports:
+        start: In, one cycle: load the operands (they must hold until ``done``).
+        base, size, stride, rows, row_bytes: In, the buffer.
+        done: Out, the verdict is ready (held until the next ``start``).
+        error: Out, refused (valid with ``done``).
+        extent: Out, the bytes the rows span (valid with ``done``; clamped).
+    """
+
+    def __init__(self, *, addr_width: int = 64, bytes_per_beat: int = 16, rows_width: int = 32,
+                 stride_width: int = 64):
+        if bytes_per_beat < 1 or bytes_per_beat & (bytes_per_beat - 1):
+            raise ValueError(f"bytes_per_beat must be a power of two, not {bytes_per_beat!r}")
+        self.aw, self.bpb, self.rw = addr_width, bytes_per_beat, rows_width
+        super().__init__({
+            "start": In(1),
+            "base": In(addr_width), "size": In(addr_width), "stride": In(stride_width),
+            "rows": In(rows_width), "row_bytes": In(stride_width),
+            "done": Out(1), "error": Out(1), "extent": Out(addr_width + 2),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        aw, align = self.aw, self.bpb - 1
+        clamp = 1 << (aw + 1)
+        product = Signal(aw + 2, reset_less=True)
+        multiplier = Signal(self.rw, reset_less=True)
+        bits = Signal(range(self.rw + 1))
+        need = Signal(aw + 3, reset_less=True)
+        phase = Signal(range(4))      # 0 idle/done, 1 multiplying, 2 adding, 3 comparing
+        doubled = Cat(Const(0, 1), product) + Mux(multiplier[-1], self.stride, 0)
+        with m.If(self.start):
+            m.d.sync += [product.eq(0), multiplier.eq(self.rows - 1), bits.eq(self.rw),
+                         phase.eq(1), self.done.eq(0)]
+        with m.Elif(phase == 1):
+            m.d.sync += [product.eq(Mux(doubled >= clamp, clamp, doubled)),
+                         multiplier.eq(multiplier << 1), bits.eq(bits - 1)]
+            with m.If(bits == 1):
+                m.d.sync += phase.eq(2)
+        with m.Elif(phase == 2):
+            m.d.sync += [need.eq(product + self.row_bytes), phase.eq(3)]
+        with m.Elif(phase == 3):
+            some = self.rows != 0
+            bad = ((self.base & align) != 0) | ((self.stride & align) != 0) \
+                | (some & (self.stride < self.row_bytes)) \
+                | (some & (need > self.size)) | ((self.base + self.size) >> aw != 0)
+            m.d.sync += [self.error.eq(bad), self.done.eq(1), phase.eq(0),
+                         self.extent.eq(Mux(some, need, 0))]
+        return m
+
+
+def burst_command_layout(addr_width: int, count_width: int = 32) -> data.StructLayout:
+    """A run of consecutive beats: first byte address (beat aligned) and how many beats."""
+    return data.StructLayout({"addr": addr_width, "beats": count_width})
+
+
+def burst_out_layout(addr_width: int) -> data.StructLayout:
+    """One burst of a run, and whether it is the run's last."""
+    return data.StructLayout({"addr": addr_width, "len": 8, "last": 1})
+
+
+class BurstGenerator(wiring.Component):
+    """Cuts a run of beats into AXI INCR bursts, one burst per cycle.
+
+    Each burst is the longest of: the beats left, ``max_burst``, the beats to the next
+    4 KiB boundary. A run of zero beats gives no burst.
+
+    Ports:
+        cmd: In stream of :func:`burst_command_layout` (taken when the previous run's last
+            burst leaves).
+        bursts: Out stream of :func:`burst_out_layout`.
+
+    Args:
+        addr_width, bytes_per_beat: the bus.
+        max_burst: beats per burst, 1 .. 256.
+        count_width: bits of ``cmd.beats``.
+    """
+
+    def __init__(self, *, addr_width: int = 64, bytes_per_beat: int = 16, max_burst: int = 16,
+                 count_width: int = 32):
+        if not 1 <= max_burst <= MAX_BURST_BEATS:
+            raise ValueError(f"max_burst must be in 1..{MAX_BURST_BEATS}, not {max_burst!r}")
+        if bytes_per_beat < 1 or bytes_per_beat & (bytes_per_beat - 1) or bytes_per_beat > 4096:
+            raise ValueError(f"bytes_per_beat must be a power of two up to 4096, "
+                             f"not {bytes_per_beat!r}")
+        self.aw, self.bpb, self.max_burst, self.cw = addr_width, bytes_per_beat, max_burst, count_width
+        super().__init__({
+            "cmd": In(stream.Signature(burst_command_layout(addr_width, count_width))),
+            "bursts": Out(stream.Signature(burst_out_layout(addr_width))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        shift = self.bpb.bit_length() - 1
+        addr = Signal(self.aw, reset_less=True)
+        left = Signal(self.cw)
+        # beats to the page end: 1 .. 4096 / bytes_per_beat
+        to_page = Signal(range(BOUNDARY_BYTES // self.bpb + 1))
+        m.d.comb += to_page.eq((BOUNDARY_BYTES - addr[:12]) >> shift)
+        beats = Signal(range(self.max_burst + 1))
+        m.d.comb += beats.eq(self.max_burst)
+        with m.If(to_page < beats):
+            m.d.comb += beats.eq(to_page)
+        with m.If(left < beats):
+            m.d.comb += beats.eq(left)
+        m.d.comb += [self.bursts.valid.eq(left != 0),
+                     self.bursts.payload.addr.eq(addr),
+                     self.bursts.payload.len.eq(beats - 1),
+                     self.bursts.payload.last.eq(left == beats)]
+        leaving = self.bursts.valid & self.bursts.ready
+        # a new run is taken once the last burst of the one before leaves
+        m.d.comb += self.cmd.ready.eq((left == 0) | (leaving & self.bursts.payload.last))
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += [addr.eq(self.cmd.payload.addr), left.eq(self.cmd.payload.beats)]
+        with m.Elif(leaving):
+            m.d.sync += [addr.eq(addr + (beats << shift)), left.eq(left - beats)]
+        return m

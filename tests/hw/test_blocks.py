@@ -1,0 +1,287 @@
+"""hw/blocks.py: each shared building block against a Python model of what it must do."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from amaranth.sim import Simulator
+
+from gnnweave.hw.blocks import (BufferGuard, BurstGenerator, EventCounters, ExtentCheck,
+                                RunControl, RunState)
+
+
+def simulate(dut, bench):
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+# ------------------------------------------------------------------------------ RunControl
+
+def run_fsm(dut, script, cycles):
+    """Drive ``script(cycle, state) -> {port: value}`` for ``cycles`` cycles; returns one
+    ``(state, busy, done, accept, config_error, first, aborting, abort_done)`` per cycle."""
+    trace = []
+
+    async def bench(ctx):
+        for cycle in range(cycles):
+            state = RunState(ctx.get(dut.state))
+            for port in ("start", "check_done", "check_error", "stop", "finished", "drained",
+                         "quiet"):
+                ctx.set(getattr(dut, port), 0)
+            for port, value in script(cycle, state).items():
+                ctx.set(getattr(dut, port), value)
+            trace.append((state.name, *(ctx.get(getattr(dut, p)) for p in (
+                "busy", "done", "accept", "config_error", "first", "aborting", "abort_done"))))
+            await ctx.tick()
+
+    simulate(dut, bench)
+    return trace
+
+
+def states(trace):
+    return [t[0] for t in trace]
+
+
+def test_a_run_goes_idle_check_run_drain_finish():
+    def script(cycle, state):
+        return {"start": cycle == 1, "check_done": cycle == 4, "finished": cycle == 7,
+                "drained": cycle == 9}
+
+    trace = run_fsm(RunControl(drain=True), script, 12)
+    assert states(trace) == ["IDLE", "IDLE", "CHECK", "CHECK", "CHECK", "RUN", "RUN", "RUN",
+                             "DRAIN", "DRAIN", "FINISH", "IDLE"]
+    busy = [t[1] for t in trace]
+    assert busy == [0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0]
+    assert [t[2] for t in trace].count(1) == 1 and trace[10][2] == 1      # done in FINISH
+    assert [i for i, t in enumerate(trace) if t[3]] == [1]                 # accept at start
+    assert [i for i, t in enumerate(trace) if t[5]] == [5]                 # first RUN cycle
+
+
+def test_without_drain_run_finishes_directly_and_hold_first_waits_a_cycle():
+    def script(cycle, state):
+        return {"start": cycle == 0, "check_done": state == RunState.CHECK,
+                "finished": state == RunState.RUN}
+
+    plain = states(run_fsm(RunControl(drain=False), script, 6))
+    assert plain == ["IDLE", "CHECK", "RUN", "FINISH", "IDLE", "IDLE"]
+    held = states(run_fsm(RunControl(drain=False, hold_first=True), script, 6))
+    assert held == ["IDLE", "CHECK", "RUN", "RUN", "FINISH", "IDLE"]
+
+
+def test_refused_configuration_finishes_without_running():
+    def script(cycle, state):
+        return {"start": cycle == 0, "check_done": cycle == 2, "check_error": 1,
+                "finished": 1}
+
+    trace = run_fsm(RunControl(), script, 6)
+    assert states(trace) == ["IDLE", "CHECK", "CHECK", "FINISH", "IDLE", "IDLE"]
+    assert [i for i, t in enumerate(trace) if t[4]] == [2]                 # config_error
+
+
+def test_stop_aborts_and_waits_for_quiet():
+    def script(cycle, state):
+        return {"start": cycle == 0, "check_done": 1, "stop": cycle == 3,
+                "finished": cycle == 3, "quiet": cycle >= 6}
+
+    trace = run_fsm(RunControl(), script, 9)
+    # stop wins over finished in the same cycle; ABORT holds until quiet
+    assert states(trace) == ["IDLE", "CHECK", "RUN", "RUN", "ABORT", "ABORT", "ABORT",
+                             "FINISH", "IDLE"]
+    assert [i for i, t in enumerate(trace) if t[6]] == [3]                 # aborting
+    assert [i for i, t in enumerate(trace) if t[7]] == [6]                 # abort_done
+
+
+def test_start_is_ignored_while_busy_and_first_rearms():
+    def script(cycle, state):
+        return {"start": 1, "check_done": 1, "finished": state == RunState.RUN, "drained": 1}
+
+    trace = run_fsm(RunControl(hold_first=True), script, 14)
+    s = states(trace)
+    assert s[:7] == ["IDLE", "CHECK", "RUN", "RUN", "DRAIN", "FINISH", "IDLE"]
+    assert s[7:13] == s[1:7]                        # the next run is the same
+    assert [i for i, t in enumerate(trace) if t[5]] == [2, 8]     # first, once per run
+    assert [i for i, t in enumerate(trace) if t[3]] == [0, 6, 12]
+
+
+# --------------------------------------------------------------------------- EventCounters
+
+def test_counters_count_while_enabled_and_clear_first():
+    rng = random.Random(1)
+    spec = {"busy": (16, 1), "beats": (8, 3), "sat": (12, 4)}
+    dut = EventCounters(spec)
+    model = dict.fromkeys(spec, 0)
+
+    async def bench(ctx):
+        for _ in range(300):
+            clear, enable = rng.random() < 0.05, rng.random() < 0.7
+            inc = {n: rng.randrange(1 << w) for n, (_, w) in spec.items()}
+            ctx.set(dut.clear, clear)
+            ctx.set(dut.enable, enable)
+            for n, v in inc.items():
+                ctx.set(getattr(dut.inc, n), v)
+            await ctx.tick()
+            for n, (width, _) in spec.items():
+                model[n] = 0 if clear else (model[n] + inc[n] * enable) % (1 << width)
+                assert ctx.get(getattr(dut.count, n)) == model[n], n
+
+    simulate(dut, bench)
+
+
+def test_counter_widths_are_checked():
+    with pytest.raises(ValueError, match=r"counter 'x': widths \(4, 5\)"):
+        EventCounters({"x": (4, 5)})
+    with pytest.raises(ValueError, match="at least one counter"):
+        EventCounters({})
+
+
+# ----------------------------------------------------------------------------- BufferGuard
+
+def guard_model(addr, length, base, size, bpb):
+    nbytes = (length + 1) * bpb
+    return base <= addr and addr + nbytes <= base + size and (addr % 4096) + nbytes <= 4096
+
+
+@pytest.mark.parametrize("bpb", [8, 16, 64])
+def test_guard_matches_the_rule(bpb):
+    rng = random.Random(bpb)
+    aw = 32
+    dut = BufferGuard(aw, bpb)
+
+    async def bench(ctx):
+        for i in range(400):
+            base = rng.randrange(0, 1 << 20) * bpb
+            size = rng.choice([0, bpb, 4096, rng.randrange(0, 1 << 16) * bpb])
+            addr = base + rng.randrange(-8, 64) * bpb if i % 2 else \
+                (base + size - rng.randrange(0, 8) * bpb)
+            addr = max(0, addr) % (1 << aw)
+            length = rng.randrange(0, 256)
+            for port, v in (("addr", addr), ("len", length), ("base", base), ("size", size)):
+                ctx.set(getattr(dut, port), v)
+            await ctx.delay(1e-9)
+            assert ctx.get(dut.inside) == guard_model(addr, length, base, size, bpb), \
+                (addr, length, base, size)
+
+    sim = Simulator(dut)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+# ----------------------------------------------------------------------------- ExtentCheck
+
+def extent_model(base, size, stride, rows, row_bytes, bpb, aw):
+    bad = base % bpb != 0 or stride % bpb != 0 or (base + size) >> aw != 0
+    if rows:
+        bad |= stride < row_bytes or (rows - 1) * stride + row_bytes > size
+    return bad
+
+
+def test_extent_check_matches_the_rule_and_takes_its_cycles():
+    rng = random.Random(7)
+    aw, bpb, rw = 40, 16, 12
+    dut = ExtentCheck(addr_width=aw, bytes_per_beat=bpb, rows_width=rw, stride_width=aw)
+
+    async def bench(ctx):
+        for _ in range(60):
+            rows = rng.choice([0, 1, 2, rng.randrange(1 << rw), (1 << rw) - 1])
+            row_bytes = rng.randrange(1, 64) * bpb
+            stride = rng.choice([row_bytes, row_bytes + bpb, row_bytes - bpb, row_bytes + 3,
+                                 rng.randrange(1 << 30)]) % (1 << aw)
+            need = max(rows - 1, 0) * stride + row_bytes
+            size = max(0, need + rng.choice([0, -1, -bpb, bpb, 1 << 20])) % (1 << aw)
+            base = rng.choice([0, bpb * 5, 3, (1 << aw) - size])
+            for port, v in (("base", base), ("size", size), ("stride", stride), ("rows", rows),
+                            ("row_bytes", row_bytes)):
+                ctx.set(getattr(dut, port), v)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            cycles = 0
+            while not ctx.get(dut.done):
+                await ctx.tick()
+                cycles += 1
+            assert cycles + 1 == rw + 3        # the start cycle, then rw + 2 more
+            assert ctx.get(dut.error) == extent_model(base, size, stride, rows, row_bytes,
+                                                      bpb, aw), (base, size, stride, rows)
+
+    simulate(dut, bench)
+
+
+# -------------------------------------------------------------------------- BurstGenerator
+
+@pytest.mark.parametrize("bpb,max_burst,ready_share", [(16, 16, 1.0), (64, 8, 0.6), (8, 256, 0.8)])
+def test_bursts_cover_the_run_greedily_and_never_cross_a_page(bpb, max_burst, ready_share):
+    rng = random.Random(max_burst)
+    aw = 32
+    dut = BurstGenerator(addr_width=aw, bytes_per_beat=bpb, max_burst=max_burst, count_width=16)
+    runs = [(rng.randrange(0, 1 << 16) * bpb, rng.choice([0, 1, 5, 300, rng.randrange(2000)]))
+            for _ in range(12)]
+    got = []
+
+    async def producer(ctx):
+        for addr, beats in runs:
+            ctx.set(dut.cmd.valid, 1)
+            ctx.set(dut.cmd.payload.addr, addr)
+            ctx.set(dut.cmd.payload.beats, beats)
+            await ctx.tick().until(dut.cmd.ready)
+        ctx.set(dut.cmd.valid, 0)
+
+    async def consumer(ctx):
+        idle = 0
+        while idle < 50:
+            ready = rng.random() < ready_share
+            ctx.set(dut.bursts.ready, ready)
+            await ctx.delay(1e-9)
+            if ctx.get(dut.bursts.valid) and ready:
+                p = dut.bursts.payload
+                got.append((ctx.get(p.addr), ctx.get(p.len) + 1, ctx.get(p.last)))
+                idle = 0
+            else:
+                idle += 1
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(producer)
+    sim.add_testbench(consumer)
+    sim.run()
+
+    expected = []
+    for addr, beats in runs:
+        while beats:
+            n = min(beats, max_burst, (4096 - addr % 4096) // bpb)
+            beats -= n
+            expected.append((addr, n, int(beats == 0)))
+            addr += n * bpb
+    assert got == expected
+
+
+def test_full_throughput_one_burst_per_cycle():
+    dut = BurstGenerator(addr_width=32, bytes_per_beat=16, max_burst=4)
+    cycles_valid = []
+
+    async def bench(ctx):
+        ctx.set(dut.bursts.ready, 1)
+        for addr, beats in ((0, 12), (4096 - 32, 6)):
+            ctx.set(dut.cmd.valid, 1)
+            ctx.set(dut.cmd.payload.addr, addr)
+            ctx.set(dut.cmd.payload.beats, beats)
+            await ctx.tick().until(dut.cmd.ready)
+        ctx.set(dut.cmd.valid, 0)
+        for _ in range(8):
+            cycles_valid.append(ctx.get(dut.bursts.valid))
+            await ctx.tick()
+
+    simulate(dut, bench)
+    # 12 beats = 3 bursts, then 2 + 4 beats (page end after 2) = 2 bursts, back to back
+    assert sum(cycles_valid) <= 2
+
+
+@pytest.mark.parametrize("kw,message", [
+    ({"max_burst": 0}, r"max_burst must be in 1\.\.256, not 0"),
+    ({"bytes_per_beat": 12}, r"bytes_per_beat must be a power of two up to 4096, not 12"),
+])
+def test_burst_generator_parameters_are_checked(kw, message):
+    with pytest.raises(ValueError, match=message):
+        BurstGenerator(**kw)
