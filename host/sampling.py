@@ -194,6 +194,11 @@ class Prefetcher:
         self._stop.set()
         self._thread.join(timeout=5)
 
+    @property
+    def running(self) -> bool:
+        """True while the background thread is still preparing batches."""
+        return self._thread.is_alive()
+
     def __enter__(self):
         return self
 

@@ -233,11 +233,11 @@ def test_fast_mac_route_equals_golden_mac():
 
 def test_quantize16_equals_the_format_spec():
     from gnnweave.fixed import FixedFormat, choose_frac
-    from gnnweave.host.executors import _quantize16
+    from gnnweave.host.executors import quantize16
     rng = np.random.default_rng(6)
     for x in (rng.normal(size=(30, 7)).astype(np.float32), rng.normal(size=50) * 1e-5,
               np.array([0.5, -0.5, 1.5, 2.5, -2.5, 3.0]), np.zeros((3, 3))):
-        q, fmt = _quantize16(x)
+        q, fmt = quantize16(x)
         ref_fmt = FixedFormat(16, choose_frac(x, 16))
         assert fmt == ref_fmt
         np.testing.assert_array_equal(q, ref_fmt.quantize(x)[0])
@@ -253,3 +253,88 @@ def test_sparse_operand_route_equals_golden_mac():
     for call in (lambda e: e.dense_forward(x, w, np.ones(9), relu=True),
                  lambda e: e.dense_weight_grad(x, dy)):
         np.testing.assert_array_equal(call(fast).value, call(gold).value)
+
+
+class GoldenAccel:
+    """An accelerator driver answering from the golden models: what FpgaExecutor sees of a
+    board, without one (narrow ``max_feat_dim``, so wide features go in column chunks)."""
+
+    max_feat_dim = 4
+    has_mac = True
+
+    def __init__(self):
+        self.calls = []
+
+    def check_graph(self, graph, weights=None):
+        from types import SimpleNamespace
+        return SimpleNamespace(indptr=graph.indptr, indices=graph.indices, weights=weights)
+
+    def aggregate(self, shard, x_q, reduce, shift, weights=None, *, timeout_s):
+        from gnnweave.golden.aggregate import aggregate_raw
+        self.calls.append(("aggregate", x_q.shape))
+        res = aggregate_raw(shard.indptr, shard.indices, x_q, reduce=reduce, shift=shift,
+                            out_width=16, weights=shard.weights if weights is None else weights)
+        return res.out, dict(saturations=res.saturations, edges=res.edges, busy_cycles=100)
+
+    def mac(self, mode, p, q, *, shift, relu, bias, bias_shift, timeout_s):
+        from gnnweave.golden.mac import mac
+        self.calls.append(("mac", mode))
+        res = mac(mode, p, q, shift=shift, relu=relu, bias_q=bias, bias_shift=bias_shift)
+        return res.out, dict(saturations=res.saturations, busy_cycles=50)
+
+
+def test_fpga_executor_is_bit_identical_to_fpga_emu_through_a_driver():
+    from gnnweave.host.executors import FpgaExecutor, fpga
+    assert fpga.FpgaExecutor is FpgaExecutor          # one class, defined once
+    rng = np.random.default_rng(11)
+    g = CSRGraph.from_edge_index(rng.integers(0, 40, (2, 300)), 40)
+    g.weights = rng.uniform(0.1, 1.0, g.num_edges)
+    x = rng.normal(size=(40, 10)).astype(np.float32)
+    w = rng.normal(size=(10, 6)).astype(np.float32)
+    accel = GoldenAccel()
+    dev, emu = FpgaExecutor(accel, "fpga-sim", config="small"), FpgaEmuExecutor(config="small")
+    for transpose in (False, True):
+        a = dev.aggregate(g, x, "sum", rows=(5, 30), transpose=transpose)
+        b = emu.aggregate(g, x, "sum", rows=(5, 30), transpose=transpose)
+        np.testing.assert_array_equal(a.value, b.value)
+        assert a.device_seconds == 3 * 100 / dev.cycle_model.clock_hz   # 10 columns in 3 runs
+    a, b = dev.dense_forward(x, w, np.ones(6), relu=True), emu.dense_forward(x, w, np.ones(6), relu=True)
+    np.testing.assert_array_equal(a.value, b.value)
+    dy = rng.normal(size=(40, 6)).astype(np.float32)
+    mask = rng.random((40, 6)) < 0.5
+    for a, b in ((dev.dense_input_grad(dy, w, relu_mask=mask), emu.dense_input_grad(dy, w, relu_mask=mask)),
+                 (dev.dense_weight_grad(x, dy, relu_mask=mask), emu.dense_weight_grad(x, dy, relu_mask=mask))):
+        np.testing.assert_array_equal(a.value, b.value)
+        assert a.device_seconds == 50 / dev.cycle_model.clock_hz     # measured, not modelled
+    assert [c[0] for c in accel.calls].count("mac") == 3 and dev.emulated_dense_ops == 0
+
+
+def test_executors_and_the_driver_do_not_import_each_other():
+    import ast
+    from pathlib import Path
+    import gnnweave.host as host
+
+    def imports(path):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                yield node.module + "." + ".".join(a.name for a in node.names)
+            elif isinstance(node, ast.Import):
+                yield from (a.name for a in node.names)
+    root = Path(host.__file__).parent
+    driver = root / "driver"
+    files = sorted(driver.rglob("*.py")) if driver.is_dir() else [root / "driver.py"]
+    assert not [m for p in files for m in imports(p) if "host.executors" in m]
+
+
+def test_public_names_of_what_distributed_training_reads():
+    from gnnweave.host import executors
+    rng = np.random.default_rng(3)
+    g = CSRGraph.from_edge_index(rng.integers(0, 20, (2, 80)), 20)
+    g.weights = rng.normal(size=g.num_edges)
+    sums = np.zeros(20)
+    np.add.at(sums, np.repeat(np.arange(20), np.diff(g.indptr)), np.abs(g.weights))
+    assert executors.abs_row_weight_max(g) == pytest.approx(sums.max())
+    assert executors._abs_row_weight_max is executors.abs_row_weight_max
+    a, b = rng.integers(-99, 99, (5, 7)), rng.integers(-99, 99, (7, 3))
+    np.testing.assert_array_equal(FpgaEmuExecutor.accumulator("fwd", a, b), a @ b)
+    assert FpgaEmuExecutor._accumulator is FpgaEmuExecutor.accumulator

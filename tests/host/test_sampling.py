@@ -130,4 +130,4 @@ def test_prefetcher_reraises_producer_errors_and_stops():
     pf = Prefetcher(endless(), depth=1)
     assert next(iter(pf)) == 1
     pf.close()
-    assert not pf._thread.is_alive()
+    assert not pf.running
