@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnweave.errors import InputError
 from gnnweave.graph import CSRGraph
 from gnnweave.host.costmodel import CostModel, DeviceModel, fit_op
 
@@ -552,7 +553,7 @@ def calibrate_shares(executors, graph, x, priors=None, *, fractions=CALIBRATION_
 
     n = graph.num_nodes
     if n == 0:
-        raise ValueError("calibrate_shares: the graph has no nodes")
+        raise InputError("calibrate_shares: the graph has no nodes")
     x = np.asarray(x)
     if x.ndim != 2 or x.shape[0] != n:
         raise ValueError(f"calibrate_shares: x has shape {x.shape}, expected ({n}, F)")

@@ -13,6 +13,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from gnnweave.errors import InputError
 from gnnweave.fixed import FixedFormat, choose_frac, narrow
 from gnnweave.golden.aggregate import Reduce, aggregate_raw
 from gnnweave.graph import CSRGraph
@@ -118,13 +119,13 @@ class FpgaEmuExecutor(Executor):
         """``config``: the named build whose cycle model gives the device times (default
         the ``fpga-sim`` executor's build); ``cycle_model`` gives the model itself."""
         if dense_range not in ("peak", "bound"):
-            raise ValueError(f"dense_range must be 'peak' or 'bound', got {dense_range!r}")
+            raise InputError(f"dense_range must be 'peak' or 'bound', got {dense_range!r}")
         if mac_route not in ("fast", "golden"):
-            raise ValueError(f"mac_route must be 'fast' or 'golden', got {mac_route!r}")
+            raise InputError(f"mac_route must be 'fast' or 'golden', got {mac_route!r}")
         self.mac_route = mac_route
         self.name = name
         if cycle_model is not None and config is not None:
-            raise ValueError("give cycle_model or config, not both")
+            raise InputError("give cycle_model or config, not both")
         self.cycle_model = cycle_model or CycleModel(config)
         self.dense_range = dense_range
 
