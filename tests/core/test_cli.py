@@ -151,7 +151,7 @@ def test_reports_print_as_an_aligned_table():
 
 def test_a_missing_simulator_is_named_before_any_build():
     env = {"PATH": "/nonexistent", "HOME": "/nonexistent"}
-    proc = subprocess.run([sys.executable, "-m", "gnnweave.cli", "verify", "aggregate", "--graph",
+    proc = subprocess.run([sys.executable, "-m", "gnnweave.cli", "verify", "aggregate", "--dataset",
                            "rmat:6:2", "--feat-dim", "4", "--sim", "icarus"], capture_output=True,
                           text=True, timeout=600, env=env)
     assert proc.returncode == 2, proc.stderr

@@ -10,7 +10,7 @@ import pytest
 
 def test_device_run_aggregate_matches_golden():
     proc = subprocess.run([sys.executable, "-m", "gnnweave.cli", "device", "run", "aggregate",
-                           "--graph", "rmat:8:8", "--feat-dim", "12", "--reduce", "max", "--json"],
+                           "--dataset", "rmat:8:8", "--feat-dim", "12", "--reduce", "max", "--json"],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
