@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnweave.errors import InputError
 from gnnweave.golden.aggregate import Reduce
 from gnnweave.graph import CSRGraph
 from gnnweave.host.executors.base import (
@@ -48,7 +49,7 @@ class FpgaExecutor(FpgaEmuExecutor):
                  owner=None, dense: str = "device", config: str | None = None):
         super().__init__(name or kind, config=config)
         if dense not in ("device", "emulated"):
-            raise ValueError(f"dense must be 'device' or 'emulated', got {dense!r}")
+            raise InputError(f"dense must be 'device' or 'emulated', got {dense!r}")
         self.kind = kind
         self.accel = accel
         self.timeout_s = timeout_s
@@ -88,14 +89,15 @@ class FpgaExecutor(FpgaEmuExecutor):
         lo, hi = check_rows(g, rows)
         q = quantize_aggregation(g, x, reduce)
         shard, s, e = _shard(g, lo, hi)
+        # checked once, not once per column chunk
+        shard = self.accel.check_graph(shard, None if q.weights_q is None else q.weights_q[s:e])
         f = x.shape[1]
         out = np.zeros((g.num_nodes, f), dtype=np.int64)
         sat = edges = cycles = 0
         step = self.accel.max_feat_dim       # column chunks: aggregation is per column
         for c0 in range(0, f, step):
-            part, cnt = self.accel.aggregate(
-                shard, q.x_q[:, c0:c0 + step], reduce, q.fmt.shift,
-                None if q.weights_q is None else q.weights_q[s:e], timeout_s=self.timeout_s)
+            part, cnt = self.accel.aggregate(shard, q.x_q[:, c0:c0 + step], reduce, q.fmt.shift,
+                                             timeout_s=self.timeout_s)
             out[:, c0:c0 + step] = part
             sat += cnt["saturations"]
             edges = cnt["edges"]
