@@ -178,9 +178,14 @@ def format_summary(report: dict) -> str:
     if report.get("saturations"):
         lines.append(f"  saturations     {report['saturations']:,} fixed-point values clipped")
     table = report.get("partition_table")
-    if table and len(report.get("shares") or {}) > 1:
+    shares = report.get("shares") or {}
+    if table and len(shares) > 1:
         lines.append("  aggregation split (last epoch):")
         lines += ["    " + row for row in str(table).splitlines()]
+        idle = [d for d, share in shares.items() if not share.get("rows")]
+        if idle:
+            lines.append(f"  note: {', '.join(idle)} got no rows of the split (too slow for "
+                         f"a share of this graph)")
     for key, label in (("saved_model", "model saved to"), ("timeline_png", "timeline")):
         if report.get(key):
             lines.append(f"  {label:<15} {report[key]}")

@@ -512,3 +512,13 @@ def test_sgd_without_lr_takes_a_learning_rate_that_trains_cora():
     assert r["test_acc_mean"] >= 0.75
     adam = run_training(TrainConfig(dataset=ds, epochs=1, seeds=1, progress=False))
     assert adam["hyperparameters"]["lr"] == 0.01   # Adam keeps Kipf & Welling's
+
+
+def test_the_summary_says_when_a_listed_device_got_no_rows():
+    from gnnweave.host.train import format_summary
+    report = {"model": "gcn", "dataset": "d", "mode": "full-batch", "seeds": [{}],
+              "hyperparameters": {"epochs": 1}, "device": "cpu", "test_acc_mean": 0.5,
+              "partition_table": "table", "shares": {"cpu": {"rows": 10}, "fpga-emu": {"rows": 0}}}
+    assert "note: fpga-emu got no rows of the split" in format_summary(report)
+    report["shares"]["fpga-emu"]["rows"] = 3
+    assert "no rows" not in format_summary(report)
