@@ -672,7 +672,7 @@ def locate_profile(name_or_path: str) -> Path:
             return shipped
         known = sorted(set(available_profiles()) | set(example_profiles()))
         raise ProfileNotFoundError(
-            f"--model {str(name_or_path)!r}: no such profile (known: {', '.join(known)}; "
+            f"--model {str(name_or_path)!r}: profile not found (known: {', '.join(known)}; "
             f"others from $GNNWEAVE_PROFILES/pipedream/NAME/graph.txt)") from None
 
 

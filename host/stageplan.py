@@ -46,6 +46,25 @@ pairs of cuts (``Q <= S^2 / 2``), the cost is ``O(Q K T + S K T^2)`` time (``Q K
 ``comm="sender"``) and ``O(S K T)`` memory: polynomial in the number of devices for a fixed
 number of classes (``K <= (D / C + 1)^C``). Fully distinct devices (every device its own
 class) make ``K = 2^D``: the exact subset search, refused past ``max_count_vectors``.
+
+Bound and relaxation (what :func:`plan_stages` runs; same optimum, far fewer states)
+----------------------------------------------------------------------------------
+Under a bound ``B`` on the bottleneck a stage on slot ``t`` must take ``<= B``; with ``s_c``
+the least speed-up of class ``c`` over the slowest on every layer, its *capacity*
+``r s_c`` ignores the device counts. ``need_after[j]`` (``need_before[j]``), the least
+capacity sum of stages of time ``<= B`` covering the layers after (before) cut ``j``, are
+shortest paths over the ``Q`` pairs (Dijkstra, ``O(Q T + Q log S)``; on a chain of cuts a
+stage's time grows with its end, so each cut's reachable ends are a binary search and the
+paths one pass, ``O(S T log S)``, with no pair table). Any plan of bottleneck ``<= B`` has
+``need_after[j] <= cap(n) <= cap(N) - need_before[j]`` at each of its cuts, and each of its
+stages has ``need_before[j] + r s_c + need_after[k] <= cap(N)``: the program visits only
+those count vectors and (pair, slot)s, joins each pair with the count vectors still open
+after its end (ragged, no padding) and keeps the best per state by a scatter-minimum, so
+its cost is ``O(E)`` for the ``E <= Q K T`` candidates inside the window. ``B`` starts at
+the smallest bound the relaxation accepts (bisected to 0.5 % from the lower bound
+``max(work / cap(N), costliest layer alone)``) and grows by 1 %, 2 %, 4 % ... until a plan is
+found; that plan is optimal, since the optimal plan lies inside the window of every bound
+at least its bottleneck. ``plan_stages(..., prune=False)`` runs the full program.
 """
 from __future__ import annotations
 

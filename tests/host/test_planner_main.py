@@ -182,7 +182,8 @@ def test_plan_without_shared_profiles_uses_the_shipped_examples(tmp_path, monkey
     rep = plan_main("vgg16", ["gpu0=1.0:16", "gpu1=1.0:16", "fpga=0.3:4"])
     assert rep["profile"] == str(locate_profile("vgg16"))
     assert rep["profile"].startswith(str(EXAMPLE_PROFILES))
-    with pytest.raises(ProfileNotFoundError, match="'nosuchnet'.*known: gnmt, resnet18, vgg16"):
+    with pytest.raises(ProfileNotFoundError,
+                       match="'nosuchnet': profile not found .known: gnmt, resnet18, vgg16"):
         plan_main("nosuchnet", ["gpu"])
     monkeypatch.delenv("GNNWEAVE_PROFILES")
     shared = {m for m in available_profiles()} & set(example_profiles())
