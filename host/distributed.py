@@ -281,11 +281,11 @@ class DistEngine:
         self.steals = 0
         self._send = block.send_index
         if self.fixed:
-            from gnnweave.host.executors import _abs_row_weight_max, quantize_dynamic, transposed
+            from gnnweave.host.executors import abs_row_weight_max, quantize_dynamic, transposed
             w = global_graph.weights
             self._w_fmt = None if w is None else quantize_dynamic(w)[1]
-            self._row_bound = {False: _abs_row_weight_max(global_graph),
-                               True: _abs_row_weight_max(transposed(global_graph))}
+            self._row_bound = {False: abs_row_weight_max(global_graph),
+                               True: abs_row_weight_max(transposed(global_graph))}
             g = block.graph
             data = (np.ones(g.num_edges, dtype=np.int64) if g.weights is None
                     else self._w_fmt.quantize(g.weights)[0].astype(np.int64))
@@ -412,7 +412,7 @@ class DistEngine:
             bias = np.asarray(bias, dtype=np.float64).reshape(-1)
             bfmt = FixedFormat(FPGA_WIDTH, min(choose_frac(bias, FPGA_WIDTH), product_frac))
             bias_q = (bfmt.quantize(bias)[0].astype(np.int64), product_frac - bfmt.frac)
-        acc = FpgaEmuExecutor._accumulator(mode, a_q, b_q, bias=bias_q).astype(np.int64)
+        acc = FpgaEmuExecutor.accumulator(mode, a_q, b_q, bias=bias_q).astype(np.int64)
         self._record_dense(_DENSE_OPS[mode], mode, a, b, t0)
         if reduce_over_ranks:
             return _Accumulated(acc, product_frac)
@@ -576,9 +576,9 @@ def model_node_costs(config, graph, hp):
     device's per-row and per-edge aggregation seconds at the hidden width; None (the
     default ``1 + in_degree``) without one."""
     from gnnweave.host.graphpart import node_costs
-    from gnnweave.host.train import _cost_model
+    from gnnweave.host.train import load_cost_model
     cm = config.cost_model
-    cm = cm if hasattr(cm, "share_cost") else _cost_model(cm)
+    cm = cm if hasattr(cm, "share_cost") else load_cost_model(cm)
     if cm is None or not hasattr(cm, "share_cost"):
         return None
     device = _devices_of(config, 0)[0] if config.rank_devices else config.device
@@ -590,17 +590,18 @@ def measure_rank_speeds(config, comm: Comm, data, repeats: int = 3) -> list[floa
     """Each rank times its dense device aggregating the whole normalised graph at the
     hidden width (the fastest of ``repeats`` after a warm-up, on the device's clock: device
     time on FPGA kinds, CPU time on cpu); speeds are the inverse times, known to all."""
-    from gnnweave.host.models import Engine
     from gnnweave.host.timeline import Timeline
-    from gnnweave.host.train import _executor_for
+    from gnnweave.host.train import executor_for
     devices = _devices_of(config, comm.rank)
     name = devices[0] if config.rank_devices else config.device
     executors = {}
-    eng = Engine(_executor_for(name, executors, config.executor_options), Timeline())
+    ex = executor_for(name, executors, config.executor_options)
+    timeline = Timeline()
     x = np.random.default_rng(0).uniform(-1, 1, (data.graph.num_nodes, 16)).astype(np.float32)
     try:
-        times = [eng._agg_timed(eng.dense, data.graph, x, "sum", (0, data.graph.num_nodes),
-                                False)[1] for _ in range(repeats + 1)][1:]
+        times = [timeline.call_timed(ex, "aggregate", data.graph, x, "sum",
+                                     rows=(0, data.graph.num_nodes))[1]
+                 for _ in range(repeats + 1)][1:]
     finally:
         for ex in executors.values():
             ex.close()
@@ -615,13 +616,13 @@ def run_rank(config, comm: Comm) -> dict:
     from gnnweave.host.graphpart import METHODS, GraphPartition, local_block, partition_graph
     from gnnweave.host.models import MODELS, Engine
     from gnnweave.host.timeline import Timeline
-    from gnnweave.host.train import _executor_for, _resolved, params_digest, prepare
+    from gnnweave.host.train import executor_for, params_digest, prepare, resolve_hyperparameters
 
     key = str(config.model).lower()
     if key not in MODELS:
         raise InputError(f"TrainConfig.model = {config.model!r}: choose one of gcn, sage, sgc")
     model_cls = MODELS[key]
-    hp = _resolved(config, model_cls)
+    hp = resolve_hyperparameters(config, model_cls)
     data = prepare(config, model_cls)
     if config.batch_size is not None:
         return run_rank_minibatch(config, comm, hp, key, data)
@@ -659,10 +660,10 @@ def run_rank(config, comm: Comm) -> dict:
     local, shares = None, None
     rows = _rank_device_rows(block.graph, devices, comm.rank)
     if not fixed_all:
-        dense = _executor_for(dense_name, executors, config.executor_options)
+        dense = executor_for(dense_name, executors, config.executor_options)
         shards = None
         if len(devices) > 1:
-            shards = {d: (_executor_for(d, executors, config.executor_options), r)
+            shards = {d: (executor_for(d, executors, config.executor_options), r)
                       for d, r in rows.items()}
         local = Engine(dense, Timeline(), shards=shards, num_nodes=block.n_src,
                        base_graph=block.graph)
@@ -670,7 +671,7 @@ def run_rank(config, comm: Comm) -> dict:
         raise InputError("executor_options['fpga-emu']['dense_range']: only 'peak' runs over ranks")
     else:
         order = [dense_name] + [d for d in rows if d != dense_name]
-        shares = [(_executor_for(d, executors, config.executor_options), rows.get(d, (0, 0)))
+        shares = [(executor_for(d, executors, config.executor_options), rows.get(d, (0, 0)))
                   for d in order]
     eng = DistEngine(comm, block, data.graph, local=local, fixed=fixed_all, total_rows=n,
                      shares=shares)
@@ -743,7 +744,7 @@ def _exchanged_widths(model, hp, layers, num_classes) -> list[int]:
 def _train_seed(config, comm, eng, hp, key, data, block, x_own, y_own, splits, seed, digest):
     from gnnweave.host.dropout import CounterDropout
     from gnnweave.host.models import make_model, make_optimizer
-    from gnnweave.host.train import _maybe_sparse
+    from gnnweave.host.train import sparse_input_features
     train_local, val_local, test_local = splits
     totals = comm.sum(np.array([len(train_local), len(val_local), len(test_local)],
                                dtype=np.int64), counter="format_bytes")
@@ -757,7 +758,7 @@ def _train_seed(config, comm, eng, hp, key, data, block, x_own, y_own, splits, s
     mode = config.sparse_input
     if mode == "auto":
         mode = bool(size and nnz < 0.1 * size)
-    x_in = _maybe_sparse(x_in, mode)
+    x_in = sparse_input_features(x_in, mode)
     opt = make_optimizer(config.optimizer, model.params, lr=hp["lr"],
                          weight_decay=hp["weight_decay"], decay=model.decay,
                          momentum=config.momentum)
@@ -1013,11 +1014,11 @@ def run_rank_minibatch(config, comm: Comm, hp, key, data) -> dict:
     from gnnweave.host.models import Engine, make_model, make_optimizer
     from gnnweave.host.sampling import NeighborSampler, seed_batches
     from gnnweave.host.timeline import Timeline
-    from gnnweave.host.train import _executor_for, _maybe_sparse, params_digest
+    from gnnweave.host.train import executor_for, params_digest, sparse_input_features
     devices = _devices_of(config, comm.rank)
     executors = {}
     dense_name = devices[0] if config.rank_devices else config.device
-    engine = Engine(_executor_for(dense_name, executors, config.executor_options), Timeline())
+    engine = Engine(executor_for(dense_name, executors, config.executor_options), Timeline())
     speeds = _speeds(config, comm, data)
     fractions = np.ones(comm.world) if speeds is None else np.asarray(speeds, dtype=np.float64)
     if fractions.shape[0] != comm.world or not np.all(fractions > 0):
@@ -1027,7 +1028,7 @@ def run_rank_minibatch(config, comm: Comm, hp, key, data) -> dict:
         for seed in config.seed_list():
             model = make_model(key, data.x.shape[1], data.num_classes, hidden=hp["hidden"],
                                layers=config.layers, dropout=hp["dropout"], seed=seed)
-            x_in = _maybe_sparse(model.prepare_features(engine, data.graph, data.x),
+            x_in = sparse_input_features(model.prepare_features(engine, data.graph, data.x),
                                  config.sparse_input)
             opt = make_optimizer(config.optimizer, model.params, lr=hp["lr"],
                                  weight_decay=hp["weight_decay"], decay=model.decay,
