@@ -20,6 +20,11 @@ the host's loss gradient) on the RTL from golden epoch 0, compared bit for bit, 
 test accuracy of the golden path (bit-identical to the RTL) on Cora and CiteSeer after
 the full training. And the stage split across two linked devices (Amaranth simulator).
 
+Then timing: the Xilinx-mapped logic depth and the estimated UltraScale+ Fmax of the
+``default`` build's TrainStage, its SGD pipeline and the whole Pipeline unit
+(:mod:`benchmarks.pipeline_depth`: Yosys ``synth_xilinx``, the longest register-to-register
+path per part), against the 250 MHz floor and the 300 MHz target.
+
     python -m benchmarks.bench_pipeline [OUT_DIR]   # OUT_DIR/bench_pipeline.json + .png
 """
 from __future__ import annotations
@@ -40,6 +45,9 @@ SYNC = ("gpipe", "1f1b-flush")
 BUBBLE_TOLERANCE = 0.01
 ASYNC_TARGET = 0.95
 SGC_TARGETS = {"cora": 0.795, "citeseer": 0.704}
+DEPTH_CONFIG = "default"
+DEPTH_PARTS = ("stage", "sgd", "unit")
+FMAX_FLOOR_MHZ, FMAX_TARGET_MHZ = 250.0, 300.0
 
 
 def _cases(p: int) -> list[dict]:
@@ -86,6 +94,31 @@ def _sgc_rtl() -> dict:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def _depth(part: str) -> dict:
+    """Estimated Fmax of one part of the ``DEPTH_CONFIG`` build: its slowest path (the
+    part's figure), and the slowest path ending in each of its submodules."""
+    from benchmarks.pipeline_depth import measure
+    r = measure(part, DEPTH_CONFIG)
+    paths = {u: v for u, v in r["depth"].items() if "est_fmax_mhz" in v}
+    worst = min(paths, key=lambda u: paths[u]["est_fmax_mhz"])
+    w = paths[worst]
+    return {"config": DEPTH_CONFIG, "est_fmax_mhz": w["est_fmax_mhz"], "worst_unit": worst,
+            "lut_levels": w["lut_levels"], "carry_cells": w["carry_cells"], "muxf": w["muxf"],
+            "dsp_in_path": w["dsp_in_path"], "delay_ns": w["delay_ns"],
+            "path": [w.get("from_net"), w.get("to_net")],
+            "meets_floor": w["est_fmax_mhz"] >= FMAX_FLOOR_MHZ,
+            "meets_target": w["est_fmax_mhz"] >= FMAX_TARGET_MHZ,
+            "units_mhz": {u: v["est_fmax_mhz"] for u, v in sorted(paths.items())},
+            "resources": r["resources"], "seconds": r["seconds"]}
+
+
+def _depth_or_error(part: str) -> dict:
+    try:
+        return _depth(part)
+    except Exception as exc:  # noqa: BLE001 - keep the bubble table when synthesis fails
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -115,14 +148,17 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def run(out_dir=None, *, with_sgc: bool = True) -> dict:
+def run(out_dir=None, *, with_sgc: bool = True, with_depth: bool = True) -> dict:
     out_dir = Path(out_dir) if out_dir else None
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=2) as pool:
+        # synthesis first: the unit's is the longest job
+        depth = {part: pool.submit(_depth_or_error, part) for part in DEPTH_PARTS} if with_depth else {}
         futures = [pool.submit(_bubble_rows, p) for p in reversed(STAGES)]   # longest first
         sgc_rtl = pool.submit(_sgc_rtl) if with_sgc else None
         batches = [f.result() for f in futures]
         sgc_rtl_result = sgc_rtl.result() if sgc_rtl else None
+        depth = {part: f.result() for part, f in depth.items()}
     rows = [r for b in batches for r in b if "batch_seconds" not in r]
     rows.sort(key=lambda r: (r["schedule"], r["dx_first"], r["stages"], r["microbatches"]))
     sync = [r for r in rows if r["schedule"] != "1f1b-async"]
@@ -143,6 +179,9 @@ def run(out_dir=None, *, with_sgc: bool = True) -> dict:
                                          for r in steady},
         "async_steady_utilization": min(r["steady_state_utilization"] or 0 for r in steady),
     }
+    if depth:
+        result["depth"] = depth
+        result["fmax_floor_mhz"], result["fmax_target_mhz"] = FMAX_FLOOR_MHZ, FMAX_TARGET_MHZ
     if sgc_rtl_result is not None:
         result["sgc_rtl"] = sgc_rtl_result
     if with_sgc:
@@ -192,6 +231,9 @@ def main(argv=None) -> int:
     result = run(out_dir)
     (out_dir / "bench_pipeline.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(table(result))
+    for part, d in result.get("depth", {}).items():
+        print(f"{part:<6} est. UltraScale+ Fmax {d.get('est_fmax_mhz', d.get('error'))} MHz "
+              f"(worst path in {d.get('worst_unit')})")
     print(json.dumps({k: v for k, v in result.items() if k != "cases"}, default=str))
     ok = result["all_match"] and result["textbook_within_1pp"] and \
         result["async_steady_utilization"] >= ASYNC_TARGET
