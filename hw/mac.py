@@ -245,11 +245,18 @@ class MacCore(wiring.Component):
     the tile's rows out of a credit counter of the output FIFO (``2 * rows + 16`` row
     segments), so the drain never waits for ``out.ready``; and last steps are at least
     ``rows`` cycles apart, so the drain, a shift register of ``rows`` rows, has emitted a
-    tile before the next one is loaded. Each cell is a DSP-shaped multiply-accumulate
-    (operand, product and accumulator registers, the accumulator enabled by the step's
-    valid bit); the drain narrows one row per cycle in stages of their own (partial sum,
-    bias, rounding split into a shift and a compare stage and an increment stage,
-    saturation with ReLU). Datapath registers are ``reset_less``.
+    tile before the next one is loaded. The sequencer's flags (last step, last tile
+    column and row, the drain room) and the tile extents are registers computed a step
+    ahead; a reservation and the FIFO's pops reach the credit counter a cycle late, so
+    ``hold`` and ``out.ready`` only gate the step. Each cell is a DSP-shaped
+    multiply-accumulate (operand, product and accumulator registers, the accumulator
+    enabled by the step's valid bit); the drain narrows one row per cycle in stages of
+    their own: the bias shift (two stages), the partial sum (a register behind the store,
+    then a split add), the bias add (split), rounding (a coarse and a fine shift, with the
+    dropped bits reduced per byte and then per lane, then the increment, split),
+    saturation (per-byte flags, the value's flags, then clamp and ReLU). Per-lane copies
+    of the run's shift and ReLU settings are registered; datapath registers are
+    ``reset_less``.
 
     ``partial_sums=True`` (opt-in; off, the core is unchanged) lets a caller split a depth
     over several runs of the same ``m x n``: a partial-sum store (one memory,
@@ -387,7 +394,13 @@ class MacCore(wiring.Component):
     # ---------------------------------------------------------------- stage 0: sequencer
     def _sequencer(self, m, run, fifo):
         """Walks (tile row i0, tile column j0, depth kk) one step per cycle; returns the
-        issued step's fields (valid = ``fire``)."""
+        issued step's fields (valid = ``fire``).
+
+        Every flag ``fire`` depends on, and every next value it selects, is a register or
+        a compare of one register with a constant: the last-step/last-column/last-row flags
+        and the tile extents are computed a step ahead, and the drain credits take a tile's
+        reservation and the FIFO's pops a cycle late (``hold`` and ``out.ready`` reach
+        only a gate and the registers' enables)."""
         R, C, ib = self.rows, self.cols, self.index_bits
         starting = run["starting"]
         i0, j0, kk, tj = (Signal(ib, name=n) for n in ("i0", "j0", "kk", "tj"))
@@ -396,45 +409,70 @@ class MacCore(wiring.Component):
         k_rem = Signal(ib, name="k_rem")           # dim_k - 1 - kk
         m_left = Signal(ib, name="m_left")         # dim_m - i0
         n_left = Signal(ib, name="n_left")         # dim_n - j0
-        last_k = k_rem == 0
-        last_j = n_left <= C
-        last_i = m_left <= R
+        # flags of the next step, a step ahead: last_k = (k_rem == 0), last_j = (n_left <= C),
+        # last_i = (m_left <= R), first = (kk == 0); and the tile's extents
+        last_k, last_j, last_i = Signal(name="last_k"), Signal(name="last_j"), Signal(name="last_i")
+        first = Signal(name="first_k")
         rows_t = Signal(range(R + 1), name="tile_rows")
         cols_t = Signal(range(C + 1), name="tile_cols")
-        m.d.comb += [rows_t.eq(Mux(last_i, m_left, R)), cols_t.eq(Mux(last_j, n_left, C))]
+        # start-time constants: the flags and extents of a new row of tiles / a new depth walk
+        k_one = Signal(name="run_k_one")
+        n_last0, n_cols0 = Signal(name="run_n_last0"), Signal(range(C + 1), name="run_n_cols0")
         # drain credits (output FIFO row segments not yet promised) and drain spacing
         credits = Signal(range(self.out_depth + 1), name="drain_credits")
         gap = Signal(range(R), name="drain_gap")
-        popped = self.out.valid & self.out.ready
+        gap_zero = Signal(name="drain_gap_zero")
+        reserve = Signal(range(R + 1), name="drain_reserve")      # taken a cycle late
+        reserving = Signal(name="drain_reserving")
+        reserved = Signal(name="drain_reserved")                  # ... and a cycle after
+        popped = Signal(name="drain_popped")                      # returned a cycle late
+        m.d.sync += popped.eq(self.out.valid & self.out.ready)
         keep = run["acc_keep"]
-        # room for a whole tile (rows of the last band may be fewer: reserved exactly)
+        # room for a whole tile (rows of the last band may be fewer: reserved exactly),
+        # compared a cycle late: not while a reservation is still on its way into it
+        room_q = Signal(name="drain_room_q")
+        m.d.sync += room_q.eq(credits >= R)
         room = Signal(name="drain_room")
-        m.d.comb += room.eq(credits >= R)
-        tile_ok = (gap == 0) & (keep | room)
+        m.d.comb += room.eq(room_q & ~reserving & ~reserved)
+        tile_ok = gap_zero & (keep | room)
         hold = self.hold if self.operand_hold else Const(0, 1)
         fire = Signal(name="fire")
         m.d.comb += fire.eq(run["issuing"] & ~hold & (~last_k | tile_ok))
         fire_last = fire & last_k
-        reserve = Mux(fire_last & ~keep, rows_t, 0)
-        m.d.sync += credits.eq(credits - reserve + popped)
+        m.d.sync += [reserving.eq(fire_last & ~keep), reserved.eq(reserving), reserve.eq(rows_t),
+                     credits.eq(credits - Mux(reserving, reserve, 0) + popped)]
         with m.If(fire_last):
-            m.d.sync += gap.eq(R - 1)
-        with m.Elif(gap != 0):
-            m.d.sync += gap.eq(gap - 1)
+            m.d.sync += [gap.eq(R - 1), gap_zero.eq(R == 1)]
+        with m.Elif(~gap_zero):
+            m.d.sync += [gap.eq(gap - 1), gap_zero.eq(gap == 1)]
         stall = Signal(name="seq_stall")
         m.d.comb += stall.eq(run["issuing"] & ~fire)
+
+        def extent(left, size):
+            """(last, count) of the block after this one: ``left - size`` still to go."""
+            return left <= 2 * size, Mux(left <= 2 * size, left - size, size)
+
         with m.If(starting):
+            n_last, n_cols = self.n <= C, Mux(self.n <= C, self.n, C)
             m.d.sync += [i0.eq(0), j0.eq(0), kk.eq(0), tj.eq(0), tile.eq(0), gap.eq(0),
-                         credits.eq(self.out_depth), k_rem.eq(self.k - 1), m_left.eq(self.m),
-                         n_left.eq(self.n)]
+                         gap_zero.eq(1), credits.eq(self.out_depth), reserving.eq(0),
+                         reserved.eq(0), room_q.eq(1),
+                         k_rem.eq(self.k - 1), m_left.eq(self.m), n_left.eq(self.n),
+                         last_k.eq(self.k == 1), k_one.eq(self.k == 1), first.eq(1),
+                         last_j.eq(n_last), cols_t.eq(n_cols), n_last0.eq(n_last), n_cols0.eq(n_cols),
+                         last_i.eq(self.m <= R), rows_t.eq(Mux(self.m <= R, self.m, R))]
         with m.Elif(fire):
-            m.d.sync += [kk.eq(kk + 1), k_rem.eq(k_rem - 1)]
+            m.d.sync += [kk.eq(kk + 1), k_rem.eq(k_rem - 1), last_k.eq(k_rem == 1), first.eq(0)]
             with m.If(last_k):
-                m.d.sync += [kk.eq(0), k_rem.eq(run["k"] - 1), j0.eq(j0 + C), n_left.eq(n_left - C),
-                             tj.eq(tj + 1), tile.eq(tile + 1)]
+                j_last, j_cols = extent(n_left, C)
+                m.d.sync += [kk.eq(0), k_rem.eq(run["k"] - 1), last_k.eq(k_one), first.eq(1),
+                             j0.eq(j0 + C), n_left.eq(n_left - C), last_j.eq(j_last),
+                             cols_t.eq(j_cols), tj.eq(tj + 1), tile.eq(tile + 1)]
                 with m.If(last_j):
-                    m.d.sync += [j0.eq(0), n_left.eq(run["n"]), tj.eq(0), i0.eq(i0 + R),
-                                 m_left.eq(m_left - R)]
+                    i_last, i_rows = extent(m_left, R)
+                    m.d.sync += [j0.eq(0), n_left.eq(run["n"]), last_j.eq(n_last0), cols_t.eq(n_cols0),
+                                 tj.eq(0), i0.eq(i0 + R), m_left.eq(m_left - R), last_i.eq(i_last),
+                                 rows_t.eq(i_rows)]
                     with m.If(last_i):
                         m.d.sync += run["issuing"].eq(0)
         is_dw = run["mode"] == MacMode.DW
@@ -447,7 +485,7 @@ class MacCore(wiring.Component):
             self.b_req.rowwise.eq(~is_dx), self.b_req.extent.eq(run["n"]),
         ]
         return {"valid": fire, "stall": stall,
-                "fields": {"first": kk == 0, "last": last_k, "i0": i0, "j0": j0, "tj": tj,
+                "fields": {"first": first, "last": last_k, "i0": i0, "j0": j0, "tj": tj,
                            "tile": tile, "rows": rows_t, "cols": cols_t,
                            "end": last_k & last_j & last_i}}
 
@@ -553,16 +591,27 @@ class MacCore(wiring.Component):
                     m.d.sync += regs[k].eq(x)
             return v, {k: regs[k] for k in meta}, {k: regs[k] for k in values}
 
-        # ---- D1: the row and its aligned biases (partial-sum read in flight)
+        # ---- D1: the row and its biases (partial-sum read in flight)
         lanes = [res[0][c * AW:(c + 1) * AW].as_signed() for c in range(C)]
-        biases = [Mux(run["bias_on"], bias_ports[c].data << run["bias_shift"], 0) for c in range(C)]
+        bias_hi = self._fanout(m, run["bias_shift"][3:], C, "bias_shift_hi")
+        biases = [Array([Mux(run["bias_on"], bias_ports[c].data, 0).as_signed() << (8 * h)
+                         for h in range(4)])[bias_hi[c]] for c in range(C)]
         psum_rd = psum_wr = None
         if self.partial_sums:
             m.submodules.psum = mem = Memory(shape=unsigned(C * sw), depth=self.psum_depth, init=[],
                                              attrs=self.psum_attrs)
             psum_rd, psum_wr = mem.read_port(), mem.write_port()
             m.d.comb += [psum_rd.addr.eq(psum_addr), psum_rd.en.eq(1)]
-        v1, meta1, x1 = stage(valid, meta, {"lane": lanes, "bias": [b.as_signed() for b in biases]})
+        v1, meta1, x1 = stage(valid, meta, {"lane": lanes, "bias": biases})
+        # ---- D2: the biases aligned (shifted by multiples of 8 in D1, the rest here); the
+        # stored partial sums in a plain register behind the store (an output register
+        # the memory can absorb)
+        bias_lo = self._fanout(m, run["bias_shift"][:3], C, "bias_shift_lo")
+        aligned = [Array([x1["bias"][c] << f for f in range(8)])[bias_lo[c]].as_signed()
+                   for c in range(C)]
+        extra = {"psum": [psum_rd.data[c * sw:(c + 1) * sw] for c in range(C)]} if self.partial_sums else {}
+        v2, meta2, x2 = stage(v1, meta1, {"lane": x1["lane"], "bias": aligned} | extra)
+
         def split_add(v, meta, xs, ys, width, extra):
             """``xs[i] + ys[i]`` (signed, ``width`` bits) over two register stages: the low
             half and its carry first, then the high half (two short carry chains)."""
@@ -579,63 +628,113 @@ class MacCore(wiring.Component):
                     for i in range(len(xs))]
             return va, meta_a, xa, sums
 
-        # ---- D2, D3: + the stored partial sum
+        # ---- D3, D4: + the stored partial sum (only a core with a partial-sum store)
         if self.partial_sums:
-            stored = [Mux(run["acc_init"], psum_rd.data[c * sw:(c + 1) * sw].as_signed(), 0)
-                      for c in range(C)]
+            stored = [Mux(run["acc_init"], x2["psum"][c].as_signed(), 0) for c in range(C)]
+            va, meta_a, xa, sums = split_add(v2, meta2, x2["lane"], stored, sw, {"bias": x2["bias"]})
+            v3, meta3, x3 = stage(va, meta_a, {"sum": sums, "bias": xa["bias"]})
         else:
-            stored = [Const(0, 1) for c in range(C)]
-        v2, meta2, x2, sums = split_add(v1, meta1, x1["lane"], stored, sw, {"bias": x1["bias"]})
-        v3, meta3, x3 = stage(v2, meta2, {"sum": sums, "bias": x2["bias"]})
+            v3, meta3, x3 = v2, meta2, {"sum": x2["lane"], "bias": x2["bias"]}
         keep = run["acc_keep"]
         kept_last = v3 & keep & meta3["last"]
         if self.partial_sums:
             m.d.comb += [psum_wr.addr.eq(meta3["addr"]), psum_wr.data.eq(Cat(*x3["sum"])),
                          psum_wr.en.eq(v3 & keep)]
-        # ---- D4, D5: + bias (kept rows end here: they went to the store)
+        # ---- D5, D6: + bias (kept rows end here: they went to the store)
         v4, meta4, x4, with_bias = split_add(v3 & ~keep, meta3, x3["sum"], x3["bias"], wide, {})
         v5, meta5, x5 = stage(v4, meta4, {"value": with_bias})
-        # ---- D6: rounding, part 1: shift and the dropped bits' top bit and rest
-        # (mask and half are latched with the shift at start, once for all lanes)
-        round_low = Signal(wide, name="round_low", reset_less=True)    # (1 << shift - 1) - 1
-        round_half = Signal(wide, name="round_half", reset_less=True)  # 1 << shift - 1 (0 if 0)
-        round_on = Signal(name="round_on", reset_less=True)            # 0 < shift < wide
-        round_zero = Signal(name="round_zero", reset_less=True)        # shift >= wide: all round to 0
-        # bit by bit (a compare of the 7-bit shift with a constant each): no wide subtract
-        with m.If(run["starting"]):
-            m.d.sync += [round_low.eq(Cat(*[self.shift > i + 1 for i in range(wide)])),
-                         round_half.eq(Cat(*[self.shift == i + 1 for i in range(wide)])),
-                         round_on.eq((self.shift != 0) & (self.shift < wide)),
-                         round_zero.eq(self.shift >= wide)]
-        kept = [Mux(round_zero, 0, x5["value"][c] >> run["shift"]) for c in range(C)]
-        top = [(x5["value"][c].as_unsigned() & round_half).any() for c in range(C)]
-        rest = [(x5["value"][c].as_unsigned() & round_low).any() for c in range(C)]
-        v6, meta6, x6 = stage(v5, meta5, {"kept": kept, "top": top, "rest": rest})
-        # ---- D7, D8: round half to even (the increment)
-        ups = [round_on & x6["top"][c] & (x6["rest"][c] | x6["kept"][c][0]) for c in range(C)]
-        v7, meta7, _, rounded = split_add(v6, meta6, x6["kept"], ups, wide + 1, {})
-        v8, meta8, x8 = stage(v7, meta7, {"rounded": rounded})
-        # ---- D9: saturate, ReLU: the output row segment
+        v8, meta8, rounded = self._round(m, run, stage, split_add, v5, meta5, x5["value"], wide)
+        # ---- saturation, ReLU: per-byte flags, the value's flags, then the output segment
         ow = self.out_width
-        payload = Signal(self.out.payload.shape(), name="d9_payload", reset_less=True)
-        sat_q = Signal(C, name="d9_saturated", reset_less=True)
-        v9 = Signal(name="d9_valid")
-        m.d.sync += v9.eq(v8)
-        for c in range(C):
-            val = x8["rounded"][c]
+        parts = {"low": [], "neg": [], "high_any": [], "high_all": [], "any": []}
+        for val in rounded:
             high = val[ow - 1:]                      # all equal: the value fits out_width
-            neg = val[-1]
-            too_big = ~neg & high.any()
-            too_small = neg & ~high.all()
-            clamped = Mux(too_big, (1 << (ow - 1)) - 1, Mux(too_small, -(1 << (ow - 1)), val[:ow]))
-            positive = ~neg & val.any()
-            m.d.sync += [payload.data[c].eq(Mux(run["relu"] & ~positive, 0, clamped)),
-                         payload.relu_mask[c].eq(positive),
-                         sat_q[c].eq((too_big | too_small) & (c < meta8["count"]))]
-        m.d.sync += [payload.row.eq(meta8["row"]), payload.col.eq(meta8["col"]),
-                     payload.count.eq(meta8["count"]), payload.last.eq(meta8["last"])]
-        m.d.comb += [fifo.w_en.eq(v9), fifo.w_data.eq(payload)]
-        self._counters(m, run, cells, v9, sat_q, kept_last)
+            chunks = [high[i:i + 8] for i in range(0, len(high), 8)]
+            parts["low"].append(val[:ow])
+            parts["neg"].append(val[-1])
+            parts["high_any"].append(Cat(*[ch.any() for ch in chunks]))
+            parts["high_all"].append(Cat(*[ch.all() for ch in chunks]))
+            parts["any"].append(Cat(val[:ow - 1].any(), *[ch.any() for ch in chunks]))
+        vs, metas, xs = stage(v8, meta8, parts)
+        flags = {"low": xs["low"],
+                 "big": [~n & h.any() for n, h in zip(xs["neg"], xs["high_any"])],
+                 "small": [n & ~h.all() for n, h in zip(xs["neg"], xs["high_all"])],
+                 "positive": [~n & a.any() for n, a in zip(xs["neg"], xs["any"])]}
+        v9, meta9, x9 = stage(vs, metas, flags)
+        payload = Signal(self.out.payload.shape(), name="out_payload", reset_less=True)
+        sat_q = Signal(C, name="out_saturated", reset_less=True)
+        v10 = Signal(name="out_valid")
+        m.d.sync += v10.eq(v9)
+        relu = self._fanout(m, run["relu"], 1, "relu")[0]
+        for c in range(C):
+            big, small = x9["big"][c], x9["small"][c]
+            clamped = Mux(big, (1 << (ow - 1)) - 1, Mux(small, -(1 << (ow - 1)), x9["low"][c]))
+            m.d.sync += [payload.data[c].eq(Mux(relu & ~x9["positive"][c], 0, clamped)),
+                         payload.relu_mask[c].eq(x9["positive"][c]),
+                         sat_q[c].eq((big | small) & (c < meta9["count"]))]
+        m.d.sync += [payload.row.eq(meta9["row"]), payload.col.eq(meta9["col"]),
+                     payload.count.eq(meta9["count"]), payload.last.eq(meta9["last"])]
+        m.d.comb += [fifo.w_en.eq(v10), fifo.w_data.eq(payload)]
+        self._counters(m, run, cells, v10, sat_q, kept_last)
+
+    @staticmethod
+    def _fanout(m, sig, copies: int, name: str):
+        """``copies`` registered copies of a run constant (each drives one lane's logic);
+        they follow ``sig`` a cycle late, long before the first row reaches them."""
+        regs = [Signal.like(sig, name=f"{name}_q{i}", reset_less=True) for i in range(copies)]
+        m.d.sync += [r.eq(sig) for r in regs]
+        return regs
+
+    def _round(self, m, run, stage, split_add, valid, meta, values, wide):
+        """Round half to even by ``shift`` in four stages: a coarse shift (multiples of 8)
+        with the dropped bits' half bit and rest reduced per byte, the fine shift with the
+        bytes' flags reduced, then the increment over two stages (low half, high half)."""
+        C = self.cols
+        nbytes = -(-wide // 8)
+        # The masks of the dropped bits, (1 << shift - 1) - 1 and 1 << shift - 1, registered
+        # in three steps from the run's shift (it is latched at start, long before the
+        # first row): s = shift - 1; per byte b, s's byte index above / equal to b; then
+        # per bit 8 b + j, above: all of the byte, equal: s's bit index above / equal to j.
+        shift = Signal.like(run["shift"], name="round_shift", reset_less=True)
+        s = Signal(len(shift) + 1, name="round_s", reset_less=True)
+        s_on = Signal(name="round_s_on", reset_less=True)             # shift != 0
+        m.d.sync += [shift.eq(run["shift"]), s.eq(shift - 1), s_on.eq(shift != 0)]
+        above = Signal(nbytes, name="round_byte_above", reset_less=True)
+        equal = Signal(nbytes, name="round_byte_equal", reset_less=True)
+        s_lo = Signal(3, name="round_s_lo", reset_less=True)
+        m.d.sync += [above.eq(Cat(*[s_on & (s[3:] > b) for b in range(nbytes)])),
+                     equal.eq(Cat(*[s_on & (s[3:] == b) for b in range(nbytes)])), s_lo.eq(s[:3])]
+        round_low = Signal(wide, name="round_low", reset_less=True)
+        round_half = Signal(wide, name="round_half", reset_less=True)
+        m.d.sync += [round_low.eq(Cat(*[above[i // 8] | (equal[i // 8] & (s_lo > i % 8))
+                                        if i % 8 < 7 else above[i // 8] for i in range(wide)])),
+                     round_half.eq(Cat(*[equal[i // 8] & (s_lo == i % 8) for i in range(wide)]))]
+        round_on = Signal(name="round_on", reset_less=True)            # 0 < shift < wide
+        m.d.sync += round_on.eq((shift != 0) & (shift < wide))
+        coarse_sel = self._fanout(m, shift[3:], C, "shift_hi")
+        fine_sel = self._fanout(m, shift[:3], C, "shift_lo")
+        # shift >= wide: every lane rounds to 0 (one copy per lane)
+        round_zero = self._fanout(m, shift >= wide, C, "round_zero")
+        # ---- R1: shift by the multiple of 8; dropped-bit flags per byte
+        coarse, top_b, rest_b = [], [], []
+        for c, value in enumerate(values):
+            coarse.append(Array([value >> (8 * h) for h in range(16)])[coarse_sel[c]])
+            u = value.as_unsigned()
+            top_b.append(Cat(*[(u[8 * b:8 * b + 8] & round_half[8 * b:8 * b + 8]).any()
+                               for b in range(nbytes)]))
+            rest_b.append(Cat(*[(u[8 * b:8 * b + 8] & round_low[8 * b:8 * b + 8]).any()
+                                for b in range(nbytes)]))
+        v1, meta1, x1 = stage(valid, meta, {"coarse": coarse, "top": top_b, "rest": rest_b})
+        # ---- R2: the remaining shift (0..7); the flags of all bytes
+        kept = [Mux(round_zero[c], 0, Array([x1["coarse"][c].as_signed() >> f for f in range(8)])[fine_sel[c]])
+                for c in range(C)]
+        v2, meta2, x2 = stage(v1, meta1, {"kept": kept, "top": [t.any() for t in x1["top"]],
+                                          "rest": [r.any() for r in x1["rest"]]})
+        # ---- R3, R4: round half to even (the increment)
+        ups = [round_on & x2["top"][c] & (x2["rest"][c] | x2["kept"][c][0]) for c in range(C)]
+        v3, meta3, _, rounded = split_add(v2, meta2, x2["kept"], ups, wide + 1, {})
+        v4, meta4, x4 = stage(v3, meta3, {"rounded": rounded})
+        return v4, meta4, x4["rounded"]
 
     def _counters(self, m, run, cells, sat_valid, sat_q, kept_last):
         """Run end (``done``) and the counters."""
@@ -649,11 +748,21 @@ class MacCore(wiring.Component):
         mac_ops = Signal(48)
         # the cells of a step (a small multiply) and the saturated lanes are summed a
         # stage after they are known; both settle before the run's last output is out
+        # (the step's extents are registered first: the multiply starts from registers)
+        # (and the product split in two: rows * cols = rows * low bits + rows * high bits)
+        rows_q = Signal.like(cells["count_fields"]["rows"], reset_less=True)
+        cols_q = Signal.like(cells["count_fields"]["cols"], reset_less=True)
+        half = (len(cols_q) + 1) // 2
+        part_lo = Signal(range(self.rows * (1 << half) + 1), reset_less=True)
+        part_hi = Signal(range(self.rows * self.cols + 1), reset_less=True)
         cells_q = Signal(range(self.rows * self.cols + 1), reset_less=True)
-        count_q = Signal()
+        valid_q, valid_p, count_q = Signal(), Signal(), Signal()
         sats_q = Signal(range(self.cols + 1), reset_less=True)
-        m.d.sync += [cells_q.eq(cells["count_fields"]["rows"] * cells["count_fields"]["cols"]),
-                     count_q.eq(cells["count_valid"]),
+        m.d.sync += [rows_q.eq(cells["count_fields"]["rows"]), cols_q.eq(cells["count_fields"]["cols"]),
+                     valid_q.eq(cells["count_valid"]),
+                     part_lo.eq(rows_q * cols_q[:half]), part_hi.eq((rows_q * cols_q[half:]) << half),
+                     valid_p.eq(valid_q),
+                     cells_q.eq(part_lo + part_hi), count_q.eq(valid_p),
                      sats_q.eq(Mux(sat_valid, sum(sat_q[c] for c in range(self.cols)), 0))]
         with m.If(starting):
             m.d.sync += [busy_cycles.eq(0), active_cycles.eq(0), stall_cycles.eq(0), mac_ops.eq(0),

@@ -45,8 +45,9 @@ Every operand buffer is double-banked: step ``t``'s ``Q`` lands in bank ``t % 2`
 bank ``bi % 2`` without a depth split and ``t % 2`` with one, so the next step loads while
 the array computes this one (a load starts once the bank's previous user, two steps
 back, is computed); the next block's bias is fetched into the bias reader's FIFO during
-the current block and written into the array between blocks. Result row segments go out
-as single-beat writes with WSTRB covering only the real bytes. ``m``, ``n`` and ``k`` may be
+the current block and written into the array between blocks. Result row segments become
+single beats with WSTRB covering only the real bytes, and the write port joins the
+consecutive beats of a row into INCR bursts. ``m``, ``n`` and ``k`` may be
 any size up to 2**32 - 1 (``mac_ops`` is ``m * n * k``; with a depth split each step reads
 its ``P`` block again, so reads grow by the ``P`` traffic of ``ceil(n / max_dim)`` passes).
 
@@ -73,15 +74,22 @@ bit4 axi_error.
 
 Timing structure
 ----------------
-No multiply runs per cycle: the operand blocks' bases and the output block's base are
-registers moved by per-run strides (shifts of the row strides, since ``max_dim`` and
-``max_depth`` are powers of two) when a block loop steps; an output row's offset
+The front end is built of components (:mod:`.mac_blocks`), each of whose registers is at
+most one short carry chain from the registers it is computed from. No multiply runs
+per cycle: the operand blocks' bases and the output block's base are registers moved by
+per-run strides (shifts of the row strides, since ``max_dim`` and ``max_depth`` are
+powers of two) when a block loop steps; each loop's step (position, extents, last flags)
+is a :class:`~.mac_blocks.BlockWalker` of registers, kept with the extents still to go.
+A :class:`~.mac_blocks.BlockLoader` issues its bursts from registers, aligned so that
+no burst length needs a subtract; the read port takes every request into a register
+slice and checks it against its buffer on the way in. An output row's offset
 ``row * out_stride`` follows the core's row order by adds (next row, back to the band's
-first row, or row 0). The result goes through three registered stages (offset and
-lanes, address, buffer guard) into the write port. The configuration check runs in the
-CHECK states, 36 cycles: the three buffer extents ``(rows - 1) * stride`` by shift and
-add (32 cycles), then the row bytes, the comparisons, and their OR, each in a cycle of its
-own. :class:`~.mac.MacCore` documents the array's own pipeline.
+first row, or row 0); the result goes through three registered stages (offset and
+lanes, address, buffer guard: two compares side by side) into the write port. The
+configuration check runs in the CHECK states, 36 cycles: the three buffer extents
+``(rows - 1) * stride`` by shift and add (32 cycles), then the row bytes, the
+comparisons, and their OR, each in a cycle of its own. :class:`~.mac.MacCore` documents
+the array's own pipeline.
 
 On-chip memory (from the build parameters)
 ------------------------------------------
@@ -107,10 +115,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
+from amaranth.lib import wiring
 
 from .axi import UnitCore, unit_bus
-from .dma import ReadPort, StreamReader, WritePort, beats_to_boundary
+from .dma import ReadPort, StreamReader, WritePort
 from .mac import MAC_INPUT_WIDTH, MacBusParams, MacCore, MacMode, SkewedBuffer
+from .mac_blocks import BlockLoader, BlockWalker, ResultWriter
 from gnnweave.contract import MAC_ARRAY_CONFIG_REGISTERS as CONFIG_REGISTERS  # noqa: F401
 from gnnweave.contract import MAC_ARRAY_STATUS_REGISTERS as STATUS_REGISTERS  # noqa: F401
 from gnnweave.contract import MacArrayStatus as Status  # noqa: F401
@@ -185,95 +195,18 @@ def mac_array_regmap(config: MacArrayConfig | None = None):
     return RegisterBuilder.unit("gnnweave_mac_array", CONFIG_REGISTERS, STATUS_REGISTERS)
 
 
-class BlockLoader:
-    """Reads ``nrows`` rows of ``ncols`` int16 (``stride`` bytes apart, from ``base``) through
-    one :class:`~.dma.ReadPort` client into one of ``buffers`` (:class:`~.mac.SkewedBuffer`,
-    the one numbered ``bank`` at start) at ``(0, 0)``.
-
-    Each row is read in whole beats with INCR bursts (at most ``max_burst``, never across
-    4 KiB); beats come back in order (one ID per client) and each is written into the
-    buffer in the cycle it arrives, so no credits are needed. ``start`` latches the job;
-    ``done`` is high when every beat has arrived.
-    """
-
-    def __init__(self, *, request, response, buffers, addr_width: int,
-                 bus_width: int, max_burst: int, max_rows: int):
-        self.request, self.response, self.buffers = request, response, list(buffers)
-        self.addr_width, self.bus_width, self.max_burst = addr_width, bus_width, max_burst
-        self.max_rows = max_rows
-        self.start = Signal()
-        self.base = Signal(addr_width)
-        self.stride = Signal(addr_width)
-        self.nrows = Signal(range(max_rows + 1))
-        self.ncols = Signal(range(max_rows + 1))
-        self.bank = Signal(range(max(2, len(self.buffers))))
-        self.done = Signal()
-
-    def elaborate(self, m: Module):
-        bpb = self.bus_width // 8
-        epb = self.bus_width // MAC_INPUT_WIDTH
-        maxr = self.max_rows
-        row_beats = Signal(range(maxr + 1))
-        ncols = Signal(range(maxr + 1))
-        m.d.comb += row_beats.eq((ncols + epb - 1) >> (epb.bit_length() - 1))
-        # issue side
-        row_addr = Signal(self.addr_width)
-        stride = Signal(self.addr_width)
-        issue_beat = Signal(range(maxr + 1))
-        rows_to_issue = Signal(range(maxr + 1))
-        addr = Signal(self.addr_width)
-        m.d.comb += addr.eq(row_addr + issue_beat * bpb)
-        remain = Signal(range(maxr + 1))
-        m.d.comb += remain.eq(row_beats - issue_beat)
-        capped = Mux(remain < self.max_burst, remain, self.max_burst)
-        to_boundary = beats_to_boundary(addr, bpb)
-        burst = Signal(range(max(self.max_burst, maxr) + 1))
-        m.d.comb += burst.eq(Mux(to_boundary < capped, to_boundary, capped))
-        m.d.comb += [self.request.valid.eq(rows_to_issue != 0),
-                     self.request.payload.addr.eq(addr),
-                     self.request.payload.len.eq(burst - 1)]
-        with m.If(self.request.valid & self.request.ready):
-            m.d.sync += issue_beat.eq(issue_beat + burst)
-            with m.If(issue_beat + burst == row_beats):
-                m.d.sync += [issue_beat.eq(0), row_addr.eq(row_addr + stride),
-                             rows_to_issue.eq(rows_to_issue - 1)]
-        # receive side: beats in request order, straight into the buffer
-        recv_row = Signal(range(maxr + 1))
-        recv_beat = Signal(range(maxr + 1))
-        rows_to_recv = Signal(range(maxr + 1))
-        left = Signal(range(maxr + 1))
-        m.d.comb += left.eq(ncols - recv_beat * epb)
-        bank = Signal.like(self.bank)
-        for index, buf in enumerate(self.buffers):
-            m.d.comb += [
-                buf.wr_en.eq(self.response.valid & (bank == index)),
-                buf.wr.row.eq(recv_row),
-                buf.wr.col.eq(recv_beat * epb),
-                buf.wr.count.eq(Mux(left < epb, left, epb)),
-            ]
-            for lane in range(buf.lanes):
-                m.d.comb += buf.wr.data[lane].eq(self.response.data.word_select(lane, MAC_INPUT_WIDTH))
-        with m.If(self.response.valid):
-            m.d.sync += recv_beat.eq(recv_beat + 1)
-            with m.If(recv_beat + 1 == row_beats):
-                m.d.sync += [recv_beat.eq(0), recv_row.eq(recv_row + 1),
-                             rows_to_recv.eq(rows_to_recv - 1)]
-        m.d.comb += self.done.eq((rows_to_recv == 0) & (rows_to_issue == 0))
-        with m.If(self.start):
-            empty = (self.nrows == 0) | (self.ncols == 0)
-            m.d.sync += [row_addr.eq(self.base), stride.eq(self.stride), issue_beat.eq(0),
-                         bank.eq(self.bank),
-                         ncols.eq(self.ncols), recv_row.eq(0), recv_beat.eq(0),
-                         rows_to_issue.eq(Mux(empty, 0, self.nrows)),
-                         rows_to_recv.eq(Mux(empty, 0, self.nrows))]
-
-
 class MacArrayCore(UnitCore):
     """The MacArray without its control slave: ``cfg`` signals in, AXI4 ``bus`` out.
 
     Same interface as :class:`~.aggregator.AggregatorCore`: ``bus``, ``cfg`` (one signal
     per :data:`CONFIG_REGISTERS` entry), ``stat`` (one per :data:`STATUS_REGISTERS`
     entry), ``start`` (one cycle, while ``idle``), ``idle``, ``done`` (pulse at the end).
+
+    Parts (:mod:`.mac_blocks`): two :class:`~.mac_blocks.BlockLoader` (P, Q), two
+    :class:`~.mac_blocks.BlockWalker` (the step being loaded, the step being computed),
+    the :class:`~.mac.MacCore`, the bias :class:`~.dma.StreamReader` and the
+    :class:`~.mac_blocks.ResultWriter` in a datapath reset at every start; the
+    configuration check, the counters and the run control around it.
     """
 
     def __init__(self, config: MacArrayConfig = MacArrayConfig()):
@@ -282,58 +215,88 @@ class MacArrayCore(UnitCore):
     def elaborate(self, platform):
         c = self.config
         m = Module()
-        aw, bpb, epb, D = c.addr_width, c.bytes_per_beat, c.elems_per_beat, c.max_dim
-        BD = c.buffer_dim
-        align = bpb - 1
-        beat_bits = bpb.bit_length() - 1
+        dp = Module()          # the datapath: reset while the run is checked
+        run = self._run_signals(m)
+        parts = self._parts(dp, run)
+        self._operands(m, dp, run, parts)
+        self._result(m, dp, run, parts)
+        err_config = self._configuration_check(m, run)
+        self._counters_and_control(m, run, parts, err_config)
+        self._block_loops(m, dp, run, parts)
+        m.submodules.datapath = ResetInserter(run["clear"])(dp)
+        return m
 
-        clear = Signal()
+    # ------------------------------------------------------------------ the parts
+    def _run_signals(self, m):
         cfg = {name: Signal(len(sig), name=f"run_{name}") for name, sig in self.cfg.items()}
         mode = cfg["mode"]
-        is_dx = mode == MacMode.DX.value
-        is_dw = mode == MacMode.DW.value
-        use_bias = cfg["use_bias"][0]
+        return {"cfg": cfg, "clear": Signal(name="clear"), "running": Signal(name="running"),
+                "all_computed": Signal(name="all_computed"), "loading": Signal(name="loading"),
+                "is_dx": mode == MacMode.DX.value, "is_dw": mode == MacMode.DW.value,
+                "use_bias": cfg["use_bias"][0], "write_fault": Signal(name="write_fault")}
 
-        # ---- datapath (reset at the start of every run) ----------------------------------
-        dp = Module()
-        MD = c.max_depth
+    def _parts(self, dp, run):
+        c = self.config
+        aw, D, MD, BD = c.addr_width, c.max_dim, c.max_depth, c.buffer_dim
         core = MacCore(rows=c.rows, cols=c.cols, max_dim=D, max_depth=MD, partial_sums=True,
                        max_total_depth=c.max_total_depth,
                        psum_attrs={"ram_style": "ultra"} if c.psum_uram else None)
-        lanes = max(core.lanes, epb)
+        lanes = max(core.lanes, c.elems_per_beat)
         # two banks per operand: the next block loads while the array computes this one
         p_bufs = [SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes)) for _ in range(2)]
         q_bufs = [SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes)) for _ in range(2)]
-        read_port = ReadPort(self.bus, num_clients=3)     # 0 bias, 1 P, 2 Q
+        read_port = ReadPort(self.bus, num_clients=3, registered_requests=True)  # 0 bias, 1 P, 2 Q
         # consecutive beats of an output row leave as one INCR burst
         write_port = WritePort(self.bus, beat_depth=16, address_depth=16, coalesce=True)
         # room for a whole block's bias: it is fetched during the previous block
         bias_reader = StreamReader(addr_width=aw, data_width=c.bus_width, elem_width=32,
-                                   fifo_beats=max(16, D * BIAS_BYTES // bpb),
+                                   fifo_beats=max(16, D * BIAS_BYTES // c.bytes_per_beat),
                                    max_burst=min(16, c.max_burst))
-        p_load = BlockLoader(request=read_port.requests[1], response=read_port.responses[1],
-                             buffers=p_bufs, addr_width=aw, bus_width=c.bus_width,
-                             max_burst=c.max_burst, max_rows=BD)
-        q_load = BlockLoader(request=read_port.requests[2], response=read_port.responses[2],
-                             buffers=q_bufs, addr_width=aw, bus_width=c.bus_width,
-                             max_burst=c.max_burst, max_rows=BD)
-        for name, sub in [("core", core), ("p_buf0", p_bufs[0]), ("p_buf1", p_bufs[1]),
-                          ("q_buf0", q_bufs[0]), ("q_buf1", q_bufs[1]),
-                          ("read_port", read_port), ("write_port", write_port),
-                          ("bias_reader", bias_reader)]:
+        loader = dict(addr_width=aw, bus_width=c.bus_width, max_burst=c.max_burst, max_rows=BD,
+                      write_layout=p_bufs[0].wr.shape())
+        parts = {
+            "core": core, "p_buf0": p_bufs[0], "p_buf1": p_bufs[1], "q_buf0": q_bufs[0],
+            "q_buf1": q_bufs[1], "read_port": read_port, "write_port": write_port,
+            "bias_reader": bias_reader, "p_load": BlockLoader(**loader), "q_load": BlockLoader(**loader),
+            "load_walk": BlockWalker(block=D, depth_block=MD),
+            "comp_walk": BlockWalker(block=D, depth_block=MD),
+            "writer": ResultWriter(rows=c.rows, cols=c.cols, index_bits=core.index_bits,
+                                   out_width=16, addr_width=aw, bus_width=c.bus_width),
+        }
+        for name, sub in parts.items():
             dp.submodules[name] = sub
-        p_load.elaborate(dp)
-        q_load.elaborate(dp)
-        p_rbank, q_rbank = Signal(), Signal()      # banks the array reads (fixed during a block)
-        for req, bufs, bank, data_in in ((core.a_req, p_bufs, p_rbank, core.a_data),
-                                         (core.b_req, q_bufs, q_rbank, core.b_data)):
+        parts["p_bufs"], parts["q_bufs"] = p_bufs, q_bufs
+        cfg = run["cfg"]
+        for walk in (parts["load_walk"], parts["comp_walk"]):
+            dp.d.comb += [walk.restart.eq(run["clear"]), walk.m.eq(cfg["m"]), walk.n.eq(cfg["n"]),
+                          walk.k.eq(cfg["k"])]
+        return parts
+
+    def _operands(self, m, dp, run, parts):
+        """Loaders -> buffer banks -> the core's operand lanes; the bias reader -> the core."""
+        cfg = run["cfg"]
+        core, read_port, bias_reader = parts["core"], parts["read_port"], parts["bias_reader"]
+        for client, load, bufs in ((1, parts["p_load"], parts["p_bufs"]),
+                                   (2, parts["q_load"], parts["q_bufs"])):
+            dp.d.comb += [
+                read_port.requests[client].valid.eq(load.request.valid),
+                read_port.requests[client].payload.eq(load.request.payload),
+                load.request.ready.eq(read_port.requests[client].ready),
+                load.response.eq(read_port.responses[client]),
+            ]
+            for index, buf in enumerate(bufs):
+                dp.d.comb += [buf.wr_en.eq(load.wr_en[index]), buf.wr.eq(load.wr)]
+        p_rbank, q_rbank = Signal(name="p_rbank"), Signal(name="q_rbank")   # fixed during a block
+        for req, bufs, bank, data_in in ((core.a_req, parts["p_bufs"], p_rbank, core.a_data),
+                                         (core.b_req, parts["q_bufs"], q_rbank, core.b_data)):
             for buf in bufs:
                 dp.d.comb += [buf.rd_en.eq(req.en), buf.rd_fixed.eq(req.fixed),
                               buf.rd_start.eq(req.start), buf.rd_rowwise.eq(req.rowwise),
                               buf.rd_extent.eq(req.extent)]
             dp.d.comb += [data_in[i].eq(Mux(bank, bufs[1].rd_data[i], bufs[0].rd_data[i]))
                           for i in range(core.lanes)]
-        bias_fill = Signal()
+        parts["p_rbank"], parts["q_rbank"] = p_rbank, q_rbank
+        bias_fill = Signal(name="bias_fill")
         dp.d.comb += [
             read_port.requests[0].valid.eq(bias_reader.request.valid),
             read_port.requests[0].payload.eq(bias_reader.request.payload),
@@ -343,160 +306,68 @@ class MacArrayCore(UnitCore):
             core.bias_wr_en.eq(bias_reader.elements.valid & bias_fill),
             core.bias_wr_data.eq(bias_reader.elements.payload),
         ]
+        parts["bias_fill"] = bias_fill
+        # the port's guards end a cycle after they are set (registered requests): the
+        # configuration is in place from the start, long before the first request
         for i, buf in enumerate(("bias", "p", "q")):
             m.d.comb += [read_port.guard_base[i].eq(cfg[f"{buf}_addr"]),
                          read_port.guard_size[i].eq(cfg[f"{buf}_size"])]
-
-        def block_dims(bi0, bj0, name):
-            rows_, cols_ = Signal(range(D + 1), name=f"{name}_bm"), Signal(range(D + 1), name=f"{name}_bn")
-            m.d.comb += [rows_.eq(Mux(cfg["m"] - bi0 >= D, D, cfg["m"] - bi0)),
-                         cols_.eq(Mux(cfg["n"] - bj0 >= D, D, cfg["n"] - bj0))]
-            return rows_, cols_
-
-        def depth_block(bk0, name):
-            depth = Signal(range(MD + 1), name=f"{name}_bk")
-            m.d.comb += depth.eq(Mux(cfg["k"] - bk0 >= MD, MD, cfg["k"] - bk0))
-            return depth
-
-        # block positions: the block being loaded (li0, lj0, depth lk0) and computed (i0, j0, k0)
-        li0, lj0, i0, j0 = Signal(32), Signal(32), Signal(32), Signal(32)
-        lk0, k0 = Signal(32), Signal(32)
-        lbm, lbn = block_dims(li0, lj0, "load")
-        bm, bn = block_dims(i0, j0, "comp")
-        lbk, bk = depth_block(lk0, "load"), depth_block(k0, "comp")
-        # a depth over max_depth is cut into depth blocks: every depth block of an output
-        # block reloads P (and Q); partial sums carry between them inside the core
-        split_depth = Signal()
-        m.d.comb += split_depth.eq(cfg["k"] > MD)
+        walk = parts["comp_walk"]
         m.d.comb += [
-            core.mode.as_value().eq(mode[:2]), core.m.eq(bm), core.n.eq(bn), core.k.eq(bk),
-            core.acc_init.eq(k0 != 0), core.acc_keep.eq(k0 + MD < cfg["k"]),
+            core.mode.as_value().eq(cfg["mode"][:2]), core.m.eq(walk.bm), core.n.eq(walk.bn),
+            core.k.eq(walk.bk), core.acc_init.eq(~walk.first_k), core.acc_keep.eq(~walk.last_k),
             core.shift.eq(cfg["shift"][:7]), core.relu.eq(cfg["relu"][0]),
-            core.use_bias.eq(use_bias), core.bias_shift.eq(cfg["bias_shift"][:5]),
-        ]
-        c_last_bk = k0 + MD >= cfg["k"]
-        c_last_bj = j0 + D >= cfg["n"]
-        c_last = c_last_bj & (i0 + D >= cfg["m"])
-        bias_j0 = Signal(32)      # first column of the block whose bias is fetched next
-        bias_first = Signal()     # the first block's (set by the compute loop)
-        m.d.comb += bias_j0.eq(Mux(bias_first | c_last_bj, 0, j0 + D))
-        bias_bn = Signal(range(D + 1))
-        m.d.comb += bias_bn.eq(Mux(cfg["n"] - bias_j0 >= D, D, cfg["n"] - bias_j0))
-        # P block (bi, bk): fwd/dx rows i0.., columns k0.. of [m,k]; dw rows k0.., columns i0..
-        # of [k,m] (k0 is a multiple of max_depth, so column offsets stay beat-aligned)
-        # Q block (bj, bk): dx rows j0.., columns k0.. of [n,k]; fwd/dw rows k0.., columns j0..
-        # Both bases are kept as registers and moved by per-run strides (shifts of the
-        # row strides) when the load position steps: no multiply (see the load loop).
-        # (li0, lk0) and (lj0, lk0); loaded with the buffers' bases while the datapath is cleared
-        p_base = Signal(aw + 34, name="p_block_base", reset_less=True)
-        q_base = Signal(aw + 34, name="q_block_base", reset_less=True)
-        p_row_base = Signal(aw + 34, name="p_row_base", reset_less=True)     # (li0, 0)
-        q_col_base = Signal(aw + 34, name="q_col_base", reset_less=True)     # (lj0, 0)
-        steps = {name: Signal(aw + 34, name=f"{name}_step") for name in ("p_i", "p_k", "q_j", "q_k")}
-        m.d.sync += [
-            steps["p_i"].eq(Mux(is_dw, D * ELEM_BYTES, cfg["p_stride"] << (D.bit_length() - 1))),
-            steps["p_k"].eq(Mux(is_dw, cfg["p_stride"] << (MD.bit_length() - 1), MD * ELEM_BYTES)),
-            steps["q_j"].eq(Mux(is_dx, cfg["q_stride"] << (D.bit_length() - 1), D * ELEM_BYTES)),
-            steps["q_k"].eq(Mux(is_dx, MD * ELEM_BYTES, cfg["q_stride"] << (MD.bit_length() - 1))),
-        ]
-        m.d.comb += [
-            p_load.base.eq(p_base),
-            p_load.stride.eq(cfg["p_stride"]),
-            p_load.nrows.eq(Mux(is_dw, lbk, lbm)), p_load.ncols.eq(Mux(is_dw, lbm, lbk)),
-            q_load.base.eq(q_base),
-            q_load.stride.eq(cfg["q_stride"]),
-            q_load.nrows.eq(Mux(is_dx, lbn, lbk)), q_load.ncols.eq(Mux(is_dx, lbk, lbn)),
-            bias_reader.base.eq(cfg["bias_addr"] + bias_j0 * BIAS_BYTES),
-            bias_reader.count.eq(bias_bn),
+            core.use_bias.eq(run["use_bias"]), core.bias_shift.eq(cfg["bias_shift"][:5]),
         ]
 
-        # ---- result: one row segment of the array -> one single-beat write ---------------
-        # Three registered stages between the core's output FIFO and the write port (they
-        # move together, a few hundred flip-flops): A the row offset (kept incrementally,
-        # see below), the block base plus the column, the data and strobes in their lanes;
-        # B the beat address and its end; C the buffer guard. Every address is at most
-        # aw + 34 bits (i0 < 2**32 rows of a 2**aw stride), so none of them can wrap.
-        status = self.stat["status"]
-        out = core.out.payload
-        AX = aw + 34
-        block_base = Signal(AX, name="out_block_base", reset_less=True)    # (i0, j0) of the block
-        block_row = Signal(AX, name="out_block_row", reset_less=True)      # (i0, 0)
-        out_end = Signal(AX, name="out_end", reset_less=True)
-        write_fault = Signal()
-        can_push = write_port.address.w_rdy & write_port.beats.w_rdy
-        va, vb, vc = Signal(name="wr_a_valid"), Signal(name="wr_b_valid"), Signal(name="wr_c_valid")
-        inside_c = Signal(name="wr_c_inside", reset_less=True)
-        advance_wr = Signal(name="wr_advance")
-        dp.d.comb += advance_wr.eq(~vc | can_push | ~inside_c | write_fault)
-        take = core.out.valid & advance_wr
-        # A: the output rows of a block come tile by tile, rows of a tile in order. The
-        # next row is either the previous one + 1 (in a tile, or the first row of the next
-        # band of tiles), or the first row of the band again (next tile of the band), or
-        # row 0 (the block's first). row_off = row * out_stride follows by adds only.
-        stride = cfg["out_stride"]
-        row_off = Signal(AX, name="out_row_off", reset_less=True)
-        band_row = Signal(len(out.row), name="out_band_row", reset_less=True)
-        band_off = Signal(AX, name="out_band_off", reset_less=True)
-        next_band = Signal(len(out.row) + 1, name="out_next_band", reset_less=True)
-        first_of_block = (out.row == 0) & (out.col == 0)
-        again = out.row == band_row
-        row_off_next = Signal(AX, name="out_row_off_next")
-        dp.d.comb += row_off_next.eq(Mux(first_of_block, 0, Mux(again, band_off, row_off + stride)))
-        with dp.If(take):
-            dp.d.sync += row_off.eq(row_off_next)
-            with dp.If(first_of_block):
-                dp.d.sync += [band_row.eq(0), band_off.eq(0), next_band.eq(c.rows)]
-            with dp.Elif(out.row == next_band):
-                dp.d.sync += [band_row.eq(out.row), band_off.eq(row_off_next),
-                              next_band.eq(next_band + c.rows)]
-        col_bytes = Cat(Const(0, beat_bits), (out.col * ELEM_BYTES)[beat_bits:])
-        lane_off = out.col[:max(1, (epb - 1).bit_length())] if epb > 1 else Const(0, 1)
-        seg = Cat(*[out.data[i] for i in range(c.cols)])
-        strb_unit = (Const(1, 2 * c.cols + 1) << (out.count * ELEM_BYTES)) - 1
-        a_base = Signal(AX, name="wr_a_base", reset_less=True)
-        a_row = Signal(AX, name="wr_a_row", reset_less=True)
-        a_data = Signal(c.bus_width, name="wr_a_data", reset_less=True)
-        a_strb = Signal(bpb, name="wr_a_strb", reset_less=True)
-        with dp.If(advance_wr):
-            dp.d.sync += [va.eq(core.out.valid), a_base.eq(block_base + col_bytes),
-                          a_row.eq(row_off_next),
-                          a_data.eq(seg << (lane_off * MAC_INPUT_WIDTH)),
-                          a_strb.eq(strb_unit << (lane_off * ELEM_BYTES))]
-        # B: the beat's address and end
-        b_addr = Signal(AX, name="wr_b_addr", reset_less=True)
-        b_end = Signal(AX + 1, name="wr_b_end", reset_less=True)
-        b_data, b_strb = Signal.like(a_data, name="wr_b_data"), Signal.like(a_strb, name="wr_b_strb")
-        with dp.If(advance_wr):
-            dp.d.sync += [vb.eq(va), b_addr.eq(a_base + a_row), b_end.eq(a_base + a_row + bpb),
-                          b_data.eq(a_data), b_strb.eq(a_strb)]
-        # C: inside the output buffer?
-        c_addr = Signal(aw, name="wr_c_addr", reset_less=True)
-        c_data, c_strb = Signal.like(a_data, name="wr_c_data"), Signal.like(a_strb, name="wr_c_strb")
-        with dp.If(advance_wr):
-            dp.d.sync += [vc.eq(vb), c_addr.eq(b_addr[:aw]), c_data.eq(b_data), c_strb.eq(b_strb),
-                          inside_c.eq((b_addr >= cfg["out_addr"]) & (b_end <= out_end))]
-        push = vc & can_push & inside_c & ~write_fault
+    # ------------------------------------------------------------------ the result
+    def _result(self, m, dp, run, parts):
+        """Core rows -> :class:`~.mac_blocks.ResultWriter` -> the write port's queues."""
+        c, cfg = self.config, run["cfg"]
+        AX, bpb = c.addr_width + 34, c.bytes_per_beat
+        writer, write_port, core = parts["writer"], parts["write_port"], parts["core"]
+        # the output block's base (i0, j0) and its row (i0, 0): moved by the compute loop
+        block_base = Signal(AX, name="out_block_base", reset_less=True)
+        block_row = Signal(AX, name="out_block_row", reset_less=True)
+        # the buffer: its first byte, the last beat address whose beat ends inside it
+        out_lo = Signal(AX, name="out_lo", reset_less=True)
+        out_end = Signal(AX + 1, name="out_end", reset_less=True)
+        out_hi = Signal(AX + 1, name="out_hi", reset_less=True)
+        out_room = Signal(name="out_room", reset_less=True)
+        m.d.sync += [out_lo.eq(cfg["out_addr"]), out_end.eq(cfg["out_addr"] + cfg["out_size"]),
+                     out_hi.eq(out_end - bpb), out_room.eq(out_end >= bpb)]
+        wiring.connect(dp, core.out, writer.rows)
         aw_payload = Signal(write_port._aw_layout)
         w_payload = Signal(write_port._w_layout)
-        m.d.comb += [
-            aw_payload.addr.eq(c_addr), aw_payload.len.eq(0),
-            w_payload.data.eq(c_data), w_payload.strb.eq(c_strb), w_payload.last.eq(1),
-        ]
-        writes_pending = Signal()
+        beat = writer.beats.payload
+        can_push = write_port.address.w_rdy & write_port.beats.w_rdy
+        push = writer.beats.valid & can_push
         dp.d.comb += [
-            core.out.ready.eq(advance_wr),
-            writes_pending.eq(va | vb | vc),
+            writer.block_base.eq(block_base), writer.out_stride.eq(cfg["out_stride"]),
+            writer.out_lo.eq(out_lo), writer.out_hi.eq(out_hi[:AX]),
+            writer.out_room.eq(out_room & ~out_hi[AX]),
+            writer.beats.ready.eq(can_push),
+            aw_payload.addr.eq(beat.addr), aw_payload.len.eq(0),
+            w_payload.data.eq(beat.data), w_payload.strb.eq(beat.strb), w_payload.last.eq(1),
             write_port.address.w_data.eq(aw_payload), write_port.address.w_en.eq(push),
             write_port.beats.w_data.eq(w_payload), write_port.beats.w_en.eq(push),
         ]
-        with dp.If(vc & ~inside_c & ~write_fault):
-            dp.d.sync += write_fault.eq(1)
+        m.d.comb += run["write_fault"].eq(writer.fault)
+        parts["block_base"], parts["block_row"] = block_base, block_row
 
-        # ---- configuration check (sequential, in the CHECK states) ---------------------
-        # The three buffer extents (rows - 1) * stride are shift-and-add products over 32
-        # cycles (MSB first), clamped at 2**(aw+1): a clamped extent is over any buffer
-        # that passes the other checks, so the outcome is the exact one. Then one cycle
-        # adds the row bytes, one compares, one ORs the flags.
+    # ------------------------------------------------------------------ configuration check
+    def _configuration_check(self, m, run):
+        """Sequential, in the CHECK states: the three buffer extents ``(rows - 1) * stride``
+        are shift-and-add products over 32 cycles (MSB first), clamped at 2**(aw+1): a
+        clamped extent is over any buffer that passes the other checks, so the outcome is
+        the exact one. Then one cycle adds the row bytes, one compares, one ORs the flags.
+        Returns the registered outcome; drives ``run["chk_*"]`` from the CHECK states."""
+        c, cfg = self.config, run["cfg"]
+        aw, bpb, epb, MD = c.addr_width, c.bytes_per_beat, c.elems_per_beat, c.max_depth
+        align = bpb - 1
+        beat_bits = bpb.bit_length() - 1
+        mode, is_dx, is_dw, use_bias = cfg["mode"], run["is_dx"], run["is_dw"], run["use_bias"]
+
         def whole_beats(nbytes):
             return ((nbytes + align) >> beat_bits) << beat_bits
 
@@ -508,7 +379,9 @@ class MacArrayCore(UnitCore):
         clamp = 1 << (aw + 1)
         chk_load, chk_step = Signal(), Signal()          # CHECK states drive these
         chk_need, chk_compare = Signal(), Signal()
+        run.update(chk_load=chk_load, chk_step=chk_step, chk_need=chk_need, chk_compare=chk_compare)
         chk_bits = Signal(range(33))
+        run["chk_bits"] = chk_bits
         extent, multiplier, row_bytes, need = {}, {}, {}, {}
         for buf, rows, cols in buffers:
             extent[buf] = Signal(aw + 2, name=f"chk_{buf}_extent")
@@ -559,16 +432,22 @@ class MacArrayCore(UnitCore):
             m.d.sync += check_flags.eq(Cat(*checks))
         err_config = Signal()
         m.d.comb += err_config.eq(check_flags.any())
+        return err_config
 
-        # ---- counters ------------------------------------------------------------------
+    # ------------------------------------------------------------------ counters, run control
+    def _counters_and_control(self, m, run, parts, err_config):
+        cfg, clear, running = run["cfg"], run["clear"], run["running"]
+        core, read_port, write_port, writer = (parts[n] for n in ("core", "read_port", "write_port",
+                                                                   "writer"))
+        write_fault = run["write_fault"]
+        status = self.stat["status"]
         busy = Signal()
-        loading = Signal()
         counters = {name: self.stat[name] for name, _, _ in STATUS_REGISTERS if name != "status"}
         core_done = Signal()
         m.d.comb += core_done.eq(core.done)
         increments = {
             "busy_cycles": 1, "read_beats": read_port.beat, "write_beats": write_port.beat,
-            "load_cycles": loading,
+            "load_cycles": run["loading"],
             "mac_active_cycles": Mux(core_done, core.active_cycles, 0),
             "mac_ops": Mux(core_done, core.mac_ops, 0),
             "stall_cycles": Mux(core_done, core.stall_cycles, 0),
@@ -585,14 +464,12 @@ class MacArrayCore(UnitCore):
                 m.d.sync += status.eq(status | Status.ADDR_FAULT)
         m.d.comb += [self.idle.eq(~busy), read_port.enable.eq(~fault)]
 
-        # ---- run control ---------------------------------------------------------------
         # WritePort.idle counts what is queued and the bursts still being formed, so done
         # never precedes the last write
         writes_idle = Signal()
-        m.d.comb += writes_idle.eq(write_port.idle & ~writes_pending)
+        m.d.comb += writes_idle.eq(write_port.idle & ~writer.pending)
         quiet = (read_port.outstanding == 0) & writes_idle & ~core.busy
-        running = Signal()        # the block loops may proceed
-        all_computed = Signal()
+        chk = run
         with m.FSM(name="run"):
             with m.State("IDLE"):
                 with m.If(self.start):
@@ -601,17 +478,17 @@ class MacArrayCore(UnitCore):
                     m.d.sync += [sig.eq(0) for sig in counters.values()]
                     m.next = "CHECK"
             with m.State("CHECK"):
-                m.d.comb += [clear.eq(1), chk_load.eq(1)]
+                m.d.comb += [clear.eq(1), chk["chk_load"].eq(1)]
                 m.next = "CHECK_EXTENTS"
             with m.State("CHECK_EXTENTS"):
-                m.d.comb += [clear.eq(1), chk_step.eq(1)]
-                with m.If(chk_bits == 1):
+                m.d.comb += [clear.eq(1), chk["chk_step"].eq(1)]
+                with m.If(chk["chk_bits"] == 1):
                     m.next = "CHECK_NEED"
             with m.State("CHECK_NEED"):
-                m.d.comb += [clear.eq(1), chk_need.eq(1)]
+                m.d.comb += [clear.eq(1), chk["chk_need"].eq(1)]
                 m.next = "CHECK_COMPARE"
             with m.State("CHECK_COMPARE"):
-                m.d.comb += [clear.eq(1), chk_compare.eq(1)]
+                m.d.comb += [clear.eq(1), chk["chk_compare"].eq(1)]
                 m.next = "CHECK_END"
             with m.State("CHECK_END"):
                 m.d.comb += clear.eq(1)
@@ -624,7 +501,7 @@ class MacArrayCore(UnitCore):
                 m.d.comb += running.eq(~fault & ~read_port.fault & ~write_fault)
                 with m.If(fault | read_port.fault | write_fault):
                     m.next = "ABORT"
-                with m.Elif(all_computed):
+                with m.Elif(run["all_computed"]):
                     m.next = "DRAIN"
             with m.State("DRAIN"):
                 with m.If(writes_idle):
@@ -638,10 +515,24 @@ class MacArrayCore(UnitCore):
                 m.d.comb += self.done.eq(1)
                 m.next = "IDLE"
 
-        # ---- block loops (in the datapath: reset at every start) -------------------------
-        # Block t's Q goes to bank t % 2, the P of block row bi to bank bi % 2. A load may
-        # start when the block two back (the bank's last user) has been computed:
-        # loads started - blocks computed <= 1.
+    # ------------------------------------------------------------------ block loops
+    def _block_loops(self, m, dp, run, parts):
+        """The load loop and the compute loop (in the datapath: reset at every start).
+
+        Block t's Q goes to bank t % 2, the P of block row bi to bank bi % 2 (with a depth
+        split, every step loads P and Q, both into bank t % 2). A load may start when the
+        block two back (the bank's last user) has been computed: loads started - blocks
+        computed <= 1. The operand blocks' bases are registers moved by per-run strides
+        (shifts of the row strides) when the load loop steps; the output block's base by
+        the compute loop."""
+        c, cfg = self.config, run["cfg"]
+        aw, D, MD = c.addr_width, c.max_dim, c.max_depth
+        running, is_dx, is_dw, use_bias = run["running"], run["is_dx"], run["is_dw"], run["use_bias"]
+        core, p_load, q_load = parts["core"], parts["p_load"], parts["q_load"]
+        lw, cw, bias_reader = parts["load_walk"], parts["comp_walk"], parts["bias_reader"]
+        block_base, block_row = parts["block_base"], parts["block_row"]
+        split_depth = Signal(name="split_depth")
+        m.d.sync += split_depth.eq(cfg["k"] > MD)
         load_start, load_done, comp_start, comp_done = Signal(), Signal(), Signal(), Signal()
         in_flight = Signal(range(4))     # blocks loading or loaded, not yet computed
         ready_blocks = Signal(range(4))  # blocks loaded, not yet started
@@ -649,49 +540,72 @@ class MacArrayCore(UnitCore):
                       ready_blocks.eq(ready_blocks + load_done - comp_start)]
         l_par, lq_par, c_par, cq_par = Signal(), Signal(), Signal(), Signal()
         all_loaded = Signal()
-        # Steps go depth block fastest, then block column, then block row. Without a depth
-        # split P is loaded once per block row (bank bi % 2); with one, every step loads P and
-        # Q, both into bank step % 2.
-        l_last_bk = lk0 + MD >= cfg["k"]
-        l_last_bj = lj0 + D >= cfg["n"]
-        l_last = l_last_bk & l_last_bj & (li0 + D >= cfg["m"])
+        # P block (bi, bk): fwd/dx rows i0.., columns k0.. of [m,k]; dw rows k0.., columns i0..
+        # of [k,m] (k0 is a multiple of max_depth, so column offsets stay beat-aligned)
+        # Q block (bj, bk): dx rows j0.., columns k0.. of [n,k]; fwd/dw rows k0.., columns j0..
+        # (li0, lk0) and (lj0, lk0); loaded with the buffers' bases while the datapath is cleared
+        p_base = Signal(aw + 34, name="p_block_base", reset_less=True)
+        q_base = Signal(aw + 34, name="q_block_base", reset_less=True)
+        p_row_base = Signal(aw + 34, name="p_row_base", reset_less=True)     # (li0, 0)
+        q_col_base = Signal(aw + 34, name="q_col_base", reset_less=True)     # (lj0, 0)
+        steps = {name: Signal(aw + 34, name=f"{name}_step") for name in ("p_i", "p_k", "q_j", "q_k")}
+        m.d.sync += [
+            steps["p_i"].eq(Mux(is_dw, D * ELEM_BYTES, cfg["p_stride"] << (D.bit_length() - 1))),
+            steps["p_k"].eq(Mux(is_dw, cfg["p_stride"] << (MD.bit_length() - 1), MD * ELEM_BYTES)),
+            steps["q_j"].eq(Mux(is_dx, cfg["q_stride"] << (D.bit_length() - 1), D * ELEM_BYTES)),
+            steps["q_k"].eq(Mux(is_dx, MD * ELEM_BYTES, cfg["q_stride"] << (MD.bit_length() - 1))),
+        ]
+        dp.d.comb += [
+            p_load.base.eq(p_base), p_load.stride.eq(cfg["p_stride"]),
+            p_load.nrows.eq(Mux(is_dw, lw.bk, lw.bm)), p_load.ncols.eq(Mux(is_dw, lw.bm, lw.bk)),
+            q_load.base.eq(q_base), q_load.stride.eq(cfg["q_stride"]),
+            q_load.nrows.eq(Mux(is_dx, lw.bn, lw.bk)), q_load.ncols.eq(Mux(is_dx, lw.bk, lw.bn)),
+        ]
         with dp.FSM(name="load"):
             with dp.State("START"):
-                with dp.If(running & ~all_loaded & (in_flight <= 1)):
-                    dp.d.comb += [load_start.eq(1), p_load.start.eq((lj0 == 0) | split_depth),
+                with dp.If(running & ~all_loaded & (in_flight <= 1) & lw.ready):
+                    dp.d.comb += [load_start.eq(1), p_load.start.eq((lw.j0 == 0) | split_depth),
                                   p_load.bank.eq(l_par), q_load.start.eq(1), q_load.bank.eq(lq_par)]
                     dp.next = "WAIT"
             with dp.State("WAIT"):
                 with dp.If(p_load.done & q_load.done):
-                    dp.d.comb += load_done.eq(1)
+                    dp.d.comb += [load_done.eq(1), lw.step.eq(1)]
                     dp.d.sync += lq_par.eq(~lq_par)
-                    with dp.If(split_depth | (l_last_bk & l_last_bj)):
+                    with dp.If(split_depth | (lw.last_k & lw.last_j)):
                         dp.d.sync += l_par.eq(~l_par)
-                    with dp.If(l_last):
+                    with dp.If(lw.last):
                         dp.d.sync += all_loaded.eq(1)
-                    with dp.Elif(~l_last_bk):
-                        dp.d.sync += [lk0.eq(lk0 + MD), p_base.eq(p_base + steps["p_k"]),
-                                      q_base.eq(q_base + steps["q_k"])]
-                    with dp.Elif(l_last_bj):
+                    with dp.Elif(~lw.last_k):
+                        dp.d.sync += [p_base.eq(p_base + steps["p_k"]), q_base.eq(q_base + steps["q_k"])]
+                    with dp.Elif(lw.last_j):
                         next_p = p_row_base + steps["p_i"]
-                        dp.d.sync += [lk0.eq(0), lj0.eq(0), li0.eq(li0 + D), p_row_base.eq(next_p),
-                                      p_base.eq(next_p), q_col_base.eq(cfg["q_addr"]),
-                                      q_base.eq(cfg["q_addr"])]
+                        dp.d.sync += [p_row_base.eq(next_p), p_base.eq(next_p),
+                                      q_col_base.eq(cfg["q_addr"]), q_base.eq(cfg["q_addr"])]
                     with dp.Else():
                         next_q = q_col_base + steps["q_j"]
-                        dp.d.sync += [lk0.eq(0), lj0.eq(lj0 + D), p_base.eq(p_row_base),
-                                      q_col_base.eq(next_q), q_base.eq(next_q)]
+                        dp.d.sync += [p_base.eq(p_row_base), q_col_base.eq(next_q), q_base.eq(next_q)]
                     dp.next = "START"
-        m.d.comb += [p_rbank.eq(c_par), q_rbank.eq(cq_par)]
+        m.d.comb += [parts["p_rbank"].eq(c_par), parts["q_rbank"].eq(cq_par)]
+        # the bias of the block computed next: the first block's, then the one after the
+        # block being computed (registered: it only changes when the compute loop steps)
+        bias_first = Signal()
+        bias_base = Signal(aw, name="bias_next_base", reset_less=True)
+        bias_count = Signal(range(D + 1), name="bias_next_count", reset_less=True)
+        m.d.sync += [bias_base.eq(cfg["bias_addr"] + Mux(bias_first, 0, cw.next_j0 * BIAS_BYTES)),
+                     bias_count.eq(Mux(bias_first, cw.bn, cw.next_bn))]
+        dp.d.comb += [bias_reader.base.eq(bias_base), bias_reader.count.eq(bias_count)]
+        bias_fill = parts["bias_fill"]
         with dp.FSM(name="compute"):
             with dp.State("PREFETCH"):            # the first block's bias
                 dp.d.comb += bias_first.eq(1)
-                with dp.If(running):
-                    dp.d.comb += bias_reader.start.eq(use_bias)
-                    dp.next = "WAIT"
+                with dp.If(running & cw.ready):
+                    dp.next = "PREFETCH_START"
+            with dp.State("PREFETCH_START"):      # (its base and count registered)
+                dp.d.comb += [bias_first.eq(1), bias_reader.start.eq(use_bias)]
+                dp.next = "WAIT"
             with dp.State("WAIT"):
-                with dp.If(running & (ready_blocks != 0)):
-                    with dp.If(k0 == 0):
+                with dp.If(running & (ready_blocks != 0) & cw.ready):
+                    with dp.If(cw.first_k):
                         dp.d.comb += core.bias_clear.eq(1)
                         dp.next = "BIAS"
                     with dp.Else():                # later depth block: the bias is in place
@@ -702,39 +616,33 @@ class MacArrayCore(UnitCore):
                 with dp.If(running & bias_reader.done):
                     dp.d.comb += [core.start.eq(1), comp_start.eq(1)]
                     # fetch the next block's bias while this one computes
-                    dp.d.comb += bias_reader.start.eq(use_bias & ~c_last)
+                    dp.d.comb += bias_reader.start.eq(use_bias & ~cw.last_block)
                     dp.next = "RUN"
             with dp.State("RUN"):
                 with dp.If(core.done):
-                    dp.d.comb += comp_done.eq(1)
+                    dp.d.comb += [comp_done.eq(1), cw.step.eq(1)]
                     dp.d.sync += cq_par.eq(~cq_par)
-                    with dp.If(split_depth | (c_last_bk & c_last_bj)):
+                    with dp.If(split_depth | (cw.last_k & cw.last_j)):
                         dp.d.sync += c_par.eq(~c_par)
-                    with dp.If(c_last_bk & c_last):
-                        dp.d.sync += all_computed.eq(1)
+                    with dp.If(cw.last_k & cw.last):
+                        dp.d.sync += run["all_computed"].eq(1)
                         dp.next = "END"
                     with dp.Else():
-                        with dp.If(~c_last_bk):
-                            dp.d.sync += k0.eq(k0 + MD)
-                        with dp.Elif(c_last_bj):
+                        # a later depth block keeps the output block; otherwise the next
+                        # block column, or the first column of the next block row
+                        with dp.If(cw.last_k & cw.last_j):
                             next_row = block_row + (cfg["out_stride"] << (D.bit_length() - 1))
-                            dp.d.sync += [k0.eq(0), j0.eq(0), i0.eq(i0 + D), block_row.eq(next_row),
-                                          block_base.eq(next_row)]
-                        with dp.Else():
-                            dp.d.sync += [k0.eq(0), j0.eq(j0 + D),
-                                          block_base.eq(block_base + D * ELEM_BYTES)]
+                            dp.d.sync += [block_row.eq(next_row), block_base.eq(next_row)]
+                        with dp.Elif(cw.last_k):
+                            dp.d.sync += block_base.eq(block_base + D * ELEM_BYTES)
                         dp.next = "WAIT"
             with dp.State("END"):
                 pass
-        m.d.comb += loading.eq(running & ~core.busy)
-
-        with dp.If(clear):
+        m.d.comb += run["loading"].eq(running & ~core.busy)
+        with dp.If(run["clear"]):
             dp.d.sync += [p_base.eq(cfg["p_addr"]), p_row_base.eq(cfg["p_addr"]),
                           q_base.eq(cfg["q_addr"]), q_col_base.eq(cfg["q_addr"]),
-                          block_base.eq(cfg["out_addr"]), block_row.eq(cfg["out_addr"]),
-                          out_end.eq(cfg["out_addr"] + cfg["out_size"])]
-        m.submodules.datapath = ResetInserter(clear)(dp)
-        return m
+                          block_base.eq(cfg["out_addr"]), block_row.eq(cfg["out_addr"])]
 
 
 class MacArrayTop(UnitTop):

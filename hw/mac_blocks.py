@@ -1,0 +1,318 @@
+"""The MacArray front end's parts (:mod:`.mac_array`), each a component of its own.
+
+* :class:`BlockLoader` — reads a block of int16 rows through one :class:`~.dma.ReadPort`
+  client into one of the banks of a :class:`~.mac.SkewedBuffer`.
+* :class:`BlockWalker` — walks the block steps ``(bi, bj, bk)`` of a run (depth fastest)
+  and holds each step's position, extents and last-flags in registers.
+* :class:`ResultWriter` — turns the core's output row segments into single-beat writes
+  (address, lanes, strobes) and drops any beat outside the output buffer.
+
+Timing structure: every output leaves from a register, and every register's next value
+is at most one short carry chain (an add of two registers, or a compare of one register
+with a constant) away from registers.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .axi import BOUNDARY_BYTES
+from .dma import read_request_layout
+from .mac import MAC_INPUT_WIDTH, output_layout
+
+__all__ = ["BlockLoader", "BlockWalker", "ResultWriter", "read_response_layout",
+           "write_beat_layout", "aligned_burst_beats"]
+
+
+def read_response_layout(data_width: int) -> data.StructLayout:
+    """One R beat as :class:`~.dma.ReadPort` hands it to a client."""
+    return data.StructLayout({"valid": 1, "data": data_width, "last": 1})
+
+
+def aligned_burst_beats(max_burst: int, bytes_per_beat: int) -> int:
+    """Beats of a :class:`BlockLoader` burst: the largest power of two that is at most
+    ``max_burst`` and whose bytes divide 4 KiB (bursts aligned to it never cross 4 KiB)."""
+    beats = 1
+    while beats * 2 <= max_burst and beats * 2 * bytes_per_beat <= BOUNDARY_BYTES:
+        beats *= 2
+    return beats
+
+
+def _log2(x: int) -> int:
+    return x.bit_length() - 1
+
+
+class BlockLoader(wiring.Component):
+    """Reads ``nrows`` rows of ``ncols`` int16 (``stride`` bytes apart, from ``base``) into
+    the buffer bank ``bank``, element ``(r, c)`` of the block at ``(r, c)``.
+
+    ``start`` (one cycle) latches the job; ``done`` is high while no beat is outstanding.
+    Rows are read in whole beats, in INCR bursts aligned to :func:`aligned_burst_beats`
+    (the first burst of a row runs up to the next such boundary), so no burst crosses
+    4 KiB and no burst length needs a subtract: the request leaves from registers, one
+    burst a cycle inside a row, the first burst of the next row a cycle after the row
+    before it. Beats come back in order (one ID per client) and each is written into the
+    buffer in the cycle it arrives (``wr_en`` one bit per bank, ``wr`` the buffer's write
+    layout), so R is never stalled.
+    """
+
+    def __init__(self, *, addr_width: int, bus_width: int, max_burst: int, max_rows: int,
+                 write_layout, banks: int = 2):
+        self.addr_width, self.bus_width, self.max_rows = addr_width, bus_width, max_rows
+        self.bytes_per_beat = bus_width // 8
+        self.elems_per_beat = bus_width // MAC_INPUT_WIDTH
+        self.burst = aligned_burst_beats(max_burst, self.bytes_per_beat)
+        self.banks = banks
+        super().__init__({
+            "start": In(1), "base": In(addr_width), "stride": In(addr_width),
+            "nrows": In(range(max_rows + 1)), "ncols": In(range(max_rows + 1)),
+            "bank": In(range(max(2, banks))), "done": Out(1),
+            "request": Out(stream.Signature(read_request_layout(addr_width))),
+            "response": In(read_response_layout(bus_width)),
+            "wr_en": Out(banks), "wr": Out(write_layout),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        self._issue(m)
+        self._receive(m)
+        return m
+
+    def _issue(self, m):
+        A, beat_bits, epb = self.burst, _log2(self.bytes_per_beat), self.elems_per_beat
+        maxr = self.max_rows
+        row_beats = Signal(range(maxr + 1), name="row_beats")
+        stride = Signal(self.addr_width, reset_less=True)
+        # the request slot (the burst on `request`) and what follows it
+        valid = Signal(name="req_valid")
+        addr = Signal(self.addr_width, name="req_addr", reset_less=True)
+        beats = Signal(range(A + 1), name="req_beats", reset_less=True)
+        rest = Signal(range(maxr + 1), name="row_rest")        # beats of the row after it
+        rows_left = Signal(range(maxr + 1), name="rows_left")  # rows not yet begun
+        # the next row's start and its first burst (up to the next aligned boundary),
+        # registered a cycle after the start moves (head_ok)
+        next_row = Signal(self.addr_width, name="next_row", reset_less=True)
+        head = Signal(range(A + 1), name="next_head", reset_less=True)
+        head_ok = Signal(name="next_head_ok")
+        room = A - (next_row[beat_bits:beat_bits + _log2(A)] if A > 1 else 0)
+        m.d.sync += [head.eq(Mux(row_beats <= room, row_beats, room)), head_ok.eq(1)]
+        m.d.comb += [self.request.valid.eq(valid), self.request.payload.addr.eq(addr),
+                     self.request.payload.len.eq(beats - 1)]
+        with m.If(~valid | self.request.ready):
+            with m.If(rest != 0):
+                m.d.sync += [valid.eq(1), addr.eq(addr + (beats << beat_bits)),
+                             beats.eq(Mux(rest > A, A, rest)), rest.eq(Mux(rest > A, rest - A, 0))]
+            with m.Elif((rows_left != 0) & head_ok):
+                m.d.sync += [valid.eq(1), addr.eq(next_row), beats.eq(head),
+                             rest.eq(row_beats - head), rows_left.eq(rows_left - 1),
+                             next_row.eq(next_row + stride), head_ok.eq(0)]
+            with m.Else():
+                m.d.sync += valid.eq(0)
+        with m.If(self.start):
+            empty = (self.nrows == 0) | (self.ncols == 0)
+            m.d.sync += [valid.eq(0), rest.eq(0), rows_left.eq(Mux(empty, 0, self.nrows)),
+                         next_row.eq(self.base), stride.eq(self.stride), head_ok.eq(0),
+                         row_beats.eq((self.ncols + epb - 1) >> _log2(epb))]
+
+    def _receive(self, m):
+        epb, maxr = self.elems_per_beat, self.max_rows
+        ncols = Signal(range(maxr + 1), reset_less=True)
+        left = Signal(range(maxr + 1), name="recv_left")      # elements of the row from this beat
+        row = Signal(range(maxr + 1), name="recv_row")
+        col = Signal(range(maxr + epb + 1), name="recv_col")
+        rows_to_recv = Signal(range(maxr + 1), name="rows_to_recv")
+        bank = Signal.like(self.bank)
+        wr = self.wr
+        m.d.comb += [wr.row.eq(row), wr.col.eq(col), wr.count.eq(Mux(left < epb, left, epb))]
+        for lane in range(len(wr.data)):
+            m.d.comb += wr.data[lane].eq(self.response.data.word_select(lane, MAC_INPUT_WIDTH))
+        for index in range(self.banks):
+            m.d.comb += self.wr_en[index].eq(self.response.valid & (bank == index))
+        with m.If(self.response.valid):
+            with m.If(left <= epb):          # the row's last beat
+                m.d.sync += [left.eq(ncols), col.eq(0), row.eq(row + 1),
+                             rows_to_recv.eq(rows_to_recv - 1)]
+            with m.Else():
+                m.d.sync += [left.eq(left - epb), col.eq(col + epb)]
+        m.d.comb += self.done.eq(rows_to_recv == 0)
+        with m.If(self.start):
+            empty = (self.nrows == 0) | (self.ncols == 0)
+            m.d.sync += [ncols.eq(self.ncols), left.eq(self.ncols), row.eq(0), col.eq(0),
+                         bank.eq(self.bank), rows_to_recv.eq(Mux(empty, 0, self.nrows))]
+
+
+class BlockWalker(wiring.Component):
+    """The block steps of one run: output blocks of ``block x block`` (``i0``, ``j0``), depth
+    blocks of ``depth_block`` (``k0``), depth fastest, then block column, then block row.
+
+    ``restart`` (held while the run's configuration ``m``, ``n``, ``k`` is loaded) puts the
+    walker on the first step; ``step`` (one cycle) moves it to the next. Everything about
+    the current step is a register: its position, its extents ``bm``, ``bn``, ``bk`` (the
+    last blocks are shorter), ``first_k`` (``k0 == 0``), ``last_k``, ``last_j``, ``last_block``
+    (the last output block), ``last`` (the run's last step), and ``next_j0`` (the block column of the next output block).
+    The extents and flags follow a step ``settle + 1`` cycles later (``next_bn`` is two
+    registers from the position); ``ready`` is high while they describe the current step. Positions are kept with the extents still to go
+    (``m - i0`` ...), so no register is more than one add or one compare with a constant
+    from the registers it is computed from.
+    """
+
+    def __init__(self, *, block: int, depth_block: int, settle: int = 2):
+        self.block, self.depth_block, self.settle = block, depth_block, settle
+        D, MD = block, depth_block
+        super().__init__({
+            "restart": In(1), "step": In(1), "m": In(32), "n": In(32), "k": In(32),
+            "ready": Out(1), "i0": Out(32), "j0": Out(32), "k0": Out(32),
+            "bm": Out(range(D + 1)), "bn": Out(range(D + 1)), "bk": Out(range(MD + 1)),
+            "first_k": Out(1), "last_k": Out(1), "last_j": Out(1), "last_block": Out(1),
+            "last": Out(1),
+            "next_j0": Out(32), "next_bn": Out(range(D + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        D, MD = self.block, self.depth_block
+        i0, j0, k0 = Signal(32, name="pos_i0"), Signal(32, name="pos_j0"), Signal(32, name="pos_k0")
+        m_left, n_left, k_left = (Signal(32, name=f"{x}_left", reset_less=True) for x in "mnk")
+        # the step's flags, one compare with a constant each (before the extents settle)
+        last_k = Signal(name="walk_last_k")
+        last_j = Signal(name="walk_last_j")
+        last_i = Signal(name="walk_last_i")
+        m.d.comb += [last_k.eq(k_left <= MD), last_j.eq(n_left <= D), last_i.eq(m_left <= D)]
+        with m.If(self.restart):
+            m.d.sync += [i0.eq(0), j0.eq(0), k0.eq(0), m_left.eq(self.m), n_left.eq(self.n),
+                         k_left.eq(self.k)]
+        with m.Elif(self.step):
+            with m.If(~last_k):
+                m.d.sync += [k0.eq(k0 + MD), k_left.eq(k_left - MD)]
+            with m.Else():
+                m.d.sync += [k0.eq(0), k_left.eq(self.k)]
+                with m.If(~last_j):
+                    m.d.sync += [j0.eq(j0 + D), n_left.eq(n_left - D)]
+                with m.Else():
+                    m.d.sync += [j0.eq(0), n_left.eq(self.n), i0.eq(i0 + D), m_left.eq(m_left - D)]
+        # registered view of the step (settles `settle` cycles after a step)
+        nj_left = Signal(32, name="next_n_left", reset_less=True)   # n - next_j0
+        m.d.sync += [
+            self.i0.eq(i0), self.j0.eq(j0), self.k0.eq(k0), self.first_k.eq(k0 == 0),
+            self.bm.eq(Mux(m_left >= D, D, m_left)), self.bn.eq(Mux(n_left >= D, D, n_left)),
+            self.bk.eq(Mux(k_left >= MD, MD, k_left)),
+            self.last_k.eq(last_k), self.last_j.eq(last_j), self.last_block.eq(last_j & last_i),
+            self.last.eq(last_k & last_j & last_i),
+            self.next_j0.eq(Mux(last_j, 0, j0 + D)), nj_left.eq(Mux(last_j, self.n, n_left - D)),
+            self.next_bn.eq(Mux(nj_left >= D, D, nj_left)),
+        ]
+        # (reset_less: under a reset held with `restart`, it still counts the settling)
+        wait = Signal(range(self.settle + 2), name="walk_settle", reset_less=True)
+        with m.If(self.restart | self.step):
+            m.d.sync += wait.eq(self.settle)
+        with m.Elif(wait != 0):
+            m.d.sync += wait.eq(wait - 1)
+        m.d.comb += self.ready.eq((wait == 0) & ~self.restart & ~self.step)
+        return m
+
+
+def write_beat_layout(addr_width: int, bus_width: int) -> data.StructLayout:
+    """One single-beat write of :class:`ResultWriter`: address, data and byte strobes."""
+    return data.StructLayout({"addr": addr_width, "data": bus_width, "strb": bus_width // 8})
+
+
+class ResultWriter(wiring.Component):
+    """The core's output row segments (``rows``, :func:`~.mac.output_layout`) to single-beat
+    writes (``beats``): a segment ``(row, col)`` of the block at ``block_base`` goes to
+    ``block_base + row * out_stride + col * 2``, its lanes shifted into place in the beat
+    and WSTRB covering only its ``count`` elements.
+
+    Three registered stages, moving together: A the row offset (kept by adds: rows come
+    tile by tile, rows of a tile in order, so the next row is the previous + 1, the band's
+    first row again, or row 0), the block base plus the column, the lanes and strobes; B
+    the beat's address; C the buffer guard, ``out_lo <= addr <= out_hi`` (``out_hi`` the
+    last beat-aligned address whose beat ends inside the buffer; ``out_room`` low: no beat
+    fits). A beat outside is dropped and raises ``fault`` (held until ``restart``);
+    ``pending`` is high while a segment is in the stages.
+    """
+
+    def __init__(self, *, rows: int, cols: int, index_bits: int, out_width: int,
+                 addr_width: int, bus_width: int):
+        self.tile_rows, self.cols = rows, cols
+        self.addr_width, self.bus_width = addr_width, bus_width
+        #: address arithmetic width: i0 < 2**32 rows of a 2**aw stride cannot wrap
+        self.ax = addr_width + 34
+        super().__init__({
+            "rows": In(stream.Signature(output_layout(cols, index_bits, out_width))),
+            "block_base": In(self.ax), "out_stride": In(addr_width),
+            "out_lo": In(self.ax), "out_hi": In(self.ax), "out_room": In(1),
+            "restart": In(1),
+            "beats": Out(stream.Signature(write_beat_layout(addr_width, bus_width))),
+            "fault": Out(1), "pending": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        AX, bpb = self.ax, self.bus_width // 8
+        epb = self.bus_width // MAC_INPUT_WIDTH
+        beat_bits = _log2(bpb)
+        elem_bytes = MAC_INPUT_WIDTH // 8
+        seg = self.rows.payload
+        va, vb, vc = Signal(name="wr_a_valid"), Signal(name="wr_b_valid"), Signal(name="wr_c_valid")
+        inside_c = Signal(name="wr_c_inside", reset_less=True)
+        advance = Signal(name="wr_advance")
+        fault = self.fault
+        m.d.comb += advance.eq(~vc | self.beats.ready | ~inside_c | fault)
+        take = self.rows.valid & advance
+        # ---- A: row offset by adds, the block base plus the column, lanes and strobes
+        row_off = Signal(AX, name="out_row_off", reset_less=True)
+        band_row = Signal(len(seg.row), name="out_band_row", reset_less=True)
+        band_off = Signal(AX, name="out_band_off", reset_less=True)
+        next_band = Signal(len(seg.row) + 1, name="out_next_band", reset_less=True)
+        first_of_block = (seg.row == 0) & (seg.col == 0)
+        again = seg.row == band_row
+        row_off_next = Signal(AX, name="out_row_off_next")
+        m.d.comb += row_off_next.eq(Mux(first_of_block, 0,
+                                        Mux(again, band_off, row_off + self.out_stride)))
+        with m.If(take):
+            m.d.sync += row_off.eq(row_off_next)
+            with m.If(first_of_block):
+                m.d.sync += [band_row.eq(0), band_off.eq(0), next_band.eq(self.tile_rows)]
+            with m.Elif(seg.row == next_band):
+                m.d.sync += [band_row.eq(seg.row), band_off.eq(row_off_next),
+                             next_band.eq(next_band + self.tile_rows)]
+        col_bytes = Cat(Const(0, beat_bits), (seg.col * elem_bytes)[beat_bits:])
+        lane_off = seg.col[:max(1, (epb - 1).bit_length())] if epb > 1 else Const(0, 1)
+        lanes = Cat(*[seg.data[i] for i in range(self.cols)])
+        strb_unit = (Const(1, 2 * self.cols + 1) << (seg.count * elem_bytes)) - 1
+        a_base = Signal(AX, name="wr_a_base", reset_less=True)
+        a_row = Signal(AX, name="wr_a_row", reset_less=True)
+        a_data = Signal(self.bus_width, name="wr_a_data", reset_less=True)
+        a_strb = Signal(bpb, name="wr_a_strb", reset_less=True)
+        with m.If(advance):
+            m.d.sync += [va.eq(self.rows.valid), a_base.eq(self.block_base + col_bytes),
+                         a_row.eq(row_off_next),
+                         a_data.eq(lanes << (lane_off * MAC_INPUT_WIDTH)),
+                         a_strb.eq(strb_unit << (lane_off * elem_bytes))]
+        # ---- B: the beat's address
+        b_addr = Signal(AX, name="wr_b_addr", reset_less=True)
+        b_data = Signal.like(a_data, name="wr_b_data")
+        b_strb = Signal.like(a_strb, name="wr_b_strb")
+        with m.If(advance):
+            m.d.sync += [vb.eq(va), b_addr.eq(a_base + a_row), b_data.eq(a_data), b_strb.eq(a_strb)]
+        # ---- C: inside the output buffer? (two compares of registers, side by side)
+        c_addr = Signal(self.addr_width, name="wr_c_addr", reset_less=True)
+        c_data = Signal.like(a_data, name="wr_c_data")
+        c_strb = Signal.like(a_strb, name="wr_c_strb")
+        with m.If(advance):
+            m.d.sync += [vc.eq(vb), c_addr.eq(b_addr[:self.addr_width]), c_data.eq(b_data),
+                         c_strb.eq(b_strb),
+                         inside_c.eq(self.out_room & (b_addr >= self.out_lo) & (b_addr <= self.out_hi))]
+        m.d.comb += [
+            self.rows.ready.eq(advance),
+            self.pending.eq(va | vb | vc),
+            self.beats.valid.eq(vc & inside_c & ~fault),
+            self.beats.payload.addr.eq(c_addr), self.beats.payload.data.eq(c_data),
+            self.beats.payload.strb.eq(c_strb),
+        ]
+        with m.If(self.restart):
+            m.d.sync += fault.eq(0)
+        with m.Elif(vc & ~inside_c):
+            m.d.sync += fault.eq(1)
+        return m
