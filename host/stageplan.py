@@ -375,6 +375,8 @@ class _Program:
         r = self.sr
         self.ar_coef = np.where(r > 1, 4.0 * (r - 1) / r / bw[self.sc, self.sc], 0.0)   # [T]
         self.ar_const = np.where(r > 1, 2.0 * (r - 1) * lat[self.sc, self.sc], 0.0)
+        self.bw_tt = bw[np.ix_(self.sc, self.sc)]                                     # [T, T]
+        self.lat_tt = lat[np.ix_(self.sc, self.sc)]
         self._capacity()
         # a chain of cuts (each a prefix of the next): a stage's time grows with its end, so
         # the stages from a cut under a bound end in a range, and no pair table is needed
@@ -745,10 +747,9 @@ class _Program:
             return
         # overlap: boundary k costs X(c_a, c_b) / r_b at the receiver, / r_a at the sender
         # (not for the first stage)
-        cuts, bw, lat, sc, sr = p.cuts, p.links.bandwidth, p.links.latency_s, self.sc, self.sr
-        X = 2.0 * (cuts.out_bytes[k] / bw[np.ix_(sc, sc[ts])] + lat[np.ix_(sc, sc[ts])])  # [T, Tt]
-        recv = X / sr[None, ts]
-        for term, dst, dst_slot in ((np.maximum(recv, X / sr[:, None]), after, after_slot),
+        X = 2.0 * (p.cuts.out_bytes[k] / self.bw_tt[:, ts] + self.lat_tt[:, ts])    # [T, Tt]
+        recv = X / self.sr[None, ts]
+        for term, dst, dst_slot in ((np.maximum(recv, X / self.sr[:, None]), after, after_slot),
                                     (recv, first, first_slot)):
             val = np.maximum(F[:, None, :], term[None])                              # [W, T, Tt]
             a = np.argmin(val, axis=2)
