@@ -15,7 +15,7 @@ All clients see plain valid/ready streams; nothing here knows about graphs.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Const, Elaboratable, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, stream
 
 from .axi import BOUNDARY_BYTES, Burst, Resp, size_code
@@ -32,6 +32,14 @@ def beats_to_boundary(addr, bytes_per_beat: int):
     return (BOUNDARY_BYTES - offset) >> (bytes_per_beat.bit_length() - 1)
 
 
+def _one_hot_select(selects, values):
+    """The value whose select is high, as an AND-OR (at most one select is high)."""
+    out = Mux(selects[0], values[0], 0)
+    for sel, value in zip(selects[1:], values[1:]):
+        out = out | Mux(sel, value, 0)
+    return out
+
+
 class ReadPort(Elaboratable):
     """Fixed-priority AR arbiter (client 0 first) with per-client buffer guards.
 
@@ -39,15 +47,19 @@ class ReadPort(Elaboratable):
     ``responses[i]`` (``valid``/``data``/``last``, no ready: clients reserve room before
     they request), ``guard_base[i]``/``guard_size[i]`` (the client's buffer).
 
-    With ``registered_requests`` every client gets a one-entry register slice: a request
-    is accepted into it (``ready`` is high while the slice is empty or being issued, so a
-    client can still pass one request per cycle), its guard check is computed on the way
-    in, and the arbiter chooses among the registered slices only. Nothing combinational
-    then runs from a client's request logic through the arbitration and the guard's adders
-    to the AR registers (the Aggregator's ECP5 critical path); a request waits one cycle
-    longer. In that mode the end of each guard (``guard_base + guard_size``) is registered,
-    so a guard must be set a cycle before its client requests.
+    With ``registered_requests`` every client's requests pass a pipeline of their own: the
+    guard's terms (the burst's end, its 4 KiB crossing, its start against the base), then
+    the guard's verdict, then a small queue whose head the arbiter chooses among. A
+    client's ``ready`` is a flip-flop (room in that pipeline, counted by credits), the
+    arbiter's grant is two LUT levels from flip-flops, and nothing combinational runs from
+    a client's logic into the arbitration or back: one request per cycle per client, each
+    waiting a few cycles longer. In that mode the guard's limits are registered, so a
+    guard must be set three cycles before its client requests.
     """
+
+    #: requests per client between its ready and the arbiter (registered mode): the queue
+    #: holds them all, and covers the five cycles from a request to its credit's return
+    QUEUE_DEPTH = 6
 
     def __init__(self, bus, num_clients: int, *, registered_requests: bool = False):
         self.bus = bus
@@ -83,33 +95,32 @@ class ReadPort(Elaboratable):
 
         n = self.num_clients
         if self.registered_requests:
-            # One register slice per client; its guard check is computed on the way in.
-            valids, addrs, lens, insides = [], [], [], []
-            taken = [Signal(name=f"taken{i}") for i in range(n)]
-            for i, req in enumerate(self.requests):
-                limit = Signal(aw + 1, name=f"guard_limit{i}")
-                m.d.sync += limit.eq(self.guard_base[i] + self.guard_size[i])
-                slot_valid = Signal(name=f"slot{i}_valid")
-                slot_addr = Signal(aw, name=f"slot{i}_addr")
-                slot_len = Signal(8, name=f"slot{i}_len")
-                slot_inside = Signal(name=f"slot{i}_inside")
-                inside_in = self._inside(m, req.payload.addr, req.payload.len,
-                                         self.guard_base[i], limit, f"slot{i}_")
-                m.d.comb += req.ready.eq(~slot_valid | taken[i])
-                with m.If(taken[i]):
-                    m.d.sync += slot_valid.eq(0)
-                with m.If(req.valid & req.ready):
-                    m.d.sync += [slot_valid.eq(1), slot_addr.eq(req.payload.addr),
-                                 slot_len.eq(req.payload.len), slot_inside.eq(inside_in)]
-                valids.append(slot_valid)
-                addrs.append(slot_addr)
-                lens.append(slot_len)
-                insides.append(slot_inside)
+            take = self._registered_arbiter(m)
         else:
             valids = [req.valid for req in self.requests]
             addrs = [req.payload.addr for req in self.requests]
             lens = [req.payload.len for req in self.requests]
+            take = self._arbiter(m, valids, addrs, lens)
 
+        # R: always ready; route by ID.
+        r_fire = bus.rvalid & bus.rready
+        m.d.comb += [bus.rready.eq(1), self.beat.eq(r_fire)]
+        for i in range(self.num_clients):
+            m.d.comb += [
+                self.responses[i].valid.eq(r_fire & (bus.rid == i)),
+                self.responses[i].data.eq(bus.rdata),
+                self.responses[i].last.eq(bus.rlast),
+            ]
+        m.d.comb += self.resp_error.eq(r_fire & (bus.rresp >= Resp.SLVERR))
+        m.d.sync += self.outstanding.eq(self.outstanding + (take - r_fire))
+        return m
+
+    def _arbiter(self, m, valids, addrs, lens):
+        """Fixed priority among the clients' own requests, guard checked on the way out;
+        returns the beats issued this cycle (0 or the granted burst's)."""
+        bus = self.bus
+        aw = len(bus.araddr)
+        n = self.num_clients
         # Fixed priority: the lowest-numbered valid client wins.
         grant = Signal(range(max(n, 2)))
         any_valid = Signal()
@@ -119,25 +130,16 @@ class ReadPort(Elaboratable):
 
         sel_addr = Signal(aw)
         sel_len = Signal(8)
-        sel_inside = Signal()
-        if not self.registered_requests:
-            sel_base = Signal(aw)
-            sel_size = Signal(aw)
+        sel_base = Signal(aw)
+        sel_size = Signal(aw)
         with m.Switch(grant):
             for i in range(n):
                 with m.Case(i):
-                    m.d.comb += [sel_addr.eq(addrs[i]), sel_len.eq(lens[i])]
-                    if self.registered_requests:
-                        m.d.comb += sel_inside.eq(insides[i])
-                    else:
-                        m.d.comb += [sel_base.eq(self.guard_base[i]),
-                                     sel_size.eq(self.guard_size[i])]
-        if self.registered_requests:
-            inside = sel_inside
-        else:
-            limit = Signal(aw + 1)
-            m.d.comb += limit.eq(sel_base + sel_size)
-            inside = self._inside(m, sel_addr, sel_len, sel_base, limit, "")
+                    m.d.comb += [sel_addr.eq(addrs[i]), sel_len.eq(lens[i]),
+                                 sel_base.eq(self.guard_base[i]), sel_size.eq(self.guard_size[i])]
+        limit = Signal(aw + 1)
+        m.d.comb += limit.eq(sel_base + sel_size)
+        inside = self._inside(m, sel_addr, sel_len, sel_base, limit, "")
 
         # Registered AR output (one burst per cycle at most).
         ar_valid = Signal()
@@ -155,24 +157,90 @@ class ReadPort(Elaboratable):
             m.d.sync += [ar_valid.eq(1), bus.araddr.eq(sel_addr), bus.arlen.eq(sel_len),
                          bus.arid.eq(grant)]
         for i in range(n):
-            if self.registered_requests:
-                m.d.comb += taken[i].eq(take & (grant == i))
-            else:
-                m.d.comb += self.requests[i].ready.eq(take & (grant == i))
+            m.d.comb += self.requests[i].ready.eq(take & (grant == i))
+        return Mux(take, sel_len + 1, 0)
 
-        # R: always ready; route by ID.
-        r_fire = bus.rvalid & bus.rready
-        m.d.comb += [bus.rready.eq(1), self.beat.eq(r_fire)]
-        for i in range(self.num_clients):
-            m.d.comb += [
-                self.responses[i].valid.eq(r_fire & (bus.rid == i)),
-                self.responses[i].data.eq(bus.rdata),
-                self.responses[i].last.eq(bus.rlast),
+    def _registered_arbiter(self, m):
+        """Per client: guard terms, guard verdict, queue; fixed priority among the queue
+        heads. Returns the beats issued this cycle (0 or the granted burst's)."""
+        bus = self.bus
+        aw = len(bus.araddr)
+        beat_bits = self.bytes_per_beat.bit_length() - 1
+        entry = data.StructLayout({"addr": aw, "len": 8, "beats": 9, "inside": 1})
+        heads, pops = [], []
+        for i, req in enumerate(self.requests):
+            queue = fifo.SyncFIFOBuffered(width=entry.size, depth=self.QUEUE_DEPTH)
+            m.submodules[f"queue{i}"] = queue
+            # the limits, registered: the buffer is [base, limit), and a burst's last beat
+            # may start at limit - bytes_per_beat at the latest
+            limit = Signal(aw + 1, name=f"guard_limit{i}")
+            last_end = Signal(signed(aw + 2), name=f"guard_last_end{i}")
+            m.d.sync += [limit.eq(self.guard_base[i] + self.guard_size[i]),
+                         last_end.eq(limit - self.bytes_per_beat)]
+            # credits: room in the two guard stages and the queue
+            room = Signal(range(self.QUEUE_DEPTH + 1), init=self.QUEUE_DEPTH, name=f"room{i}")
+            has_room = Signal(init=1, name=f"has_room{i}")
+            accept = req.valid & req.ready
+            pop = Signal(name=f"pop{i}")
+            m.d.comb += req.ready.eq(has_room)
+            m.d.sync += [room.eq(room - accept + pop),
+                         has_room.eq(Mux(accept & ~pop, room != 1, Mux(~accept & pop, 1, room != 0)))]
+            # stage 1: the guard's terms, one adder or comparator each
+            s1 = {k: Signal(w, name=f"g{i}_{k}", reset_less=True)
+                  for k, w in (("addr", aw), ("len", 8), ("beats", 9), ("end_m1", aw + 1),
+                               ("low", 1), ("crosses", 1))}
+            s1_valid = Signal(name=f"g{i}_valid")
+            addr, length = req.payload.addr, req.payload.len
+            m.d.sync += [
+                s1_valid.eq(accept), s1["addr"].eq(addr), s1["len"].eq(length),
+                s1["beats"].eq(length + 1),
+                s1["end_m1"].eq(addr + (length << beat_bits)),     # end - bytes_per_beat
+                s1["low"].eq(addr >= self.guard_base[i]),
+                s1["crosses"].eq(addr[:12] + (length << beat_bits) >
+                                 BOUNDARY_BYTES - self.bytes_per_beat),
             ]
-        m.d.comb += self.resp_error.eq(r_fire & (bus.rresp >= Resp.SLVERR))
-        issued = Mux(take, sel_len + 1, 0)
-        m.d.sync += self.outstanding.eq(self.outstanding + issued - r_fire)
-        return m
+            # stage 2: the verdict, into the queue
+            verdict = Signal(entry, name=f"g{i}_entry", reset_less=True)
+            verdict_valid = Signal(name=f"g{i}_verdict_valid")
+            m.d.sync += [
+                verdict_valid.eq(s1_valid), verdict.addr.eq(s1["addr"]),
+                verdict.len.eq(s1["len"]), verdict.beats.eq(s1["beats"]),
+                verdict.inside.eq(s1["low"] & ~s1["crosses"] &
+                                  (s1["end_m1"].as_signed() <= last_end)),
+            ]
+            m.d.comb += [queue.w_en.eq(verdict_valid), queue.w_data.eq(verdict),
+                         queue.r_en.eq(pop)]
+            heads.append((queue.r_rdy, data.View(entry, queue.r_data)))
+            pops.append(pop)
+
+        # fixed priority, one-hot: a client is granted when it has a head and no client
+        # before it has one
+        ar_valid = Signal()
+        ar_fire = bus.arvalid & bus.arready
+        ar_free = self.enable & (~ar_valid | ar_fire)
+        granted = [ready & ~Cat(*[r for r, _ in heads[:i]]).any() if i else ready
+                   for i, (ready, _) in enumerate(heads)]
+        takes = [g & head.inside & ar_free for g, (_, head) in zip(granted, heads)]
+        take = Cat(*takes).any()
+        m.d.comb += [
+            bus.arvalid.eq(ar_valid),
+            bus.arsize.eq(size_code(len(bus.rdata))),
+            bus.arburst.eq(Burst.INCR),
+            self.fault.eq(Cat(*[g & ~head.inside for g, (_, head) in zip(granted, heads)]).any()
+                          & self.enable),
+        ]
+        m.d.comb += [pop.eq(t) for pop, t in zip(pops, takes)]
+        with m.If(ar_fire):
+            m.d.sync += ar_valid.eq(0)
+        with m.If(take):
+            m.d.sync += [
+                ar_valid.eq(1),
+                bus.araddr.eq(_one_hot_select(takes, [h.addr for _, h in heads])),
+                bus.arlen.eq(_one_hot_select(takes, [h.len for _, h in heads])),
+                bus.arid.eq(_one_hot_select(takes, [Const(i, len(bus.arid))
+                                                    for i in range(len(heads))])),
+            ]
+        return _one_hot_select(takes, [h.beats for _, h in heads])
 
 
 class StreamReader(Elaboratable):
@@ -247,17 +315,20 @@ class StreamReader(Elaboratable):
 
         m.d.comb += [beats.w_en.eq(self.response.valid), beats.w_data.eq(self.response.data)]
 
-        # Unpack: one element per cycle.
+        # Unpack: one element per cycle. Whether elements are left and whether this is the
+        # last are flip-flops beside the count (no 32-bit compare before the FIFO's pop).
+        has_elems, last_elem = Signal(), Signal()
         m.d.comb += [
-            self.elements.valid.eq(beats.r_rdy & (elems_left != 0)),
+            self.elements.valid.eq(beats.r_rdy & has_elems),
             self.elements.payload.eq(beats.r_data.word_select(sel, self.elem_width)),
         ]
         with m.If(self.elements.valid & self.elements.ready):
-            m.d.sync += [elems_left.eq(elems_left - 1), sel.eq(sel + 1)]
-            with m.If((sel == per_beat - 1) | (elems_left == 1)):
+            m.d.sync += [elems_left.eq(elems_left - 1), sel.eq(sel + 1),
+                         has_elems.eq(~last_elem), last_elem.eq(elems_left == 2)]
+            with m.If((sel == per_beat - 1) | last_elem):
                 m.d.comb += pop.eq(1)
                 m.d.sync += sel.eq(0)
-        m.d.comb += [beats.r_en.eq(pop), self.done.eq(elems_left == 0)]
+        m.d.comb += [beats.r_en.eq(pop), self.done.eq(~has_elems)]
 
         with m.If(self.start):
             total_bytes = self.count * elem_bytes
@@ -265,7 +336,8 @@ class StreamReader(Elaboratable):
                 stale.eq(1),
                 next_addr.eq(self.base),
                 beats_left.eq((total_bytes + bpb - 1) >> (bpb.bit_length() - 1)),
-                elems_left.eq(self.count),
+                elems_left.eq(self.count), has_elems.eq(self.count != 0),
+                last_elem.eq(self.count == 1),
                 sel.eq(0),
             ]
         return m

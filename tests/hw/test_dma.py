@@ -165,4 +165,5 @@ def test_registered_slices_pass_one_request_per_cycle():
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    assert fired == [i * BPB for i in range(len(fired))] and len(fired) >= 37
+    # after the request pipeline fills (a few cycles), one burst every cycle
+    assert fired == [i * BPB for i in range(len(fired))] and len(fired) >= 40 - 6
