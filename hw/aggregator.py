@@ -3,17 +3,18 @@
 ``out[v] = reduce_{u in N(v)} w_uv * x[u]`` (sum / mean / max), bit-exact to
 :mod:`gnnweave.golden.aggregate` (read its docstring: it is the specification).
 
-Microarchitecture (one AXI4 manager port, reads and writes in flight at once)::
+Microarchitecture (one AXI4 manager port, reads and writes in flight at once); each box
+is a component of its own (``hw/aggregator_*.py``), wired with ``connect()``::
 
-    indptr ─┐  StreamReader x3   register   edge walk ──> RowAddress ──> row ids ──> row gather
-    indices ├─ (INCR bursts,  ──> slices ──>    │         (DSP tiles)               (bursts)
-    weights ┘   credits)                        └─> descriptors ─> ReciprocalPipe     │
+    indptr ─┐  StreamReader x3   register   EdgeWalk ──> RowAddress ──> row ids ──> RowGather
+    indices ├─ (INCR bursts,  ──> slices ──>    │        (DSP tiles)                (bursts)
+    weights ┘   credits)                        └─> descriptors ─> ReciprocalPipe      │
                                                                       │             row FIFO
     ConfigCheck (CHECK state, sequential)                        descriptor FIFO      │
-                                                                      └──> reduce: a/b, M, P
+                                                                      └──> Reduce: a/b, M, P
                                                                            registers, accumulate
                                                                            into 2 banks
-                                         WritePort (AW/W/B) <── OutputStage <── drain
+                                         WritePort (AW/W/B) <── OutputStage <── Drain
 
 * The edge walk follows the (clamped) row pointers, range-checks every index against
   the node count (an index ``>= N`` is skipped and counted: no read is issued for it),
@@ -31,7 +32,9 @@ Microarchitecture (one AXI4 manager port, reads and writes in flight at once)::
   registers (:class:`~.arith.PipelinedMultiplier`); rounding, saturation and narrowing
   have a stage each (:class:`~.aggregator_output.OutputStage`); addresses advance by
   adds; the configuration check runs over a few cycles (:mod:`.aggregator_check`);
-  datapath registers have no reset, only control state does.
+  control decisions start from flip-flops (register slices on every stream between
+  components, counter compares kept as flags set a cycle ahead, completion terms
+  registered); datapath registers have no reset, only control state does.
 * Every burst is checked against its configured buffer by the :class:`~.dma.ReadPort`
   guard and the configuration is checked before any traffic: no access leaves the
   buffers the host configured, whatever the memory contents.

@@ -127,14 +127,15 @@ class ConfigCheck(wiring.Component):
 
         # MULTIPLY: (N - 1) * stride, shift and add
         multiplier = reg(32, "multiplier")
+        multiplied = reg(1, "multiplied")     # multiplier == 0, a flip-flop beside it
         products = {name: reg(64, f"{name}_product") for name in ("feat", "out")}
         addends = {name: reg(64, f"{name}_addend") for name in ("feat", "out")}
         with m.If(step == _Step.ROUND):
-            m.d.sync += multiplier.eq(n_minus_1)
+            m.d.sync += [multiplier.eq(n_minus_1), multiplied.eq(n_minus_1 == 0)]
             for name in products:
                 m.d.sync += [products[name].eq(0), addends[name].eq(cfg[f"{name}_stride"])]
         with m.If(step == _Step.MULTIPLY):
-            m.d.sync += multiplier.eq(multiplier >> 1)
+            m.d.sync += [multiplier.eq(multiplier >> 1), multiplied.eq(multiplier[1:] == 0)]
             for name in products:
                 m.d.sync += [addends[name].eq(addends[name] << 1),
                              products[name].eq(products[name] + Mux(multiplier[0], addends[name], 0))]
@@ -160,7 +161,7 @@ class ConfigCheck(wiring.Component):
             with m.Case(_Step.ROUND):
                 m.d.sync += step.eq(_Step.MULTIPLY)
             with m.Case(_Step.MULTIPLY):
-                with m.If(multiplier == 0):
+                with m.If(multiplied):
                     m.d.sync += step.eq(_Step.NEED)
             with m.Case(_Step.NEED):
                 m.d.sync += step.eq(_Step.COMPARE)
