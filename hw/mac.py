@@ -424,22 +424,21 @@ class MacCore(wiring.Component):
         gap_zero = Signal(name="drain_gap_zero")
         reserve = Signal(range(R + 1), name="drain_reserve")      # taken a cycle late
         reserving = Signal(name="drain_reserving")
-        reserved = Signal(name="drain_reserved")                  # ... and a cycle after
         popped = Signal(name="drain_popped")                      # returned a cycle late
         m.d.sync += popped.eq(self.out.valid & self.out.ready)
         keep = run["acc_keep"]
-        # room for a whole tile (rows of the last band may be fewer: reserved exactly),
-        # compared a cycle late: not while a reservation is still on its way into it
-        room_q = Signal(name="drain_room_q")
-        m.d.sync += room_q.eq(credits >= R)
-        room = Signal(name="drain_room")
-        m.d.comb += room.eq(room_q & ~reserving & ~reserved)
-        tile_ok = gap_zero & (keep | room)
+        # a tile's last step may issue: the drain is spaced (gap) and has room for a whole
+        # tile (rows of the last band may be fewer: reserved exactly). A register, computed
+        # a cycle ahead from the credits of the cycle before, so it never counts on room a
+        # reservation still on its way into the counter takes.
+        tile_ok = Signal(name="drain_tile_ok")
         hold = self.hold if self.operand_hold else Const(0, 1)
         fire = Signal(name="fire")
         m.d.comb += fire.eq(run["issuing"] & ~hold & (~last_k | tile_ok))
         fire_last = fire & last_k
-        m.d.sync += [reserving.eq(fire_last & ~keep), reserved.eq(reserving), reserve.eq(rows_t),
+        m.d.sync += tile_ok.eq(Mux(fire_last, (R == 1) & keep,
+                                   (gap_zero | (gap == 1)) & (keep | ((credits >= R) & ~reserving))))
+        m.d.sync += [reserving.eq(fire_last & ~keep), reserve.eq(rows_t),
                      credits.eq(credits - Mux(reserving, reserve, 0) + popped)]
         with m.If(fire_last):
             m.d.sync += [gap.eq(R - 1), gap_zero.eq(R == 1)]
@@ -456,7 +455,7 @@ class MacCore(wiring.Component):
             n_last, n_cols = self.n <= C, Mux(self.n <= C, self.n, C)
             m.d.sync += [i0.eq(0), j0.eq(0), kk.eq(0), tj.eq(0), tile.eq(0), gap.eq(0),
                          gap_zero.eq(1), credits.eq(self.out_depth), reserving.eq(0),
-                         reserved.eq(0), room_q.eq(1),
+                         tile_ok.eq(1),
                          k_rem.eq(self.k - 1), m_left.eq(self.m), n_left.eq(self.n),
                          last_k.eq(self.k == 1), k_one.eq(self.k == 1), first.eq(1),
                          last_j.eq(n_last), cols_t.eq(n_cols), n_last0.eq(n_last), n_cols0.eq(n_cols),
@@ -686,9 +685,10 @@ class MacCore(wiring.Component):
         return regs
 
     def _round(self, m, run, stage, split_add, valid, meta, values, wide):
-        """Round half to even by ``shift`` in four stages: a coarse shift (multiples of 8)
-        with the dropped bits' half bit and rest reduced per byte, the fine shift with the
-        bytes' flags reduced, then the increment over two stages (low half, high half)."""
+        """Round half to even by ``shift`` in five stages: shifts by the multiple of 32,
+        of 8, then the rest (the dropped bits' half bit and rest reduced per byte in the
+        first, over the bytes in the second), then the increment over two stages (low
+        half, high half)."""
         C = self.cols
         nbytes = -(-wide // 8)
         # The masks of the dropped bits, (1 << shift - 1) - 1 and 1 << shift - 1, registered
@@ -711,26 +711,31 @@ class MacCore(wiring.Component):
                      round_half.eq(Cat(*[equal[i // 8] & (s_lo == i % 8) for i in range(wide)]))]
         round_on = Signal(name="round_on", reset_less=True)            # 0 < shift < wide
         m.d.sync += round_on.eq((shift != 0) & (shift < wide))
-        coarse_sel = self._fanout(m, shift[3:], C, "shift_hi")
+        top_sel = self._fanout(m, shift[5:], C, "shift_top")
+        mid_sel = self._fanout(m, shift[3:5], C, "shift_mid")
         fine_sel = self._fanout(m, shift[:3], C, "shift_lo")
         # shift >= wide: every lane rounds to 0 (one copy per lane)
         round_zero = self._fanout(m, shift >= wide, C, "round_zero")
-        # ---- R1: shift by the multiple of 8; dropped-bit flags per byte
+        # ---- R1: shift by the multiple of 32; dropped-bit flags per byte
         coarse, top_b, rest_b = [], [], []
         for c, value in enumerate(values):
-            coarse.append(Array([value >> (8 * h) for h in range(16)])[coarse_sel[c]])
+            coarse.append(Array([value >> (32 * h) for h in range(4)])[top_sel[c]])
             u = value.as_unsigned()
             top_b.append(Cat(*[(u[8 * b:8 * b + 8] & round_half[8 * b:8 * b + 8]).any()
                                for b in range(nbytes)]))
             rest_b.append(Cat(*[(u[8 * b:8 * b + 8] & round_low[8 * b:8 * b + 8]).any()
                                 for b in range(nbytes)]))
-        v1, meta1, x1 = stage(valid, meta, {"coarse": coarse, "top": top_b, "rest": rest_b})
-        # ---- R2: the remaining shift (0..7); the flags of all bytes
+        v0, meta0, x0 = stage(valid, meta, {"coarse": coarse, "top": top_b, "rest": rest_b})
+        # ---- R2: shift by the multiple of 8 within; the flags of all bytes
+        mid = [Array([x0["coarse"][c].as_signed() >> (8 * h) for h in range(4)])[mid_sel[c]]
+               for c in range(C)]
+        v1, meta1, x1 = stage(v0, meta0, {"coarse": mid, "top": [t.any() for t in x0["top"]],
+                                          "rest": [r.any() for r in x0["rest"]]})
+        # ---- R3: the remaining shift (0..7)
         kept = [Mux(round_zero[c], 0, Array([x1["coarse"][c].as_signed() >> f for f in range(8)])[fine_sel[c]])
                 for c in range(C)]
-        v2, meta2, x2 = stage(v1, meta1, {"kept": kept, "top": [t.any() for t in x1["top"]],
-                                          "rest": [r.any() for r in x1["rest"]]})
-        # ---- R3, R4: round half to even (the increment)
+        v2, meta2, x2 = stage(v1, meta1, {"kept": kept, "top": x1["top"], "rest": x1["rest"]})
+        # ---- R4, R5: round half to even (the increment)
         ups = [round_on & x2["top"][c] & (x2["rest"][c] | x2["kept"][c][0]) for c in range(C)]
         v3, meta3, _, rounded = split_add(v2, meta2, x2["kept"], ups, wide + 1, {})
         v4, meta4, x4 = stage(v3, meta3, {"rounded": rounded})
