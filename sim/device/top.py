@@ -43,6 +43,10 @@ def unit_busy_port(unit: int) -> str:
     return f"unit_busy_{unit}"
 
 
+def unit_reset_port(unit: int) -> str:
+    return f"unit_rst_n_{unit}"
+
+
 def _unit_domain(unit) -> str:
     return f"unit_{unit.name.lower()}"
 
@@ -71,13 +75,14 @@ def gated_accelerator(config: str):
             super().__init__(top)
             self.unit_clk = {u.unit: Signal(name=unit_clock_port(u.unit.value)) for u in units}
             self.unit_busy = {u.unit: Signal(name=unit_busy_port(u.unit.value)) for u in units}
+            self.unit_rst_n = {u.unit: Signal(name=unit_reset_port(u.unit.value)) for u in units}
 
         def elaborate(self, platform):
             m = super().elaborate(platform)
             for u in units:
                 cd = ClockDomain(_unit_domain(u.unit))
                 m.domains += cd
-                m.d.comb += [cd.clk.eq(self.unit_clk[u.unit]), cd.rst.eq(~self.ap_rst_n),
+                m.d.comb += [cd.clk.eq(self.unit_clk[u.unit]), cd.rst.eq(~self.unit_rst_n[u.unit]),
                              self.unit_busy[u.unit].eq(~u.core.idle | u.core.start)]
             return m
 
@@ -86,6 +91,7 @@ def gated_accelerator(config: str):
             for u in units:
                 ports[unit_clock_port(u.unit.value)] = (self.unit_clk[u.unit], PortDirection.Input)
                 ports[unit_busy_port(u.unit.value)] = (self.unit_busy[u.unit], PortDirection.Output)
+                ports[unit_reset_port(u.unit.value)] = (self.unit_rst_n[u.unit], PortDirection.Input)
             return ports
 
     return UnitClockedWrapper()
@@ -147,20 +153,32 @@ def sim_top_verilog(verilog_text: str, top: str = TOP) -> str:
     Likewise ``s_axi_control_araddr`` (the register read multiplexer hangs on it) reaches
     the core one cycle late: the harness's AXI4-Lite master presents the address a
     cycle before ARVALID (control-port timing only; the memory side is unchanged).
+
+    Each unit's reset (``unit_rst_n_<u>``) comes from a flip-flop of its own on the unit's
+    clock, fed like the top's: were it the top's, every unit's next-state logic would hang
+    on an ``ap_clk`` register and be evaluated at every ``ap_clk`` edge. The harness runs
+    every clock during reset and for a while after, so both flip-flops hold the same value.
     """
     ports = module_ports(verilog_text, top)
-    decls, conns = [], []
-    for direction, width, name in ports:
-        decls.append(f"  {direction} {width} {name};")
-        inner = {"ap_rst_n": "rst_n_q", "s_axi_control_araddr": "araddr_q"}.get(name, name)
-        conns.append(f"    .{name}({inner})")
-    names = ", ".join(n for _, _, n in ports)
+    resets = [n for _, _, n in ports if n.startswith(unit_reset_port(0)[:-1])]
+    outer = [p for p in ports if p[2] not in resets]
+    decls = [f"  {direction} {width} {name};" for direction, width, name in outer]
+    regs = []
+    for name in resets:
+        unit = int(name.rsplit("_", 1)[1])
+        regs += [f"  reg {name}_q = 1'b0;",
+                 f"  always @(posedge {unit_clock_port(unit)}) {name}_q <= ap_rst_n;"]
+    inner = {"ap_rst_n": "rst_n_q", "s_axi_control_araddr": "araddr_q",
+             **{name: f"{name}_q" for name in resets}}
+    conns = [f"    .{name}({inner.get(name, name)})" for _, _, name in ports]
+    names = ", ".join(n for _, _, n in outer)
     araddr_width = next(w for _, w, n in ports if n == "s_axi_control_araddr")
     return (f"module {SIM_TOP}({names});\n" + "\n".join(decls) + "\n"
             "  reg rst_n_q = 1'b0;\n"
             "  always @(posedge ap_clk) rst_n_q <= ap_rst_n;\n"
             f"  reg {araddr_width} araddr_q = 0;\n"
             "  always @(posedge ap_clk) araddr_q <= s_axi_control_araddr;\n"
+            + "".join(r + "\n" for r in regs) +
             f"  {top} dut (\n" + ",\n".join(conns) + "\n  );\nendmodule\n")
 
 

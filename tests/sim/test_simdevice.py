@@ -12,6 +12,9 @@ import os
 import numpy as np
 import pytest
 
+from gnnweave.contract import (
+    CTRL_OFFSET, GIE_OFFSET, IER_OFFSET, ISR_OFFSET, AggregatorStatus, CtrlBit, GieBit, IrqBit,
+)
 from gnnweave.golden.aggregate import Reduce, aggregate_raw
 from gnnweave.layout import AggregateJob
 from gnnweave.sim import device as simdevice
@@ -124,17 +127,17 @@ def test_memory_outside_the_buffer_is_recorded(native):
     native.set_memory(short, job.base_addr)
     for name, value in job.registers().items():
         simdevice.write_register(native, simdevice.regmap(CONFIG)[name], value)
-    native.reg_write(0x04, 1)
-    native.reg_write(0x08, 1)
-    native.reg_write(0x00, 1)
+    native.reg_write(GIE_OFFSET, GieBit.ENABLE.mask)
+    native.reg_write(IER_OFFSET, IrqBit.AP_DONE.mask)
+    native.reg_write(CTRL_OFFSET, CtrlBit.AP_START.mask)
     native.run_until_interrupt(200_000)
     assert native.interrupt
-    native.reg_write(0x0C, 1)
+    native.reg_write(ISR_OFFSET, IrqBit.AP_DONE.mask)
     faults = native.stats()["faults"]
     assert faults > 0 and "write" in native.first_fault() and "outside memory" in native.first_fault()
     assert np.all(backing[short.size:] == 0x5A), "the harness wrote past the memory array"
     status = simdevice.read_register(native, simdevice.regmap(CONFIG)["status"])
-    assert status & (1 << 4), "SLVERR on B must raise status.axi_error"
+    assert status & AggregatorStatus.AXI_ERROR, "SLVERR on B must raise status.axi_error"
     native.clear_faults()
 
 
@@ -144,11 +147,11 @@ def test_hung_memory_then_reset_and_rerun(native):
     native.set_read_stall(True)
     res = simdevice.run_job(job, latency=8, sim=native, config=CONFIG, max_cycles=20_000)
     assert res.timed_out
-    ctrl = native.reg_read(0x00)
-    assert not ctrl & 0x4, "a hung run must leave the engine busy (not idle)"
+    ctrl = native.reg_read(CTRL_OFFSET)
+    assert not ctrl & CtrlBit.AP_IDLE.mask, "a hung run must leave the engine busy (not idle)"
     native.set_read_stall(False)
     native.reset()
-    assert native.reg_read(0x00) & 0x4, "idle after reset"
+    assert native.reg_read(CTRL_OFFSET) & CtrlBit.AP_IDLE.mask, "idle after reset"
     job2 = random_graph_job(rng, 50, 3.0, 12, SUM, False, base_addr=0x2_0000_0000)
     check(job2, simdevice.run_job(job2, latency=8, sim=native, config=CONFIG), "after reset")
 
@@ -231,7 +234,6 @@ def test_idle_units_get_no_clock_edges(native):
     assert got[0] >= res.cycles
     for idle in (1, 2):
         assert got[idle] <= writes * 80 < res.cycles, (idle, got, res.cycles)
-    assert unit_values(simdevice.simulated_top(CONFIG)[0].read_text()) == [0, 1, 2]
 
 
 def _unit_mix(gated: bool) -> dict:
