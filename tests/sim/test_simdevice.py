@@ -220,7 +220,6 @@ def test_build_cache_key_names_the_cpu(monkeypatch):
 def test_idle_units_get_no_clock_edges(native):
     """During an Aggregator job the MacArray's and the Pipeline's clocks stop: they get
     edges only in the wake margin after each register write, not for the job's cycles."""
-    from gnnweave.sim.device.top import unit_values
     units = set(native.unit_edges())
     assert units == {0, 1, 2}, f"the small build's units: {sorted(units)}"
     rng = np.random.default_rng(21)
