@@ -504,7 +504,8 @@ class _Program:
     def _need(self, bound: float) -> np.ndarray:
         """[pairs]: the least slot capacity (r s_c) on which each pair's stage fits ``bound``."""
         tol = np.float32(min(bound * (1.0 + 1e-9), 3e38))
-        too_slow = (self.pair_own32 > tol).sum(axis=1)
+        slow = (self.pair_own32 > tol).view(np.uint8)
+        too_slow = slow.sum(axis=1, dtype=np.uint8 if self.T < 256 else np.int64)
         return self.pair_need[np.arange(too_slow.size), too_slow].astype(np.float64)
 
     def relaxed(self, bound: float, before: bool = True):
@@ -518,19 +519,20 @@ class _Program:
 
         if self.chain:
             return self._chain_relaxed(bound, before)
-        need = self._need(bound)
         S = self.S
-
-        def graph(order, src, dst):   # pairs already sorted by src in this order
-            w = need[order]
-            ok = np.isfinite(w)
-            ptr = np.concatenate([[0], np.cumsum(np.bincount(src[order][ok], minlength=S))])
-            return csr_matrix((w[ok], dst[order][ok], ptr), shape=(S, S))
-
-        after = dijkstra(graph(self.by_col, self.pair_k, self.pair_j), indices=S - 1)
-        ahead = (dijkstra(graph(slice(None), self.pair_j, self.pair_k), indices=0)
-                 if before else None)
-        return after, ahead
+        if not hasattr(self, "_graphs"):   # the pairs as edges, both ways; weights per bound
+            zeros = np.zeros(self.pair_j.size)
+            self._graphs = (csr_matrix((zeros, self.pair_k, self.row_start), shape=(S, S)),
+                            csr_matrix((zeros.copy(), self.pair_j[self.by_col], self.col_start),
+                                       shape=(S, S)))
+        ahead_g, after_g = self._graphs
+        need = self._need(bound)            # INF: no edge
+        after_g.data[:] = need[self.by_col]
+        after = dijkstra(after_g, indices=S - 1)
+        if not before:
+            return after, None
+        ahead_g.data[:] = need
+        return after, dijkstra(ahead_g, indices=0)
 
     def relaxed_need(self, bound: float) -> float:
         """The capacity the whole model needs under ``bound`` (relaxation, INF: none)."""
