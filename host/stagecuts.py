@@ -197,8 +197,14 @@ def pipedream_cuts(graph: LayerGraph, limit: int = 50000) -> CutSpace:
             mask |= extra[a]
         return mask
 
-    def deaugment(nodes: int) -> int:
-        return sum(1 << u for u in _bits(nodes) if not desc[u] & nodes)
+    def deaugment(nodes: int) -> int:   # keep the nodes none of whose descendants is there
+        out, rest = nodes, nodes
+        while rest:
+            low = rest & -rest
+            if desc[low.bit_length() - 1] & nodes:
+                out ^= low
+            rest ^= low
+        return out
 
     def downset(antichain: int) -> int:
         mask = antichain
