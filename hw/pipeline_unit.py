@@ -80,6 +80,7 @@ from amaranth.lib.memory import Memory
 
 from .axi import UnitCore, unit_bus
 from .dma import ReadPort, WritePort, beats_to_boundary
+from .pipeline_writer import BandWriter, WriteCompletion
 from .mac import MAC_INPUT_WIDTH, MacBusParams
 from .serial_multiply import SerialMultiplier
 from .pipeline import STAGE_COUNTERS, Pipeline
@@ -430,8 +431,11 @@ class PipelineUnitCore(UnitCore):
         # ---- datapath (reset at the start of every run) ----------------------------------
         dp = Module()
         read_port = ReadPort(self.bus, num_clients=3)      # 0 weights, 1 grad, 2 act
-        write_port = WritePort(self.bus, beat_depth=16, address_depth=16)
-        markers = fifo.SyncFIFOBuffered(width=1, depth=32)  # per queued write: a logits mb ends
+        # single beats in, INCR bursts out (consecutive beats joined, up to max_burst)
+        write_port = WritePort(self.bus, beat_depth=16, address_depth=16,
+                               coalesce=c.max_burst >= 2, max_burst=max(c.max_burst, 2))
+        # which logits microbatches are in memory (write responses cover their last beat)
+        markers = WriteCompletion()
         rd = dict(addr_width=aw, bus_width=c.bus_width, max_burst=c.max_burst,
                   fifo_beats=c.fifo_beats)
         w_reader = RowReader(read_port.requests[0], read_port.responses[0], **rd)
@@ -578,40 +582,34 @@ class PipelineUnitCore(UnitCore):
         # ---- writes: logits (act_out), dX (grad_out), stored weights -----------------------
         status = self.stat["status"]
         write_fault = Signal()
-        can_push = write_port.address.w_rdy & write_port.beats.w_rdy & markers.w_rdy
+        can_push = write_port.address.w_rdy & write_port.beats.w_rdy & markers.room
 
-        # the Pipeline's output streams end in small FIFOs: their ready is a register, and
-        # the address and guard logic below starts from registers (not from the core)
-        seg_layout = pipe.act_out.payload.shape()
+        # the Pipeline's output streams end in band writers: each collects a band of rows
+        # (the cores emit tile by tile) and sends it row by row, so a row's beats are
+        # consecutive and join into bursts; their ready and beats are registers
+        def band_writer(port, cols, name):
+            w = BandWriter(lanes=L, index_bits=len(port.payload.row), bus_width=c.bus_width,
+                           max_cols=c.max_out if name == "logits" else c.max_in)
+            dp.submodules[f"{name}_band"] = w
+            dp.d.comb += [w.rows.eq(rows), w.cols.eq(cols),
+                          w.segments.payload.eq(port.payload), w.segments.valid.eq(port.valid & train_run),
+                          port.ready.eq(w.segments.ready & train_run)]
+            return w
 
-        def out_fifo(port, name):
-            q = fifo.SyncFIFOBuffered(width=seg_layout.size, depth=4)
-            dp.submodules[f"{name}_fifo"] = q
-            dp.d.comb += [q.w_data.eq(port.payload.as_value()), q.w_en.eq(port.valid & train_run),
-                          port.ready.eq(q.w_rdy & train_run)]
-            return q, data.View(seg_layout, q.r_data)
+        lg_w = band_writer(pipe.act_out, d_last, "logits")
+        dx_w = band_writer(pipe.grad_out, d_first, "dx")
+        lg_pl, dx_pl = lg_w.beats.payload, dx_w.beats.payload
 
-        lg_q, lg_pl = out_fifo(pipe.act_out, "logits")
-        dx_q, dx_pl = out_fifo(pipe.grad_out, "dx")
-
-        def segment_write(pl, mb_base, buf):
-            name = buf
-            addr = Signal(aw + 40, name=f"{name}_beat_addr")
-            col_bytes = Signal(32, name=f"{name}_col_bytes")
-            dp.d.comb += col_bytes.eq(pl.col * ELEM_BYTES)
+        def beat_write(pl, mb_base, buf):
+            addr = Signal(aw + 40, name=f"{buf}_beat_addr")
             row_off = sizes.row_offset(dp, buf, pl.row)
-            dp.d.comb += addr.eq(mb_base + row_off + (col_bytes & ~Const(align, 32)))
-            lane_off = pl.col[:(epb - 1).bit_length()]
-            seg = Signal(L * MAC_INPUT_WIDTH, name=f"{name}_seg")
-            dp.d.comb += seg.eq(pl.data.as_value())
-            strb = Signal(2 * L, name=f"{name}_strb")
-            dp.d.comb += strb.eq((Const(1, 2 * L + 1) << (pl.count * ELEM_BYTES)) - 1)
-            return addr, seg << (lane_off * MAC_INPUT_WIDTH), strb << (lane_off * ELEM_BYTES)
+            dp.d.comb += addr.eq(mb_base + row_off + (pl.beat << beat_bits))
+            return addr, pl.data, pl.strb
 
         lg_base = Signal(aw + 40)
-        lg_addr, lg_data, lg_strb = segment_write(lg_pl, lg_base, "logits")
-        _, dx_base = backward_order(dx_q.r_en & dx_pl.last, "dx_order", "dx")
-        dx_addr, dx_data, dx_strb = segment_write(dx_pl, dx_base, "dx")
+        lg_addr, lg_data, lg_strb = beat_write(lg_pl, lg_base, "logits")
+        _, dx_base = backward_order(dx_w.beats.valid & dx_w.beats.ready & dx_pl.last, "dx_order", "dx")
+        dx_addr, dx_data, dx_strb = beat_write(dx_pl, dx_base, "dx")
         dx_on = cfg["dx_addr"] != 0
         word_bytes = Signal(32)
         dp.d.comb += word_bytes.eq(sw_word * (L * MASTER_BYTES))
@@ -627,8 +625,8 @@ class PipelineUnitCore(UnitCore):
         def inside(addr, buf):
             return (addr >= cfg[f"{buf}_addr"]) & (addr + bpb <= sizes.end[buf])
 
-        want_lg = train_run & lg_q.r_rdy
-        want_dx = train_run & ~lg_q.r_rdy & dx_q.r_rdy & dx_on
+        want_lg = train_run & lg_w.beats.valid
+        want_dx = train_run & ~lg_w.beats.valid & dx_w.beats.valid & dx_on
         want_st = store_valid
         ok_lg, ok_dx, ok_st = inside(lg_addr, "logits"), inside(dx_addr, "dx"), inside(st_addr, "w")
         push = Signal()
@@ -638,14 +636,14 @@ class PipelineUnitCore(UnitCore):
         with dp.If(want_lg):
             dp.d.comb += [wr_addr.eq(lg_addr), wr_data.eq(lg_data), wr_strb.eq(lg_strb),
                           push.eq(can_push & ok_lg & ~write_fault),
-                          markers.w_data.eq(lg_pl.last),
-                          lg_q.r_en.eq(can_push & ok_lg & ~write_fault)]
+                          markers.mark.eq(lg_pl.last),
+                          lg_w.beats.ready.eq(can_push & ok_lg & ~write_fault)]
             with dp.If(~ok_lg):
                 dp.d.sync += write_fault.eq(1)
         with dp.Elif(want_dx):
             dp.d.comb += [wr_addr.eq(dx_addr), wr_data.eq(dx_data), wr_strb.eq(dx_strb),
                           push.eq(can_push & ok_dx & ~write_fault),
-                          dx_q.r_en.eq(can_push & ok_dx & ~write_fault)]
+                          dx_w.beats.ready.eq(can_push & ok_dx & ~write_fault)]
             with dp.If(~ok_dx):
                 dp.d.sync += write_fault.eq(1)
         with dp.Elif(want_st):
@@ -655,16 +653,15 @@ class PipelineUnitCore(UnitCore):
                 dp.d.sync += write_fault.eq(1)
         # dX of a run without a dx buffer: taken and dropped
         with dp.If(train_run & ~dx_on):
-            dp.d.comb += dx_q.r_en.eq(dx_q.r_rdy)
+            dp.d.comb += dx_w.beats.ready.eq(1)
         # single-beat bursts (len 0, last 1); Cat in the layouts' field order
         dp.d.comb += [write_port.address.w_data.eq(Cat(wr_addr, Const(0, 8))),
                       write_port.address.w_en.eq(push),
                       write_port.beats.w_data.eq(Cat(wr_data, wr_strb, Const(1, 1))),
-                      write_port.beats.w_en.eq(push),
-                      markers.w_en.eq(push)]
+                      write_port.beats.w_en.eq(push), markers.push.eq(push)]
 
         # logits position: microbatches leave the last stage in order
-        with dp.If(lg_q.r_en & lg_pl.last):
+        with dp.If(lg_w.beats.valid & lg_w.beats.ready & lg_pl.last):
             dp.d.sync += lg_base.eq(lg_base + sizes.mb_bytes["logits"])
         with dp.If(first):
             dp.d.sync += [lg_base.eq(cfg["logits_addr"]), sw_row_addr.eq(cfg["w_addr"])]
@@ -678,12 +675,14 @@ class PipelineUnitCore(UnitCore):
                     dp.d.sync += [sw_word.eq(0), sw_row.eq(sw_row + 1),
                                   sw_row_addr.eq(sw_row_addr + cfg["w_stride"])]
 
-        # write responses: in order (one ID); a marked one completes a microbatch's logits
-        b_fire = self.bus.bvalid & self.bus.bready
+        # write responses: in order (one ID), each for the burst of the AW before it; a
+        # microbatch's logits are in once the responses cover the beats up to its last
+        bus = self.bus
+        dp.d.comb += [markers.aw_fire.eq(bus.awvalid & bus.awready), markers.aw_len.eq(bus.awlen),
+                      markers.b_fire.eq(bus.bvalid & bus.bready)]
         logits_done = self.stat["logits_done"]
-        dp.d.comb += markers.r_en.eq(b_fire)
         logits_b = Signal()
-        dp.d.comb += logits_b.eq(b_fire & markers.r_rdy & markers.r_data[0])
+        dp.d.comb += logits_b.eq(markers.completed)
 
         # ---- configuration check -------------------------------------------------------
         weights_checks = [sel >= K, sel_d_in == 0, sel_d_in > c.max_in, sel_d_out == 0, sel_d_out > c.max_out,
@@ -764,7 +763,7 @@ class PipelineUnitCore(UnitCore):
                 with m.Elif(finished):
                     m.next = "DRAIN"
             with m.State("DRAIN"):
-                with m.If(write_port.idle):
+                with m.If(write_port.idle & ~lg_w.pending & ~dx_w.pending):
                     m.next = "FINISH"
             with m.State("ABORT"):
                 # nothing new is issued; once the traffic in flight is in, the Pipeline (which

@@ -319,9 +319,10 @@ if cocotb is not None:
         write_beats = sum(b.beats for b in res["bursts"] if b.kind == "write")
         assert cnt["read_beats"] == read_beats and cnt["write_beats"] == write_beats
         sat = sum(cnt[f"s{s}_saturations"] for s in range(problem.stages))
+        write_bursts = sum(1 for b in res["bursts"] if b.kind == "write")
         return {"match": True, "cycles": cnt["cycles"], "busy_cycles": cnt["busy_cycles"],
                 "grad_wait_cycles": cnt["grad_wait_cycles"], "stall_cycles": cnt["stall_cycles"],
-                "read_beats": read_beats, "write_beats": write_beats,
+                "read_beats": read_beats, "write_beats": write_beats, "write_bursts": write_bursts,
                 "saturations": sat, "golden_saturations": int(sum(trace.saturations))}
 
     @cocotb.test()

@@ -18,6 +18,8 @@ def test_train_every_schedule_bit_exact_under_backpressure():
         # the unit waited for the host's gradients at least once (the doorbell gates reads)
         assert r["grad_wait_cycles"] > 0, (sched, r)
         assert r["stall_cycles"] > 0, (sched, r)     # the pauses reached the unit
+        # rows leave whole and consecutive rows join: INCR bursts, not single beats
+        assert r["write_beats"] >= 2 * r["write_bursts"], (sched, r)
     assert res["1f1b-flush"]["dx_written"] is False and res["gpipe"]["dx_written"] is True
 
 

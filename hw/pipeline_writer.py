@@ -1,0 +1,180 @@
+"""Row-major beats from a MAC core's tile-ordered output, so the writes form INCR bursts.
+
+A :class:`~.mac.MacCore` emits its result row segment by row segment in tile order: a
+band of ``lanes`` rows, within it tile by tile, within a tile row by row. Neighbouring
+segments are different rows, so written as they come every beat is a burst of its own
+(and a ``lanes``-element segment fills only part of a beat). :class:`BandWriter` collects
+a band in one of two banks and, while the next band arrives in the other, reads it out
+row by row, beat by beat: consecutive addresses, which
+:class:`~.dma.WritePort` ``(coalesce=True)`` joins into bursts.
+"""
+from __future__ import annotations
+
+from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .mac import MAC_INPUT_WIDTH, output_layout
+
+
+def band_beat_layout(index_bits: int, beat_index_bits: int, bus_width: int) -> data.StructLayout:
+    """One beat of :class:`BandWriter`: its row and beat within the row, data, byte strobes,
+    and ``last`` on the final beat of the microbatch."""
+    return data.StructLayout({"row": index_bits, "beat": beat_index_bits, "data": bus_width,
+                              "strb": bus_width // 8, "last": 1})
+
+
+class BandWriter(wiring.Component):
+    """Tile-ordered row segments (``segments``, :func:`~.mac.output_layout` of ``lanes``
+    columns) of a ``rows x cols`` microbatch -> its beats in row-major order (``beats``,
+    :func:`band_beat_layout`).
+
+    ``rows`` and ``cols`` (``1..max_cols``) are steady while a microbatch passes. A band
+    (``lanes`` rows, fewer in the last) is complete with its last row's segment at the
+    last column; its beats leave one per cycle (``ready`` permitting), row by row, the
+    last beat of a row with WSTRB covering only the row's elements. ``segments.ready`` is
+    low only while both banks hold a band that has not left: a band takes one segment of
+    ``lanes`` elements per cycle and leaves one beat of ``bus_width / 16`` a cycle, so with
+    ``rows`` a multiple of ``lanes`` a steady stream never waits; a shorter last band may
+    wait for the band before it to leave. ``pending``: a band is held or leaving.
+    """
+
+    def __init__(self, *, lanes: int, index_bits: int, max_cols: int, bus_width: int):
+        epb = bus_width // MAC_INPUT_WIDTH
+        if lanes < 1 or lanes & (lanes - 1) or epb % lanes or max_cols % lanes:
+            raise ValueError(f"BandWriter: lanes ({lanes}) must be a power of two dividing the "
+                             f"beat's {epb} elements and max_cols ({max_cols})")
+        self.lanes, self.index_bits, self.bus_width = lanes, index_bits, bus_width
+        self.epb = epb
+        #: beats of the widest row
+        self.row_beats = max(-(-max_cols // epb), 1)
+        self.beat_bits = max((self.row_beats - 1).bit_length(), 1)
+        super().__init__({
+            "rows": In(index_bits), "cols": In(index_bits),
+            "segments": In(stream.Signature(output_layout(lanes, index_bits, MAC_INPUT_WIDTH))),
+            "beats": Out(stream.Signature(band_beat_layout(index_bits, self.beat_bits, bus_width))),
+            "pending": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        L, epb, RB = self.lanes, self.epb, self.row_beats
+        lb = L.bit_length() - 1
+        bpb = self.bus_width // 8
+        seg = self.segments.payload
+        seg_bits = L * MAC_INPUT_WIDTH
+        row_slots = L * RB                       # beats of one band
+        mem = Memory(shape=self.bus_width, depth=2 * row_slots, init=[])
+        m.submodules.bands = mem
+        wp = mem.write_port(granularity=seg_bits)
+        rp = mem.read_port()
+
+        # per-run constants (the configuration is steady): beats per row - 1, the last
+        # beat's strobes, rows - 1
+        beats_last = Signal(self.beat_bits, name="band_beats_last", reset_less=True)
+        strb_last = Signal(bpb, name="band_strb_last", reset_less=True)
+        rows_last = Signal(self.index_bits, name="band_rows_last", reset_less=True)
+        row_bytes = self.cols * (MAC_INPUT_WIDTH // 8)
+        tail_bytes = Signal(range(bpb + 1), name="band_tail_bytes")   # bytes of a row's last beat
+        m.d.comb += tail_bytes.eq(((row_bytes - 1) & (bpb - 1)) + 1)
+        m.d.sync += [beats_last.eq((row_bytes - 1) // bpb), rows_last.eq(self.rows - 1),
+                     strb_last.eq((Const(1, bpb + 1) << tail_bytes) - 1)]
+
+        # ---- fill: bank `fill` takes segments; full[b]: bank b holds a complete band
+        fill = Signal()
+        full = [Signal(name=f"band{b}_full") for b in (0, 1)]
+        band_row0 = [Signal(self.index_bits, name=f"band{b}_row0", reset_less=True) for b in (0, 1)]
+        band_rows = [Signal(range(L + 1), name=f"band{b}_rows", reset_less=True) for b in (0, 1)]
+        band_last = [Signal(name=f"band{b}_last", reset_less=True) for b in (0, 1)]
+        fill_full = Mux(fill, full[1], full[0])
+        take = self.segments.valid & ~fill_full
+        m.d.comb += self.segments.ready.eq(~fill_full)
+        in_row = seg.row[:lb] if lb else Const(0, 1)
+        word = seg.col >> (epb.bit_length() - 1)              # beat within the row
+        lane = (seg.col >> lb)[:max((epb // L - 1).bit_length(), 1)] if epb > L else Const(0, 1)
+        m.d.comb += [wp.addr.eq(((fill * L + in_row) * RB) + word), wp.data.eq(seg.data.as_value() << (lane * seg_bits)),
+                     wp.en.eq(Mux(take, 1 << lane, 0))]
+        band_end = ((in_row == L - 1) | (seg.row == rows_last)) & (seg.col + L >= self.cols)
+        band_in = take & band_end
+        with m.If(band_in):
+            m.d.sync += fill.eq(~fill)
+            for b in (0, 1):
+                with m.If(fill == b):
+                    m.d.sync += [band_row0[b].eq(seg.row - in_row), band_rows[b].eq(in_row + 1),
+                                 band_last[b].eq(seg.last)]
+
+        # ---- drain: bank `out` row r, beat k -> the output register (the read latency)
+        out = Signal()
+        r, k = Signal(range(L), name="band_out_row"), Signal(self.beat_bits, name="band_out_beat")
+        valid = Signal()
+        advance = ~valid | self.beats.ready
+        have = Mux(out, full[1], full[0])
+        pl = self.beats.payload
+        meta_row = Signal(self.index_bits, name="band_beat_row", reset_less=True)
+        meta_beat = Signal(self.beat_bits, name="band_beat_index", reset_less=True)
+        meta_strb = Signal(bpb, name="band_beat_strb", reset_less=True)
+        meta_last = Signal(name="band_beat_last", reset_less=True)
+        row_end = k == beats_last
+        cur_rows = Mux(out, band_rows[1], band_rows[0])
+        band_done = row_end & (r + 1 == cur_rows)
+        m.d.comb += [rp.addr.eq((out * L + r) * RB + k), rp.en.eq(advance)]
+        with m.If(advance):
+            m.d.sync += valid.eq(have)
+            with m.If(have):
+                m.d.sync += [meta_row.eq(Mux(out, band_row0[1], band_row0[0]) + r), meta_beat.eq(k),
+                             meta_strb.eq(Mux(row_end, strb_last, (1 << bpb) - 1)),
+                             meta_last.eq(band_done & Mux(out, band_last[1], band_last[0])),
+                             k.eq(k + 1)]
+                with m.If(row_end):
+                    m.d.sync += [k.eq(0), r.eq(r + 1)]
+                    with m.If(band_done):
+                        m.d.sync += [r.eq(0), out.eq(~out)]
+        band_out = advance & have & band_done
+        for b in (0, 1):
+            # a bank is set when its band is in and cleared when it left (never both at once:
+            # the one filled is not full, the one leaving is)
+            m.d.sync += full[b].eq((full[b] | (band_in & (fill == b))) & ~(band_out & (out == b)))
+        m.d.comb += [self.beats.valid.eq(valid), pl.row.eq(meta_row), pl.beat.eq(meta_beat),
+                     pl.data.eq(rp.data), pl.strb.eq(meta_strb), pl.last.eq(meta_last),
+                     self.pending.eq(valid | full[0] | full[1])]
+        return m
+
+
+class WriteCompletion(wiring.Component):
+    """Which microbatches' writes are in memory, when a write port joins single beats into
+    bursts: a write response covers the burst whose AW it answers (one ID, in order).
+
+    ``push`` counts every beat the client queues; ``mark`` (with ``push``) flags a beat
+    that completes a microbatch. ``aw_fire``/``aw_len`` and ``b_fire`` are the bus's
+    handshakes. ``completed`` pulses once per marked beat, in order, once the responses
+    cover every beat up to it. ``room`` is low while ``track`` beats wait for their
+    response (or ``marks`` marked ones for their turn): then the client must not push, so
+    neither queue overflows."""
+
+    def __init__(self, *, track: int = 64, marks: int = 32):
+        self.track, self.marks = track, marks
+        super().__init__({
+            "push": In(1), "mark": In(1), "aw_fire": In(1), "aw_len": In(8), "b_fire": In(1),
+            "completed": Out(1), "room": Out(1),
+        })
+
+    def elaborate(self, platform):
+        from amaranth.lib import fifo
+        m = Module()
+        pushed = Signal(32, name="beats_pushed")
+        acked = Signal(32, name="beats_acked")
+        bursts = fifo.SyncFIFO(width=9, depth=self.track)        # beats of each burst on AW
+        marks = fifo.SyncFIFOBuffered(width=32, depth=self.marks)  # beats pushed at each mark
+        m.submodules.bursts, m.submodules.marks = bursts, marks
+        m.d.comb += [bursts.w_en.eq(self.aw_fire), bursts.w_data.eq(self.aw_len + 1),
+                     bursts.r_en.eq(self.b_fire),
+                     marks.w_en.eq(self.push & self.mark), marks.w_data.eq(pushed + 1)]
+        m.d.sync += pushed.eq(pushed + self.push)
+        with m.If(self.b_fire):
+            m.d.sync += acked.eq(acked + bursts.r_data)
+        # acked >= mark, in modular arithmetic (the counters are never 2**31 apart)
+        covered = (acked - marks.r_data)[31] == 0
+        m.d.comb += [self.completed.eq(marks.r_rdy & covered), marks.r_en.eq(self.completed),
+                     self.room.eq(marks.w_rdy & ((pushed - acked)[:32] < self.track))]
+        return m

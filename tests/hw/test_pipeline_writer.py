@@ -1,0 +1,159 @@
+"""BandWriter (Amaranth simulator): tile-ordered row segments in, row-major beats out,
+every element and strobe checked against the matrix that went in."""
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from gnnweave.hw.pipeline_writer import BandWriter
+
+L, BUS = 4, 128
+EPB = BUS // 16
+
+
+def tile_order(rows, cols, lanes=L):
+    """The MacCore's output order: bands of ``lanes`` rows, tiles of ``lanes`` columns."""
+    for i0 in range(0, rows, lanes):
+        for j0 in range(0, cols, lanes):
+            for r in range(i0, min(i0 + lanes, rows)):
+                yield r, j0, min(lanes, cols - j0), r == rows - 1 and j0 + lanes >= cols
+
+
+def run(mats, *, rows, cols, ready_gaps=0.0, seed=0, max_cols=16):
+    dut = BandWriter(lanes=L, index_bits=8, max_cols=max_cols, bus_width=BUS)
+    rng = np.random.default_rng(seed)
+    segs = [(mb, r, c0, n, last) for mb in range(len(mats)) for r, c0, n, last in tile_order(rows, cols)]
+    beats, stalls = [], 0
+
+    async def bench(ctx):
+        nonlocal stalls
+        ctx.set(dut.rows, rows)
+        ctx.set(dut.cols, cols)
+        await ctx.tick()
+        await ctx.tick()
+        i = 0
+        for _ in range(20 * len(segs) + 100):
+            if i < len(segs):
+                mb, r, c0, n, last = segs[i]
+                vals = [int(v) & 0xFFFF for v in mats[mb][r, c0:c0 + n]] + [0] * (L - n)
+                ctx.set(dut.segments.valid, 1)
+                ctx.set(dut.segments.payload.row, r)
+                ctx.set(dut.segments.payload.col, c0)
+                ctx.set(dut.segments.payload.count, n)
+                ctx.set(dut.segments.payload.last, last)
+                ctx.set(dut.segments.payload.data.as_value(), sum(v << (16 * k) for k, v in enumerate(vals)))
+            else:
+                ctx.set(dut.segments.valid, 0)
+            ready = int(rng.random() >= ready_gaps)
+            ctx.set(dut.beats.ready, ready)
+            if i < len(segs):
+                if ctx.get(dut.segments.ready):
+                    i += 1
+                else:
+                    stalls += 1
+            if ctx.get(dut.beats.valid) and ready:
+                pl = dut.beats.payload
+                beats.append((ctx.get(pl.row), ctx.get(pl.beat), ctx.get(pl.data), ctx.get(pl.strb),
+                              ctx.get(pl.last)))
+            await ctx.tick()
+            if i == len(segs) and not ctx.get(dut.pending):
+                break
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return beats, stalls
+
+
+def check(mats, beats, rows, cols):
+    row_beats = -(-cols // EPB)
+    assert len(beats) == len(mats) * rows * row_beats
+    it = iter(beats)
+    for mb, mat in enumerate(mats):
+        for r in range(rows):
+            for k in range(row_beats):
+                row, beat, word, strb, last = next(it)
+                assert (row, beat) == (r, k), (mb, r, k)
+                n = min(EPB, cols - k * EPB)
+                assert strb == (1 << (2 * n)) - 1, (mb, r, k)
+                got = [(word >> (16 * e)) & 0xFFFF for e in range(n)]
+                assert got == [int(v) & 0xFFFF for v in mat[r, k * EPB:k * EPB + n]], (mb, r, k)
+                assert last == (r == rows - 1 and k == row_beats - 1)
+
+
+@pytest.mark.parametrize("rows,cols", [(8, 16), (6, 12), (1, 4), (5, 16)])
+def test_row_major_beats_bit_exact(rows, cols):
+    rng = np.random.default_rng(rows * 100 + cols)
+    mats = [rng.integers(-2**15, 2**15, (rows, cols)) for _ in range(3)]
+    beats, stalls = run(mats, rows=rows, cols=cols)
+    check(mats, beats, rows, cols)
+    # full bands leave faster than they fill: a steady stream never waits
+    if rows % L == 0:
+        assert stalls == 0
+
+
+def test_row_major_beats_under_backpressure():
+    rng = np.random.default_rng(7)
+    mats = [rng.integers(-2**15, 2**15, (7, 16)) for _ in range(3)]
+    beats, stalls = run(mats, rows=7, cols=16, ready_gaps=0.6, seed=3)
+    check(mats, beats, 7, 16)
+    assert stalls > 0          # the banks filled up: the input waited, nothing was lost
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_bad_lanes():
+    with pytest.raises(ValueError, match=r"lanes \(3\) must be a power of two"):
+        BandWriter(lanes=3, index_bits=8, max_cols=16, bus_width=128)
+
+
+def test_write_completion_follows_the_responses():
+    """Beats joined into bursts of random length, AW and B after random delays: each
+    marked beat completes only once the response of its burst is in, and promptly."""
+    from gnnweave.hw.pipeline_writer import WriteCompletion
+    dut = WriteCompletion(track=16, marks=4)
+    rng = np.random.default_rng(4)
+    n = 120
+    marked = set(int(i) for i in rng.choice(n, 20, replace=False))
+    result = {"completions": [], "b_cycle": {}}
+
+    async def bench(ctx):
+        pushed, bursts, formed, cycle = 0, [], 0, 0      # bursts: [first, last, aw_at, b_at]
+        while len(result["completions"]) < len(marked) and cycle < 5000:
+            push = pushed < n and ctx.get(dut.room) and rng.random() < 0.7
+            ctx.set(dut.push, int(push))
+            ctx.set(dut.mark, int(push and pushed in marked))
+            if push:
+                pushed += 1
+            # close a burst of the beats pushed so far (1..5 beats)
+            if pushed - formed >= rng.integers(1, 6) or (pushed == n and pushed > formed):
+                bursts.append([formed, pushed - 1, cycle + int(rng.integers(1, 4)), None])
+                formed = pushed
+            aw = next((b for b in bursts if b[3] is None), None)      # AWs in order
+            aw = aw if aw is not None and aw[2] <= cycle else None
+            ctx.set(dut.aw_fire, int(aw is not None))
+            if aw is not None:
+                ctx.set(dut.aw_len, aw[1] - aw[0])
+                aw[3] = cycle + int(rng.integers(1, 8))
+            # responses in AW order, one per cycle at most
+            due = [b for b in bursts if b[3] is not None and b[3] <= cycle]
+            b = due[0] if due and bursts.index(due[0]) == 0 else None
+            ctx.set(dut.b_fire, int(b is not None))
+            if b is not None:
+                for i in range(b[0], b[1] + 1):
+                    result["b_cycle"][i] = cycle
+                bursts.remove(b)
+            if ctx.get(dut.completed):
+                result["completions"].append(cycle)
+            await ctx.tick()
+            cycle += 1
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    done = result["completions"]
+    assert len(done) == len(marked)
+    for k, beat in enumerate(sorted(marked)):
+        b_at = result["b_cycle"][beat]
+        assert done[k] > b_at, (k, beat)          # never before its response
+        assert done[k] <= b_at + 3 + k, (k, beat)   # and soon after (one completion a cycle)
