@@ -479,6 +479,7 @@ class TrainStage(wiring.Component):
         # the SgdPipeline LATENCY cycles after the read data and are written there; each
         # word is read and written once per update, so no read meets a write in flight
         u_row, u_word = Signal(ib), Signal(wbits)
+        u_word_end, u_row_end = Signal(), Signal()     # the walk is at the row's / matrix's end
         u_issue = Signal()     # reading word (u_row, u_word) this cycle
         u_q = Signal()         # its read data is out this cycle
         u_row_q, u_word_q = Signal(ib, reset_less=True), Signal(wbits, reset_less=True)
@@ -566,35 +567,40 @@ class TrainStage(wiring.Component):
         # ahead: while held the core's read stays where it is and that read must be in; else
         # the core may step, so its next read must be in too. The next read is the same
         # word until the depth step crosses a word (or the run's depth ends), then the next
-        # one in the streaming order; DW reads dY row by row, so its next row may lie in
-        # the next row block. A START phase looks at address 0, where the core starts.
+        # the next row block. A START phase (the core does not step) needs its first read
+        # (address 0) only; the choice comes last, so the compares start from registers.
         x_whole = rx_f > op_mb
         y_whole = rx_b_written > b_done
         hold = Signal()
-        starting_op = ph.flag["start"]
-        kk = Mux(starting_op, 0, core.a_req.fixed)      # the depth step (== b_req.fixed)
-        i0 = Mux(starting_op, 0, core.a_req.start)
-        j0 = Mux(starting_op, 0, core.b_req.start)
+        kk = core.a_req.fixed           # the depth step (== b_req.fixed)
+        i0, j0 = core.a_req.start, core.b_req.start
         depth_end = {name: kk == last for name, last in dim_last.items()}
         word_end = (kk[:lb] == L - 1) if lb else Const(1, 1)
-        still = hold | starting_op
+        zero = Const(0, ib)
 
         def ok(cur, nxt):
-            return cur & (still | nxt)
+            return cur & (hold | nxt)
         x_at = (rx_f == op_mb)
-        ok_f = x_whole | (x_at & ok(x_fill.has_block_word(i0, kk), Mux(
-            word_end | depth_end["d_in"], x_fill.has_next_block_word(i0, kk), x_fill.has_block_word(i0, kk))))
-        ok_dx = y_whole | ok(y_fill.has_block_word(i0, kk), Mux(
+        run_f = x_at & ok(x_fill.has_block_word(i0, kk), Mux(
+            word_end | depth_end["d_in"], x_fill.has_next_block_word(i0, kk), x_fill.has_block_word(i0, kk)))
+        run_dx = ok(y_fill.has_block_word(i0, kk), Mux(
             word_end | depth_end["d_out"], y_fill.has_next_block_word(i0, kk), y_fill.has_block_word(i0, kk)))
-        ok_dw = y_whole | ok(y_fill.has_row_word(kk, j0), Mux(
+        run_dw = ok(y_fill.has_row_word(kk, j0), Mux(
             word_end & ~depth_end["rows"], y_fill.has_row_word_next_block(kk, j0),
             y_fill.has_next_row_word(kk, j0)))
+        starting = ph.flag["start"]
+        ok_f = x_whole | Mux(starting, x_at & x_fill.has_block_word(zero, zero), run_f)
+        ok_dx = y_whole | Mux(starting, y_fill.has_block_word(zero, zero), run_dx)
+        ok_dw = y_whole | Mux(starting, y_fill.has_row_word(zero, zero), run_dw)
         m.d.sync += hold.eq((in_f & ~ok_f) | (in_dx & ~ok_dx) | (in_dw & ~ok_dw))
         m.d.comb += core.hold.eq(hold)
         held = hold & ph.flag["run"]        # counted as waiting
 
         # ---------------------------------------------------------------- sequencer
         m.d.comb += core.start.eq(ph.flag["start"])
+        # the core's done (from its output handshake) registered: the sequencer starts from it
+        core_done = Signal()
+        m.d.sync += core_done.eq(core.done & ph.flag["run"])
         busy_c, fwd_c, bwd_c, upd_c, wait_c = (Signal(32, name=n) for n in
                                                ("busy_c", "fwd_c", "bwd_c", "upd_c", "wait_c"))
         mac_ops, sats, ops_done = Signal(48), Signal(32), Signal(32)
@@ -616,7 +622,8 @@ class TrainStage(wiring.Component):
                          b_mb.eq(Mux(gpipe, b_mb - 1, b_mb + 1))]
             with m.If(is_async):
                 go(Phase.U_RUN)
-                m.d.sync += [u_row.eq(0), u_word.eq(0)]
+                m.d.sync += [u_row.eq(0), u_word.eq(0), u_word_end.eq(words_last == 0),
+                             u_row_end.eq(d_in_last == 0)]
             with m.Else():
                 go(Phase.DECIDE)
                 m.d.sync += b_done.eq(b_done + 1)
@@ -670,14 +677,15 @@ class TrainStage(wiring.Component):
                         m.d.sync += wait_c.eq(wait_c + 1)
                 with m.Else():
                     go(Phase.U_RUN)
-                    m.d.sync += [u_row.eq(0), u_word.eq(0)]
+                    m.d.sync += [u_row.eq(0), u_word.eq(0), u_word_end.eq(words_last == 0),
+                                 u_row_end.eq(d_in_last == 0)]
             with m.Case(Phase.F_START):
                 go(Phase.F_RUN)
                 m.d.sync += op_ver.eq(cur_ver)
                 m.d.sync += ver_of_slot[op_slot].eq(cur_ver)
             with m.Case(Phase.F_RUN):
                 m.d.sync += op_ver.eq(cur_ver)
-                with m.If(core.done):
+                with m.If(core_done):
                     go(Phase.DECIDE)
                     m.d.sync += [f_loc.eq(f_loc + 1), ahead.eq(ahead + 1), f_mb.eq(f_mb + 1),
                                  ops_done.eq(ops_done + 1),
@@ -685,7 +693,7 @@ class TrainStage(wiring.Component):
             with m.Case(Phase.DX_START):
                 go(Phase.DX_RUN)
             with m.Case(Phase.DX_RUN):
-                with m.If(core.done):
+                with m.If(core_done):
                     m.d.sync += [mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
                     with m.If(self.dx_first):
                         go(Phase.DW_START)
@@ -694,7 +702,7 @@ class TrainStage(wiring.Component):
             with m.Case(Phase.DW_START):
                 go(Phase.DW_RUN)
             with m.Case(Phase.DW_RUN):
-                with m.If(core.done):
+                with m.If(core_done):
                     m.d.sync += [mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
                     with m.If(self.dx_first):
                         finish_backward()
@@ -703,10 +711,11 @@ class TrainStage(wiring.Component):
             with m.Case(Phase.U_RUN):
                 m.d.comb += u_issue.eq(~dw_busy)
                 with m.If(~dw_busy):
-                    m.d.sync += u_word.eq(u_word + 1)
-                    with m.If(u_word == words_last):
-                        m.d.sync += [u_word.eq(0), u_row.eq(u_row + 1)]
-                        with m.If(u_row == d_in_last):
+                    m.d.sync += [u_word.eq(u_word + 1), u_word_end.eq(u_word + 1 == words_last)]
+                    with m.If(u_word_end):
+                        m.d.sync += [u_word.eq(0), u_row.eq(u_row + 1), u_word_end.eq(words_last == 0),
+                                     u_row_end.eq(u_row + 1 == d_in_last)]
+                        with m.If(u_row_end):
                             go(Phase.U_DRAIN)
             with m.Case(Phase.U_DRAIN):
                 # once the last word is written (and counted) the new version becomes current
