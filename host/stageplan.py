@@ -350,6 +350,7 @@ class _Program:
         self.K, self.vec, strides = _count_vectors(p.counts, p.max_count_vectors)
         K, T = self.K, self.T
         self.tot = self.vec.sum(axis=1)
+        self.grid_shape = tuple(n + 1 for n in reversed(p.counts))   # K as a C-order grid
         self.sc = np.array([c for c, _ in slots])
         self.sr = np.array([r for _, r in slots], dtype=np.float64)
         # shift[t, n] = index of n minus slot t's devices, -1 when n has too few
@@ -690,12 +691,20 @@ class _Program:
                 final = Fj
                 continue
             open_ = np.flatnonzero(np.isfinite(Fj).any(axis=1))
-            rows[j, :open_.size] = open_
-            n_open[j] = open_.size
             if sender:
                 self._by_class(j, Fj, open_, after, after_slot)
             else:
                 self._put_after(j, Fj, open_, after, after_slot, first, first_slot)
+            if not p.use_all_devices:   # fewer devices that do as well make more useless
+                self._drop_dominated(after[j])
+                if first is not after:
+                    self._drop_dominated(first[j])
+                live_rows = np.isfinite(after[j]).any(axis=1)
+                if first is not after:
+                    live_rows |= np.isfinite(first[j]).any(axis=1)
+                open_ = np.flatnonzero(live_rows)
+            rows[j, :open_.size] = open_
+            n_open[j] = open_.size
         if final is None:
             return None
         n_idx = np.array([K - 1]) if p.use_all_devices else np.arange(K)
@@ -718,6 +727,22 @@ class _Program:
             raise AssertionError(f"planner: the plan scores {result.bottleneck_s}, the dynamic "
                                  f"program claimed {float(sub.min())}")
         return result
+
+    def _drop_dominated(self, H):
+        """``H[m, t]`` (in place) to INF where a count vector ``m' <= m``, ``m' != m``, does
+        at least as well: a plan may always use fewer devices, and fewer downstream means
+        fewer minibatches in flight upstream, so ``m`` is never needed."""
+        grid = H.reshape(self.grid_shape + (H.shape[1],))
+        low = grid
+        for axis in range(len(self.grid_shape)):
+            low = np.minimum.accumulate(low, axis=axis)
+        below = np.full_like(grid, INF)
+        for axis in range(len(self.grid_shape)):   # the best strictly below, class by class
+            src = [slice(None)] * grid.ndim
+            dst = [slice(None)] * grid.ndim
+            src[axis], dst[axis] = slice(0, -1), slice(1, None)
+            np.minimum(below[tuple(dst)], low[tuple(src)], out=below[tuple(dst)])
+        grid[below <= grid] = INF
 
     def _fits(self, j, kk, tt, nn):
         """Whether each candidate stage (cut j to kk on slot tt, count vector nn from it to
