@@ -60,7 +60,9 @@ paths one pass, ``O(S T log S)``, with no pair table). Any plan of bottleneck ``
 stages has ``need_before[j] + r s_c + need_after[k] <= cap(N)``: the program visits only
 those count vectors and (pair, slot)s, joins each pair with the count vectors still open
 after its end (ragged, no padding) and keeps the best per state by a scatter-minimum, so
-its cost is ``O(E)`` for the ``E <= Q K T`` candidates inside the window. ``B`` starts at
+its cost is ``O(E)`` for the ``E <= Q K T`` candidates inside the window. When devices may
+stay unused, a count vector after a cut that one with fewer devices of every class matches
+is dropped too (``O(S K T C)``). ``B`` starts at
 the smallest bound the relaxation accepts (bisected to 0.5 % from the lower bound
 ``max(work / cap(N), costliest layer alone)``) and grows by 1 %, 2 %, 4 % ... until a plan is
 found; that plan is optimal, since the optimal plan lies inside the window of every bound
