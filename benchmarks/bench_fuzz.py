@@ -38,6 +38,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from gnnweave import contract
+
 DEFAULT_JOBS = 2000
 CONFIG = "small"
 #: shares of the job kinds (the rest are good jobs)
@@ -45,9 +47,6 @@ SHARES = {"driver": 0.15, "hardware": 0.25, "axi_error": 0.05}
 #: CTRL polls (each advances the device by poll_cycles or to the interrupt) before a run
 #: counts as hung
 MAX_POLLS = 64
-AP_DONE, AP_IDLE = 0x2, 0x4
-STATUS_BITS = {"config_error": 0, "index_rejected": 1, "bad_indptr": 2, "addr_fault": 3,
-               "axi_error": 4}
 
 
 class Campaign:
@@ -244,7 +243,7 @@ class Campaign:
             self.accel.recover()
             return
         self.cycles += counters["busy_cycles"]
-        flags = {k: bool(status >> b & 1) for k, b in STATUS_BITS.items()}
+        flags = {f.name.lower(): bool(status & f) for f in contract.AggregatorStatus}
         expect_config = job.config_error_expected(self.agg.max_feat_dim) or wrap is not None
         problems = []
         if len(job.stray_writes(memory)):
@@ -291,7 +290,10 @@ class Campaign:
     def program_and_run(self, registers: dict):
         """Registers through the device's register interface, start, wait for ap_done;
         -> (status, counters), or (None, None) when the run hangs."""
-        from gnnweave.hw.regmap import CTRL_OFFSET, GIE_OFFSET, IER_OFFSET, ISR_OFFSET
+        from gnnweave.contract import (
+            CTRL_OFFSET, DATA_WIDTH, GIE_OFFSET, IER_OFFSET, ISR_OFFSET, UNIT_REGISTER, WORD_BYTES,
+            CtrlBit, GieBit, IrqBit, Unit, join_words, split_words,
+        )
         dev, regmap = self.device, self.device.regmap
         base = dev.control_base
 
@@ -301,24 +303,25 @@ class Campaign:
         def read(offset):
             return int.from_bytes(dev.read_registers(base + offset, 4), "little")
 
-        registers = {"unit": 0, **registers} if "unit" in regmap else registers
+        unit = UNIT_REGISTER[0]
+        registers = {unit: Unit.AGGREGATOR, **registers} if unit in regmap else registers
         for name, value in registers.items():
             reg = regmap[name]
-            for w in range(reg.words):
-                write(reg.offset + 4 * w, (int(value) >> (32 * w)) & 0xFFFF_FFFF)
-        write(GIE_OFFSET, 1)
-        write(IER_OFFSET, 1)
-        write(CTRL_OFFSET, 1)
+            for w, word in enumerate(split_words(value, DATA_WIDTH * reg.words)):
+                write(reg.offset + WORD_BYTES * w, word)
+        write(GIE_OFFSET, GieBit.ENABLE.mask)
+        write(IER_OFFSET, IrqBit.AP_DONE.mask)
+        write(CTRL_OFFSET, CtrlBit.AP_START.mask)
         for _ in range(MAX_POLLS):
-            if read(CTRL_OFFSET) & AP_DONE:
+            if read(CTRL_OFFSET) & CtrlBit.AP_DONE.mask:
                 break
         else:
             return None, None
-        if read(ISR_OFFSET) & 1:
-            write(ISR_OFFSET, 1)
+        if read(ISR_OFFSET) & IrqBit.AP_DONE.mask:
+            write(ISR_OFFSET, IrqBit.AP_DONE.mask)
 
         def read_reg(reg):
-            return sum(read(reg.offset + 4 * w) << (32 * w) for w in range(reg.words))
+            return join_words(read(reg.offset + WORD_BYTES * w) for w in range(reg.words))
         counters = {r.name: read_reg(r) for r in regmap if r.access.name == "RO"}
         return counters["status"], counters
 

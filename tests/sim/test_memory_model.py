@@ -10,6 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gnnweave.contract import (
+    CTRL_OFFSET, GIE_OFFSET, IER_OFFSET, ISR_OFFSET, AggregatorStatus, CtrlBit, GieBit, IrqBit,
+)
 from gnnweave.sim import device as simdevice
 from gnnweave.sim.aggregate_bench import MAX, MEAN, SUM, random_graph_job
 
@@ -19,7 +22,7 @@ from .test_simdevice import check
 #: builds fastest
 CONFIG = "small-agg"
 
-AXI_ERROR = 1 << 4
+AXI_ERROR = AggregatorStatus.AXI_ERROR
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +91,7 @@ def test_injected_error_sets_axi_error_ends_the_run_and_the_next_job_is_right(
     assert _delta(before, board_memory.stats(), "injected_errors") == 1
     assert res.status & AXI_ERROR, f"status 0x{res.status:x}: axi_error not set"
     assert res.faults == 0 and res.region_violations == 0
-    assert board_memory.reg_read(0x00) & 0x4, "idle after the failed run"
+    assert board_memory.reg_read(CTRL_OFFSET) & CtrlBit.AP_IDLE.mask, "idle after the failed run"
     good = random_graph_job(rng, 50, 3.0, 16, SUM, False)
     check(good, simdevice.run_job(good, latency=8, sim=board_memory, config=CONFIG), "next job")
 
@@ -108,12 +111,12 @@ def test_a_burst_outside_the_configured_buffers_is_counted(native):
     regmap = simdevice.regmap(CONFIG)
     for name, value in regs.items():
         simdevice.write_register(native, regmap[name], value)
-    native.reg_write(0x04, 1)
-    native.reg_write(0x08, 1)
-    native.reg_write(0x00, 1)
+    native.reg_write(GIE_OFFSET, GieBit.ENABLE.mask)
+    native.reg_write(IER_OFFSET, IrqBit.AP_DONE.mask)
+    native.reg_write(CTRL_OFFSET, CtrlBit.AP_START.mask)
     native.run_until_interrupt(200_000)
     assert native.interrupt
-    native.reg_write(0x0C, 1)
+    native.reg_write(ISR_OFFSET, IrqBit.AP_DONE.mask)
     native.set_regions(read=[], write=[])
     violations = _delta(before, native.stats(), "region_violations")
     first = native.first_fault()
