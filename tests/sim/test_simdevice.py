@@ -15,9 +15,6 @@ import pytest
 from gnnweave.contract import (
     CTRL_OFFSET, GIE_OFFSET, IER_OFFSET, ISR_OFFSET, AggregatorStatus, CtrlBit, GieBit, IrqBit,
 )
-from gnnweave.contract import (
-    CTRL_OFFSET, GIE_OFFSET, IER_OFFSET, ISR_OFFSET, AggregatorStatus, CtrlBit, GieBit, IrqBit,
-)
 from gnnweave.golden.aggregate import Reduce, aggregate_raw
 from gnnweave.layout import AggregateJob
 from gnnweave.sim import device as simdevice
