@@ -7,6 +7,7 @@ import random
 import pytest
 from amaranth.hdl import Elaboratable, Module, Signal
 
+from gnnweave.contract import CTRL_OFFSET, CtrlBit
 from gnnweave.hw.accelerator import (STATUS_CONFIG_ERROR, AcceleratorTop, Unit, UnitInstance,
                                      UnitRegisters, accelerator_regmap)
 from gnnweave.hw.axi import AXI4Signature
@@ -14,7 +15,8 @@ from gnnweave.hw.regmap import Access
 
 from .test_control import Manager, simulate, wait_until
 
-CTRL, AP_START, AP_DONE, AP_IDLE = 0x00, 0x01, 0x02, 0x04
+CTRL = CTRL_OFFSET
+AP_START, AP_DONE, AP_IDLE = (CtrlBit[n].mask for n in ("AP_START", "AP_DONE", "AP_IDLE"))
 
 
 class FakeUnit(Elaboratable):
