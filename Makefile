@@ -34,7 +34,7 @@ test-all: setup
 	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
 sim: setup
-	$(PY) -m gnnweave.cli verify aggregate --graph cora --feat-dim 16 --sim $(SIM) --config $(CONFIG) --json
+	$(PY) -m gnnweave.cli verify aggregate --dataset cora --feat-dim 16 --sim $(SIM) --config $(CONFIG) --json
 
 # BENCH="golden aggregator" runs a subset
 bench: setup
