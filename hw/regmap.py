@@ -45,6 +45,7 @@ __all__ = [
     "CtrlBit", "GieBit", "IrqBit", "AP_CTRL_NAMES", "DATA_WIDTH",
 ]
 
+
 class Access(enum.Enum):
     """RW: the host writes, the hardware reads. RO: the hardware drives, the host reads."""
     RW = "read-write"
