@@ -39,12 +39,12 @@ class AggregatorProtocol:
         stride_elems = beat_elements(f, 2, beat)
         bufs = {}
         try:
-            bufs["indptr"] = self._io.allocate((beat_elements(n + 1, 4, beat),), np.uint32)
-            bufs["indices"] = self._io.allocate((beat_elements(e, 4, beat),), np.uint32)
-            bufs["weights"] = self._io.allocate((beat_elements(e, 2, beat),), np.int16) \
+            bufs["indptr"] = self.io.allocate((beat_elements(n + 1, 4, beat),), np.uint32)
+            bufs["indices"] = self.io.allocate((beat_elements(e, 4, beat),), np.uint32)
+            bufs["weights"] = self.io.allocate((beat_elements(e, 2, beat),), np.int16) \
                 if w is not None else None
-            bufs["feat"] = self._io.allocate((max(n, 1), stride_elems), np.int16)
-            bufs["out"] = self._io.allocate((max(n, 1), stride_elems), np.int16)
+            bufs["feat"] = self.io.allocate((max(n, 1), stride_elems), np.int16)
+            bufs["out"] = self.io.allocate((max(n, 1), stride_elems), np.int16)
             _fill(bufs["indptr"], indptr)
             _fill(bufs["indices"], indices)
             if w is not None:

@@ -44,7 +44,8 @@ class AccelCore:
     acknowledge = True
 
     def _setup_core(self, io: RegisterIo, layout: dict, parameters: contract.IpParameters):
-        self._io = io
+        #: The platform interface (:class:`~.io.RegisterIo`) the driver runs on.
+        self.io = io
         self.registers = Registers(io, layout)
         missing = self.registers.missing(AGGREGATOR_CONFIG + AGGREGATOR_COUNTERS +
                                          (contract.STATUS_REGISTER,))
@@ -85,7 +86,7 @@ class AccelCore:
 
     # -- ap_ctrl_hs
     def ctrl(self) -> int:
-        return self._io.read32(contract.CTRL_OFFSET)
+        return self.io.read32(contract.CTRL_OFFSET)
 
     def is_idle(self) -> bool:
         return bool(self.ctrl() & CtrlBit.AP_IDLE.mask)
@@ -98,21 +99,21 @@ class AccelCore:
 
     def interrupt_status(self) -> dict:
         """ISR: ``{"ap_done": pending, "ap_ready": pending}``."""
-        isr = self._io.read32(contract.ISR_OFFSET)
+        isr = self.io.read32(contract.ISR_OFFSET)
         return {bit.name.lower(): bool(isr & bit.mask) for bit in IrqBit}
 
     def acknowledge_interrupts(self):
         """Clear every pending ISR bit (ISR bits toggle on a written 1)."""
-        isr = self._io.read32(contract.ISR_OFFSET)
+        isr = self.io.read32(contract.ISR_OFFSET)
         if isr:
-            self._io.write32(contract.ISR_OFFSET, isr)
+            self.io.write32(contract.ISR_OFFSET, isr)
 
     def _arm_interrupts(self):
-        self._io.write32(contract.GIE_OFFSET, GieBit.ENABLE.mask if self.global_interrupt else 0)
-        self._io.write32(contract.IER_OFFSET, int(self.interrupts))
-        if self._io.read32(contract.ISR_OFFSET) & IrqBit.AP_DONE.mask:
+        self.io.write32(contract.GIE_OFFSET, GieBit.ENABLE.mask if self.global_interrupt else 0)
+        self.io.write32(contract.IER_OFFSET, int(self.interrupts))
+        if self.io.read32(contract.ISR_OFFSET) & IrqBit.AP_DONE.mask:
             # a stale ap_done from an unacknowledged run
-            self._io.write32(contract.ISR_OFFSET, IrqBit.AP_DONE.mask)
+            self.io.write32(contract.ISR_OFFSET, IrqBit.AP_DONE.mask)
 
     def _run(self, unit: Unit, config_names, regs: dict, counter_names, timeout_s, what: str,
              service=None) -> dict:
@@ -124,10 +125,10 @@ class AccelCore:
         for name in config_names:
             self._write(name, regs[name])
         self._arm_interrupts()
-        self._io.write32(contract.CTRL_OFFSET, CtrlBit.AP_START.mask)
+        self.io.write32(contract.CTRL_OFFSET, CtrlBit.AP_START.mask)
         deadline = time.monotonic() + float(timeout_s)
         while True:
-            ctrl = self._io.read32(contract.CTRL_OFFSET)
+            ctrl = self.io.read32(contract.CTRL_OFFSET)
             if ctrl & CtrlBit.AP_DONE.mask:
                 break
             if time.monotonic() > deadline:
@@ -141,10 +142,10 @@ class AccelCore:
                     status)
             if service is not None:
                 service()
-            self._io.pause()
+            self.io.pause()
         if self.interrupts and self.acknowledge and \
-                self._io.read32(contract.ISR_OFFSET) & IrqBit.AP_DONE.mask:
-            self._io.write32(contract.ISR_OFFSET, IrqBit.AP_DONE.mask)
+                self.io.read32(contract.ISR_OFFSET) & IrqBit.AP_DONE.mask:
+            self.io.write32(contract.ISR_OFFSET, IrqBit.AP_DONE.mask)
         counters = self.counters(counter_names, unit)
         bad = [k for k in contract.RUN_FAILED if counters["flags"].get(k)]
         if bad:
@@ -157,7 +158,7 @@ class AccelCore:
 
     def recover(self):
         """Bring a hung accelerator back: a reset where the platform offers one."""
-        reset = getattr(self._io, "reset", None)
+        reset = getattr(self.io, "reset", None)
         if reset is None:
             raise DriverError("this platform cannot reset the accelerator from software: "
                               "download the overlay again")

@@ -83,14 +83,14 @@ class MacArrayProtocol:
         bufs = {}
         try:
             for name, mat in (("p", a), ("q", b)):
-                buf = self._io.allocate((mat.shape[0], beat_elements(mat.shape[1], 2, beat)), np.int16)
+                buf = self.io.allocate((mat.shape[0], beat_elements(mat.shape[1], 2, beat)), np.int16)
                 buf[:, :mat.shape[1]] = mat
                 buf[:, mat.shape[1]:] = 0
                 bufs[name] = buf
-            bufs["out"] = self._io.allocate((m, beat_elements(n, 2, beat)), np.int16)
+            bufs["out"] = self.io.allocate((m, beat_elements(n, 2, beat)), np.int16)
             bufs["out"][:] = 0
             if bias_arr is not None:
-                bufs["bias"] = self._io.allocate((beat_elements(n, 4, beat),), np.int32)
+                bufs["bias"] = self.io.allocate((beat_elements(n, 4, beat),), np.int32)
                 bufs["bias"][:n] = bias_arr
                 bufs["bias"][n:] = 0
             for buf in bufs.values():

@@ -86,7 +86,9 @@ class PipelineProtocol:
         #: Its build limits (``max_in``, ``max_out``, ``max_rows``, ``slots``); a limit that is
         #: 0 is unknown to the driver and left to the hardware's check (config_error).
         self.pipeline_limits = self.parameters.pipeline_limits
-        self._pipe_shapes: dict[int, tuple[int, int]] = {}
+        #: ``{stage: (d_in, d_out)}`` of the weights last loaded or trained (what
+        #: :meth:`read_weights` reads without a shape); clear it to forget them.
+        self.loaded_shapes: dict[int, tuple[int, int]] = {}
 
     def _need_pipeline(self):
         if not self.has_pipeline:
@@ -104,7 +106,7 @@ class PipelineProtocol:
 
     def _weights_job(self, mode: PipeMode, stage: int, shape, w=None, timeout_s=None) -> np.ndarray:
         d_in, d_out = shape
-        buf = self._io.allocate((d_in, beat_elements(d_out, 4, self.bus_bytes)), np.int32)
+        buf = self.io.allocate((d_in, beat_elements(d_out, 4, self.bus_bytes)), np.int32)
         try:
             buf[:] = 0
             if w is not None:
@@ -131,7 +133,7 @@ class PipelineProtocol:
         timeout_s = check_timeout(timeout_s, self.default_timeout_s)
         self._check_idle()
         self._weights_job(PipeMode.LOAD_WEIGHTS, stage, w.shape, w, timeout_s)
-        self._pipe_shapes[stage] = tuple(w.shape)
+        self.loaded_shapes[stage] = tuple(w.shape)
 
     def read_weights(self, stage: int, shape=None, *, timeout_s: float | None = None) -> np.ndarray:
         """Stage ``stage``'s master weights -> int64 ``[d_in, d_out]`` (``shape``; default the
@@ -139,10 +141,10 @@ class PipelineProtocol:
         self._need_pipeline()
         stage = self._check_stage(stage)
         if shape is None:
-            if stage not in self._pipe_shapes:
+            if stage not in self.loaded_shapes:
                 raise ValueError(f"read_weights(stage={stage}): give shape=(d_in, d_out); this "
                                  f"driver has not loaded that stage")
-            shape = self._pipe_shapes[stage]
+            shape = self.loaded_shapes[stage]
         if len(tuple(shape)) != 2 or not all(isinstance(v, (int, np.integer)) for v in shape):
             raise ValueError(f"shape {shape!r}: must be (d_in, d_out)")
         d_in, d_out = (int(v) for v in shape)
@@ -203,7 +205,7 @@ class PipelineProtocol:
         if masters is not None:
             for s, w in enumerate(masters):
                 self._weights_job(PipeMode.LOAD_WEIGHTS, s, w.shape, w, timeout_s)
-                self._pipe_shapes[s] = tuple(w.shape)
+                self.loaded_shapes[s] = tuple(w.shape)
         n = len(xs)
         stage_regs = {}
         for s in range(K):
@@ -218,7 +220,7 @@ class PipelineProtocol:
         final = [self._weights_job(PipeMode.STORE_WEIGHTS, s, (dims[s], dims[s + 1]), None, timeout_s)
                  for s in range(K)]
         for s in range(K):
-            self._pipe_shapes[s] = (dims[s], dims[s + 1])
+            self.loaded_shapes[s] = (dims[s], dims[s + 1])
         return PipelineRun(logits=logits, dx=dxs, weights=final, counters=counters,
                            stage_counters=stage_counters, schedule=sched.cli_name, microbatches=m,
                            steps=n // m, lr_q=lr_q, wd_q=wd_q, mu_q=mu_q)
@@ -271,11 +273,11 @@ class PipelineProtocol:
         n, total, d_last = len(xs), len(xs) * rows, dims[-1]
         bufs = {}
         try:
-            bufs["act"] = self._io.allocate((total, beat_elements(dims[0], 2, beat)), np.int16)
-            bufs["logits"] = self._io.allocate((total, beat_elements(d_last, 2, beat)), np.int16)
-            bufs["grad"] = self._io.allocate((total, beat_elements(d_last, 2, beat)), np.int16)
+            bufs["act"] = self.io.allocate((total, beat_elements(dims[0], 2, beat)), np.int16)
+            bufs["logits"] = self.io.allocate((total, beat_elements(d_last, 2, beat)), np.int16)
+            bufs["grad"] = self.io.allocate((total, beat_elements(d_last, 2, beat)), np.int16)
             if dx:
-                bufs["dx"] = self._io.allocate((total, beat_elements(dims[0], 2, beat)), np.int16)
+                bufs["dx"] = self.io.allocate((total, beat_elements(dims[0], 2, beat)), np.int16)
             for b in bufs.values():
                 b[:] = 0
             bufs["act"][:, :dims[0]] = np.concatenate(xs)
@@ -306,7 +308,7 @@ class PipelineProtocol:
                                              f"({rows}, {d_last})")
                     except Exception:
                         # the unit waits for this gradient forever: take it back first
-                        if getattr(self._io, "reset", None) is not None:
+                        if getattr(self.io, "reset", None) is not None:
                             self.recover()
                         raise
                     logits[i] = z

@@ -169,7 +169,7 @@ def test_too_small_buffer_is_a_config_error(any_sim, monkeypatch):
     """A buffer smaller than the job needs: the engine refuses the job before any memory
     traffic and the driver reports config_error."""
     accel, device = any_sim
-    real = accel._io.allocate
+    real = accel.io.allocate
     calls = []
 
     def short_out(shape, dtype):
@@ -177,7 +177,7 @@ def test_too_small_buffer_is_a_config_error(any_sim, monkeypatch):
         if len(calls) == 4:                       # indptr, indices, feat, out -> out
             shape = (shape[0] // 2,) + tuple(shape[1:])
         return real(shape, dtype)
-    monkeypatch.setattr(accel._io, "allocate", short_out)
+    monkeypatch.setattr(accel.io, "allocate", short_out)
     g = rmat(6, 4, seed=2)
     x = np.ones((g.num_nodes, 16), dtype=np.int64)
     reads = device.sim.stats()["ar_bursts"]
@@ -287,7 +287,7 @@ def test_address_outside_the_buffers(any_sim, monkeypatch):
     sentinel[:] = 0xA5
     before = device.memory.copy()
     outside = device.mem_base + device.memory.nbytes + (1 << 20)
-    real_write, real_alloc = accel._write, accel._io.allocate
+    real_write, real_alloc = accel.registers.write, accel.io.allocate
     job_buffers = []
 
     def corrupt(name, value):
@@ -297,8 +297,8 @@ def test_address_outside_the_buffers(any_sim, monkeypatch):
         buf = real_alloc(shape, dtype)
         job_buffers.append((int(buf.device_address) - device.mem_base, buf.nbytes))
         return buf
-    monkeypatch.setattr(accel, "_write", corrupt)
-    monkeypatch.setattr(accel._io, "allocate", recorded)
+    monkeypatch.setattr(accel.registers, "write", corrupt)
+    monkeypatch.setattr(accel.io, "allocate", recorded)
     device.sim.clear_faults()
     with pytest.raises(driver.AcceleratorError, match="axi_error") as err:
         accel.aggregate(g, x, "sum", 0)

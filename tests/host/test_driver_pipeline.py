@@ -147,9 +147,9 @@ def test_arguments_are_checked_before_the_device_is_touched(direct, monkeypatch)
 
     def touched(*a, **k):
         raise AssertionError("the device was touched")
-    monkeypatch.setattr(accel._io, "write32", touched)
-    monkeypatch.setattr(accel._io, "read32", touched)
-    monkeypatch.setattr(accel._io, "allocate", touched)
+    monkeypatch.setattr(accel.io, "write32", touched)
+    monkeypatch.setattr(accel.io, "read32", touched)
+    monkeypatch.setattr(accel.io, "allocate", touched)
     ok = dict(microbatches=2, weights=pb.masters, lr=0.25)
     cases = [
         (dict(ok, microbatches=0), "microbatches 0: must be an integer in 1..255"),
@@ -184,7 +184,7 @@ def test_arguments_are_checked_before_the_device_is_touched(direct, monkeypatch)
     with pytest.raises(ValueError, match="w_master: d_in = 17, this Pipeline takes 1..16"):
         accel.load_weights(0, np.zeros((17, 3)))
     with pytest.raises(ValueError, match=r"read_weights\(stage=1\): give shape"):
-        accel._pipe_shapes = {}
+        accel.loaded_shapes.clear()
         accel.read_weights(1)
 
 
