@@ -7,7 +7,7 @@ board and on the simulated device.
   ``overlay.gnnweave_0``; registers and limits from the overlay's ``.hwh``, buffers from
   ``pynq.allocate``. :func:`open_board_accel` finds it in a bitstream's overlay.
 * :class:`SimAccel` (:mod:`.sim`) -- without pynq: the same methods on a
-  :class:`gnnweave.sim.simdevice.SimDevice`; :func:`open_sim_accel` opens either on a
+  :class:`gnnweave.sim.device.SimDevice`; :func:`open_sim_accel` opens either on a
   fresh simulated device.
 * :func:`available_kinds` / :func:`native_toolchain_problem` (:mod:`.toolchain`) -- what
   this machine can open; the executors (:mod:`gnnweave.host.executors`) build on these.

@@ -36,14 +36,14 @@ class SimDeviceIo(RegisterIo):
 
 def overlay_description(config: str) -> tuple[dict, object]:
     """The register layout and IP parameters of the simulated device's ``.hwh``."""
-    from gnnweave.sim.simdevice import write_overlay
+    from gnnweave.sim.device import write_overlay
     with tempfile.TemporaryDirectory(prefix="gnnweave-overlay-") as tmp:
         bit = write_overlay(tmp, config=config)
         return read_hwh(Path(bit).with_suffix(".hwh"))
 
 
 class SimAccel(Accelerator):
-    """The driver on a :class:`~gnnweave.sim.simdevice.SimDevice` without pynq."""
+    """The driver on a :class:`~gnnweave.sim.device.SimDevice` without pynq."""
 
     def __init__(self, device):
         self.device = device
@@ -69,7 +69,7 @@ def open_sim_accel(*, config: str = "small", latency: int = 32, mem_size: int = 
     (``Overlay`` + :class:`~.pynq_ip.GnnweaveAccel`) when pynq is importable (or
     ``use_pynq``), else :class:`SimAccel`. ``owner.close()`` ends the device. The simulated
     memory costs nothing until touched (zero pages), so the default is large."""
-    from gnnweave.sim.simdevice import SimDevice, write_overlay
+    from gnnweave.sim.device import SimDevice, write_overlay
     pynq = pynq_module()
     if use_pynq is None:
         use_pynq = pynq is not None
