@@ -92,7 +92,9 @@ class _FillTracker:
         self.block_m1, self.block_ok = Signal(ib, name=f"{name}_block_m1"), Signal(name=f"{name}_block_ok")
         # ``rows_last`` / ``words_last``: the microbatch's rows - 1 and words per row - 1
         # (registers); the row index is a concatenation (row < lanes), so the checks are
-        # equalities, no adds
+        # equalities, no adds. The position moves on every segment and a segment out of
+        # order only sets ``disorder`` (which hides the position), so the order check is
+        # not in front of the position's registers.
         row_at = Cat(self.row[:lb], self.block) if lb else self.block
         expected = (row == row_at) & (col == Cat(Const(0, lb), self.word))
         block_end = (self.row == lanes - 1) | (row_at == rows_last)
@@ -100,9 +102,9 @@ class _FillTracker:
             with m.If(last):
                 m.d.sync += [self.block.eq(0), self.word.eq(0), self.row.eq(0), self.disorder.eq(0),
                              self.prev_ok.eq(0), self.unit_ok.eq(0), self.block_ok.eq(0)]
-            with m.Elif(~expected):
-                m.d.sync += self.disorder.eq(1)
             with m.Else():
+                with m.If(~expected):
+                    m.d.sync += self.disorder.eq(1)
                 m.d.sync += [self.row.eq(self.row + 1), self.prev_ok.eq(1), self.prev_block.eq(self.block),
                              self.prev_word.eq(self.word), self.prev_row.eq(self.row)]
                 with m.If(block_end):
@@ -617,16 +619,25 @@ class TrainStage(wiring.Component):
         def mb_slot_of(mb):
             return mb[:max(S.bit_length() - 1, 1)] if S > 1 else Const(0, 1)
 
+        # the counters' next values, registered (each changes at most once per op, so the
+        # copy is current whenever an op ends): no incrementer behind the phase logic
+        b_mb_next, b_done_next, ahead_up, ahead_down, f_mb_next, step_base, step_b_mb = (
+            Signal(24, name=n, reset_less=True) for n in
+            ("b_mb_next", "b_done_next", "ahead_up", "ahead_down", "f_mb_next", "step_base", "step_b_mb"))
+        m.d.sync += [b_mb_next.eq(Mux(gpipe, b_mb - 1, b_mb + 1)), b_done_next.eq(b_done + 1),
+                     ahead_up.eq(ahead + 1), ahead_down.eq(ahead - 1), f_mb_next.eq(f_mb + 1),
+                     step_base.eq(base + mbs), step_b_mb.eq(Mux(gpipe, base + mbs + mbs - 1, base + mbs))]
+
         def finish_backward():
-            m.d.sync += [b_loc.eq(b_loc + 1), ahead.eq(ahead - 1), ops_done.eq(ops_done + 1),
-                         b_mb.eq(Mux(gpipe, b_mb - 1, b_mb + 1))]
+            m.d.sync += [b_loc.eq(b_loc + 1), ahead.eq(ahead_down), ops_done.eq(ops_done + 1),
+                         b_mb.eq(b_mb_next)]
             with m.If(is_async):
                 go(Phase.U_RUN)
                 m.d.sync += [u_row.eq(0), u_word.eq(0), u_word_end.eq(words_last == 0),
                              u_row_end.eq(d_in_last == 0)]
             with m.Else():
                 go(Phase.DECIDE)
-                m.d.sync += b_done.eq(b_done + 1)
+                m.d.sync += b_done.eq(b_done_next)
 
         # DECIDE's conditions are registers computed every cycle; the first DECIDE cycle
         # only lets them see the counters the ended op just updated
@@ -687,7 +698,7 @@ class TrainStage(wiring.Component):
                 m.d.sync += op_ver.eq(cur_ver)
                 with m.If(core_done):
                     go(Phase.DECIDE)
-                    m.d.sync += [f_loc.eq(f_loc + 1), ahead.eq(ahead + 1), f_mb.eq(f_mb + 1),
+                    m.d.sync += [f_loc.eq(f_loc + 1), ahead.eq(ahead_up), f_mb.eq(f_mb_next),
                                  ops_done.eq(ops_done + 1),
                                  mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
             with m.Case(Phase.DX_START):
@@ -723,10 +734,10 @@ class TrainStage(wiring.Component):
                     go(Phase.DECIDE)
                     m.d.sync += [cur_ver.eq(new_ver), ops_done.eq(ops_done + 1)]
                     with m.If(is_async):
-                        m.d.sync += b_done.eq(b_done + 1)
+                        m.d.sync += b_done.eq(b_done_next)
                     with m.Else():
-                        m.d.sync += [f_loc.eq(0), b_loc.eq(0), ahead.eq(0), base.eq(base + mbs),
-                                     f_mb.eq(base + mbs), b_mb.eq(Mux(gpipe, base + mbs + mbs - 1, base + mbs)),
+                        m.d.sync += [f_loc.eq(0), b_loc.eq(0), ahead.eq(0), base.eq(step_base),
+                                     f_mb.eq(step_base), b_mb.eq(step_b_mb),
                                      step_idx.eq(step_idx + 1)]
             with m.Case(Phase.DONE):
                 go(Phase.IDLE)
