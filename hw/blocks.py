@@ -58,6 +58,8 @@ class RunControl(wiring.Component):
         done: Out, one cycle, in ``FINISH``.
         checking, running: Out, in ``CHECK``, in ``RUN``.
         first: Out, the first cycle of ``RUN`` (launch the run's first requests).
+        aborting, completing: Out, one cycle: ``RUN`` ends by ``stop``, by ``finished``.
+        abort_done: Out, one cycle: ``ABORT`` ends.
         state: Out, the current :class:`RunState`.
 
     Args:
@@ -82,6 +84,7 @@ class RunControl(wiring.Component):
     running: Out(1)
     first: Out(1)
     aborting: Out(1)
+    completing: Out(1)
     abort_done: Out(1)
     state: Out(RunState)
 
@@ -114,6 +117,7 @@ class RunControl(wiring.Component):
                     m.d.comb += self.aborting.eq(1)
                     m.next = "ABORT"
                 with m.Elif(finished):
+                    m.d.comb += self.completing.eq(1)
                     m.next = "DRAIN" if self.drain else "FINISH"
             if self.drain:
                 with m.State("DRAIN"):

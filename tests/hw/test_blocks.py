@@ -21,7 +21,8 @@ def simulate(dut, bench):
 
 def run_fsm(dut, script, cycles):
     """Drive ``script(cycle, state) -> {port: value}`` for ``cycles`` cycles; returns one
-    ``(state, busy, done, accept, config_error, first, aborting, abort_done)`` per cycle."""
+    ``(state, busy, done, accept, config_error, first, aborting, abort_done, completing)``
+    per cycle."""
     trace = []
 
     async def bench(ctx):
@@ -33,7 +34,8 @@ def run_fsm(dut, script, cycles):
             for port, value in script(cycle, state).items():
                 ctx.set(getattr(dut, port), value)
             trace.append((state.name, *(ctx.get(getattr(dut, p)) for p in (
-                "busy", "done", "accept", "config_error", "first", "aborting", "abort_done"))))
+                "busy", "done", "accept", "config_error", "first", "aborting", "abort_done",
+                "completing"))))
             await ctx.tick()
 
     simulate(dut, bench)
@@ -57,6 +59,7 @@ def test_a_run_goes_idle_check_run_drain_finish():
     assert [t[2] for t in trace].count(1) == 1 and trace[10][2] == 1      # done in FINISH
     assert [i for i, t in enumerate(trace) if t[3]] == [1]                 # accept at start
     assert [i for i, t in enumerate(trace) if t[5]] == [5]                 # first RUN cycle
+    assert [i for i, t in enumerate(trace) if t[8]] == [7]                 # completing
 
 
 def test_without_drain_run_finishes_directly_and_hold_first_waits_a_cycle():
@@ -91,6 +94,7 @@ def test_stop_aborts_and_waits_for_quiet():
                              "FINISH", "IDLE"]
     assert [i for i, t in enumerate(trace) if t[6]] == [3]                 # aborting
     assert [i for i, t in enumerate(trace) if t[7]] == [6]                 # abort_done
+    assert not any(t[8] for t in trace)                                    # never completing
 
 
 def test_start_is_ignored_while_busy_and_first_rearms():
