@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 
-from amaranth.hdl import Elaboratable, Module, Signal
+from amaranth.hdl import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -126,20 +126,30 @@ def unit_bus(config) -> AXI4Signature:
     return AXI4Signature(addr_width=config.addr_width, data_width=config.bus_width, id_width=2)
 
 
-class UnitCore(Elaboratable):
-    """The contract every unit of the accelerator keeps (:mod:`.accelerator`): an AXI4
-    manager ``bus`` (:func:`unit_bus`), ``cfg`` (a signal per configuration register the
-    unit reads), ``stat`` (a signal per status register it drives), ``start``, ``idle`` and
-    ``done``. Registers are ``(name, width, doc)`` declarations."""
+class UnitCore(wiring.Component):
+    """The contract every unit of the accelerator keeps (:mod:`.accelerator`), as a
+    component: an AXI4 manager port ``m_axi`` (:func:`unit_bus`; ``bus`` names it too),
+    ``cfg_<name>`` in per configuration register the unit reads, ``stat_<name>`` out per
+    status register it drives, ``start`` in, ``idle`` and ``done`` out. ``cfg`` and
+    ``stat`` map each register's name to its port. Registers are ``(name, width, doc)``
+    declarations."""
 
     def __init__(self, config, config_registers, status_registers):
         self.config = config
-        self.bus = unit_bus(config).create(path=("m_axi",))
-        self.cfg = {name: Signal(width, name=f"cfg_{name}") for name, width, _ in config_registers}
-        self.stat = {name: Signal(width, name=f"stat_{name}") for name, width, _ in status_registers}
-        self.start = Signal()
-        self.idle = Signal()
-        self.done = Signal()
+        members = {"m_axi": Out(unit_bus(config)), "start": In(1), "idle": Out(1),
+                   "done": Out(1)}
+        for prefix, flow, registers in (("cfg", In, config_registers),
+                                        ("stat", Out, status_registers)):
+            for name, width, _ in registers:
+                member = f"{prefix}_{name}"
+                if member in members:
+                    raise ValueError(f"{type(self).__name__}: register {name!r} declared twice "
+                                     f"or clashing with the port {member!r}")
+                members[member] = flow(width)
+        super().__init__(members)
+        self.bus = self.m_axi
+        self.cfg = {name: getattr(self, f"cfg_{name}") for name, _, _ in config_registers}
+        self.stat = {name: getattr(self, f"stat_{name}") for name, _, _ in status_registers}
 
 
 class SkidBuffer(wiring.Component):
