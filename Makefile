@@ -12,7 +12,7 @@ CONFIG ?= default
 BOARD ?= zcu104
 SIM ?= verilator
 
-.PHONY: setup demo test test-all sim bench verilog lint estimate bitstream clean
+.PHONY: setup demo test test-all sim bench verilog lint estimate estimate-report bitstream clean
 
 setup: $(STAMP)
 
@@ -47,14 +47,20 @@ verilog: setup
 # installed on first use); BOARD= picks the family and refuses a configuration that does not
 # fit; DEPTH=1 adds each unit's longest register-to-register path and its UltraScale+ clock;
 # BUDGET=1 gives the analytic BRAM/URAM/DSP budget instead (no synthesis, seconds);
-# TIMING=1 adds the open-flow ECP5 Fmax (nextpnr-ecp5); JSON in build/estimate/.
+# TIMING=1 adds the open-flow ECP5 Fmax (nextpnr-ecp5); JOBS=N Yosys runs at a time (each
+# unit is synthesised alone and cached, docs/estimate.md); JSON in build/estimate/.
 ESTIMATE_STAMP := $(VENV)/.installed-estimate
 $(ESTIMATE_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e '.[estimate]'
 	@touch $(ESTIMATE_STAMP)
 
 estimate: setup $(ESTIMATE_STAMP)
-	$(PY) -m gnnweave.hw.flow.estimate $(CONFIG) --out build/estimate/$(CONFIG)$(if $(filter command line,$(origin BOARD)),-$(BOARD)).json $(if $(filter command line,$(origin BOARD)),--board $(BOARD)) $(if $(filter-out 0,$(TIMING)),--timing) $(if $(filter-out 0,$(DEPTH)),--depth) $(if $(filter-out 0,$(BUDGET)),--budget)
+	$(PY) -m gnnweave.hw.flow.estimate $(CONFIG) --out build/estimate/$(CONFIG)$(if $(filter command line,$(origin BOARD)),-$(BOARD)).json $(if $(filter command line,$(origin BOARD)),--board $(BOARD)) $(if $(filter-out 0,$(TIMING)),--timing) $(if $(filter-out 0,$(DEPTH)),--depth) $(if $(filter-out 0,$(BUDGET)),--budget) $(if $(JOBS),--jobs $(JOBS))
+
+# the Yosys-beside-budget table of every board configuration, into docs/estimate.md
+# (per-unit synthesis, cached: only changed units run again)
+estimate-report: setup $(ESTIMATE_STAMP)
+	$(PY) -m gnnweave.hw.flow.report --write docs/estimate.md --json build/estimate/report.json $(if $(JOBS),--jobs $(JOBS))
 
 # Vivado project script for a board; runs Vivado when it is on PATH, else names the script
 bitstream: setup

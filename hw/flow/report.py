@@ -132,6 +132,7 @@ def main(argv=None) -> int:
         results.append(measure(config, board, jobs=a.jobs))
     text = section(results)
     if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json).write_text(json.dumps(results, indent=1) + "\n")
     if a.write:
         write(Path(a.write), text)
