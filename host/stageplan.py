@@ -339,6 +339,7 @@ def plan_stages(problem: StageProblem, *, prune: bool = True) -> StagePlan:
 
 FIRST_SLACK = 0.01     # bounds grow by 1 %, 2 %, 4 % ... of the last until a plan is found
 RELAXED_PRECISION = 0.005   # the relaxation's smallest bound is bracketed to 0.5 %
+DOMINANCE_PAIRWISE_MAX = 48   # open count vectors compared pairwise up to this many
 
 
 class _Program:
@@ -404,6 +405,11 @@ class _Program:
         self.speedup = np.where(np.isfinite(speedup), speedup, 0.0)
         self.cap = self.vec @ self.speedup                                          # [K]
         self.cap_all = float(self.cap[-1])
+        order = np.argsort(self.cap, kind="stable")
+        self.cap_by_rank = self.cap[order]
+        self.cap_rank = np.empty(self.K, dtype=np.int64)
+        self.cap_rank[order] = np.arange(self.K)
+        self.by_cap_rank = order
 
     def lower_bound(self) -> float:
         """No plan beats all work spread over every device, nor its costliest layer alone
@@ -435,29 +441,31 @@ class _Program:
         self.row_start = np.searchsorted(pj, np.arange(self.S + 1))
         self.by_col = np.argsort(pk, kind="stable")
         self.col_start = np.searchsorted(pk[self.by_col], np.arange(self.S + 1))
-        own32 = np.empty((pj.size, self.T), dtype=np.float32)
-        for a in range(0, pj.size, 1 << 16):
-            j, k = pj[a:a + (1 << 16)], pk[a:a + (1 << 16)]
-            par = cuts.parameter_bytes[k] - cuts.parameter_bytes[j]
-            act = cuts.activation_bytes[k] - cuts.activation_bytes[j]
-            own = ((self.pre_c[k][:, self.sc] - self.pre_c[j][:, self.sc]
-                    + self.ar_coef * par[:, None] + self.ar_const) / self.sr)
-            own[par[:, None] + act[:, None] > self.mem_lim[None, :]] = INF
-            low = own.astype(np.float32)
-            over = low > own
-            low[over] = np.nextafter(low[over], np.float32(-INF))
-            own32[a:a + (1 << 16)] = low
         self.slot_cap = self.sr * self.speedup[self.sc]                              # [T]
         cap32 = self.slot_cap.astype(np.float32)   # rounded down: needs never overstated
         over = cap32 > self.slot_cap
         cap32[over] = np.nextafter(cap32[over], np.float32(0))
-        # each pair's slots by decreasing time: under a bound the slots that fit are a
-        # suffix, and the least capacity among them a suffix minimum
-        self.pair_slot = np.argsort(-own32, axis=1, kind="stable").astype(np.int8)
-        self.pair_own32 = np.take_along_axis(own32, self.pair_slot, axis=1)
-        caps = cap32[self.pair_slot]
-        suffix = np.minimum.accumulate(caps[:, ::-1], axis=1)[:, ::-1]
-        self.pair_need = np.concatenate([suffix, np.full((pj.size, 1), np.float32(INF))], axis=1)
+        # columns: slots by increasing capacity, so that under a bound the least capacity on
+        # which a pair's stage fits is that of its first fitting column
+        self.cap_order = o = np.argsort(cap32, kind="stable")
+        self.cap_sorted = np.append(cap32[o], np.float32(INF))
+        sc, sr, const, mem = self.sc[o], self.sr[o], self.ar_const[o], self.mem_lim[o]
+        # stage time on column t = (Y[k, t] - Y[j, t] + const[t]) / sr[t]
+        Y = self.pre_c[:, sc] + self.ar_coef[o] * cuts.parameter_bytes[:, None]      # [S, T]
+        need_mem = cuts.parameter_bytes + cuts.activation_bytes
+        self.pair_own32 = own32 = np.empty((pj.size, self.T), dtype=np.float32)
+        for a in range(0, pj.size, 1 << 16):
+            j, k = pj[a:a + (1 << 16)], pk[a:a + (1 << 16)]
+            own = Y[k]
+            own *= 1.0 - 1e-13   # below the rounding of Y's sums (solve() sums otherwise)
+            own -= Y[j]
+            own += const
+            own /= sr
+            own[(need_mem[k] - need_mem[j])[:, None] > mem * (1.0 + 1e-12)] = INF
+            low = own.astype(np.float32)
+            over = low > own
+            low[over] = np.nextafter(low[over], np.float32(-INF))
+            own32[a:a + (1 << 16)] = low
 
     def _chain_tables(self):
         cuts = self.problem.cuts
@@ -507,9 +515,9 @@ class _Program:
     def _need(self, bound: float) -> np.ndarray:
         """[pairs]: the least slot capacity (r s_c) on which each pair's stage fits ``bound``."""
         tol = np.float32(min(bound * (1.0 + 1e-9), 3e38))
-        slow = (self.pair_own32 > tol).view(np.uint8)
-        too_slow = slow.sum(axis=1, dtype=np.uint8 if self.T < 256 else np.int64)
-        return self.pair_need[np.arange(too_slow.size), too_slow].astype(np.float64)
+        fits = self.pair_own32 <= tol
+        first = np.where(fits.any(axis=1), fits.argmax(axis=1), self.T)
+        return self.cap_sorted[first].astype(np.float64)
 
     def relaxed(self, bound: float, before: bool = True):
         """Capacity (sum of r s_c over the stages) that the cuts after / before each cut need
@@ -566,12 +574,16 @@ class _Program:
         return hi
 
     def window(self, bound: float):
-        """[S, K]: count vectors the stages after each cut may use under ``bound``, and a
-        function of a cut ``j`` giving the (next cut, slot) pairs a stage from it may use."""
+        """[S, K]: count vectors the stages after each cut may use under ``bound``; [S, 2]:
+        the capacity range of those (``win[j, n]`` only if ``cap(n)`` lies in row ``j``);
+        and a function of a cut ``j`` giving the (next cut, slot) pairs a stage from it may
+        use."""
         if bound == INF or not self.windowed:
-            return np.ones((self.S, self.K), dtype=bool), self._every_stage
+            every = np.tile([-INF, INF], (self.S, 1))
+            return np.ones((self.S, self.K), dtype=bool), every, self._every_stage
         after, ahead = self.relaxed(bound)
         eps = 1e-9 * self.cap_all
+        span = np.stack([after - eps, self.cap_all - ahead + eps], axis=1)
         win = ((self.cap[None, :] >= after[:, None] - eps)
                & (self.cap_all - self.cap[None, :] >= ahead[:, None] - eps))
         # a (pair, slot) is usable when the cuts before it, it and those after fit in cap(N)
@@ -580,20 +592,18 @@ class _Program:
             lo = np.searchsorted(-after, -room.ravel(), side="left").reshape(room.shape)
             lo = np.maximum(lo, np.arange(self.S)[:, None] + 1)
             far = self._far(bound)
-            return win, lambda j: _ranges(lo[j], far[j])
+            return win, span, lambda j: _ranges(lo[j], far[j])
         tol = np.float32(bound * (1.0 + 1e-9))
-        usable = np.zeros((self.pair_j.size, self.T), dtype=bool)
-        ok = ((self.pair_own32 <= tol)
-              & ((ahead[self.pair_j][:, None] + self.slot_cap[self.pair_slot]
-                  + after[self.pair_k][:, None]) <= self.cap_all + eps))
-        np.put_along_axis(usable, self.pair_slot.astype(np.int64), ok, axis=1)
+        usable = ((self.pair_own32 <= tol)         # columns in self.cap_order
+                  & ((ahead[self.pair_j][:, None] + self.slot_cap[self.cap_order]
+                      + after[self.pair_k][:, None]) <= self.cap_all + eps))
 
         def stages(j):
             a = self.row_start[j]
             qi, tq = np.nonzero(usable[a:self.row_start[j + 1]])
-            return self.pair_k[a + qi], tq
+            return self.pair_k[a + qi], self.cap_order[tq]
 
-        return win, stages
+        return win, span, stages
 
     def _every_stage(self, j: int):
         """Every (next cut, slot) pair from cut ``j``."""
@@ -618,7 +628,7 @@ class _Program:
         p, cuts = self.problem, self.problem.cuts
         S, K, T = self.S, self.K, self.T
         tol = bound * (1.0 + 1e-9)
-        win, stages_from = self.window(bound)
+        win, span, stages_from = self.window(bound)
         sender = p.comm == "sender"
         width = self.C if sender else T
         after = np.full((S, K, width), INF)
@@ -626,9 +636,14 @@ class _Program:
         after[S - 1, 0] = 0.0
         first, first_slot = ((after, after_slot) if p.comm != "overlap"
                              else (after.copy(), after_slot.copy()))
-        rows = np.zeros((S, K), dtype=np.int64)     # open count vectors after each cut
+        # open count vectors after each cut by increasing capacity; below[k, r]: how many of
+        # them have a capacity rank < r
+        rows = np.zeros((S, K), dtype=np.int64)
+        below = np.zeros((S, K + 1), dtype=np.int64)
+        below[S - 1, self.cap_rank[0] + 1:] = 1
         n_open = np.zeros(S, dtype=np.int64)
         n_open[S - 1] = 1
+        margin = 1e-7 * self.cap_all
         alive = np.zeros(S, dtype=bool)
         alive[S - 1] = True
         arg_k = np.full((S, K, T), -1, dtype=np.int32)
@@ -648,12 +663,17 @@ class _Program:
             if not fits.any():
                 continue
             tq, kq, own = tq[fits], kq[fits], own[fits]
-            # each pair joined with the open count vectors after its cut (ragged)
-            cnt = n_open[kq]
+            # each pair joined with the open count vectors after its cut whose capacity,
+            # with the slot's, may lie in the window (a range of their capacity ranks)
+            rank_lo = np.searchsorted(self.cap_by_rank, span[j, 0] - self.slot_cap - margin)
+            rank_hi = np.searchsorted(self.cap_by_rank, span[j, 1] - self.slot_cap + margin,
+                                      side="right")
+            lo = below[kq, rank_lo[tq]]
+            cnt = below[kq, rank_hi[tq]] - lo
             pi = np.repeat(np.arange(kq.size), cnt)
             if pi.size == 0:
                 continue
-            offs = np.arange(pi.size) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+            offs = np.arange(pi.size) + np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)
             kk, tt = kq[pi], tq[pi]
             mm = rows[kk, offs]
             nn = self.grow[tt, mm]
@@ -673,20 +693,23 @@ class _Program:
                 val = both[np.arange(cb.size), cb]
                 nxt = src_slot[kk, mm, cb]
             else:
-                val = np.maximum(stage, src[kk, mm, tt])
-                nxt = src_slot[kk, mm, tt]
+                at = (kk * K + mm) * T + tt       # src[kk, mm, tt], flat
+                val = np.maximum(stage, src.reshape(-1)[at])
+                nxt = at                          # src_slot[kk, mm, tt], read for winners only
             keep = val <= tol
             if self.check_mem:
                 keep &= self._fits(j, kk, tt, nn)
-            if not keep.any():
-                continue
-            kk, tt, nn, val, nxt = kk[keep], tt[keep], nn[keep], val[keep], nxt[keep]
+            if not keep.all():
+                if not keep.any():
+                    continue
+                kk, tt, nn, val, nxt = kk[keep], tt[keep], nn[keep], val[keep], nxt[keep]
             key = nn * T + tt
             best = np.full(K * T, INF)
             np.minimum.at(best, key, val)
-            win_ = val == best[key]
+            win_ = np.flatnonzero(val == best[key])
             arg_k[j].reshape(-1)[key[win_]] = kk[win_]
-            arg_t[j].reshape(-1)[key[win_]] = nxt[win_]
+            arg_t[j].reshape(-1)[key[win_]] = (nxt[win_] if sender
+                                               else src_slot.reshape(-1)[nxt[win_]])
             Fj = best.reshape(K, T)
             alive[j] = True
             if j == 0:
@@ -698,14 +721,11 @@ class _Program:
             else:
                 self._put_after(j, Fj, open_, after, after_slot, first, first_slot)
             if not p.use_all_devices:   # fewer devices that do as well make more useless
-                self._drop_dominated(after[j])
-                if first is not after:
-                    self._drop_dominated(first[j])
-                live_rows = np.isfinite(after[j]).any(axis=1)
-                if first is not after:
-                    live_rows |= np.isfinite(first[j]).any(axis=1)
-                open_ = np.flatnonzero(live_rows)
-            rows[j, :open_.size] = open_
+                open_ = self._drop_dominated(j, open_, (after,) if first is after
+                                             else (after, first))
+            ranks = np.sort(self.cap_rank[open_])
+            rows[j, :open_.size] = self.by_cap_rank[ranks]
+            below[j] = np.searchsorted(ranks, np.arange(K + 1))
             n_open[j] = open_.size
         if final is None:
             return None
@@ -730,10 +750,33 @@ class _Program:
                                  f"program claimed {float(sub.min())}")
         return result
 
-    def _drop_dominated(self, H):
-        """``H[m, t]`` (in place) to INF where a count vector ``m' <= m``, ``m' != m``, does
-        at least as well: a plan may always use fewer devices, and fewer downstream means
-        fewer minibatches in flight upstream, so ``m`` is never needed."""
+    def _drop_dominated(self, j, open_, tables):
+        """Each table's ``H[j, m, t]`` (in place) to INF where a count vector ``m' <= m``,
+        ``m' != m``, does at least as well: a plan may always use fewer devices, and fewer
+        downstream means fewer minibatches in flight upstream, so ``m`` is never needed.
+        ``open_``: the count vectors with a finite entry; returns those still open."""
+        if open_.size > DOMINANCE_PAIRWISE_MAX:
+            for H in tables:
+                self._drop_dominated_grid(H[j])
+            live = np.zeros(self.K, dtype=bool)
+            for H in tables:
+                live |= np.isfinite(H[j]).any(axis=1)
+            return np.flatnonzero(live)
+        vec = self.vec[open_]
+        below = (vec[:, None, :] <= vec[None, :, :]).all(axis=2)     # [W, W]: m_a <= m_b
+        np.fill_diagonal(below, False)
+        live = np.zeros(open_.size, dtype=bool)
+        for H in tables:
+            h = H[j, open_]                                                  # [W, width]
+            beaten = (below[:, :, None] & (h[:, None, :] <= h[None, :, :])).any(axis=0)
+            h[beaten] = INF
+            H[j, open_] = h
+            live |= np.isfinite(h).any(axis=1)
+        return open_[live]
+
+    def _drop_dominated_grid(self, H):
+        """:meth:`_drop_dominated` on one cut's whole ``[K, width]`` table, by running minima
+        over the count-vector grid (for many open count vectors)."""
         grid = H.reshape(self.grid_shape + (H.shape[1],))
         low = grid
         for axis in range(len(self.grid_shape)):
@@ -767,8 +810,9 @@ class _Program:
     def _put_after(self, k, Fk, open_, after, after_slot, first, first_slot):
         """none/overlap: the best next stage seen from each slot of the stage ending at k."""
         p, T = self.problem, self.T
-        ts = np.flatnonzero(np.isfinite(Fk[open_]).any(axis=0))
-        F = Fk[open_][:, ts]                                                         # [W, Tt]
+        F = Fk[open_]
+        ts = np.flatnonzero(np.isfinite(F).any(axis=0))
+        F = F[:, ts]                                                                 # [W, Tt]
         if p.comm == "none":
             a = np.argmin(F, axis=1)
             after[k, open_] = F[np.arange(open_.size), a][:, None]
@@ -781,9 +825,8 @@ class _Program:
         for term, dst, dst_slot in ((np.maximum(recv, X / self.sr[:, None]), after, after_slot),
                                     (recv, first, first_slot)):
             val = np.maximum(F[:, None, :], term[None])                              # [W, T, Tt]
-            a = np.argmin(val, axis=2)
-            dst[k, open_] = np.take_along_axis(val, a[..., None], axis=2)[..., 0]
-            dst_slot[k, open_] = ts[a]
+            dst[k, open_] = val.min(axis=2)
+            dst_slot[k, open_] = ts[val.argmin(axis=2)]
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray):
