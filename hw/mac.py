@@ -233,7 +233,8 @@ class MacCore(wiring.Component):
     Start (``start`` pulse while idle) takes the configuration signals: ``mode``, ``m``,
     ``n``, ``k`` (output ``m x n``, depth ``k``), ``shift``, ``relu``, ``use_bias``,
     ``bias_shift``. The result streams out of ``out`` row segment by row segment (tile
-    order, rows of a tile in order); ``done`` pulses after the last one was accepted.
+    order, rows of a tile in order); ``done`` pulses the cycle after the last one was
+    accepted (``busy`` falls with that acceptance).
     Counters (cleared on start): ``busy_cycles``, ``active_cycles`` (cycles the array
     accumulated), ``mac_ops`` (useful MACs), ``stall_cycles`` (cycles the sequencer held a
     step back: drain credits, drain spacing or ``hold``), ``saturations`` (output elements
@@ -433,7 +434,7 @@ class MacCore(wiring.Component):
         # reservation still on its way into the counter takes.
         tile_ok = Signal(name="drain_tile_ok")
         hold = self.hold if self.operand_hold else Const(0, 1)
-        fire = Signal(name="fire")
+        fire = Signal(name="fire", attrs={"keep": 1})    # one LUT: kept as a net of its own
         m.d.comb += fire.eq(run["issuing"] & ~hold & (~last_k | tile_ok))
         fire_last = fire & last_k
         m.d.sync += tile_ok.eq(Mux(fire_last, (R == 1) & keep,
@@ -745,9 +746,12 @@ class MacCore(wiring.Component):
         """Run end (``done``) and the counters."""
         running, starting = run["running"], run["starting"]
         popped_last = self.out.valid & self.out.ready & self.out.payload.last
+        # done leaves a register (a cycle after the run ends): out.ready reaches no further
+        done = Signal(name="done_q")
+        m.d.sync += done.eq(0)
         with m.If(running & (popped_last | kept_last | run["empty"])):
-            m.d.sync += running.eq(0)
-            m.d.comb += self.done.eq(1)
+            m.d.sync += [running.eq(0), done.eq(1)]
+        m.d.comb += self.done.eq(done)
         busy_cycles, active_cycles = Signal(32), Signal(32)
         stall_cycles, saturations = Signal(32), Signal(32)
         mac_ops = Signal(48)

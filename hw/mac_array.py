@@ -223,14 +223,17 @@ class MacArrayCore(UnitCore):
         err_config = self._configuration_check(m, run)
         self._counters_and_control(m, run, parts, err_config)
         self._block_loops(m, dp, run, parts)
-        m.submodules.datapath = ResetInserter(run["clear"])(dp)
+        # the datapath's reset leaves a register (it reaches every datapath flip-flop)
+        m.submodules.datapath = ResetInserter(run["dp_clear"])(dp)
         return m
 
     # ------------------------------------------------------------------ the parts
     def _run_signals(self, m):
         cfg = {name: Signal(len(sig), name=f"run_{name}") for name, sig in self.cfg.items()}
         mode = cfg["mode"]
-        return {"cfg": cfg, "clear": Signal(name="clear"), "running": Signal(name="running"),
+        clear, dp_clear = Signal(name="clear"), Signal(name="dp_clear")
+        m.d.sync += dp_clear.eq(clear)          # the CHECK states, a cycle late
+        return {"cfg": cfg, "clear": clear, "dp_clear": dp_clear, "running": Signal(name="running"),
                 "all_computed": Signal(name="all_computed"), "loading": Signal(name="loading"),
                 "is_dx": mode == MacMode.DX.value, "is_dw": mode == MacMode.DW.value,
                 "use_bias": cfg["use_bias"][0], "write_fault": Signal(name="write_fault")}
@@ -268,7 +271,7 @@ class MacArrayCore(UnitCore):
         parts["p_bufs"], parts["q_bufs"] = p_bufs, q_bufs
         cfg = run["cfg"]
         for walk in (parts["load_walk"], parts["comp_walk"]):
-            dp.d.comb += [walk.restart.eq(run["clear"]), walk.m.eq(cfg["m"]), walk.n.eq(cfg["n"]),
+            dp.d.comb += [walk.restart.eq(run["dp_clear"]), walk.m.eq(cfg["m"]), walk.n.eq(cfg["n"]),
                           walk.k.eq(cfg["k"])]
         return parts
 
@@ -639,7 +642,7 @@ class MacArrayCore(UnitCore):
             with dp.State("END"):
                 pass
         m.d.comb += run["loading"].eq(running & ~core.busy)
-        with dp.If(run["clear"]):
+        with dp.If(run["dp_clear"]):
             dp.d.sync += [p_base.eq(cfg["p_addr"]), p_row_base.eq(cfg["p_addr"]),
                           q_base.eq(cfg["q_addr"]), q_col_base.eq(cfg["q_addr"]),
                           block_base.eq(cfg["out_addr"]), block_row.eq(cfg["out_addr"])]

@@ -17,7 +17,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .axi import BOUNDARY_BYTES
+from .axi import BOUNDARY_BYTES, SkidBuffer
 from .dma import read_request_layout
 from .mac import MAC_INPUT_WIDTH, output_layout
 
@@ -119,26 +119,29 @@ class BlockLoader(wiring.Component):
         epb, maxr = self.elems_per_beat, self.max_rows
         ncols = Signal(range(maxr + 1), reset_less=True)
         left = Signal(range(maxr + 1), name="recv_left")      # elements of the row from this beat
+        count = Signal(range(epb + 1), name="recv_count")     # ... in this beat: min(left, epb)
         row = Signal(range(maxr + 1), name="recv_row")
         col = Signal(range(maxr + epb + 1), name="recv_col")
         rows_to_recv = Signal(range(maxr + 1), name="rows_to_recv")
         bank = Signal.like(self.bank)
         wr = self.wr
-        m.d.comb += [wr.row.eq(row), wr.col.eq(col), wr.count.eq(Mux(left < epb, left, epb))]
+        m.d.comb += [wr.row.eq(row), wr.col.eq(col), wr.count.eq(count)]
         for lane in range(len(wr.data)):
             m.d.comb += wr.data[lane].eq(self.response.data.word_select(lane, MAC_INPUT_WIDTH))
         for index in range(self.banks):
             m.d.comb += self.wr_en[index].eq(self.response.valid & (bank == index))
         with m.If(self.response.valid):
             with m.If(left <= epb):          # the row's last beat
-                m.d.sync += [left.eq(ncols), col.eq(0), row.eq(row + 1),
-                             rows_to_recv.eq(rows_to_recv - 1)]
+                m.d.sync += [left.eq(ncols), count.eq(Mux(ncols < epb, ncols, epb)), col.eq(0),
+                             row.eq(row + 1), rows_to_recv.eq(rows_to_recv - 1)]
             with m.Else():
-                m.d.sync += [left.eq(left - epb), col.eq(col + epb)]
+                m.d.sync += [left.eq(left - epb), count.eq(Mux(left < 2 * epb, left - epb, epb)),
+                             col.eq(col + epb)]
         m.d.comb += self.done.eq(rows_to_recv == 0)
         with m.If(self.start):
             empty = (self.nrows == 0) | (self.ncols == 0)
-            m.d.sync += [ncols.eq(self.ncols), left.eq(self.ncols), row.eq(0), col.eq(0),
+            m.d.sync += [ncols.eq(self.ncols), left.eq(self.ncols),
+                         count.eq(Mux(self.ncols < epb, self.ncols, epb)), row.eq(0), col.eq(0),
                          bank.eq(self.bank), rows_to_recv.eq(Mux(empty, 0, self.nrows))]
 
 
@@ -152,7 +155,9 @@ class BlockWalker(wiring.Component):
     last blocks are shorter), ``first_k`` (``k0 == 0``), ``last_k``, ``last_j``, ``last_block``
     (the last output block), ``last`` (the run's last step), and ``next_j0`` (the block column of the next output block).
     The extents and flags follow a step ``settle + 1`` cycles later (``next_bn`` is two
-    registers from the position); ``ready`` is high while they describe the current step. Positions are kept with the extents still to go
+    registers from the position); ``ready`` is high while they describe the current step
+    (it is a register's compare: it falls in the cycle after ``step`` or ``restart``, so a
+    consumer must not look at it in the cycle it steps). Positions are kept with the extents still to go
     (``m - i0`` ...), so no register is more than one add or one compare with a constant
     from the registers it is computed from.
     """
@@ -208,7 +213,8 @@ class BlockWalker(wiring.Component):
             m.d.sync += wait.eq(self.settle)
         with m.Elif(wait != 0):
             m.d.sync += wait.eq(wait - 1)
-        m.d.comb += self.ready.eq((wait == 0) & ~self.restart & ~self.step)
+        # from the register alone: a consumer never looks at `ready` in the cycle it steps
+        m.d.comb += self.ready.eq(wait == 0)
         return m
 
 
@@ -228,8 +234,9 @@ class ResultWriter(wiring.Component):
     first row again, or row 0), the block base plus the column, the lanes and strobes; B
     the beat's address; C the buffer guard, ``out_lo <= addr <= out_hi`` (``out_hi`` the
     last beat-aligned address whose beat ends inside the buffer; ``out_room`` low: no beat
-    fits). A beat outside is dropped and raises ``fault`` (held until ``restart``);
-    ``pending`` is high while a segment is in the stages.
+    fits). A beat outside is dropped and raises ``fault`` (held until ``restart``). The
+    beats leave through a :class:`~.axi.SkidBuffer`, so ``beats.ready`` reaches only its
+    register; ``pending`` is high while a segment is in the stages or the slice.
     """
 
     def __init__(self, *, rows: int, cols: int, index_bits: int, out_width: int,
@@ -258,7 +265,9 @@ class ResultWriter(wiring.Component):
         inside_c = Signal(name="wr_c_inside", reset_less=True)
         advance = Signal(name="wr_advance")
         fault = self.fault
-        m.d.comb += advance.eq(~vc | self.beats.ready | ~inside_c | fault)
+        m.submodules.slice = out = SkidBuffer(self.beats.payload.shape())
+        wiring.connect(m, out.o, wiring.flipped(self.beats))
+        m.d.comb += advance.eq(~vc | out.i.ready | ~inside_c | fault)
         take = self.rows.valid & advance
         # ---- A: row offset by adds, the block base plus the column, lanes and strobes
         row_off = Signal(AX, name="out_row_off", reset_less=True)
@@ -306,10 +315,10 @@ class ResultWriter(wiring.Component):
                          inside_c.eq(self.out_room & (b_addr >= self.out_lo) & (b_addr <= self.out_hi))]
         m.d.comb += [
             self.rows.ready.eq(advance),
-            self.pending.eq(va | vb | vc),
-            self.beats.valid.eq(vc & inside_c & ~fault),
-            self.beats.payload.addr.eq(c_addr), self.beats.payload.data.eq(c_data),
-            self.beats.payload.strb.eq(c_strb),
+            self.pending.eq(va | vb | vc | out.o.valid),
+            out.i.valid.eq(vc & inside_c & ~fault),
+            out.i.payload.addr.eq(c_addr), out.i.payload.data.eq(c_data),
+            out.i.payload.strb.eq(c_strb),
         ]
         with m.If(self.restart):
             m.d.sync += fault.eq(0)
