@@ -62,7 +62,8 @@ if cocotb is not None:
     from gnnweave.sim import pipeline_unit_bench
     from gnnweave.sim import aggregate_bench
     from gnnweave.sim.mac_array_bench import MacArrayTB, check_mac_job, random_job
-    from gnnweave.sim.tb import AggregatorTB, check_job, load_params, store_result
+    from gnnweave.contract import AggregatorStatus
+    from gnnweave.sim.tb import AP_START, AggregatorTB, check_job, load_params, store_result
 
     class AcceleratorTB(MacArrayTB, AggregatorTB):
         """Clock, reset, control, memory of the whole top; a job method per unit."""
@@ -148,11 +149,12 @@ if cocotb is not None:
 
         # a unit this build does not hold: refused, no traffic, the next run is clean
         tb.clear_bursts()
-        await tb.write_reg("unit", 3 if has_pipeline else Unit.PIPELINE.value)
-        await tb.write_reg("ap_ctrl", 1)
+        await tb.write_reg("unit", len(Unit) if has_pipeline else Unit.PIPELINE.value)
+        await tb.write_reg("ap_ctrl", AP_START)
         await tb.wait_done(1000)
         status = await tb.read_reg("status")
-        assert status & 1, f"status {status:#x} after starting an absent unit"
+        assert status & AggregatorStatus.CONFIG_ERROR, \
+            f"status {status:#x} after starting an absent unit"
         assert not tb.bursts, f"{len(tb.bursts)} bursts from a refused start"
         await mac("after refusal", "fwd", 5, 5, 5)
         store_result("units_share_one_top", {"config": name, "jobs": log})
