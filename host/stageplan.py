@@ -636,6 +636,10 @@ class _Program:
         after[S - 1, 0] = 0.0
         first, first_slot = ((after, after_slot) if p.comm != "overlap"
                              else (after.copy(), after_slot.copy()))
+        # overlap: the first stage's own view of the cuts after it, needed where it may end
+        ends_first = np.zeros(S, dtype=bool)
+        if first is not after:
+            ends_first[stages_from(0)[0]] = True
         # open count vectors after each cut by increasing capacity; below[k, r]: how many of
         # them have a capacity rank < r
         rows = np.zeros((S, K), dtype=np.int64)
@@ -653,13 +657,11 @@ class _Program:
             if not win[j].any():
                 continue
             kq, tq = stages_from(j)
-            live = alive[kq]
-            tq, kq = tq[live], kq[live]
             par = cuts.parameter_bytes[kq] - cuts.parameter_bytes[j]
             cq = self.sc[tq]
             own = ((self.pre_c[kq, cq] - self.pre_c[j, cq] + self.ar_coef[tq] * par
                     + self.ar_const[tq]) / self.sr[tq])                               # [P]
-            fits = own <= tol
+            fits = (own <= tol) & alive[kq]
             if not fits.any():
                 continue
             tq, kq, own = tq[fits], kq[fits], own[fits]
@@ -669,7 +671,7 @@ class _Program:
             rank_hi = np.searchsorted(self.cap_by_rank, span[j, 1] - self.slot_cap + margin,
                                       side="right")
             lo = below[kq, rank_lo[tq]]
-            cnt = below[kq, rank_hi[tq]] - lo
+            cnt = np.maximum(below[kq, rank_hi[tq]] - lo, 0)
             pi = np.repeat(np.arange(kq.size), cnt)
             if pi.size == 0:
                 continue
@@ -719,10 +721,11 @@ class _Program:
             if sender:
                 self._by_class(j, Fj, open_, after, after_slot)
             else:
-                self._put_after(j, Fj, open_, after, after_slot, first, first_slot)
+                self._put_after(j, Fj, open_, after, after_slot,
+                                *((first, first_slot) if ends_first[j] else (None, None)))
             if not p.use_all_devices:   # fewer devices that do as well make more useless
-                open_ = self._drop_dominated(j, open_, (after,) if first is after
-                                             else (after, first))
+                open_ = self._drop_dominated(j, open_, (after, first) if ends_first[j]
+                                             else (after,))
             ranks = np.sort(self.cap_rank[open_])
             rows[j, :open_.size] = self.by_cap_rank[ranks]
             below[j] = np.searchsorted(ranks, np.arange(K + 1))
@@ -808,8 +811,9 @@ class _Program:
             after_slot[k, open_, c] = ts[a]
 
     def _put_after(self, k, Fk, open_, after, after_slot, first, first_slot):
-        """none/overlap: the best next stage seen from each slot of the stage ending at k."""
-        p, T = self.problem, self.T
+        """none/overlap: the best next stage seen from each slot of the stage ending at k
+        (``first`` None: no first stage ends at k)."""
+        p = self.problem
         F = Fk[open_]
         ts = np.flatnonzero(np.isfinite(F).any(axis=0))
         F = F[:, ts]                                                                 # [W, Tt]
@@ -824,6 +828,8 @@ class _Program:
         recv = X / self.sr[None, ts]
         for term, dst, dst_slot in ((np.maximum(recv, X / self.sr[:, None]), after, after_slot),
                                     (recv, first, first_slot)):
+            if dst is None:
+                continue
             val = np.maximum(F[:, None, :], term[None])                              # [W, T, Tt]
             dst[k, open_] = val.min(axis=2)
             dst_slot[k, open_] = ts[val.argmin(axis=2)]
