@@ -339,7 +339,8 @@ def plan_stages(problem: StageProblem, *, prune: bool = True) -> StagePlan:
 
 FIRST_SLACK = 0.01     # bounds grow by 1 %, 2 %, 4 % ... of the last until a plan is found
 RELAXED_PRECISION = 0.005   # the relaxation's smallest bound is bracketed to 0.5 %
-DOMINANCE_PAIRWISE_MAX = 48   # open count vectors compared pairwise up to this many
+DOMINANCE_PAIRWISE_MAX = 1 << 23   # open count vectors of a level compared pairwise up to
+                                   # this many (pairs x table width)
 
 
 class _Program:
@@ -390,6 +391,7 @@ class _Program:
             self._chain_tables()
         else:
             self._pairs()
+        self.levels = self._levels()
 
     def _capacity(self):
         """Work ``u_l`` (seconds on the slowest class) and each class's speed-up ``s_c`` on it
@@ -466,6 +468,25 @@ class _Program:
             over = low > own
             low[over] = np.nextafter(low[over], np.float32(-INF))
             own32[a:a + (1 << 16)] = low
+
+    def _levels(self) -> list[np.ndarray]:
+        """The cuts by level (the most stages a chain from a cut to the last can have), from
+        the lowest; no cut may follow another of its level, so each level is solved at once.
+        The empty cut comes alone, last; cuts no chain reaches the end from are left out."""
+        S = self.S
+        level = np.full(S, -1, dtype=np.int64)
+        level[S - 1] = 0
+        if self.chain:
+            level[:S - 1] = np.arange(S - 1, 0, -1)
+        else:
+            for j in range(S - 2, -1, -1):
+                ks = self.pair_k[self.row_start[j]:self.row_start[j + 1]]
+                top = level[ks].max() if ks.size else -1
+                level[j] = top + 1 if top >= 0 else -1
+        level[0] = level.max() + 1
+        order = np.argsort(level, kind="stable")
+        order = order[level[order] > 0]
+        return np.split(order, np.flatnonzero(np.diff(level[order])) + 1)
 
     def _chain_tables(self):
         cuts = self.problem.cuts
@@ -592,25 +613,26 @@ class _Program:
             lo = np.searchsorted(-after, -room.ravel(), side="left").reshape(room.shape)
             lo = np.maximum(lo, np.arange(self.S)[:, None] + 1)
             far = self._far(bound)
-            return win, span, lambda j: _ranges(lo[j], far[j])
+            return win, span, lambda js: _ranges_from(js, lo[js], far[js])
         tol = np.float32(bound * (1.0 + 1e-9))
         usable = ((self.pair_own32 <= tol)         # columns in self.cap_order
                   & ((ahead[self.pair_j][:, None] + self.slot_cap[self.cap_order]
                       + after[self.pair_k][:, None]) <= self.cap_all + eps))
 
-        def stages(j):
-            a = self.row_start[j]
-            qi, tq = np.nonzero(usable[a:self.row_start[j + 1]])
-            return self.pair_k[a + qi], self.cap_order[tq]
+        def stages(js):
+            q = _ranges(self.row_start[js], self.row_start[js + 1] - 1)[0]
+            qi, tq = np.nonzero(usable[q])
+            return self.pair_j[q[qi]], self.pair_k[q[qi]], self.cap_order[tq]
 
         return win, span, stages
 
-    def _every_stage(self, j: int):
-        """Every (next cut, slot) pair from cut ``j``."""
+    def _every_stage(self, js: np.ndarray):
+        """Every (cut, next cut, slot) from the cuts ``js``."""
         if self.chain:
-            return _ranges(np.full(self.T, j + 1), np.full(self.T, self.S - 1))
-        ks = self.pair_k[self.row_start[j]:self.row_start[j + 1]]
-        return np.repeat(ks, self.T), np.tile(np.arange(self.T), ks.size)
+            return _ranges_from(js, np.repeat(js[:, None] + 1, self.T, axis=1),
+                                np.full((js.size, self.T), self.S - 1))
+        q = np.repeat(_ranges(self.row_start[js], self.row_start[js + 1] - 1)[0], self.T)
+        return self.pair_j[q], self.pair_k[q], np.tile(np.arange(self.T), q.size // self.T)
 
     def infeasible(self):
         raise InfeasibleStagesError(_why_infeasible(self.problem))
@@ -618,164 +640,184 @@ class _Program:
     def solve(self, bound: float) -> StagePlan | None:
         """The best plan of bottleneck ``<= bound`` (None when there is none).
 
-        Sparse over the cuts in decreasing order: for cut ``j``, the (next cut ``k``, slot
-        ``t``) pairs whose stage fits the bound, joined with the count vectors ``m`` still
-        open after ``k``, give the candidates of ``F[j, m + devices of t, t]``; the best per
-        state is a scatter-minimum. ``after[k, m, t_a]``: the best of the stages after cut
+        Sparse over the cuts, a level at a time (cuts of one level never follow each other,
+        so a level reads only the levels done before it): for cut ``j``, the (next cut ``k``,
+        slot ``t``) pairs whose stage fits the bound, joined with the count vectors ``m``
+        still open after ``k``, give the candidates of ``F[j, m + devices of t, t]``; the best
+        per state is a scatter-minimum. ``after[k, m, t_a]``: the best of the stages after cut
         ``k`` using ``m`` devices, seen from the stage ending at ``k`` on slot ``t_a`` (link
         terms of the boundary included; ``comm="sender"``: by the next stage's class, the
         link added at the sender)."""
-        p, cuts = self.problem, self.problem.cuts
+        p = self.problem
         S, K, T = self.S, self.K, self.T
-        tol = bound * (1.0 + 1e-9)
         win, span, stages_from = self.window(bound)
-        sender = p.comm == "sender"
-        width = self.C if sender else T
-        after = np.full((S, K, width), INF)
-        after_slot = np.full((S, K, width), -1, dtype=np.int16)
-        after[S - 1, 0] = 0.0
-        first, first_slot = ((after, after_slot) if p.comm != "overlap"
-                             else (after.copy(), after_slot.copy()))
-        # overlap: the first stage's own view of the cuts after it, needed where it may end
-        ends_first = np.zeros(S, dtype=bool)
-        if first is not after:
-            ends_first[stages_from(0)[0]] = True
-        # open count vectors after each cut by increasing capacity; below[k, r]: how many of
-        # them have a capacity rank < r
-        rows = np.zeros((S, K), dtype=np.int64)
-        below = np.zeros((S, K + 1), dtype=np.int64)
-        below[S - 1, self.cap_rank[0] + 1:] = 1
-        n_open = np.zeros(S, dtype=np.int64)
-        n_open[S - 1] = 1
-        margin = 1e-7 * self.cap_all
-        alive = np.zeros(S, dtype=bool)
-        alive[S - 1] = True
-        arg_k = np.full((S, K, T), -1, dtype=np.int32)
-        arg_t = np.full((S, K, T), -1, dtype=np.int16)
+        width = self.C if p.comm == "sender" else T
+        st = _SolveState(S, K, T, width, overlap=p.comm == "overlap")
+        st.below[S - 1, self.cap_rank[0] + 1:] = 1
+        if st.first is not st.after:   # overlap: where the first stage may end
+            st.ends_first[stages_from(np.zeros(1, dtype=np.int64))[1]] = True
         final = None
-        for j in range(S - 2, -1, -1):
-            if not win[j].any():
+        for js in self.levels:
+            js = js[win[js].any(axis=1)]
+            if js.size == 0:
                 continue
-            kq, tq = stages_from(j)
-            par = cuts.parameter_bytes[kq] - cuts.parameter_bytes[j]
-            cq = self.sc[tq]
-            own = ((self.pre_c[kq, cq] - self.pre_c[j, cq] + self.ar_coef[tq] * par
-                    + self.ar_const[tq]) / self.sr[tq])                               # [P]
-            fits = (own <= tol) & alive[kq]
-            if not fits.any():
+            F = self._level(js, bound, win, span, stages_from, st)
+            if F is None:
                 continue
-            tq, kq, own = tq[fits], kq[fits], own[fits]
-            # each pair joined with the open count vectors after its cut whose capacity,
-            # with the slot's, may lie in the window (a range of their capacity ranks)
-            rank_lo = np.searchsorted(self.cap_by_rank, span[j, 0] - self.slot_cap - margin)
-            rank_hi = np.searchsorted(self.cap_by_rank, span[j, 1] - self.slot_cap + margin,
-                                      side="right")
-            lo = below[kq, rank_lo[tq]]
-            cnt = np.maximum(below[kq, rank_hi[tq]] - lo, 0)
-            pi = np.repeat(np.arange(kq.size), cnt)
-            if pi.size == 0:
-                continue
-            offs = np.arange(pi.size) + np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)
-            kk, tt = kq[pi], tq[pi]
-            mm = rows[kk, offs]
-            nn = self.grow[tt, mm]
-            ok = nn >= 0
-            ok &= win[j][np.maximum(nn, 0)]
-            if not ok.any():
-                continue
-            kk, tt, mm, nn, pi = kk[ok], tt[ok], mm[ok], nn[ok], pi[ok]
-            stage = own[pi]
-            src, src_slot = (first, first_slot) if j == 0 else (after, after_slot)
-            if sender:
-                x = (2.0 * (cuts.out_bytes[kk][:, None] / p.links.bandwidth[self.sc[tt]]
-                            + p.links.latency_s[self.sc[tt]]) / self.sr[tt][:, None])  # [E, C]
-                x[kk == S - 1] = 0.0
-                both = np.maximum(stage[:, None] + x, src[kk, mm])
-                cb = np.argmin(both, axis=1)
-                val = both[np.arange(cb.size), cb]
-                nxt = src_slot[kk, mm, cb]
-            else:
-                at = (kk * K + mm) * T + tt       # src[kk, mm, tt], flat
-                val = np.maximum(stage, src.reshape(-1)[at])
-                nxt = at                          # src_slot[kk, mm, tt], read for winners only
-            keep = val <= tol
-            if self.check_mem:
-                keep &= self._fits(j, kk, tt, nn)
-            if not keep.all():
-                if not keep.any():
-                    continue
-                kk, tt, nn, val, nxt = kk[keep], tt[keep], nn[keep], val[keep], nxt[keep]
-            key = nn * T + tt
-            best = np.full(K * T, INF)
-            np.minimum.at(best, key, val)
-            win_ = np.flatnonzero(val == best[key])
-            arg_k[j].reshape(-1)[key[win_]] = kk[win_]
-            arg_t[j].reshape(-1)[key[win_]] = (nxt[win_] if sender
-                                               else src_slot.reshape(-1)[nxt[win_]])
-            Fj = best.reshape(K, T)
-            alive[j] = True
-            if j == 0:
-                final = Fj
-                continue
-            open_ = np.flatnonzero(np.isfinite(Fj).any(axis=1))
-            if sender:
-                self._by_class(j, Fj, open_, after, after_slot)
-            else:
-                self._put_after(j, Fj, open_, after, after_slot,
-                                *((first, first_slot) if ends_first[j] else (None, None)))
-            if not p.use_all_devices:   # fewer devices that do as well make more useless
-                open_ = self._drop_dominated(j, open_, (after, first) if ends_first[j]
-                                             else (after,))
-            ranks = np.sort(self.cap_rank[open_])
-            rows[j, :open_.size] = self.by_cap_rank[ranks]
-            below[j] = np.searchsorted(ranks, np.arange(K + 1))
-            n_open[j] = open_.size
+            if js[0] == 0:
+                final = F[0]
+                break
+            self._close_level(js, F, st)
         if final is None:
             return None
-        n_idx = np.array([K - 1]) if p.use_all_devices else np.arange(K)
-        sub = final[n_idx]
-        if not np.isfinite(sub).any():
-            return None
-        n0, t0 = np.unravel_index(int(np.argmin(sub)), sub.shape)
-        n0 = int(n_idx[n0])
-        plan, j, n, t = [], 0, n0, int(t0)
-        while True:
-            k = int(arg_k[j, n, t])
-            plan.append((j, k, t))
-            if k == S - 1:
-                break
-            t_next = int(arg_t[j, n, t])
-            n = int(self.shift[t, n])
-            j, t = k, t_next
-        result = evaluate_stages(p, plan, total_devices=int(self.tot[n0]))
-        if not math.isclose(result.bottleneck_s, float(sub.min()), rel_tol=1e-9, abs_tol=1e-15):
-            raise AssertionError(f"planner: the plan scores {result.bottleneck_s}, the dynamic "
-                                 f"program claimed {float(sub.min())}")
-        return result
+        return self._trace(final, st)
 
-    def _drop_dominated(self, j, open_, tables):
+    def _level(self, js, bound, win, span, stages_from, st):
+        """[L, K, T]: ``F`` of the cuts ``js`` (one level), best next cut and slot noted."""
+        p, cuts = self.problem, self.problem.cuts
+        K, T = self.K, self.T
+        tol = bound * (1.0 + 1e-9)
+        jq, kq, tq = stages_from(js)
+        par = cuts.parameter_bytes[kq] - cuts.parameter_bytes[jq]
+        cq = self.sc[tq]
+        own = ((self.pre_c[kq, cq] - self.pre_c[jq, cq] + self.ar_coef[tq] * par
+                + self.ar_const[tq]) / self.sr[tq])                                   # [P]
+        fits = (own <= tol) & st.alive[kq]
+        if not fits.any():
+            return None
+        jq, kq, tq, own = jq[fits], kq[fits], tq[fits], own[fits]
+        # each pair joined with the open count vectors after its cut whose capacity, with
+        # the slot's, may lie in the window (a range of their capacity ranks)
+        margin = 1e-7 * self.cap_all
+        rank_lo = np.searchsorted(self.cap_by_rank, span[jq, 0] - self.slot_cap[tq] - margin)
+        rank_hi = np.searchsorted(self.cap_by_rank, span[jq, 1] - self.slot_cap[tq] + margin,
+                                  side="right")
+        lo = st.below[kq, rank_lo]
+        cnt = np.maximum(st.below[kq, rank_hi] - lo, 0)
+        pi = np.repeat(np.arange(kq.size), cnt)
+        if pi.size == 0:
+            return None
+        offs = np.arange(pi.size) + np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)
+        kk, tt = kq[pi], tq[pi]
+        mm = st.rows[kk, offs]
+        nn = self.grow[tt, mm]
+        ok = nn >= 0
+        ok &= win[jq[pi], np.maximum(nn, 0)]
+        if not ok.any():
+            return None
+        kk, tt, mm, nn, pi = kk[ok], tt[ok], mm[ok], nn[ok], pi[ok]
+        jj, stage = jq[pi], own[pi]
+        src, src_slot = (st.first, st.first_slot) if js[0] == 0 else (st.after, st.after_slot)
+        if p.comm == "sender":
+            x = (2.0 * (cuts.out_bytes[kk][:, None] / p.links.bandwidth[self.sc[tt]]
+                        + p.links.latency_s[self.sc[tt]]) / self.sr[tt][:, None])      # [E, C]
+            x[kk == self.S - 1] = 0.0
+            both = np.maximum(stage[:, None] + x, src[kk, mm])
+            cb = np.argmin(both, axis=1)
+            val = both[np.arange(cb.size), cb]
+            at = (kk * K + mm) * self.C + cb      # src_slot[kk, mm, cb], flat
+        else:
+            at = (kk * K + mm) * T + tt           # src[kk, mm, tt], flat
+            val = np.maximum(stage, src.reshape(-1)[at])
+        keep = val <= tol
+        if self.check_mem:
+            keep &= self._fits(jj, kk, tt, nn)
+        if not keep.all():
+            if not keep.any():
+                return None
+            jj, kk, tt, nn, val, at = jj[keep], kk[keep], tt[keep], nn[keep], val[keep], at[keep]
+        pos = np.empty(self.S, dtype=np.int64)
+        pos[js] = np.arange(js.size)
+        key = (pos[jj] * K + nn) * T + tt
+        best = np.full(js.size * K * T, INF)
+        np.minimum.at(best, key, val)
+        won = np.flatnonzero(val == best[key])
+        cell = (jj[won] * K + nn[won]) * T + tt[won]
+        st.arg_k.reshape(-1)[cell] = kk[won]
+        st.arg_t.reshape(-1)[cell] = src_slot.reshape(-1)[at[won]]
+        F = best.reshape(js.size, K, T)
+        st.alive[js] = np.isfinite(F).any(axis=(1, 2))
+        return F
+
+    def _close_level(self, js, F, st):
+        """``after`` (and ``first``) of the cuts ``js`` from their ``F``; the count vectors
+        left open after each, by increasing capacity."""
+        p, K = self.problem, self.K
+        li, mo = np.nonzero(np.isfinite(F).any(axis=2))       # open (cut in level, vector)
+        if li.size == 0:
+            return
+        jr, Fr = js[li], F[li, mo]                                                  # [R, T]
+        with_first = st.ends_first[jr]
+        if p.comm == "sender":
+            for c in range(self.C):
+                ts = np.flatnonzero(self.sc == c)
+                a = np.argmin(Fr[:, ts], axis=1)
+                st.after[jr, mo, c] = Fr[np.arange(li.size), ts[a]]
+                st.after_slot[jr, mo, c] = ts[a]
+        elif p.comm == "none":
+            a = np.argmin(Fr, axis=1)
+            st.after[jr, mo] = Fr[np.arange(li.size), a][:, None]
+            st.after_slot[jr, mo] = a[:, None]
+        else:
+            # overlap: boundary k costs X(c_a, c_b) / r_b at the receiver, / r_a at the
+            # sender (not for the first stage)
+            X = 2.0 * (p.cuts.out_bytes[jr][:, None, None] / self.bw_tt[None]
+                       + self.lat_tt[None])                                         # [R, T, T]
+            recv = X / self.sr[None, None, :]
+            for term, dst, dst_slot, rows in (
+                    (np.maximum(recv, X / self.sr[None, :, None]), st.after, st.after_slot,
+                     slice(None)),
+                    (recv, st.first, st.first_slot, with_first)):
+                val = np.maximum(Fr[rows][:, None, :], term[rows])                  # [R, T, T]
+                dst[jr[rows], mo[rows]] = val.min(axis=2)
+                dst_slot[jr[rows], mo[rows]] = val.argmin(axis=2)
+        if not p.use_all_devices:   # fewer devices that do as well make more useless
+            live = self._drop_dominated(li, jr, mo, with_first, st)
+            li, jr, mo = li[live], jr[live], mo[live]
+        rank = self.cap_rank[mo]
+        order = np.lexsort((rank, li))
+        li, jr, mo, rank = li[order], jr[order], mo[order], rank[order]
+        n = np.bincount(li, minlength=js.size)
+        start = np.cumsum(n) - n
+        st.rows[jr, np.arange(li.size) - start[li]] = mo
+        hist = np.zeros((js.size, K + 1), dtype=np.int64)
+        np.add.at(hist, (li, rank + 1), 1)
+        st.below[js] = np.cumsum(hist, axis=1)
+
+    def _drop_dominated(self, li, jr, mo, with_first, st):
         """Each table's ``H[j, m, t]`` (in place) to INF where a count vector ``m' <= m``,
-        ``m' != m``, does at least as well: a plan may always use fewer devices, and fewer
-        downstream means fewer minibatches in flight upstream, so ``m`` is never needed.
-        ``open_``: the count vectors with a finite entry; returns those still open."""
-        if open_.size > DOMINANCE_PAIRWISE_MAX:
-            for H in tables:
-                self._drop_dominated_grid(H[j])
-            live = np.zeros(self.K, dtype=bool)
-            for H in tables:
-                live |= np.isfinite(H[j]).any(axis=1)
-            return np.flatnonzero(live)
-        vec = self.vec[open_]
-        below = (vec[:, None, :] <= vec[None, :, :]).all(axis=2)     # [W, W]: m_a <= m_b
-        np.fill_diagonal(below, False)
-        live = np.zeros(open_.size, dtype=bool)
-        for H in tables:
-            h = H[j, open_]                                                  # [W, width]
-            beaten = (below[:, :, None] & (h[:, None, :] <= h[None, :, :])).any(axis=0)
-            h[beaten] = INF
-            H[j, open_] = h
+        ``m' != m``, open after the same cut, does at least as well: a plan may always use
+        fewer devices, and fewer downstream means fewer minibatches in flight upstream, so
+        ``m`` is never needed. Returns which of the open (cut, vector)s stay open."""
+        tables = [(st.after, np.ones(li.size, dtype=bool))]
+        if st.first is not st.after:
+            tables.append((st.first, with_first))
+        R = li.size
+        n = np.bincount(li)
+        start = (np.cumsum(n) - n)[li]                  # li ascending: each cut's rows a block
+        pairs = int((n * n).sum())
+        if pairs * st.after.shape[2] > DOMINANCE_PAIRWISE_MAX:   # cut by cut, on the grid
+            for j in np.unique(jr):
+                for H, rows in tables:
+                    if rows[jr == j].any():
+                        self._drop_dominated_grid(H[j])
+            live = np.zeros(R, dtype=bool)
+            for H, rows in tables:
+                live |= rows & np.isfinite(H[jr, mo]).any(axis=1)
+            return live
+        # every (a, b) of one cut, grouped by b: a beats b when m_a <= m_b, m_a != m_b, and
+        # its entry is no worse
+        a, b = _ranges(start, start + n[li] - 1)
+        lower = (self.vec[mo[a]] <= self.vec[mo[b]]).all(axis=1) & (a != b)
+        groups = np.cumsum(n[li]) - n[li]
+        live = np.zeros(R, dtype=bool)
+        for H, rows in tables:
+            h = np.where(rows[:, None], H[jr, mo], INF)                             # [R, width]
+            beats = lower[:, None] & (h[a] <= h[b])
+            h[np.logical_or.reduceat(beats, groups, axis=0)] = INF
+            H[jr[rows], mo[rows]] = h[rows]
             live |= np.isfinite(h).any(axis=1)
-        return open_[live]
+        return live
 
     def _drop_dominated_grid(self, H):
         """:meth:`_drop_dominated` on one cut's whole ``[K, width]`` table, by running minima
@@ -792,6 +834,30 @@ class _Program:
             np.minimum(below[tuple(dst)], low[tuple(src)], out=below[tuple(dst)])
         grid[below <= grid] = INF
 
+    def _trace(self, final, st):
+        """The plan behind the best entry of ``final`` (F of the empty cut), scored anew."""
+        p, K, S = self.problem, self.K, self.S
+        n_idx = np.array([K - 1]) if p.use_all_devices else np.arange(K)
+        sub = final[n_idx]
+        if not np.isfinite(sub).any():
+            return None
+        n0, t0 = np.unravel_index(int(np.argmin(sub)), sub.shape)
+        n0 = int(n_idx[n0])
+        plan, j, n, t = [], 0, n0, int(t0)
+        while True:
+            k = int(st.arg_k[j, n, t])
+            plan.append((j, k, t))
+            if k == S - 1:
+                break
+            t_next = int(st.arg_t[j, n, t])
+            n = int(self.shift[t, n])
+            j, t = k, t_next
+        result = evaluate_stages(p, plan, total_devices=int(self.tot[n0]))
+        if not math.isclose(result.bottleneck_s, float(sub.min()), rel_tol=1e-9, abs_tol=1e-15):
+            raise AssertionError(f"planner: the plan scores {result.bottleneck_s}, the dynamic "
+                                 f"program claimed {float(sub.min())}")
+        return result
+
     def _fits(self, j, kk, tt, nn):
         """Whether each candidate stage (cut j to kk on slot tt, count vector nn from it to
         the end) fits its devices' memory (1F1B: ``nn``'s devices / replicas in flight)."""
@@ -802,37 +868,33 @@ class _Program:
         need = par * (infl if p.stash_weights else 1.0) + act * infl
         return need <= self.mem_lim[tt]
 
-    def _by_class(self, k, Fk, open_, after, after_slot):
-        """sender: the best next stage per class for the open count vectors."""
-        for c in range(self.C):
-            ts = np.flatnonzero(self.sc == c)
-            a = np.argmin(Fk[open_][:, ts], axis=1)
-            after[k, open_, c] = Fk[open_, ts[a]]
-            after_slot[k, open_, c] = ts[a]
 
-    def _put_after(self, k, Fk, open_, after, after_slot, first, first_slot):
-        """none/overlap: the best next stage seen from each slot of the stage ending at k
-        (``first`` None: no first stage ends at k)."""
-        p = self.problem
-        F = Fk[open_]
-        ts = np.flatnonzero(np.isfinite(F).any(axis=0))
-        F = F[:, ts]                                                                 # [W, Tt]
-        if p.comm == "none":
-            a = np.argmin(F, axis=1)
-            after[k, open_] = F[np.arange(open_.size), a][:, None]
-            after_slot[k, open_] = ts[a][:, None]
-            return
-        # overlap: boundary k costs X(c_a, c_b) / r_b at the receiver, / r_a at the sender
-        # (not for the first stage)
-        X = 2.0 * (p.cuts.out_bytes[k] / self.bw_tt[:, ts] + self.lat_tt[:, ts])    # [T, Tt]
-        recv = X / self.sr[None, ts]
-        for term, dst, dst_slot in ((np.maximum(recv, X / self.sr[:, None]), after, after_slot),
-                                    (recv, first, first_slot)):
-            if dst is None:
-                continue
-            val = np.maximum(F[:, None, :], term[None])                              # [W, T, Tt]
-            dst[k, open_] = val.min(axis=2)
-            dst_slot[k, open_] = ts[val.argmin(axis=2)]
+class _SolveState:
+    """The tables one :meth:`_Program.solve` fills, level by level."""
+
+    def __init__(self, S: int, K: int, T: int, width: int, overlap: bool):
+        self.after = np.full((S, K, width), INF)
+        self.after_slot = np.full((S, K, width), -1, dtype=np.int16)
+        self.after[S - 1, 0] = 0.0
+        # overlap: the first stage sends nothing, so it sees the cuts after it its own way
+        self.first, self.first_slot = ((self.after.copy(), self.after_slot.copy()) if overlap
+                                       else (self.after, self.after_slot))
+        self.ends_first = np.zeros(S, dtype=bool)
+        # open count vectors after each cut by increasing capacity; below[k, r]: how many
+        # of them have a capacity rank < r
+        self.rows = np.zeros((S, K), dtype=np.int64)
+        self.below = np.zeros((S, K + 1), dtype=np.int64)
+        self.alive = np.zeros(S, dtype=bool)
+        self.alive[S - 1] = True
+        self.arg_k = np.full((S, K, T), -1, dtype=np.int32)
+        self.arg_t = np.full((S, K, T), -1, dtype=np.int16)
+
+
+def _ranges_from(js: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+    """(cut, next cut, slot) for next cuts ``lo[i, t]..hi[i, t]`` from cut ``js[i]`` on each
+    slot ``t``."""
+    kq, at = _ranges(lo.ravel(), hi.ravel())
+    return js[at // lo.shape[1]], kq, at % lo.shape[1]
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray):
