@@ -339,8 +339,6 @@ def plan_stages(problem: StageProblem, *, prune: bool = True) -> StagePlan:
 
 FIRST_SLACK = 0.01     # bounds grow by 1 %, 2 %, 4 % ... of the last until a plan is found
 RELAXED_PRECISION = 0.005   # the relaxation's smallest bound is bracketed to 0.5 %
-DOMINANCE_PAIRWISE_MAX = 1 << 23   # open count vectors of a level compared pairwise up to
-                                   # this many (pairs x table width)
 
 
 class _Program:
@@ -741,12 +739,23 @@ class _Program:
 
     def _close_level(self, js, F, st):
         """``after`` (and ``first``) of the cuts ``js`` from their ``F``; the count vectors
-        left open after each, by increasing capacity."""
+        left open after each, by increasing capacity.
+
+        Unless every device must be used, an entry ``[j, m, t]`` of ``F`` or of the tables
+        is dropped where a count vector ``m' <= m``, ``m' != m``, open after the same cut,
+        does at least as well: a plan may always use fewer devices, and fewer downstream
+        means fewer minibatches in flight upstream, so ``m`` is never needed."""
         p, K = self.problem, self.K
+        prune = not p.use_all_devices
         li, mo = np.nonzero(np.isfinite(F).any(axis=2))       # open (cut in level, vector)
+        Fr = F[li, mo]                                                              # [R, T]
+        if prune and li.size:
+            Fr[self._beaten(js.size, li, mo, Fr)] = INF
+            live = np.isfinite(Fr).any(axis=1)
+            li, mo, Fr = li[live], mo[live], Fr[live]
         if li.size == 0:
             return
-        jr, Fr = js[li], F[li, mo]                                                  # [R, T]
+        jr = js[li]
         with_first = st.ends_first[jr]
         if p.comm == "sender":
             for c in range(self.C):
@@ -761,18 +770,26 @@ class _Program:
         else:
             # overlap: boundary k costs X(c_a, c_b) / r_b at the receiver, / r_a at the
             # sender (not for the first stage)
-            X = 2.0 * (p.cuts.out_bytes[jr][:, None, None] / self.bw_tt[None]
-                       + self.lat_tt[None])                                         # [R, T, T]
+            X = 2.0 * (p.cuts.out_bytes[js][:, None, None] / self.bw_tt[None]
+                       + self.lat_tt[None])                                         # [L, T, T]
             recv = X / self.sr[None, None, :]
             for term, dst, dst_slot, rows in (
                     (np.maximum(recv, X / self.sr[None, :, None]), st.after, st.after_slot,
                      slice(None)),
                     (recv, st.first, st.first_slot, with_first)):
-                val = np.maximum(Fr[rows][:, None, :], term[rows])                  # [R, T, T]
+                val = np.maximum(Fr[rows][:, None, :], term[li[rows]])              # [R, T, T]
                 dst[jr[rows], mo[rows]] = val.min(axis=2)
                 dst_slot[jr[rows], mo[rows]] = val.argmin(axis=2)
-        if not p.use_all_devices:   # fewer devices that do as well make more useless
-            live = self._drop_dominated(li, jr, mo, with_first, st)
+        if prune:
+            live = np.zeros(li.size, dtype=bool)
+            tables = [(st.after, np.ones(li.size, dtype=bool))]
+            if st.first is not st.after:
+                tables.append((st.first, with_first))
+            for H, rows in tables:
+                h = np.where(rows[:, None], H[jr, mo], INF)                         # [R, width]
+                h[self._beaten(js.size, li, mo, h)] = INF
+                H[jr[rows], mo[rows]] = h[rows]
+                live |= np.isfinite(h).any(axis=1)
             li, jr, mo = li[live], jr[live], mo[live]
         rank = self.cap_rank[mo]
         order = np.lexsort((rank, li))
@@ -784,55 +801,38 @@ class _Program:
         np.add.at(hist, (li, rank + 1), 1)
         st.below[js] = np.cumsum(hist, axis=1)
 
-    def _drop_dominated(self, li, jr, mo, with_first, st):
-        """Each table's ``H[j, m, t]`` (in place) to INF where a count vector ``m' <= m``,
-        ``m' != m``, open after the same cut, does at least as well: a plan may always use
-        fewer devices, and fewer downstream means fewer minibatches in flight upstream, so
-        ``m`` is never needed. Returns which of the open (cut, vector)s stay open."""
-        tables = [(st.after, np.ones(li.size, dtype=bool))]
-        if st.first is not st.after:
-            tables.append((st.first, with_first))
-        R = li.size
-        n = np.bincount(li)
-        start = (np.cumsum(n) - n)[li]                  # li ascending: each cut's rows a block
-        pairs = int((n * n).sum())
-        if pairs * st.after.shape[2] > DOMINANCE_PAIRWISE_MAX:   # cut by cut, on the grid
-            for j in np.unique(jr):
-                for H, rows in tables:
-                    if rows[jr == j].any():
-                        self._drop_dominated_grid(H[j])
-            live = np.zeros(R, dtype=bool)
-            for H, rows in tables:
-                live |= rows & np.isfinite(H[jr, mo]).any(axis=1)
-            return live
-        # every (a, b) of one cut, grouped by b: a beats b when m_a <= m_b, m_a != m_b, and
-        # its entry is no worse
-        a, b = _ranges(start, start + n[li] - 1)
+    def _beaten(self, L, li, mo, h):
+        """[R, width]: where entry ``h[i]`` of count vector ``mo[i]`` after cut ``li[i]`` (of
+        ``L``; ``li`` ascending) is no better than that of a smaller count vector of the same
+        cut. Pairwise within each cut for few vectors, else by running minima over the grid."""
+        n = np.bincount(li, minlength=L)
+        per_row = n[li]
+        if int(per_row.sum()) > 2 * L * self.K:
+            return self._beaten_grid(L, li, mo, h)
+        a, b = _ranges((np.cumsum(n) - n)[li], (np.cumsum(n) - n)[li] + per_row - 1)
         lower = (self.vec[mo[a]] <= self.vec[mo[b]]).all(axis=1) & (a != b)
-        groups = np.cumsum(n[li]) - n[li]
-        live = np.zeros(R, dtype=bool)
-        for H, rows in tables:
-            h = np.where(rows[:, None], H[jr, mo], INF)                             # [R, width]
-            beats = lower[:, None] & (h[a] <= h[b])
-            h[np.logical_or.reduceat(beats, groups, axis=0)] = INF
-            H[jr[rows], mo[rows]] = h[rows]
-            live |= np.isfinite(h).any(axis=1)
-        return live
+        a, b = a[lower], b[lower]                             # a may beat b; grouped by b
+        out = np.zeros(h.shape, dtype=bool)
+        if a.size:
+            heads = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+            out[b[heads]] = np.logical_or.reduceat(h[a] <= h[b], heads, axis=0)
+        return out
 
-    def _drop_dominated_grid(self, H):
-        """:meth:`_drop_dominated` on one cut's whole ``[K, width]`` table, by running minima
-        over the count-vector grid (for many open count vectors)."""
-        grid = H.reshape(self.grid_shape + (H.shape[1],))
+    def _beaten_grid(self, L, li, mo, h):
+        """:meth:`_beaten` on the whole count-vector grid of each cut."""
+        dense = np.full((L, self.K, h.shape[1]), INF)
+        dense[li, mo] = h
+        grid = dense.reshape((L,) + self.grid_shape + (h.shape[1],))
         low = grid
-        for axis in range(len(self.grid_shape)):
+        for axis in range(1, 1 + len(self.grid_shape)):
             low = np.minimum.accumulate(low, axis=axis)
         below = np.full_like(grid, INF)
-        for axis in range(len(self.grid_shape)):   # the best strictly below, class by class
+        for axis in range(1, 1 + len(self.grid_shape)):   # the best strictly below, by class
             src = [slice(None)] * grid.ndim
             dst = [slice(None)] * grid.ndim
             src[axis], dst[axis] = slice(0, -1), slice(1, None)
             np.minimum(below[tuple(dst)], low[tuple(src)], out=below[tuple(dst)])
-        grid[below <= grid] = INF
+        return (below <= grid).reshape(L, self.K, -1)[li, mo]
 
     def _trace(self, final, st):
         """The plan behind the best entry of ``final`` (F of the empty cut), scored anew."""
