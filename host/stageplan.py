@@ -650,28 +650,32 @@ class _Program:
         S, K, T = self.S, self.K, self.T
         win, span, stages_from = self.window(bound)
         width = self.C if p.comm == "sender" else T
-        st = _SolveState(S, K, T, width, overlap=p.comm == "overlap")
+        ends_first = None
+        if p.comm == "overlap":   # where the first stage may end
+            ends_first = np.zeros(S, dtype=bool)
+            ends_first[stages_from(np.zeros(1, dtype=np.int64))[1]] = True
+        st = _SolveState(S, K, T, width, ends_first)
         st.below[S - 1, self.cap_rank[0] + 1:] = 1
-        if st.first is not st.after:   # overlap: where the first stage may end
-            st.ends_first[stages_from(np.zeros(1, dtype=np.int64))[1]] = True
         final = None
         for js in self.levels:
             js = js[win[js].any(axis=1)]
             if js.size == 0:
                 continue
-            F = self._level(js, bound, win, span, stages_from, st)
-            if F is None:
+            level = self._level(js, bound, win, span, stages_from, st)
+            if level is None:
                 continue
+            F, li, mo = level
             if js[0] == 0:
                 final = F[0]
                 break
-            self._close_level(js, F, st)
+            self._close_level(js, F, li, mo, st)
         if final is None:
             return None
         return self._trace(final, st)
 
     def _level(self, js, bound, win, span, stages_from, st):
-        """[L, K, T]: ``F`` of the cuts ``js`` (one level), best next cut and slot noted."""
+        """[L, K, T]: ``F`` of the cuts ``js`` (one level), best next cut and slot noted;
+        and the (cut in level, count vector)s with a finite entry (None: no entry)."""
         p, cuts = self.problem, self.problem.cuts
         K, T = self.K, self.T
         tol = bound * (1.0 + 1e-9)
@@ -706,16 +710,17 @@ class _Program:
         kk, tt, mm, nn, pi = kk[ok], tt[ok], mm[ok], nn[ok], pi[ok]
         jj, stage = jq[pi], own[pi]
         src, src_slot = (st.first, st.first_slot) if js[0] == 0 else (st.after, st.after_slot)
+        kr = st.first_row[kk] if js[0] == 0 else kk           # rows of src
         if p.comm == "sender":
             x = (2.0 * (cuts.out_bytes[kk][:, None] / p.links.bandwidth[self.sc[tt]]
                         + p.links.latency_s[self.sc[tt]]) / self.sr[tt][:, None])      # [E, C]
             x[kk == self.S - 1] = 0.0
-            both = np.maximum(stage[:, None] + x, src[kk, mm])
+            both = np.maximum(stage[:, None] + x, src[kr, mm])
             cb = np.argmin(both, axis=1)
             val = both[np.arange(cb.size), cb]
-            at = (kk * K + mm) * self.C + cb      # src_slot[kk, mm, cb], flat
+            at = (kr * K + mm) * self.C + cb      # src_slot[kr, mm, cb], flat
         else:
-            at = (kk * K + mm) * T + tt           # src[kk, mm, tt], flat
+            at = (kr * K + mm) * T + tt           # src[kr, mm, tt], flat
             val = np.maximum(stage, src.reshape(-1)[at])
         keep = val <= tol
         if self.check_mem:
@@ -733,11 +738,14 @@ class _Program:
         cell = (jj[won] * K + nn[won]) * T + tt[won]
         st.arg_k.reshape(-1)[cell] = kk[won]
         st.arg_t.reshape(-1)[cell] = src_slot.reshape(-1)[at[won]]
-        F = best.reshape(js.size, K, T)
-        st.alive[js] = np.isfinite(F).any(axis=(1, 2))
-        return F
+        # the (cut, count vector)s with a finite entry, by cut
+        cells = np.zeros(js.size * K, dtype=bool)
+        cells[(key // T)[np.isfinite(val)]] = True
+        li, mo = np.divmod(np.flatnonzero(cells), K)
+        st.alive[js[np.unique(li)]] = True
+        return best.reshape(js.size, K, T), li, mo
 
-    def _close_level(self, js, F, st):
+    def _close_level(self, js, F, li, mo, st):
         """``after`` (and ``first``) of the cuts ``js`` from their ``F``; the count vectors
         left open after each, by increasing capacity.
 
@@ -747,7 +755,6 @@ class _Program:
         means fewer minibatches in flight upstream, so ``m`` is never needed."""
         p, K = self.problem, self.K
         prune = not p.use_all_devices
-        li, mo = np.nonzero(np.isfinite(F).any(axis=2))       # open (cut in level, vector)
         Fr = F[li, mo]                                                              # [R, T]
         if prune and li.size:
             Fr[self._beaten(js.size, li, mo, Fr)] = INF
@@ -773,22 +780,22 @@ class _Program:
             X = 2.0 * (p.cuts.out_bytes[js][:, None, None] / self.bw_tt[None]
                        + self.lat_tt[None])                                         # [L, T, T]
             recv = X / self.sr[None, None, :]
-            for term, dst, dst_slot, rows in (
+            for term, dst, dst_slot, rows, at in (
                     (np.maximum(recv, X / self.sr[None, :, None]), st.after, st.after_slot,
-                     slice(None)),
-                    (recv, st.first, st.first_slot, with_first)):
+                     slice(None), jr),
+                    (recv, st.first, st.first_slot, with_first, st.first_row[jr])):
                 val = np.maximum(Fr[rows][:, None, :], term[li[rows]])              # [R, T, T]
-                dst[jr[rows], mo[rows]] = val.min(axis=2)
-                dst_slot[jr[rows], mo[rows]] = val.argmin(axis=2)
+                dst[at[rows], mo[rows]] = val.min(axis=2)
+                dst_slot[at[rows], mo[rows]] = val.argmin(axis=2)
         if prune:
             live = np.zeros(li.size, dtype=bool)
-            tables = [(st.after, np.ones(li.size, dtype=bool))]
+            tables = [(st.after, np.ones(li.size, dtype=bool), jr)]
             if st.first is not st.after:
-                tables.append((st.first, with_first))
-            for H, rows in tables:
-                h = np.where(rows[:, None], H[jr, mo], INF)                         # [R, width]
+                tables.append((st.first, with_first, st.first_row[jr]))
+            for H, rows, at in tables:
+                h = np.where(rows[:, None], H[at, mo], INF)                         # [R, width]
                 h[self._beaten(js.size, li, mo, h)] = INF
-                H[jr[rows], mo[rows]] = h[rows]
+                H[at[rows], mo[rows]] = h[rows]
                 live |= np.isfinite(h).any(axis=1)
             li, jr, mo = li[live], jr[live], mo[live]
         rank = self.cap_rank[mo]
@@ -872,22 +879,30 @@ class _Program:
 class _SolveState:
     """The tables one :meth:`_Program.solve` fills, level by level."""
 
-    def __init__(self, S: int, K: int, T: int, width: int, overlap: bool):
+    def __init__(self, S: int, K: int, T: int, width: int, ends_first: np.ndarray | None):
         self.after = np.full((S, K, width), INF)
-        self.after_slot = np.full((S, K, width), -1, dtype=np.int16)
+        self.after_slot = np.empty((S, K, width), dtype=np.int16)   # read where after is
         self.after[S - 1, 0] = 0.0
-        # overlap: the first stage sends nothing, so it sees the cuts after it its own way
-        self.first, self.first_slot = ((self.after.copy(), self.after_slot.copy()) if overlap
-                                       else (self.after, self.after_slot))
+        self.first, self.first_slot = self.after, self.after_slot
+        self.first_row = np.arange(S)
         self.ends_first = np.zeros(S, dtype=bool)
+        if ends_first is not None:
+            # overlap: the first stage sends nothing, so it sees the cuts after it its own
+            # way; rows only for the cuts it may end at (row first_row[k])
+            self.ends_first = ends_first
+            self.first_row = np.cumsum(ends_first) - 1
+            self.first = np.full((int(ends_first.sum()), K, width), INF)
+            self.first_slot = np.empty(self.first.shape, dtype=np.int16)
+            if ends_first[S - 1]:
+                self.first[self.first_row[S - 1], 0] = 0.0
         # open count vectors after each cut by increasing capacity; below[k, r]: how many
         # of them have a capacity rank < r
         self.rows = np.zeros((S, K), dtype=np.int64)
         self.below = np.zeros((S, K + 1), dtype=np.int64)
         self.alive = np.zeros(S, dtype=bool)
         self.alive[S - 1] = True
-        self.arg_k = np.full((S, K, T), -1, dtype=np.int32)
-        self.arg_t = np.full((S, K, T), -1, dtype=np.int16)
+        self.arg_k = np.empty((S, K, T), dtype=np.int32)      # read on the traced plan only
+        self.arg_t = np.empty((S, K, T), dtype=np.int16)
 
 
 def _ranges_from(js: np.ndarray, lo: np.ndarray, hi: np.ndarray):
