@@ -37,7 +37,7 @@ Dynamic program (exact for this model on the given cuts)
 ------------------------------------------------------
 Devices are grouped into classes of identical devices (speed, memory, group); the program
 counts how many devices of each class the stages after a cut use, not which ones. Over the
-cuts in decreasing order, ``F[k, n, t]`` is the smallest bottleneck of the stages after cut
+cuts from the last, ``F[k, n, t]`` is the smallest bottleneck of the stages after cut
 ``k`` when they use ``n`` (a vector of per-class counts) and the first of them runs on slot
 ``t = (class, replicas)``; knowing ``n`` gives the minibatches in flight, knowing ``t`` the
 link and replica terms of the boundary at ``k``. With ``K = prod_c (n_c + 1)`` count
@@ -62,7 +62,10 @@ those count vectors and (pair, slot)s, joins each pair with the count vectors st
 after its end (ragged, no padding) and keeps the best per state by a scatter-minimum, so
 its cost is ``O(E)`` for the ``E <= Q K T`` candidates inside the window. When devices may
 stay unused, a count vector after a cut that one with fewer devices of every class matches
-is dropped too (``O(S K T C)``). ``B`` starts at
+is dropped too (pairwise among the open ones, or ``O(S K T C)`` over the grid). The cuts are
+solved a level at a time (the most stages a chain from the cut to the last can have; no cut
+follows another of its level), which pays numpy's per-call cost per level, not per cut.
+``B`` starts at
 the smallest bound the relaxation accepts (bisected to 0.5 % from the lower bound
 ``max(work / cap(N), costliest layer alone)``) and grows by 1 %, 2 %, 4 % ... until a plan is
 found; that plan is optimal, since the optimal plan lies inside the window of every bound
@@ -462,10 +465,11 @@ class _Program:
             own += const
             own /= sr
             own[(need_mem[k] - need_mem[j])[:, None] > mem * (1.0 + 1e-12)] = INF
-            low = own.astype(np.float32)
-            over = low > own
-            low[over] = np.nextafter(low[over], np.float32(-INF))
-            own32[a:a + (1 << 16)] = low
+            own *= 1.0 - 1e-7    # float32 rounds to nearest: stay below (own < 0: a ~0 stage)
+            own32[a:a + (1 << 16)] = own
+        # [T, pairs]: the least time over the columns so far; under a bound the columns a
+        # stage does not fit on are those where it is still above
+        self.pair_low32 = np.ascontiguousarray(np.minimum.accumulate(own32, axis=1).T)
 
     def _levels(self) -> list[np.ndarray]:
         """The cuts by level (the most stages a chain from a cut to the last can have), from
@@ -534,9 +538,10 @@ class _Program:
     def _need(self, bound: float) -> np.ndarray:
         """[pairs]: the least slot capacity (r s_c) on which each pair's stage fits ``bound``."""
         tol = np.float32(min(bound * (1.0 + 1e-9), 3e38))
-        fits = self.pair_own32 <= tol
-        first = np.where(fits.any(axis=1), fits.argmax(axis=1), self.T)
-        return self.cap_sorted[first].astype(np.float64)
+        too_slow = np.zeros(self.pair_j.size, dtype=np.uint8 if self.T < 256 else np.int64)
+        for low in self.pair_low32:
+            too_slow += low > tol
+        return self.cap_sorted[too_slow].astype(np.float64)
 
     def relaxed(self, bound: float, before: bool = True):
         """Capacity (sum of r s_c over the stages) that the cuts after / before each cut need
@@ -613,9 +618,9 @@ class _Program:
             far = self._far(bound)
             return win, span, lambda js: _ranges_from(js, lo[js], far[js])
         tol = np.float32(bound * (1.0 + 1e-9))
+        room = self.cap_all + eps - ahead[self.pair_j] - after[self.pair_k]          # [pairs]
         usable = ((self.pair_own32 <= tol)         # columns in self.cap_order
-                  & ((ahead[self.pair_j][:, None] + self.slot_cap[self.cap_order]
-                      + after[self.pair_k][:, None]) <= self.cap_all + eps))
+                  & (room[:, None] >= self.slot_cap[self.cap_order]))
 
         def stages(js):
             q = _ranges(self.row_start[js], self.row_start[js + 1] - 1)[0]
