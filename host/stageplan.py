@@ -342,6 +342,8 @@ def plan_stages(problem: StageProblem, *, prune: bool = True) -> StagePlan:
 
 FIRST_SLACK = 0.01     # bounds grow by 1 %, 2 %, 4 % ... of the last until a plan is found
 RELAXED_PRECISION = 0.005   # the relaxation's smallest bound is bracketed to 0.5 %
+DOMINANCE_BEFORE_LINKS = 64   # a level's F is pruned before its link terms past this many
+                              # open (cut, count vector)s
 
 
 class _Program:
@@ -392,7 +394,7 @@ class _Program:
             self._chain_tables()
         else:
             self._pairs()
-        self.levels = self._levels()
+        self.level_of, self.level_order = self._levels()
 
     def _capacity(self):
         """Work ``u_l`` (seconds on the slowest class) and each class's speed-up ``s_c`` on it
@@ -471,10 +473,11 @@ class _Program:
         # stage does not fit on are those where it is still above
         self.pair_low32 = np.ascontiguousarray(np.minimum.accumulate(own32, axis=1).T)
 
-    def _levels(self) -> list[np.ndarray]:
-        """The cuts by level (the most stages a chain from a cut to the last can have), from
-        the lowest; no cut may follow another of its level, so each level is solved at once.
-        The empty cut comes alone, last; cuts no chain reaches the end from are left out."""
+    def _levels(self) -> tuple[np.ndarray, np.ndarray]:
+        """[S]: each cut's level (the most stages a chain from it to the last cut can have;
+        no cut may follow another of its level, so each level is solved at once), and the
+        cuts by level from the lowest. The empty cut comes alone, last; cuts no chain reaches
+        the end from are left out."""
         S = self.S
         level = np.full(S, -1, dtype=np.int64)
         level[S - 1] = 0
@@ -487,8 +490,7 @@ class _Program:
                 level[j] = top + 1 if top >= 0 else -1
         level[0] = level.max() + 1
         order = np.argsort(level, kind="stable")
-        order = order[level[order] > 0]
-        return np.split(order, np.flatnonzero(np.diff(level[order])) + 1)
+        return level, order[level[order] > 0]
 
     def _chain_tables(self):
         cuts = self.problem.cuts
@@ -662,8 +664,8 @@ class _Program:
         st = _SolveState(S, K, T, width, ends_first)
         st.below[S - 1, self.cap_rank[0] + 1:] = 1
         final = None
-        for js in self.levels:
-            js = js[win[js].any(axis=1)]
+        order = self.level_order[win.any(axis=1)[self.level_order]]
+        for js in np.split(order, np.flatnonzero(np.diff(self.level_of[order])) + 1):
             if js.size == 0:
                 continue
             level = self._level(js, bound, win, span, stages_from, st)
@@ -734,7 +736,7 @@ class _Program:
             if not keep.any():
                 return None
             jj, kk, tt, nn, val, at = jj[keep], kk[keep], tt[keep], nn[keep], val[keep], at[keep]
-        pos = np.empty(self.S, dtype=np.int64)
+        pos = st.pos
         pos[js] = np.arange(js.size)
         key = (pos[jj] * K + nn) * T + tt
         best = np.full(js.size * K * T, INF)
@@ -761,7 +763,7 @@ class _Program:
         p, K = self.problem, self.K
         prune = not p.use_all_devices
         Fr = F[li, mo]                                                              # [R, T]
-        if prune and li.size:
+        if prune and li.size > DOMINANCE_BEFORE_LINKS:   # fewer link tables to build
             Fr[self._beaten(js.size, li, mo, Fr)] = INF
             live = np.isfinite(Fr).any(axis=1)
             li, mo, Fr = li[live], mo[live], Fr[live]
@@ -789,13 +791,15 @@ class _Program:
                     (np.maximum(recv, X / self.sr[None, :, None]), st.after, st.after_slot,
                      slice(None), jr),
                     (recv, st.first, st.first_slot, with_first, st.first_row[jr])):
+                if rows is with_first and not with_first.any():
+                    continue
                 val = np.maximum(Fr[rows][:, None, :], term[li[rows]])              # [R, T, T]
                 dst[at[rows], mo[rows]] = val.min(axis=2)
                 dst_slot[at[rows], mo[rows]] = val.argmin(axis=2)
         if prune:
             live = np.zeros(li.size, dtype=bool)
             tables = [(st.after, np.ones(li.size, dtype=bool), jr)]
-            if st.first is not st.after:
+            if st.first is not st.after and with_first.any():
                 tables.append((st.first, with_first, st.first_row[jr]))
             for H, rows, at in tables:
                 h = np.where(rows[:, None], H[at, mo], INF)                         # [R, width]
@@ -906,6 +910,7 @@ class _SolveState:
         self.below = np.zeros((S, K + 1), dtype=np.int64)
         self.alive = np.zeros(S, dtype=bool)
         self.alive[S - 1] = True
+        self.pos = np.zeros(S, dtype=np.int64)               # a cut's place in its level
         self.arg_k = np.empty((S, K, T), dtype=np.int32)      # read on the traced plan only
         self.arg_t = np.empty((S, K, T), dtype=np.int16)
 
