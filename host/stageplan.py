@@ -694,7 +694,7 @@ class _Program:
         fits = (own <= tol) & st.alive[kq]
         if not fits.any():
             return None
-        jq, kq, tq, own = jq[fits], kq[fits], tq[fits], own[fits]
+        jq, kq, tq, own, par = jq[fits], kq[fits], tq[fits], own[fits], par[fits]
         # each pair joined with the open count vectors after its cut whose capacity, with
         # the slot's, may lie in the window (a range of their capacity ranks)
         margin = 1e-7 * self.cap_all
@@ -730,19 +730,21 @@ class _Program:
             at = (kr * K + mm) * T + tt           # src[kr, mm, tt], flat
             val = np.maximum(stage, src.reshape(-1)[at])
         keep = val <= tol
+        nt = nn * T + tt
         if self.check_mem:
-            keep &= self._fits(jj, kk, tt, nn)
+            act = cuts.activation_bytes[kq] - cuts.activation_bytes[jq]
+            keep &= self._fits(par[pi], act[pi], tt, nt)
         if not keep.all():
             if not keep.any():
                 return None
-            jj, kk, tt, nn, val, at = jj[keep], kk[keep], tt[keep], nn[keep], val[keep], at[keep]
+            jj, kk, tt, nt, val, at = jj[keep], kk[keep], tt[keep], nt[keep], val[keep], at[keep]
         pos = st.pos
         pos[js] = np.arange(js.size)
-        key = (pos[jj] * K + nn) * T + tt
+        key = pos[jj] * (K * T) + nt
         best = np.full(js.size * K * T, INF)
         np.minimum.at(best, key, val)
         won = np.flatnonzero(val == best[key])
-        cell = (jj[won] * K + nn[won]) * T + tt[won]
+        cell = jj[won] * (K * T) + nt[won]
         st.arg_k.reshape(-1)[cell] = kk[won]
         st.arg_t.reshape(-1)[cell] = src_slot.reshape(-1)[at[won]]
         # the (cut, count vector)s with a finite entry, by cut
@@ -874,14 +876,12 @@ class _Program:
                                  f"program claimed {float(sub.min())}")
         return result
 
-    def _fits(self, j, kk, tt, nn):
-        """Whether each candidate stage (cut j to kk on slot tt, count vector nn from it to
-        the end) fits its devices' memory (1F1B: ``nn``'s devices / replicas in flight)."""
-        p = self.problem
-        par = p.cuts.parameter_bytes[kk] - p.cuts.parameter_bytes[j]
-        act = p.cuts.activation_bytes[kk] - p.cuts.activation_bytes[j]
-        infl = self.inflight[nn, tt]
-        need = par * (infl if p.stash_weights else 1.0) + act * infl
+    def _fits(self, par, act, tt, nt):
+        """Whether each candidate stage (``par`` parameter and ``act`` activation bytes, on
+        slot ``tt``, count vector from it to the end and slot ``nt = n T + t``) fits its
+        devices' memory (1F1B: the devices from it to the end / replicas in flight)."""
+        infl = self.inflight.reshape(-1)[nt]
+        need = par * (infl if self.problem.stash_weights else 1.0) + act * infl
         return need <= self.mem_lim[tt]
 
 
