@@ -459,6 +459,9 @@ class _Program:
         Y = self.pre_c[:, sc] + self.ar_coef[o] * cuts.parameter_bytes[:, None]      # [S, T]
         need_mem = cuts.parameter_bytes + cuts.activation_bytes
         self.pair_own32 = own32 = np.empty((pj.size, self.T), dtype=np.float32)
+        # [T, pairs]: the least time over the columns so far; under a bound the columns a
+        # stage does not fit on are those where it is still above
+        self.pair_low32 = low = np.empty((self.T, pj.size), dtype=np.float32)
         for a in range(0, pj.size, 1 << 16):
             j, k = pj[a:a + (1 << 16)], pk[a:a + (1 << 16)]
             own = Y[k]
@@ -469,9 +472,10 @@ class _Program:
             own[(need_mem[k] - need_mem[j])[:, None] > mem * (1.0 + 1e-12)] = INF
             own *= 1.0 - 1e-7    # float32 rounds to nearest: stay below (own < 0: a ~0 stage)
             own32[a:a + (1 << 16)] = own
-        # [T, pairs]: the least time over the columns so far; under a bound the columns a
-        # stage does not fit on are those where it is still above
-        self.pair_low32 = np.ascontiguousarray(np.minimum.accumulate(own32, axis=1).T)
+            block = low[:, a:a + (1 << 16)]
+            block[...] = own32[a:a + (1 << 16)].T
+            for t in range(1, self.T):
+                np.minimum(block[t - 1], block[t], out=block[t])
 
     def _levels(self) -> tuple[np.ndarray, np.ndarray]:
         """[S]: each cut's level (the most stages a chain from it to the last cut can have;
