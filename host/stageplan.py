@@ -672,7 +672,7 @@ class _Program:
         for js in np.split(order, np.flatnonzero(np.diff(self.level_of[order])) + 1):
             if js.size == 0:
                 continue
-            level = self._level(js, bound, win, span, stages_from, st)
+            level = self._level(js, bound, span, stages_from, st)
             if level is None:
                 continue
             F, li, mo = level
@@ -684,7 +684,7 @@ class _Program:
             return None
         return self._trace(final, st)
 
-    def _level(self, js, bound, win, span, stages_from, st):
+    def _level(self, js, bound, span, stages_from, st):
         """[L, K, T]: ``F`` of the cuts ``js`` (one level), best next cut and slot noted;
         and the (cut in level, count vector)s with a finite entry (None: no entry)."""
         p, cuts = self.problem, self.problem.cuts
@@ -700,7 +700,8 @@ class _Program:
             return None
         jq, kq, tq, own, par = jq[fits], kq[fits], tq[fits], own[fits], par[fits]
         # each pair joined with the open count vectors after its cut whose capacity, with
-        # the slot's, may lie in the window (a range of their capacity ranks)
+        # the slot's, lies in the window (a range of their capacity ranks; the margin only
+        # keeps a few more)
         margin = 1e-7 * self.cap_all
         rank_lo = np.searchsorted(self.cap_by_rank, span[jq, 0] - self.slot_cap[tq] - margin)
         rank_hi = np.searchsorted(self.cap_by_rank, span[jq, 1] - self.slot_cap[tq] + margin,
@@ -715,7 +716,6 @@ class _Program:
         mm = st.rows[kk, offs]
         nn = self.grow[tt, mm]
         ok = nn >= 0
-        ok &= win[jq[pi], np.maximum(nn, 0)]
         if not ok.any():
             return None
         kk, tt, mm, nn, pi = kk[ok], tt[ok], mm[ok], nn[ok], pi[ok]
