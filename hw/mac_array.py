@@ -598,6 +598,10 @@ class MacArrayCore(UnitCore):
                      bias_count.eq(Mux(bias_first, cw.bn, cw.next_bn))]
         dp.d.comb += [bias_reader.base.eq(bias_base), bias_reader.count.eq(bias_count)]
         bias_fill = parts["bias_fill"]
+        # the core's start leaves a register (it reaches every register of the core's
+        # sequencer); the core's inputs are the compute walker's, stable until it steps
+        start_core = Signal(name="start_core")
+        dp.d.sync += core.start.eq(start_core)
         with dp.FSM(name="compute"):
             with dp.State("PREFETCH"):            # the first block's bias
                 dp.d.comb += bias_first.eq(1)
@@ -612,12 +616,12 @@ class MacArrayCore(UnitCore):
                         dp.d.comb += core.bias_clear.eq(1)
                         dp.next = "BIAS"
                     with dp.Else():                # later depth block: the bias is in place
-                        dp.d.comb += [core.start.eq(1), comp_start.eq(1)]
+                        dp.d.comb += [start_core.eq(1), comp_start.eq(1)]
                         dp.next = "RUN"
             with dp.State("BIAS"):                 # the block's bias into the array
                 dp.d.comb += bias_fill.eq(1)
                 with dp.If(running & bias_reader.done):
-                    dp.d.comb += [core.start.eq(1), comp_start.eq(1)]
+                    dp.d.comb += [start_core.eq(1), comp_start.eq(1)]
                     # fetch the next block's bias while this one computes
                     dp.d.comb += bias_reader.start.eq(use_bias & ~cw.last_block)
                     dp.next = "RUN"
