@@ -755,7 +755,7 @@ class _Program:
         cells = np.zeros(js.size * K, dtype=bool)
         cells[(key // T)[np.isfinite(val)]] = True
         li, mo = np.divmod(np.flatnonzero(cells), K)
-        st.alive[js[np.unique(li)]] = True
+        st.alive[js[np.unique(li)] if js.size > 1 else js[:li.size]] = True
         return best.reshape(js.size, K, T), li, mo
 
     def _close_level(self, js, F, li, mo, st):
@@ -808,12 +808,17 @@ class _Program:
             if st.first is not st.after and with_first.any():
                 tables.append((st.first, with_first, st.first_row[jr]))
             for H, rows, at in tables:
-                h = np.where(rows[:, None], H[at, mo], INF)                         # [R, width]
+                h = H[at, mo] if rows.all() else np.where(rows[:, None], H[at, mo], INF)
                 h[self._beaten(js.size, li, mo, h)] = INF
                 H[at[rows], mo[rows]] = h[rows]
                 live |= np.isfinite(h).any(axis=1)
             li, jr, mo = li[live], jr[live], mo[live]
         rank = self.cap_rank[mo]
+        if js.size == 1:   # a chain of cuts: one cut per level
+            order = np.argsort(rank, kind="stable")
+            st.rows[js[0], :mo.size] = mo[order]
+            st.below[js[0]] = np.searchsorted(rank[order], np.arange(K + 1))
+            return
         order = np.lexsort((rank, li))
         li, jr, mo, rank = li[order], jr[order], mo[order], rank[order]
         n = np.bincount(li, minlength=js.size)
@@ -836,7 +841,7 @@ class _Program:
         a, b = a[lower], b[lower]                             # a may beat b; grouped by b
         out = np.zeros(h.shape, dtype=bool)
         if a.size:
-            heads = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+            heads = np.flatnonzero(np.concatenate(([True], b[1:] != b[:-1])))
             out[b[heads]] = np.logical_or.reduceat(h[a] <= h[b], heads, axis=0)
         return out
 
