@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, Value
 from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -56,6 +56,7 @@ from .aggregator_output import OutputStage
 from .aggregator_reduce import Reduce
 from .aggregator_walk import EdgeWalk, StreamRegister, descriptor_layout
 from .axi import BusParams, UnitCore
+from .blocks import EventCounters, RunControl
 from .dma import ReadPort, StreamReader, WritePort, read_request_layout
 from gnnweave.contract import AGGREGATOR_CONFIG_REGISTERS as CONFIG_REGISTERS  # noqa: F401
 from gnnweave.contract import AGGREGATOR_STATUS_REGISTERS as STATUS_REGISTERS  # noqa: F401
@@ -374,60 +375,50 @@ class AggregatorCore(UnitCore):
         # ---- configuration check and run FSM -------------------------------------------
         status = self.stat["status"]
 
-        busy = Signal()
-        counters = {name: self.stat[name] for name in
-                    ("busy_cycles", "read_beats", "write_beats", "stall_cycles",
-                     "mem_wait_cycles", "edges", "rejected_indices", "saturations")}
+        # IDLE -> CHECK -> RUN -> FINISH (no DRAIN: `drained` already waits for the last
+        # write response), RUN -> ABORT on a guard fault; `drained` is a register a cycle
+        # behind the run, so it is not taken in the run's first cycle
+        m.submodules.run = run = RunControl(drain=False, hold_first=True)
+        busy = run.busy
+        m.d.comb += [
+            run.start.eq(self.start), run.check_done.eq(check.done),
+            run.check_error.eq(check.error), run.stop.eq(read_port.fault),
+            run.finished.eq(drained), run.quiet.eq(in_flight_done & quiet["bank"]),
+            check.start.eq(run.accept), clear.eq(run.checking),
+            launch.eq(run.first), running.eq(run.running),
+            self.idle.eq(run.idle), self.done.eq(run.done),
+        ]
         bus = self.bus
         stall = ((bus.arvalid & ~bus.arready) | (bus.awvalid & ~bus.awready) |
                  (bus.wvalid & ~bus.wready))
         increments = {
-            "busy_cycles": 1, "read_beats": read_port.beat, "write_beats": write_port.beat,
-            "stall_cycles": stall,
+            "busy_cycles": Const(1, 1), "read_beats": read_port.beat,
+            "write_beats": write_port.beat, "stall_cycles": stall,
             "mem_wait_cycles": (read_port.outstanding != 0) & ~read_port.beat,
             "edges": edge_pulse, "rejected_indices": rejected_pulse,
             "saturations": saturated_now,
         }
+        m.submodules.counters = counters = EventCounters(
+            {name: (len(self.stat[name]), len(Value.cast(inc))) for name, inc in increments.items()})
+        m.d.comb += [counters.clear.eq(run.accept), counters.enable.eq(busy)]
+        for name, inc in increments.items():
+            m.d.comb += [getattr(counters.inc, name).eq(inc),
+                         self.stat[name].eq(getattr(counters.count, name))]
         with m.If(busy):
-            for name, sig in counters.items():
-                m.d.sync += sig.eq(sig + increments[name])
             with m.If(rejected_pulse):
                 m.d.sync += status.eq(status | Status.INDEX_REJECTED)
             with m.If(read_port.resp_error | write_port.resp_error):
                 m.d.sync += status.eq(status | Status.AXI_ERROR)
 
-        m.d.comb += [self.idle.eq(~busy), read_port.enable.eq(~(status & Status.ADDR_FAULT).any())]
-        with m.FSM(name="run"):
-            with m.State("IDLE"):
-                with m.If(self.start):
-                    m.d.sync += on_start()
-                    m.d.sync += [busy.eq(1), status.eq(0)]
-                    m.d.comb += check.start.eq(1)
-                    m.d.sync += [sig.eq(0) for sig in counters.values()]
-                    m.next = "CHECK"
-            with m.State("CHECK"):
-                m.d.comb += clear.eq(1)
-                with m.If(check.done & check.error):
-                    m.d.sync += status.eq(Status.CONFIG_ERROR)
-                    m.next = "FINISH"
-                with m.Elif(check.done):
-                    m.next = "RUN"
-            with m.State("RUN"):
-                first_cycle = Signal(init=1)
-                m.d.sync += first_cycle.eq(0)
-                m.d.comb += [launch.eq(first_cycle), running.eq(1)]
-                with m.If(read_port.fault):
-                    m.d.sync += status.eq(status | Status.ADDR_FAULT)
-                    m.next = "ABORT"
-                with m.Elif(drained & ~first_cycle):
-                    m.d.sync += status.eq(status | Mux(bad_indptr, Status.BAD_INDPTR, 0))
-                    m.next = "FINISH"
-            with m.State("ABORT"):
-                # nothing new is issued; wait for what is in flight, then finish
-                with m.If(in_flight_done & quiet["bank"]):
-                    m.next = "FINISH"
-            with m.State("FINISH"):
-                m.d.sync += [busy.eq(0), first_cycle.eq(1)]
-                m.d.comb += self.done.eq(1)
-                m.next = "IDLE"
+        m.d.comb += read_port.enable.eq(~(status & Status.ADDR_FAULT).any())
+        # the run's own status bits, after (over) the ones above, as the state machine's were
+        with m.If(run.accept):
+            m.d.sync += on_start()
+            m.d.sync += status.eq(0)
+        with m.If(run.config_error):
+            m.d.sync += status.eq(Status.CONFIG_ERROR)
+        with m.If(run.aborting):
+            m.d.sync += status.eq(status | Status.ADDR_FAULT)
+        with m.If(run.completing):
+            m.d.sync += status.eq(status | Mux(bad_indptr, Status.BAD_INDPTR, 0))
         return m
