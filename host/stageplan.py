@@ -59,8 +59,9 @@ paths one pass, ``O(S T log S)``, with no pair table). Any plan of bottleneck ``
 ``need_after[j] <= cap(n) <= cap(N) - need_before[j]`` at each of its cuts, and each of its
 stages has ``need_before[j] + r s_c + need_after[k] <= cap(N)``: the program visits only
 those count vectors and (pair, slot)s, joins each pair with the count vectors open after
-its end whose capacity falls in the window (a range of capacity ranks; ragged, no padding) and keeps the best per state by a scatter-minimum, so
-its cost is ``O(E)`` for the ``E <= Q K T`` candidates inside the window. When devices may
+its end whose capacity falls in the window (a range of capacity ranks; ragged, no padding)
+and keeps the best per state by a scatter-minimum, so its cost is ``O(E)`` for the
+``E <= Q K T`` candidates inside the window. When devices may
 stay unused, a count vector after a cut that one with fewer devices of every class matches
 is dropped too (pairwise among the open ones, or ``O(S K T C)`` over the grid). The cuts are
 solved a level at a time (the most stages a chain from the cut to the last can have; no cut
