@@ -530,7 +530,10 @@ class MacArrayCore(UnitCore):
         the compute loop."""
         c, cfg = self.config, run["cfg"]
         aw, D, MD = c.addr_width, c.max_dim, c.max_depth
-        running, is_dx, is_dw, use_bias = run["running"], run["is_dx"], run["is_dw"], run["use_bias"]
+        running, use_bias = run["running"], run["use_bias"]
+        # the mode's flags from registers (the run's configuration is latched long before)
+        is_dx, is_dw = Signal(name="blocks_is_dx"), Signal(name="blocks_is_dw")
+        m.d.sync += [is_dx.eq(run["is_dx"]), is_dw.eq(run["is_dw"])]
         core, p_load, q_load = parts["core"], parts["p_load"], parts["q_load"]
         lw, cw, bias_reader = parts["load_walk"], parts["comp_walk"], parts["bias_reader"]
         block_base, block_row = parts["block_base"], parts["block_row"]
