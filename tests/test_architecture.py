@@ -80,3 +80,16 @@ def test_known_exceptions_still_exist():
                                          ("gnnweave.host.driver", "host")])
 def test_room_of(module, room):
     assert room_of(module) == room
+
+
+def test_every_package_folder_is_installed():
+    """A wheel holds only the packages pyproject.toml lists: each folder with an
+    ``__init__.py`` must be one of them (under its room's ``gnnweave.`` name)."""
+    import tomllib
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())
+                 ["tool"]["setuptools"]["packages"])
+    folders = {".".join(("gnnweave",) + p.parent.relative_to(ROOT).parts).replace(
+                   "gnnweave.gnnweave", "gnnweave")
+               for room in ("gnnweave", "golden", "hw", "sim", "host")
+               for p in (ROOT / room).rglob("__init__.py") if "__pycache__" not in p.parts}
+    assert folders - listed == set()
