@@ -20,13 +20,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from gnnweave.errors import InputError
+
 #: AXI data widths the units support
 BUS_WIDTHS = (64, 128, 256, 512)
 #: reductions the Aggregator can be built with
 REDUCE_OPS = ("sum", "mean", "max")
 
 
-class BuildConfigError(ValueError):
+class BuildConfigError(InputError):
     """A build's parameter is out of range or of the wrong type (message names the field)."""
 
 

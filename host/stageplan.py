@@ -79,17 +79,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gnnweave.errors import InputError
 from gnnweave.host.stagecuts import CutSpace
 
 INF = math.inf
 COMM_MODELS = ("none", "overlap", "sender")
 
 
-class InfeasibleStagesError(ValueError):
+class InfeasibleStagesError(InputError):
     """No plan meets the memory limits (or uses exactly the devices asked for)."""
 
 
-class PlanSizeError(ValueError):
+class PlanSizeError(InputError):
     """The device classes make too many count vectors for the dynamic program."""
 
 

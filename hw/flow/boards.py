@@ -11,13 +11,14 @@ from functools import lru_cache
 from pathlib import Path
 
 from gnnweave.buildconfig import BUILDS
+from gnnweave.errors import InputError
 
 CATALOGUE_PATH = Path(__file__).resolve().parents[2] / "bitstreams" / "boards.json"
 PS_TYPES = ("zynq_ultra_ps_e", "processing_system7", "none")
 RESOURCE_KINDS = ("lut", "ff", "dsp", "bram36", "uram")
 
 
-class BoardCatalogueError(ValueError):
+class BoardCatalogueError(InputError):
     """The board catalogue is malformed (message names file, board and field)."""
 
 

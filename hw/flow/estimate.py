@@ -63,12 +63,14 @@ from .estimate_options import (DEFAULT_PNR_LIMIT_S, FAMILIES, STAGE_PLACED, STAG
                                SYNTH_SCOPES, TIMING_LABEL, TIMING_SCOPES, TOPS, add_arguments)
 from ..configs import get_config
 
+from gnnweave.errors import InputError
+
 # --------------------------------------------------------------------------------------------
 # shared: units from a module hierarchy
 # --------------------------------------------------------------------------------------------
 
 
-class DoesNotFitError(ValueError):
+class DoesNotFitError(InputError):
     """A configuration's estimate exceeds the board's capacity."""
 
 
