@@ -324,12 +324,12 @@ class BurstGenerator(wiring.Component):
         # beats to the page end: 1 .. 4096 / bytes_per_beat
         to_page = Signal(range(BOUNDARY_BYTES // self.bpb + 1))
         m.d.comb += to_page.eq((BOUNDARY_BYTES - addr[:12]) >> shift)
+        # min(left, to_page, max_burst), each compare on a signal of its own (a compare
+        # against `beats` itself would be a combinational loop)
+        capped = Signal(range(self.max_burst + 1))
         beats = Signal(range(self.max_burst + 1))
-        m.d.comb += beats.eq(self.max_burst)
-        with m.If(to_page < beats):
-            m.d.comb += beats.eq(to_page)
-        with m.If(left < beats):
-            m.d.comb += beats.eq(left)
+        m.d.comb += [capped.eq(Mux(to_page < self.max_burst, to_page, self.max_burst)),
+                     beats.eq(Mux(left < capped, left, capped))]
         m.d.comb += [self.bursts.valid.eq(left != 0),
                      self.bursts.payload.addr.eq(addr),
                      self.bursts.payload.len.eq(beats - 1),
