@@ -343,7 +343,7 @@ def test_a_failing_tool_leaves_its_whole_log(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(est_mod, "have_yowasp", lambda tool: True)
     monkeypatch.setattr(est_mod, "component_rtlil", lambda component, name: "")  # no elaboration
     out = tmp_path / "est" / "small-zcu104.json"
-    assert est_mod.main(["small", "--out", str(out)]) == 2
+    assert est_mod.main(["small", "--synth-scope", "top", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     log = tmp_path / "est" / "small-zcu104.failed.log"
     assert "error: yosys synth_xilinx -family xcup failed (exit 1)" in err
