@@ -110,7 +110,7 @@ class Comm:
 
     @staticmethod
     def _numpy(t) -> np.ndarray:
-        return t.cpu().numpy() if t.is_cuda else t.numpy()
+        return t.cpu().numpy()     # no copy for a host tensor
 
     def _record(self, category, t0, nbytes):
         t1 = time.perf_counter()
@@ -389,10 +389,9 @@ class DistEngine:
         if not self.shares:
             return
         from gnnweave.host.executors import OpResult
+        from gnnweave.host.executors.fpga_emu import matmul_dims
         ex = self.shares[0][0]
-        m, k, n = {"fwd": (a.shape[0], a.shape[1], b.shape[1]),
-                   "dx": (a.shape[0], a.shape[1], b.shape[0]),
-                   "dw": (a.shape[1], a.shape[0], b.shape[1])}[mode]
+        m, k, n = matmul_dims(mode, a, b)
         t1 = time.perf_counter()
         self.timeline.record(ex, OpResult(None, t1 - t0, ex.cycle_model.matmul_seconds(m, k, n, mode),
                                           (a.shape[0] * a.shape[1] + b.size) * 2, m * n * 2,

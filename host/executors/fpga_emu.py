@@ -77,6 +77,16 @@ class CycleModel:
         return nbytes / self.transfer_bytes_per_s
 
 
+def matmul_dims(mode: str, a, b) -> tuple[int, int, int]:
+    """``(m, k, n)`` of the MacArray product of operands ``a`` and ``b`` in ``mode``:
+    fwd ``a @ b``, dx ``a @ b.T``, dw ``a.T @ b``."""
+    if mode == "fwd":
+        return a.shape[0], a.shape[1], b.shape[1]
+    if mode == "dx":
+        return a.shape[0], a.shape[1], b.shape[0]
+    return a.shape[1], a.shape[0], b.shape[1]
+
+
 def job_degrees(graph: CSRGraph, lo: int, hi: int) -> np.ndarray:
     """In-degrees of the run an accelerator gets for rows ``lo..hi`` of ``graph``: the
     shard's rows first, then the other ``N - (hi - lo)`` rows empty (the engine bounds
@@ -271,13 +281,7 @@ class FpgaEmuExecutor(Executor):
             z, sat = self._gemm(mode, a_q, b_q, shift=shift, relu=relu, relu_mask=relu_mask,
                                 bias=bias_q)
         value = np.ldexp(z.astype(np.float64), -out_frac).astype(np.float32)
-        if mode == "fwd":
-            m, k, n = a.shape[0], a.shape[1], b.shape[1]
-        elif mode == "dx":
-            m, k, n = a.shape[0], a.shape[1], b.shape[0]
-        else:
-            m, k, n = a.shape[1], a.shape[0], b.shape[1]
-        dev = self.cycle_model.matmul_seconds(m, k, n, mode)
+        dev = self.cycle_model.matmul_seconds(*matmul_dims(mode, a, b), mode)
         return OpResult(value, time.perf_counter() - t0, dev,
                         (a.shape[0] * a.shape[1] + b.size) * 2, value.size * 2, op, self.name, sat)
 
