@@ -142,3 +142,17 @@ def add_dataset_option(parser, *, required: bool, help: str, old_name: str | Non
     group.add_argument("--dataset", default=default, help=help)
     group.add_argument(old_name, dest="dataset", action=_DeprecatedName, metavar="DATASET",
                        help="deprecated name of --dataset")
+
+
+#: the Pipeline's schedules, as `verify pipeline` and `device run pipeline` take them
+SCHEDULES = ["gpipe", "1f1b-flush", "1f1b-async"]
+
+
+def add_aggregation_options(parser) -> None:
+    """The graph, feature width and reduction of one Aggregator run (``verify aggregate``,
+    ``device run aggregate``)."""
+    add_dataset_option(parser, required=True, old_name="--graph",
+                       help="cora | citeseer | rmat:SCALE:EDGEFACTOR | PATH.npz")
+    parser.add_argument("--feat-dim", type=int, required=True, help="feature columns")
+    parser.add_argument("--reduce", default="sum", choices=["sum", "mean", "max"],
+                        help="the reduction")

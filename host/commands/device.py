@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import time
 
-from gnnweave.clitools import add_dataset_option, emit, positive
+from gnnweave.clitools import SCHEDULES, add_aggregation_options, emit, positive
 from gnnweave.errors import InputError
-
-SCHEDULES = ["gpipe", "1f1b-flush", "1f1b-async"]
 
 
 def _common(parser, *, what: str) -> None:
@@ -45,11 +43,7 @@ class Aggregate:
 
     @staticmethod
     def add_arguments(parser) -> None:
-        add_dataset_option(parser, required=True, old_name="--graph",
-                           help="cora | citeseer | rmat:SCALE:EDGEFACTOR | PATH.npz")
-        parser.add_argument("--feat-dim", type=int, required=True, help="feature columns")
-        parser.add_argument("--reduce", default="sum", choices=["sum", "mean", "max"],
-                            help="the reduction")
+        add_aggregation_options(parser)
         _common(parser, what="an Aggregator")
 
     @staticmethod

@@ -2,9 +2,7 @@
 word compared with the golden model."""
 from __future__ import annotations
 
-from gnnweave.clitools import add_dataset_option, emit, positive
-
-SCHEDULES = ["gpipe", "1f1b-flush", "1f1b-async"]
+from gnnweave.clitools import SCHEDULES, add_aggregation_options, emit, positive
 
 
 class Aggregate:
@@ -12,11 +10,7 @@ class Aggregate:
 
     @staticmethod
     def add_arguments(parser) -> None:
-        add_dataset_option(parser, required=True, old_name="--graph",
-                           help="cora | citeseer | rmat:SCALE:EDGEFACTOR | PATH.npz")
-        parser.add_argument("--feat-dim", type=int, required=True, help="feature columns")
-        parser.add_argument("--reduce", default="sum", choices=["sum", "mean", "max"],
-                            help="the reduction")
+        add_aggregation_options(parser)
         parser.add_argument("--sim", default="verilator", choices=["verilator", "icarus"],
                             help="the simulator")
         parser.add_argument("--latency", type=int, default=32, help="memory read latency in cycles")
