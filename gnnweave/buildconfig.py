@@ -239,6 +239,10 @@ _BUILDS = [
 #: every named build, by name
 BUILDS: dict[str, BuildConfig] = {b.name: b for b in _BUILDS}
 
+#: The build a command simulates unless ``--config`` says otherwise: it has every unit and
+#: is the quickest to build and simulate.
+DEFAULT_BUILD = "small"
+
 
 def get_build(name: str) -> BuildConfig:
     """The named build; a ``ValueError`` lists the names when there is none."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NamedTuple
 
 from gnnweave.errors import GnnweaveError
 
@@ -65,7 +66,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     def _get_help_string(self, action):
         text = action.help or ""
         if action.default is None or action.default is False or \
-                action.default is argparse.SUPPRESS or "default" in text:
+                action.default is argparse.SUPPRESS or "default:" in text or \
+                "%(default)" in text:
             return text
         return super()._get_help_string(action)
 
@@ -111,15 +113,30 @@ def build_parser(argv=None, *, every_command: bool = False) -> argparse.Argument
     return root
 
 
+class Option(NamedTuple):
+    """One option of one command, as :func:`options` lists them."""
+    words: tuple[str, ...]        # the command, e.g. ("verify", "aggregate")
+    names: tuple[str, ...]        # its option strings, e.g. ("--feat-dim",)
+    help: str | None
+    default: object
+    required: bool                # required, or one of a required group (one of them must be given)
+    flag: bool                    # takes no value (store_true and the like)
+
+
 def options(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()):
-    """``(command words, option strings, help, default)`` of every option under ``parser``
-    (``build_parser(every_command=True)`` for all of them)."""
+    """Every :class:`Option` under ``parser`` (``build_parser(every_command=True)`` for all
+    of them)."""
+    # argparse has no public listing of a parser's actions: read them here, once
+    in_required_group = {id(a) for g in parser._mutually_exclusive_groups if g.required
+                         for a in g._group_actions}
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
                 yield from options(sub, words + (name,))
         elif action.option_strings and action.dest != "help":
-            yield words, tuple(action.option_strings), action.help, action.default
+            yield Option(words, tuple(action.option_strings), action.help, action.default,
+                         action.required or id(action) in in_required_group,
+                         action.nargs == 0)
 
 
 # options whose value is a comma list of numbers, which may start with a minus sign

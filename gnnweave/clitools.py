@@ -92,35 +92,55 @@ def positive(option: str, value, *, minimum=1):
     return value
 
 
-def device_list(option: str, values) -> list[str] | None:
-    """Device names from ``--devices``: words separated by commas or spaces, each ``NAME`` or
-    ``NAME*COUNT`` (COUNT devices ``NAME:0`` .. ``NAME:COUNT-1``, as ``gnnweave plan``
-    reads them). ``=SPEED:MEM`` and ``@GROUP`` are the planner's (speeds are measured
-    here); a name given twice is an error."""
+def device_words(values) -> list[str]:
+    """The words of a ``--devices`` value: separated by commas or spaces, in one argument or
+    several (``cpu,fpga-emu`` = ``cpu fpga-emu`` = ``cpu, fpga-emu``)."""
     if values is None:
-        return None
-    words = [values] if isinstance(values, str) else list(values)
-    names: list[str] = []
-    for word in (w.strip() for text in words for w in str(text).replace(",", " ").split()):
-        if "=" in word or "@" in word:
-            raise InputError(f"{option}: {word!r}: =SPEED:MEM and @GROUP are for gnnweave plan; "
-                             f"here give NAME or NAME*COUNT (speeds are measured)")
-        name, star, count = word.partition("*")
-        if not name:
-            raise InputError(f"{option}: {word!r}: empty device name")
-        if not star:
-            names.append(name)
-            continue
-        if not count.isdigit() or int(count) < 1:
-            raise InputError(f"{option}: {word!r}: COUNT after '*' must be an integer >= 1")
-        names += [f"{name}:{i}" for i in range(int(count))]
+        return []
+    texts = [values] if isinstance(values, str) else list(values)
+    return [w.strip() for text in texts for w in str(text).replace(",", " ").split()]
+
+
+def unique_names(option: str, names) -> list[str]:
+    """``names`` when no device appears twice (case-insensitively), else a one-line error."""
     seen: set[str] = set()
     for name in names:
         if name.lower() in seen:
             raise InputError(f"{option}: {name!r} appears twice (name further instances "
                              f"{name}:1, {name}:2, ...)")
         seen.add(name.lower())
-    return names or None
+    return list(names)
+
+
+def device_list(option: str, values, *, specs: bool = False) -> list[str] | None:
+    """The devices of ``--devices``, one syntax for every command.
+
+    ``values``: words separated by commas or spaces (:func:`device_words`), each ``NAME`` or
+    ``NAME*COUNT`` (COUNT devices ``NAME:0`` .. ``NAME:COUNT-1``). With ``specs`` (``gnnweave
+    plan``, which measures nothing and so is told each device's speed, memory and place)
+    a word may go on with ``=SPEED[:MEM_GB]`` and ``@GROUP``, kept on every device it names:
+    ``gpu*2=1:16`` -> ``gpu:0=1:16``, ``gpu:1=1:16``. A name given twice is an error.
+    """
+    if values is None:
+        return None
+    devices: list[str] = []
+    names: list[str] = []
+    for word in device_words(values):
+        cut = min((i for i in (word.find("="), word.find("@")) if i >= 0), default=len(word))
+        head, spec = word[:cut], word[cut:]
+        if spec and not specs:
+            raise InputError(f"{option}: {word!r}: =SPEED:MEM and @GROUP are for gnnweave plan; "
+                             f"here give NAME or NAME*COUNT (speeds are measured)")
+        name, star, count = head.partition("*")
+        if not name:
+            raise InputError(f"{option}: {word!r}: empty device name")
+        if star and (not count.isdigit() or int(count) < 1):
+            raise InputError(f"{option}: {word!r}: COUNT after '*' must be an integer >= 1")
+        expanded = [f"{name}:{i}" for i in range(int(count))] if star else [name]
+        names += expanded
+        devices += [n + spec for n in expanded]
+    unique_names(option, names)
+    return devices or None
 
 
 class _DeprecatedName(argparse.Action):
@@ -156,3 +176,22 @@ def add_aggregation_options(parser) -> None:
     parser.add_argument("--feat-dim", type=int, required=True, help="feature columns")
     parser.add_argument("--reduce", default="sum", choices=["sum", "mean", "max"],
                         help="the reduction")
+
+
+def add_config_option(parser, *, default: str | None = None, what: str = "") -> None:
+    """``--config NAME``: one of the named builds of :mod:`gnnweave.buildconfig`, listed in
+    the help (default :data:`~gnnweave.buildconfig.DEFAULT_BUILD`); ``what``: the units the
+    command needs of it."""
+    from gnnweave.buildconfig import BUILDS, DEFAULT_BUILD
+    need = f", one with {what}" if what else ""
+    parser.add_argument("--config", default=default or DEFAULT_BUILD, metavar="BUILD",
+                        help=f"the build{need}: {' | '.join(BUILDS)} (gnnweave/buildconfig.py)")
+
+
+def named_build(name: str, option: str = "--config"):
+    """The named build, or a one-line error naming ``option`` and listing the names."""
+    from gnnweave.buildconfig import BuildConfigError, get_build
+    try:
+        return get_build(name)
+    except BuildConfigError as exc:
+        raise InputError(f"{option}: {exc}") from None

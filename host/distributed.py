@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import scipy.sparse as sp
 
+from gnnweave.clitools import device_list, unique_names
 from gnnweave.errors import GnnweaveError, InputError
 from gnnweave.fixed import FixedFormat, choose_frac, narrow
 from gnnweave.graph import CSRGraph
@@ -517,10 +518,9 @@ def parse_rank_devices(spec) -> dict[int, list[str]]:
     out = {}
     for item in str(spec).split():
         rank, sep, devs = item.partition("=")
-        names = [d.strip() for d in devs.split(",") if d.strip()]
-        if not sep or not rank.strip().isdigit() or not names:
+        if not sep or not rank.strip().isdigit() or not devs.strip(","):
             raise InputError(f"--rank-devices: {item!r} is not RANK=DEVICE[,DEVICE...]")
-        out[int(rank)] = names
+        out[int(rank)] = device_list(f"--rank-devices: rank {int(rank)}", devs)
     return out
 
 
@@ -543,12 +543,7 @@ def _rank_device_rows(graph: CSRGraph, devices: list[str], rank: int) -> dict:
     counts (:func:`~gnnweave.host.models.cut_rows_by_fractions`), as ``--partition even``
     splits one process's graph."""
     from gnnweave.host.models import cut_rows_by_fractions
-    seen = set()
-    for d in devices:
-        if d.lower() in seen:
-            raise InputError(f"--rank-devices: rank {rank} lists {d!r} twice (name further "
-                             f"instances {d}:1, {d}:2, ...)")
-        seen.add(d.lower())
+    unique_names(f"--rank-devices: rank {rank}", devices)
     ranges = cut_rows_by_fractions(graph.indptr, 0, graph.num_nodes, [1.0] * len(devices))
     return dict(zip(devices, ranges))
 

@@ -62,27 +62,12 @@ class DeviceSpec:
 
     @classmethod
     def parse(cls, text: str) -> "DeviceSpec":
-        """``NAME[=SPEED[:MEMORY_GB]][@GROUP]``, e.g. ``gpu:0=1.0:16``, ``fpga=0.25``,
-        ``gpu:4=1.0:32@dc2``."""
-        return cls.parse_many(text)[0]
-
-    @classmethod
-    def parse_many(cls, text: str) -> list["DeviceSpec"]:
-        """As :meth:`parse`, and ``NAME*COUNT[=...]`` for COUNT identical devices
-        ``NAME:0`` .. ``NAME:COUNT-1``."""
+        """One device, ``NAME[=SPEED[:MEMORY_GB]][@GROUP]``, e.g. ``gpu:0=1.0:16``,
+        ``fpga=0.25``, ``gpu:4=1.0:32@dc2``."""
         body, _, group = text.partition("@")
         name, _, rest = body.partition("=")
-        name, star, count_text = name.partition("*")
         if not name:
-            raise InputError(f"device {text!r}: empty name")
-        count = 1
-        if star:
-            try:
-                count = int(count_text)
-            except ValueError:
-                count = 0
-            if count < 1:
-                raise InputError(f"device {text!r}: COUNT after '*' must be an integer >= 1")
+            raise InputError(f"--devices: {text!r}: empty device name")
         speed, mem = 1.0, INF
         if rest:
             s, _, m = rest.partition(":")
@@ -90,13 +75,19 @@ class DeviceSpec:
                 speed = float(s)
                 mem = float(m) * 1e9 if m else INF
             except ValueError:
-                raise InputError(f"device {text!r}: expected NAME[*COUNT][=SPEED[:MEMORY_GB]]"
+                raise InputError(f"--devices: {text!r}: expected NAME[*COUNT][=SPEED[:MEM_GB]]"
                                  f"[@GROUP]") from None
         if not speed > 0 or not mem > 0:
-            raise InputError(f"device {text!r}: speed and memory must be > 0")
-        if not star:
-            return [cls(name, speed, mem, group)]
-        return [cls(f"{name}:{i}", speed, mem, group) for i in range(count)]
+            raise InputError(f"--devices: {text!r}: SPEED and MEM_GB must be > 0")
+        return cls(name, speed, mem, group)
+
+    @classmethod
+    def parse_many(cls, text) -> list["DeviceSpec"]:
+        """Every device of a ``--devices`` value (a string or a list of words): the one
+        syntax of every command (:func:`gnnweave.clitools.device_list`: commas or spaces,
+        ``NAME*COUNT``) with the planner's ``=SPEED[:MEM_GB]`` and ``@GROUP``."""
+        from gnnweave.clitools import device_list
+        return [cls.parse(d) for d in device_list("--devices", text, specs=True) or []]
 
 
 def device_classes(specs: list[DeviceSpec], distinct: bool = False):
@@ -738,7 +729,7 @@ def plan_main(model: str | None = None, devices: list[str] | None = None, *,
               cuts: str = "auto", inter_group_gbps: float | None = None,
               inter_group_latency_us: float | None = None, exact_devices: bool = False,
               use_all_devices: bool = False) -> dict:
-    """``gnnweave plan (--model NAME|PATH | --dataset NAME) --devices D[=SPEED[:MEM_GB]] ... --json``.
+    """``gnnweave plan (--model NAME|PATH | --dataset NAME) --devices D[=SPEED[:MEM_GB]],... --json``.
 
     * ``model``: a PipeDream profile (``vgg16``, a folder or a graph.txt): the optimal pipeline
       of its layer DAG (:mod:`gnnweave.host.stageplan`: stages between cuts, replicas unless
@@ -751,16 +742,18 @@ def plan_main(model: str | None = None, devices: list[str] | None = None, *,
     ``bandwidth_gbps`` is GB/s (1e9 bytes/s); ``comm``: ``none``, ``overlap`` or ``sender``
     (see :mod:`gnnweave.host.stageplan`; the GNN op chain takes ``overlap`` or ``sender``,
     ``none`` there means free links).
-    With ``out`` a JSON and a stage-time PNG are written there. Returns the report.
+    ``out``: a folder (checked, and created, before any work) for ``plan.json`` and the
+    stage-time picture ``plan.png``. Returns the report.
     """
-    if not devices:
-        raise InputError("devices: give at least one, e.g. gpu:0=1.0:16 fpga=0.3:4")
     if (model is None) == (dataset is None):
-        raise ValueError("give exactly one of model (PipeDream profile) or dataset (GNN)")
-    specs = [s for d in devices for s in DeviceSpec.parse_many(d)]
+        raise InputError("give exactly one of model (PipeDream profile) or dataset (GNN)")
+    specs = DeviceSpec.parse_many(devices)
+    if not specs:
+        raise InputError("--devices: give at least one, e.g. gpu*2=1:16,fpga=0.3:4")
     names = [s.name for s in specs]
-    if len(set(names)) != len(names):
-        raise InputError(f"devices: names repeat in {names}")
+    if out is not None:     # checked before any work: a plan is cheap, a lost one is not
+        from gnnweave.clitools import output_folder
+        out = output_folder("--out", out)
     cm = None
     if cost_model:
         from gnnweave.host.costmodel import CostModel
@@ -811,13 +804,9 @@ def plan_main(model: str | None = None, devices: list[str] | None = None, *,
         report["bottleneck_s"] = plan.bottleneck_s
         report["stage_times_s"] = [s.time_s for s in plan.stages]
     report["text"] = format_plan(report)
-    if out:
-        from pathlib import Path
+    if out is not None:
         import json
-        path = Path(out)
-        if path.suffix != ".json":
-            path = path / "plan.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = out / "plan.json"
         path.write_text(json.dumps(_json_safe(report), indent=1))
         report["out"] = str(path)
         try:
@@ -881,11 +870,14 @@ def add_plan_arguments(parser) -> None:
                           "../shared/profiles), a folder holding graph.txt, or a graph.txt")
     src.add_argument("--dataset", metavar="SPEC",
                      help="GNN dataset for the op placement (cora, citeseer, sbm, rmat, a path)")
-    parser.add_argument("--devices", nargs="+", required=True, metavar="DEVICE",
-                        help="NAME[*COUNT][=SPEED[:MEM_GB]][@GROUP] ... (e.g. gpu*8=1:32@dc1 "
-                             "fpga*4=0.3:8@dc2); SPEED divides the profiled times (default 1), "
-                             "MEM_GB caps a device's memory (default: no cap), GROUP places it "
-                             "in a two-level topology (default: one group)")
+    parser.add_argument("--devices", nargs="+", required=True,
+                        metavar="NAME[*COUNT][=SPEED[:MEM_GB]][@GROUP]",
+                        help="the devices, separated by commas or spaces, as train and profile "
+                             "take them (NAME*COUNT is NAME:0..NAME:COUNT-1), each optionally "
+                             "with what the planner cannot measure: SPEED divides the profiled "
+                             "times (default 1), MEM_GB caps its memory (default: no cap), "
+                             "GROUP places it in a two-level topology (default: one group); "
+                             "e.g. gpu*8=1:32@dc1,fpga*4=0.3:8@dc2")
     parser.add_argument("--hidden", type=int, default=16,
                         help="with --dataset: hidden width of the GCN (default: %(default)s)")
     parser.add_argument("--layers", type=int, default=2,
@@ -923,8 +915,8 @@ def add_plan_arguments(parser) -> None:
     parser.add_argument("--cost-model", default=None, metavar="JSON",
                         help="with --dataset: a profile JSON from `gnnweave profile` whose rates "
                              "replace SPEED (default: nominal rates x SPEED)")
-    parser.add_argument("--out", default=None, metavar="DIR|FILE.json",
-                        help="write the plan JSON there and a PNG of the stages beside it "
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="folder for plan.json and the stages' picture plan.png "
                              "(default: nothing written)")
     parser.add_argument("--json", action="store_true",
                         help="print the report as JSON (default: a text summary)")

@@ -5,25 +5,17 @@ from __future__ import annotations
 
 import time
 
-from gnnweave.clitools import SCHEDULES, add_aggregation_options, emit, positive
+from gnnweave.clitools import (
+    SCHEDULES, add_aggregation_options, add_config_option, emit, named_build, positive,
+)
 from gnnweave.errors import InputError
 
 
 def _common(parser, *, what: str) -> None:
     parser.add_argument("--latency", type=int, default=32, help="memory read latency in cycles")
-    parser.add_argument("--config", default="small",
-                        help=f"the build to simulate (one with {what}; gnnweave/buildconfig.py)")
+    add_config_option(parser, what=what)
     parser.add_argument("--seed", type=int, default=0, help="seed of the random operands")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-
-
-def _build(name: str):
-    """The named build, or a one-line error listing the names."""
-    from gnnweave.buildconfig import BuildConfigError, get_build
-    try:
-        return get_build(name)
-    except BuildConfigError as exc:
-        raise InputError(f"--config: {exc}") from None
 
 
 def _plain_counters(counters: dict) -> dict:
@@ -58,7 +50,7 @@ class Aggregate:
         from gnnweave.sim.verify import load_graph
         positive("--feat-dim", a.feat_dim)
         positive("--latency", a.latency, minimum=0)
-        _build(a.config)
+        named_build(a.config)
         graph = load_graph(a.dataset, seed=a.seed)
         rng = np.random.default_rng(a.seed)
         x_q = rng.integers(-2**12, 2**12, (graph.num_nodes, a.feat_dim)).astype(np.int16)
@@ -113,7 +105,7 @@ class MacArray:
         for name in ("rows", "cols", "depth"):
             positive(f"--{name}", getattr(a, name))
         positive("--latency", a.latency, minimum=0)
-        build = _build(a.config)
+        build = named_build(a.config)
         if build.mac_array is None:
             raise InputError(f"--config {a.config!r}: the build has no MacArray")
         rng = np.random.default_rng(a.seed)
@@ -168,7 +160,7 @@ class Pipeline:
         for name in ("microbatches", "steps", "rows", "poll_cycles", "dim", "classes"):
             positive(f"--{name.replace('_', '-')}", getattr(a, name))
         positive("--latency", a.latency, minimum=0)
-        if _build(a.config).pipeline is None:
+        if named_build(a.config).pipeline is None:
             raise InputError(f"--config {a.config!r}: the build has no training Pipeline")
         accel, device, owner = open_sim_accel(config=a.config, latency=a.latency)
         # simulated time passes only while the host polls: each poll lets this many cycles

@@ -17,7 +17,7 @@ def add_arguments(parser) -> None:
                              "training run's)")
     parser.add_argument("--out", default=None,
                         help="folder for predictions.csv (node, predicted class) and "
-                             "prediction.json")
+                             "prediction.json (default: nothing written)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -38,7 +38,7 @@ def run(args) -> int:
         np.savetxt(path, rows, fmt="%d", delimiter=",", header="node,predicted_class",
                    comments="")
         report["predictions_csv"] = str(path)
-        (out / "prediction.json").write_text(json.dumps(report, indent=1, default=json_default))
+        (out / "prediction.json (default: nothing written)").write_text(json.dumps(report, indent=1, default=json_default))
     emit(report, args.json, ("dataset", "nodes", "test_acc", "trained_test_acc",
                              "dataset_matches_training", "device", "devices", "predictions_csv"))
     return 0

@@ -11,7 +11,7 @@ def add_arguments(parser) -> None:
                              "cpu,fpga-emu; NAME*COUNT as in gnnweave plan)")
     parser.add_argument("--out", default=None,
                         help="folder for cost_model.json (train --cost-model reads it) and "
-                             "cost_model.png (predicted vs measured)")
+                             "cost_model.png, predicted vs measured (default: nothing written)")
     parser.add_argument("--quick", action="store_true",
                         help="fewer, smaller sizes (a minute instead of several)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -52,7 +52,7 @@ def add_arguments(parser):
     p.add_argument("--devices", nargs="+", default=None, metavar="NAME[*COUNT]",
                    help="the devices that share the aggregation, separated by commas or spaces; "
                         "NAME*COUNT is COUNT of them, NAME:0..NAME:COUNT-1, as in gnnweave plan "
-                        "(one device: trains on it)")
+                        "(one device: trains on it; default: --device alone)")
     p.add_argument("--partition", default=None,
                    help="auto (a split calibrated on the graph, rebalanced after each epoch) | none | "
                         "even | balanced (needs "
@@ -67,7 +67,8 @@ def add_arguments(parser):
     p.add_argument("--dropout", type=float, default=None,
                    help="dropout probability (default: the model's, 0.5 for GCN)")
     p.add_argument("--lr", type=float, default=None,
-                   help=f"default: the model's (Adam) or {SGD_DEFAULT_LR} with --optimizer sgd")
+                   help=f"learning rate (default: the model's, 0.01 for GCN with Adam; {SGD_DEFAULT_LR} "
+                        "with --optimizer sgd)")
     p.add_argument("--weight-decay", type=float, default=None,
                    help="L2 weight decay (default: the model's, 5e-4 for GCN)")
     p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"],
@@ -75,10 +76,11 @@ def add_arguments(parser):
     p.add_argument("--momentum", type=float, default=0.9, help="for --optimizer sgd")
     p.add_argument("--seeds", type=int, default=1, help="train seeds 0..N-1")
     p.add_argument("--batch-size", type=int, default=None,
-                   help=f"mini-batch (default full-batch; {DEFAULT_FANOUT_BATCH_SIZE} with --fanouts)")
+                   help=f"seed nodes per mini-batch (default: full batch; {DEFAULT_FANOUT_BATCH_SIZE} "
+                        "with --fanouts)")
     p.add_argument("--fanouts", default=None,
                    help="neighbours sampled per hop, e.g. 25,10; turns on mini-batch training "
-                        "(default 10 per hop with --batch-size)")
+                        "(default: none; 10 per hop with --batch-size)")
     p.add_argument("--prefetch", type=int, default=2,
                    help="mini-batches sampled ahead on a background thread (0: inline)")
     p.add_argument("--overlap-chunks", type=int, default=1,
@@ -92,10 +94,13 @@ def add_arguments(parser):
                    help="epochs between checkpoints (0: only at the end and on Ctrl-C)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint (bit-identical to an uninterrupted run)")
-    p.add_argument("--out", default=None, help="folder for result.json, timeline.png, partition.txt")
+    p.add_argument("--out", default=None, help="folder for result.json, timeline.png, partition.txt "
+                        "(default: nothing written)")
     p.add_argument("--save-model", default=None, metavar="PATH",
-                   help="write the trained model (first seed) to PATH (.npz) for gnnweave predict")
-    p.add_argument("--cost-model", default=None, help="cost model JSON (fills predicted_vs_measured)")
+                   help="write the trained model (first seed) to PATH (.npz) for gnnweave predict "
+                        "(default: not saved)")
+    p.add_argument("--cost-model", default=None, help="cost model JSON from gnnweave profile (fills predicted_vs_measured; "
+                        "default: none)")
     p.add_argument("--rebalance", action="store_true",
                    help="re-partition after each epoch from the measured shard times")
     p.add_argument("--steal", action="store_true",
@@ -115,7 +120,8 @@ def add_arguments(parser):
                         "else --device)")
     d.add_argument("--rank-speeds", default=None,
                    help="relative rank speeds, e.g. 2,1, or auto (each rank times its dense "
-                        "device on the graph): each rank's share of the nodes' work")
+                        "device on the graph): each rank's share of the nodes' work "
+                        "(default: equal)")
     d.add_argument("--partition-method", default="metis",
                    choices=["metis", "rcm", "rows", "random"],
                    help="how nodes are split over ranks (metis falls back to rcm without pymetis)")
@@ -136,6 +142,7 @@ def config_from_args(args) -> TrainConfig:
     import argparse
     defaults = vars(add_arguments(argparse.ArgumentParser()).parse_args([]))
     a = {k: getattr(args, k, v) for k, v in defaults.items()}
+    from gnnweave.host.distributed import parse_rank_devices
     devices = device_list("--devices", a["devices"])
     device, part, auto = resolve_placement(a["device"], devices, a["partition"])
     if part not in ("none", "even", "balanced"):
@@ -156,7 +163,8 @@ def config_from_args(args) -> TrainConfig:
         save_model=a.get("save_model"),
         cost_model=a["cost_model"], rebalance=a["rebalance"] or auto, steal=a["steal"],
         progress=not a["no_progress"], nproc=a["nproc"], dist=a["dist"],
-        rank_devices=a["rank_devices"],
+        rank_devices=(None if a["rank_devices"] is None else
+                      parse_rank_devices(a["rank_devices"])),    # checked before any work
         rank_speeds=(a["rank_speeds"] if a["rank_speeds"] in (None, "auto") else
                      [float(v) for v in _ints_or_floats("rank-speeds", a["rank_speeds"])]),
         partition_method=a["partition_method"], digest_every=a["digest_every"],

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import sys
 
-from gnnweave.clitools import emit, output_folder
+from gnnweave.clitools import add_config_option, emit, named_build, output_folder
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--config", default="default", help="the build (gnnweave/buildconfig.py)")
+    add_config_option(parser)
     parser.add_argument("--out", default=None,
                         help="folder to write the Verilog to first (default: the simulators' "
                              "cached Verilog, regenerated only when the RTL changed)")
@@ -15,15 +15,10 @@ def add_arguments(parser) -> None:
 
 
 def run(a) -> int:
-    from gnnweave.buildconfig import BuildConfigError, get_build
-    from gnnweave.errors import InputError
     from gnnweave.hw.accelerator import ACCELERATOR_TOP
     from gnnweave.progress import stage
     from gnnweave.sim.lint import lint_verilog
-    try:
-        get_build(a.config)
-    except BuildConfigError as exc:
-        raise InputError(f"--config: {exc}") from None
+    named_build(a.config)
     if a.out:
         from gnnweave.hw.flow.verilog import write_accelerator_verilog
         path = write_accelerator_verilog(a.config, output_folder("--out", a.out))

@@ -2,7 +2,9 @@
 word compared with the golden model."""
 from __future__ import annotations
 
-from gnnweave.clitools import SCHEDULES, add_aggregation_options, emit, positive
+from gnnweave.clitools import (
+    SCHEDULES, add_aggregation_options, add_config_option, emit, positive,
+)
 
 
 class Aggregate:
@@ -15,8 +17,7 @@ class Aggregate:
                             help="the simulator")
         parser.add_argument("--latency", type=int, default=32, help="memory read latency in cycles")
         parser.add_argument("--seed", type=int, default=0, help="seed of the random features")
-        parser.add_argument("--config", default="default",
-                            help="the build (gnnweave/buildconfig.py)")
+        add_config_option(parser, what="an Aggregator")
         parser.add_argument("--weighted", action="store_true",
                             help="random 16-bit edge weights")
         parser.add_argument("--backpressure", type=float, default=None,

@@ -28,7 +28,7 @@ def test_help_lists_the_commands():
     (["verify", "aggregate", "--dataset", "nosuchfile.npz", "--feat-dim", "4", "--json"], "nosuchfile.npz"),
     (["verify", "aggregate", "--dataset", "rmat:x:2", "--feat-dim", "4", "--json"], "rmat"),
     (["verify", "aggregate", "--dataset", "cora", "--feat-dim", "100000"],
-     "feat_dim=100000: configuration 'default' takes 1..256"),
+     "feat_dim=100000: configuration 'small' takes 1..64"),
     (["verify", "aggregate", "--dataset", "rmat:6:2", "--feat-dim", "4", "--backpressure", "2"],
      "backpressure=2.0: a pause probability in [0, 1)"),
     (["verify", "aggregate", "--dataset", "rmat:6:2", "--feat-dim", "4", "--backpressure", "-0.5"],
@@ -38,7 +38,7 @@ def test_help_lists_the_commands():
     (["verify", "mac", "--rows", "4", "--cols", "4", "--depth", "4", "--backpressure", "2"],
      "backpressure must be in [0, 1)"),
     (["train", "--dataset", "rmat:40:16", "--epochs", "1"], "rmat:40:16: needs about"),
-    (["plan", "--model", "vgg16", "--devices", "a", "a", "--json"], "repeat"),
+    (["plan", "--model", "vgg16", "--devices", "a", "a", "--json"], "--devices: 'a' appears twice"),
     (["profile", "--devices", "", "--quick"], "--devices: give at least one device"),
     (["profile", "--devices", "cpu,cpu", "--quick"], "--devices: 'cpu' appears twice"),
     (["train", "--devices", "fpga-emu,cpu", "--partition", "none"], "--partition none trains on one"),
@@ -70,17 +70,36 @@ def test_parser_builds_without_running():
     assert ns.command_target == "gnnweave.sim.commands.verify:Aggregate" and ns.latency == 32
 
 
-def test_every_command_mounts_one_way_and_every_option_has_help():
+def test_every_command_mounts_one_way_and_every_option_has_help_and_a_default():
     found = list(cli.options(cli.build_parser(every_command=True)))
     commands = {words for words, target in ((w, t) for w, (t, _) in cli.COMMANDS.items()) if target}
-    assert {words for words, *_ in found} == commands
+    assert {o.words for o in found} == commands
     for words, (target, _) in cli.COMMANDS.items():
         if target:
             command = cli.load_command(target)
             assert callable(command.add_arguments) and callable(command.run), words
-    no_help = [(words, names) for words, names, help_text, _ in found
-               if not help_text and names != ("--flow",)]   # the estimate flow's own option
-    assert no_help == []
+    assert [(o.words, o.names) for o in found if not o.help] == []
+    # a value option shows its default: the formatter appends a set one, the help says what
+    # an unset one means; a flag is off unless given
+    hidden = [(o.words, o.names) for o in found if not (o.required or o.flag) and
+              (o.default is None or o.default is False) and "default:" not in o.help]
+    assert hidden == []
+
+
+def test_every_command_that_simulates_a_build_takes_one_default():
+    from gnnweave.buildconfig import BUILDS, DEFAULT_BUILD
+
+    configs = {o.words: o for o in cli.options(cli.build_parser(every_command=True))
+               if o.names == ("--config",)}
+    assert {("verify", "aggregate"), ("device", "run", "aggregate"), ("device", "run", "mac"),
+            ("device", "run", "pipeline"), ("build", "lint")} <= set(configs)
+    simulated = [o for w, o in configs.items() if w[0] in ("verify", "device")]
+    assert {o.default for o in simulated} == {DEFAULT_BUILD}
+    # every unit, so one build serves every command
+    assert set(BUILDS[DEFAULT_BUILD].units()) == {"aggregator", "mac_array", "pipeline"}
+    rc, out, _ = run_cli("device", "run", "mac", "--help")
+    assert rc == 0 and f"(default: {DEFAULT_BUILD})" in " ".join(out.split())
+    assert all(name in out for name in BUILDS)
 
 
 def test_help_shows_the_defaults():

@@ -1,6 +1,7 @@
 """Op placement, plan_main (the `gnnweave plan` entry) and the profile reader."""
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -106,11 +107,12 @@ def test_plan_main_on_a_pipedream_model(tmp_path):
 def test_plan_cli_options_and_comm_models(tmp_path):
     from gnnweave.cli import main as cli_main
 
-    out = tmp_path / "p.json"
+    out = tmp_path / "plan"
     rc = cli_main(["plan", "--model", "vgg16", "--devices", "gpu*4=1", "--comm", "none",
                    "--straight", "--bandwidth-gb-per-s", "10", "--out", str(out), "--json"])
     assert rc == 0
-    data = json.loads(out.read_text())
+    data = json.loads((out / "plan.json").read_text())
+    assert (out / "plan.png").is_file()
     assert all(s["replicas"] == 1 for s in data["pipeline"]["stages"])
     assert data["pipeline"]["model"] == {**data["pipeline"]["model"], "comm": "none",
                                          "replicate": False, "bandwidth_bytes_per_s": 10e9}
@@ -137,7 +139,7 @@ def test_plan_main_on_a_dataset_and_bad_input(tmp_path):
     assert len(rep["placement"]["placement"]) == 2
     with pytest.raises(ValueError, match="exactly one"):
         plan_main("vgg16", ["gpu"], dataset=str(path))
-    with pytest.raises(ValueError, match="names repeat"):
+    with pytest.raises(ValueError, match="'gpu' appears twice"):
         plan_main(dataset=str(path), devices=["gpu", "gpu=2"])
     with pytest.raises(FileNotFoundError, match="not found"):
         plan_main("no-such-model", ["gpu"])
@@ -193,16 +195,42 @@ def test_plan_without_shared_profiles_uses_the_shipped_examples(tmp_path, monkey
 
 
 def test_every_plan_option_has_help_and_a_default():
-    import argparse
+    from gnnweave import cli
 
-    from gnnweave.host.planner import add_plan_arguments
+    found = [o for o in cli.options(cli.build_parser(["plan"])) if o.words == ("plan",)]
+    assert {"--model", "--dataset", "--devices", "--out"} <= {o.names[0] for o in found}
+    for o in found:
+        assert o.help, o.names
+        # a value option shows its default (the formatter appends it, or the help says it)
+        assert o.required or o.flag or o.default is not None or "default:" in o.help, \
+            o.names
 
-    parser = argparse.ArgumentParser()
-    add_plan_arguments(parser)
-    chosen = {a.dest for g in parser._mutually_exclusive_groups if g.required
-              for a in g._group_actions}   # exactly one of them is given
-    for action in parser._actions:
-        if action.dest == "help":
-            continue
-        assert action.help, action.dest
-        assert action.required or action.dest in chosen or "default" in action.help, action.dest
+
+def test_plan_devices_are_the_train_syntax_with_speeds_and_groups():
+    from gnnweave.host.planner import DeviceSpec
+
+    words = DeviceSpec.parse_many("gpu*2=2:16@dc1, fpga=0.5")
+    assert [(d.name, d.speed, d.memory_bytes, d.group) for d in words] == [
+        ("gpu:0", 2.0, 16e9, "dc1"), ("gpu:1", 2.0, 16e9, "dc1"), ("fpga", 0.5, np.inf, "")]
+    # one argument with commas, several words, or both: the same devices
+    assert DeviceSpec.parse_many(["gpu*2=2:16@dc1", "fpga=0.5"]) == words
+    assert DeviceSpec.parse_many("cpu,fpga-emu") == DeviceSpec.parse_many(["cpu", "fpga-emu"])
+    for bad, needle in [("gpu=0", "SPEED and MEM_GB must be > 0"), ("gpu=x", "expected NAME"),
+                        ("=1", "empty device name"), ("gpu*0", "COUNT after '*'"),
+                        ("gpu:1,gpu*2", "'gpu:1' appears twice")]:
+        with pytest.raises(ValueError, match=re.escape(needle)):
+            DeviceSpec.parse_many(bad)
+
+
+def test_plan_out_is_a_folder_checked_before_the_plan(tmp_path, capsys):
+    from gnnweave.cli import main as cli_main
+
+    file = tmp_path / "taken"
+    file.write_text("")
+    assert cli_main(["plan", "--model", "nosuchnet", "--devices", "gpu", "--out", str(file)]) == 2
+    # the path is refused before the (unknown) model is looked at
+    assert capsys.readouterr().err.strip() == \
+        f"gnnweave plan: error: --out {file}: is a file; give a folder"
+    rep = plan_main(dataset="sbm:300:3", devices=["gpu=4,fpga=1"], out=str(tmp_path / "a" / "b"))
+    assert rep["out"] == str(tmp_path / "a" / "b" / "plan.json")
+    assert json.loads((tmp_path / "a" / "b" / "plan.json").read_text())["graph"]["nodes"] == 300

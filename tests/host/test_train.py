@@ -419,6 +419,8 @@ def test_command_line_devices_and_partition():
     (["--devices", "fpga-emu,cpu", "--partition", "none"], "--partition none trains on one device"),
     (["--partition", "auto"], "--partition auto needs --devices"),
     (["--devices", "cpu,cpu"], "--devices: 'cpu' appears twice"),
+    (["--rank-devices", "0=cpu,cpu 1=cpu"], "--rank-devices: rank 0: 'cpu' appears twice"),
+    (["--rank-devices", "0=cpu 1=gpu=2"], "--rank-devices: rank 1: 'gpu=2': =SPEED:MEM"),
     (["--batch-size", "8", "--fanouts", "10,x"], "--fanouts: '10,x' is not a comma list"),
     (["--partition", "cpu=a:b"], "--partition: 'cpu=a:b': LO and HI must be integers"),
 ])
