@@ -15,10 +15,13 @@ Each is a small :class:`~amaranth.lib.wiring.Component`; where data flows it is 
   cycles of the CHECK state.
 * :class:`BurstGenerator` — a run of consecutive beats cut into INCR bursts of at most
   ``max_burst`` beats that never cross 4 KiB, one burst per cycle.
+* :class:`RegisteredFIFO` — a stream FIFO in block or LUT RAM whose ``level``, ``w.ready``
+  and ``r.valid`` are flip-flops, each decided a cycle ahead.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .axi import BOUNDARY_BYTES, MAX_BURST_BEATS
@@ -341,4 +344,75 @@ class BurstGenerator(wiring.Component):
             m.d.sync += [addr.eq(self.cmd.payload.addr), left.eq(self.cmd.payload.beats)]
         with m.Elif(leaving):
             m.d.sync += [addr.eq(addr + (beats << shift)), left.eq(left - beats)]
+        return m
+
+
+class RegisteredFIFO(wiring.Component):
+    """A first-in first-out queue of ``depth`` elements whose flags are all flip-flops.
+
+    Unlike :class:`amaranth.lib.fifo.SyncFIFOBuffered`, whose ``w_rdy`` compares its level
+    counter and whose ``level`` adds the output register's valid to it (a carry chain and
+    a compare behind every producer), ``w.ready``, ``r.valid`` and ``level`` here leave
+    registers: each is set a cycle ahead from the ways its counter can go (the compares
+    start from flip-flops, the producer's ``valid`` and the consumer's ``ready`` only choose
+    among them). The elements sit in a :class:`~amaranth.lib.memory.Memory` with a
+    synchronous read port (block RAM or LUT RAM) behind one output register; an element
+    written into an empty queue leaves two cycles later. One write and one read per cycle,
+    ``depth`` elements at full throughput.
+
+    Ports:
+        w: In stream, the elements (``w.ready``: a flip-flop, room for one more).
+        r: Out stream (``r.valid`` and ``r.payload`` from registers).
+        level: Out, elements held (output register included), a register: the value after
+            the last clock edge.
+
+    Args:
+        shape: the element's shape.
+        depth: elements held, at least 1.
+    """
+
+    def __init__(self, shape, depth: int):
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"RegisteredFIFO depth must be a positive integer, not {depth!r}")
+        self.shape, self.depth = shape, depth
+        super().__init__({
+            "w": In(stream.Signature(shape)),
+            "r": Out(stream.Signature(shape)),
+            "level": Out(range(depth + 1)),
+        })
+
+    def _advance(self, pointer):
+        """The next storage address after ``pointer`` (wrapping at ``depth``)."""
+        if self.depth & (self.depth - 1) == 0:
+            return (pointer + 1)[:len(pointer)]
+        return Mux(pointer == self.depth - 1, 0, pointer + 1)
+
+    def elaborate(self, platform):
+        m = Module()
+        depth, level = self.depth, self.level
+        m.submodules.storage = storage = Memory(shape=self.shape, depth=depth, init=[])
+        write, read = storage.write_port(), storage.read_port(domain="sync")
+        produce, consume = Signal(range(depth)), Signal(range(depth))
+        stored = Signal(range(depth + 1))        # elements in the memory (not in r)
+        any_stored = Signal()                    # stored != 0, a flip-flop
+        w_ready = Signal(init=1)
+        m.d.comb += self.w.ready.eq(w_ready)
+        push = self.w.valid & w_ready
+        pop = self.r.valid & self.r.ready
+        fetch = any_stored & (~self.r.valid | self.r.ready)   # the memory -> r
+        m.d.comb += [write.addr.eq(produce), write.data.eq(self.w.payload), write.en.eq(push),
+                     read.addr.eq(consume), read.en.eq(fetch), self.r.payload.eq(read.data)]
+        with m.If(push):
+            m.d.sync += produce.eq(self._advance(produce))
+        with m.If(fetch):
+            m.d.sync += consume.eq(self._advance(consume))
+        m.d.sync += self.r.valid.eq(fetch | (self.r.valid & ~pop))
+        with m.If(push & ~fetch):
+            m.d.sync += [stored.eq(stored + 1), any_stored.eq(1)]
+        with m.Elif(fetch & ~push):
+            m.d.sync += [stored.eq(stored - 1), any_stored.eq(stored != 1)]
+        with m.If(push & ~pop):
+            m.d.sync += [level.eq(level + 1), w_ready.eq(level != depth - 1)]
+        with m.Elif(pop & ~push):
+            m.d.sync += [level.eq(level - 1), w_ready.eq(1)]
         return m
