@@ -47,6 +47,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, Value
 from amaranth.lib import data, enum, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from gnnweave.buildconfig import AggregatorParams
 from gnnweave.fixed import ACC_GUARD_BITS, MEAN_RECIP_BITS
 
 from .aggregator_check import ConfigCheck
@@ -64,18 +65,10 @@ from gnnweave.contract import AggregatorStatus as Status  # noqa: F401
 
 
 @dataclass(frozen=True)
-class AggregatorConfig(BusParams):
-    """Build-time parameters of one Aggregator instance."""
-
-    elem_width: int = 16          # feature / weight / output element width
-    bus_width: int = 128          # AXI data width: 64, 128, 256 or 512
-    max_feat_dim: int = 256       # longest feature row (elements)
-    reads_in_flight: int = 128    # beats of gathered rows that may be outstanding
-    addr_width: int = 64
-    meta_fifo_beats: int = 32     # per metadata stream (indptr, indices, weights)
-    meta_burst_beats: int = 16
-    desc_depth: int = 256         # edge descriptors buffered ahead of the data
-    reduce_ops: tuple = ("sum", "mean", "max")  # reductions built in (others: config error)
+class AggregatorConfig(AggregatorParams, BusParams):
+    """Build-time parameters of one Aggregator instance: the fields (and defaults) of the
+    build's :class:`~gnnweave.buildconfig.AggregatorParams`, with what one Aggregator can
+    build checked and its beat geometry derived."""
 
     def __post_init__(self):
         self.check_bus()
