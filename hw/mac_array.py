@@ -114,10 +114,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, Value
 from amaranth.lib import wiring
 
 from .axi import UnitCore, unit_bus
+from .blocks import EventCounters, ExtentCheck, RunControl
 from .dma import ReadPort, StreamReader, WritePort
 from .mac import MAC_INPUT_WIDTH, MacBusParams, MacCore, MacMode, SkewedBuffer
 from .mac_blocks import BlockLoader, BlockWalker, ResultWriter
@@ -220,8 +221,8 @@ class MacArrayCore(UnitCore):
         parts = self._parts(dp, run)
         self._operands(m, dp, run, parts)
         self._result(m, dp, run, parts)
-        err_config = self._configuration_check(m, run)
-        self._counters_and_control(m, run, parts, err_config)
+        run["check_done"], run["check_error"] = self._configuration_check(m, run)
+        self._counters_and_control(m, run, parts)
         self._block_loops(m, dp, run, parts)
         # the datapath's reset leaves a register (it reaches every datapath flip-flop)
         m.submodules.datapath = ResetInserter(run["dp_clear"])(dp)
@@ -232,8 +233,9 @@ class MacArrayCore(UnitCore):
         cfg = {name: Signal(len(sig), name=f"run_{name}") for name, sig in self.cfg.items()}
         mode = cfg["mode"]
         clear, dp_clear = Signal(name="clear"), Signal(name="dp_clear")
-        m.d.sync += dp_clear.eq(clear)          # the CHECK states, a cycle late
+        m.d.sync += dp_clear.eq(clear)          # the CHECK state, a cycle late
         return {"cfg": cfg, "clear": clear, "dp_clear": dp_clear, "running": Signal(name="running"),
+                "accept": Signal(name="accept"), "computing": Signal(name="computing"),
                 "all_computed": Signal(name="all_computed"), "loading": Signal(name="loading"),
                 "is_dx": mode == MacMode.DX.value, "is_dw": mode == MacMode.DW.value,
                 "use_bias": cfg["use_bias"][0], "write_fault": Signal(name="write_fault")}
@@ -360,13 +362,14 @@ class MacArrayCore(UnitCore):
 
     # ------------------------------------------------------------------ configuration check
     def _configuration_check(self, m, run):
-        """Sequential, in the CHECK states: the three buffer extents ``(rows - 1) * stride``
-        are shift-and-add products over 32 cycles (MSB first), clamped at 2**(aw+1): a
-        clamped extent is over any buffer that passes the other checks, so the outcome is
-        the exact one. Then one cycle adds the row bytes, one compares, one ORs the flags.
-        Returns the registered outcome; drives ``run["chk_*"]`` from the CHECK states."""
+        """Sequential, in the CHECK state: one :class:`~.blocks.ExtentCheck` per buffer (P, Q,
+        the output, the bias: alignment, overlapping rows, the extent ``(rows - 1) * stride
+        + row bytes`` by shift and add against the size and the address space), started in
+        the first cycle of CHECK from operands registered at ``accept``; the register-level
+        checks (mode, sizes, shifts, flags) beside them in two registered steps. Returns
+        ``(done, error)``: ``done`` high in the cycle the verdict is in (CHECK's 36th)."""
         c, cfg = self.config, run["cfg"]
-        aw, bpb, epb, MD = c.addr_width, c.bytes_per_beat, c.elems_per_beat, c.max_depth
+        aw, bpb, MD = c.addr_width, c.bytes_per_beat, c.max_depth
         align = bpb - 1
         beat_bits = bpb.bit_length() - 1
         mode, is_dx, is_dw, use_bias = cfg["mode"], run["is_dx"], run["is_dw"], run["use_bias"]
@@ -375,148 +378,121 @@ class MacArrayCore(UnitCore):
             return ((nbytes + align) >> beat_bits) << beat_bits
 
         dim_m, dim_n, dim_k = cfg["m"], cfg["n"], cfg["k"]
-        p_rows, p_cols = Mux(is_dw, dim_k, dim_m), Mux(is_dw, dim_m, dim_k)
-        q_rows, q_cols = Mux(is_dx, dim_n, dim_k), Mux(is_dx, dim_k, dim_n)
         fwd = mode == MacMode.FWD.value
-        buffers = (("p", p_rows, p_cols), ("q", q_rows, q_cols), ("out", dim_m, dim_n))
-        clamp = 1 << (aw + 1)
-        chk_load, chk_step = Signal(), Signal()          # CHECK states drive these
-        chk_need, chk_compare = Signal(), Signal()
-        run.update(chk_load=chk_load, chk_step=chk_step, chk_need=chk_need, chk_compare=chk_compare)
-        chk_bits = Signal(range(33))
-        run["chk_bits"] = chk_bits
-        extent, multiplier, row_bytes, need = {}, {}, {}, {}
-        for buf, rows, cols in buffers:
-            extent[buf] = Signal(aw + 2, name=f"chk_{buf}_extent")
-            multiplier[buf] = Signal(32, name=f"chk_{buf}_rows")
-            row_bytes[buf] = Signal(34, name=f"chk_{buf}_row_bytes")
-            need[buf] = Signal(aw + 3, name=f"chk_{buf}_need")
-            stride = cfg[f"{buf}_stride"]
-            doubled = Cat(Const(0, 1), extent[buf]) + Mux(multiplier[buf][-1], stride, 0)
-            with m.If(chk_load):
-                m.d.sync += [extent[buf].eq(0), multiplier[buf].eq(rows - 1),
-                             row_bytes[buf].eq(whole_beats(cols * ELEM_BYTES))]
-            with m.If(chk_step):
-                m.d.sync += [extent[buf].eq(Mux(doubled >= clamp, clamp, doubled)),
-                             multiplier[buf].eq(multiplier[buf] << 1)]
-            with m.If(chk_need):
-                m.d.sync += need[buf].eq(extent[buf] + row_bytes[buf])
-        with m.If(chk_load):
-            m.d.sync += chk_bits.eq(32)
-        with m.Elif(chk_step):
-            m.d.sync += chk_bits.eq(chk_bits - 1)
 
-        def over(base, size, need):
-            return (need > size) | ((base + size) >> aw != 0)
-
+        def shapes(regs):
+            """(rows, row bytes) of each buffer; the bias is checked only with use_bias (zero
+            rows: nothing needed, nothing misaligned)."""
+            m_, n_, k_ = regs["m"], regs["n"], regs["k"]
+            dx, dw = regs["mode"] == MacMode.DX.value, regs["mode"] == MacMode.DW.value
+            bias = regs["use_bias"][0]
+            return {
+                "p": (Mux(dw, k_, m_), whole_beats(Mux(dw, m_, k_) * ELEM_BYTES)),
+                "q": (Mux(dx, n_, k_), whole_beats(Mux(dx, k_, n_) * ELEM_BYTES)),
+                "out": (m_, whole_beats(n_ * ELEM_BYTES)),
+                "bias": (Mux(bias, 1, 0), Mux(bias, whole_beats(n_ * BIAS_BYTES), 0)),
+            }
+        # latched with the configuration itself (from the registers it is latched from)
+        buffers = shapes(self.cfg)
+        start, armed = Signal(name="chk_start"), Signal(name="chk_armed")
+        m.d.sync += [start.eq(run["accept"]), armed.eq(~run["accept"] & (armed | start))]
         checks = [
             mode > 2, dim_m == 0, dim_n == 0, dim_k == 0,
             cfg["shift"] > 63, cfg["bias_shift"] > 31,
             cfg["relu"] > 1, cfg["use_bias"] > 1,
             ~fwd & (cfg["relu"] != 0), ~fwd & (cfg["use_bias"] != 0),
         ]
-        for buf, _, _ in buffers:
-            stride = cfg[f"{buf}_stride"]
-            checks += [
-                (cfg[f"{buf}_addr"] & align) != 0, (stride & align) != 0, stride < row_bytes[buf],
-                over(cfg[f"{buf}_addr"], cfg[f"{buf}_size"], need[buf]),
-            ]
-        if MD % epb:
+        if MD % c.elems_per_beat:
             # depth blocks would start inside a bus beat: such a build cannot split the depth
             checks.append(dim_k > MD)
         if c.max_total_depth < 2**32 - 1:
             checks.append(dim_k > c.max_total_depth)
-        checks += [
-            use_bias & ((cfg["bias_addr"] & align) != 0),
-            use_bias & over(cfg["bias_addr"], cfg["bias_size"], whole_beats(dim_n * BIAS_BYTES)),
-        ]
-        check_flags = Signal(len(checks), name="chk_flags")
-        with m.If(chk_compare):
-            m.d.sync += check_flags.eq(Cat(*checks))
-        err_config = Signal()
-        m.d.comb += err_config.eq(check_flags.any())
-        return err_config
+        done, errors = [], []
+        for buf, (rows, row_bytes) in buffers.items():
+            check = ExtentCheck(addr_width=aw, bytes_per_beat=bpb, rows_width=32, stride_width=64)
+            m.submodules[f"check_{buf}"] = check
+            gate = use_bias if buf == "bias" else 1
+            base, size = cfg[f"{buf}_addr"], cfg[f"{buf}_size"]
+            # the operands, registered at accept and held through the check
+            rows_q = Signal(32, name=f"chk_{buf}_rows", reset_less=True)
+            bytes_q = Signal(64, name=f"chk_{buf}_row_bytes", reset_less=True)
+            with m.If(run["accept"]):
+                m.d.sync += [rows_q.eq(rows), bytes_q.eq(row_bytes)]
+            stride = bytes_q if buf == "bias" else cfg[f"{buf}_stride"]
+            m.d.comb += [check.start.eq(start), check.rows.eq(rows_q), check.row_bytes.eq(bytes_q),
+                         check.stride.eq(stride), check.base.eq(Mux(gate, base, 0)),
+                         check.size.eq(Mux(gate, size, 0))]
+            if aw < 64:
+                # the check sees aw bits: a base or size past them is outside the space
+                checks.append(gate & (((base >> aw) != 0) | ((size >> aw) != 0)))
+            done.append(check.done)
+            errors.append(check.error)
+        flags = Signal(len(checks), name="chk_flags", reset_less=True)
+        flagged = Signal(name="chk_flagged", reset_less=True)
+        m.d.sync += [flags.eq(Cat(*checks)), flagged.eq(flags.any())]
+        check_done, check_error = Signal(name="chk_done"), Signal(name="chk_error")
+        m.d.comb += [check_done.eq(armed & Cat(*done).all()),
+                     check_error.eq(flagged | Cat(*errors).any())]
+        return check_done, check_error
 
     # ------------------------------------------------------------------ counters, run control
-    def _counters_and_control(self, m, run, parts, err_config):
-        cfg, clear, running = run["cfg"], run["clear"], run["running"]
+    def _counters_and_control(self, m, run, parts):
+        """:class:`~.blocks.RunControl` (IDLE, CHECK, RUN, DRAIN, ABORT, FINISH) and
+        :class:`~.blocks.EventCounters`. ``stop`` is the registered ADDR_FAULT bit and
+        ``running`` the RUN state's register decode: no guard's or FIFO's ready reaches
+        the datapath's control combinationally. A fault ends RUN two cycles after the
+        offending burst or beat, which its guard has already refused."""
+        cfg, running = run["cfg"], run["running"]
         core, read_port, write_port, writer = (parts[n] for n in ("core", "read_port", "write_port",
                                                                    "writer"))
         write_fault = run["write_fault"]
         status = self.stat["status"]
-        busy = Signal()
-        counters = {name: self.stat[name] for name, _, _ in STATUS_REGISTERS if name != "status"}
         core_done = Signal()
         m.d.comb += core_done.eq(core.done)
         increments = {
-            "busy_cycles": 1, "read_beats": read_port.beat, "write_beats": write_port.beat,
+            "busy_cycles": Const(1, 1), "read_beats": read_port.beat, "write_beats": write_port.beat,
             "load_cycles": run["loading"],
             "mac_active_cycles": Mux(core_done, core.active_cycles, 0),
             "mac_ops": Mux(core_done, core.mac_ops, 0),
             "stall_cycles": Mux(core_done, core.stall_cycles, 0),
             "saturations": Mux(core_done, core.saturations, 0),
         }
-        fault = Signal()
+        m.submodules.run = ctl = RunControl(drain=True)
+        m.submodules.counters = counters = EventCounters(
+            {name: (len(self.stat[name]), len(Value.cast(inc))) for name, inc in increments.items()})
+        for name, inc in increments.items():
+            m.d.comb += [getattr(counters.inc, name).eq(inc),
+                         self.stat[name].eq(getattr(counters.count, name))]
+        fault = Signal(name="addr_fault")
         m.d.comb += fault.eq((status & Status.ADDR_FAULT) != 0)
-        with m.If(busy):
-            for name, sig in counters.items():
-                m.d.sync += sig.eq(sig + increments[name])
-            with m.If(read_port.resp_error | write_port.resp_error):
-                m.d.sync += status.eq(status | Status.AXI_ERROR)
-            with m.If(read_port.fault | write_fault):
-                m.d.sync += status.eq(status | Status.ADDR_FAULT)
-        m.d.comb += [self.idle.eq(~busy), read_port.enable.eq(~fault)]
-
         # WritePort.idle counts what is queued and the bursts still being formed, so done
         # never precedes the last write
         writes_idle = Signal()
         m.d.comb += writes_idle.eq(write_port.idle & ~writer.pending)
-        quiet = (read_port.outstanding == 0) & writes_idle & ~core.busy
-        chk = run
-        with m.FSM(name="run"):
-            with m.State("IDLE"):
-                with m.If(self.start):
-                    m.d.sync += [cfg[name].eq(sig) for name, sig in self.cfg.items()]
-                    m.d.sync += [busy.eq(1), status.eq(0)]
-                    m.d.sync += [sig.eq(0) for sig in counters.values()]
-                    m.next = "CHECK"
-            with m.State("CHECK"):
-                m.d.comb += [clear.eq(1), chk["chk_load"].eq(1)]
-                m.next = "CHECK_EXTENTS"
-            with m.State("CHECK_EXTENTS"):
-                m.d.comb += [clear.eq(1), chk["chk_step"].eq(1)]
-                with m.If(chk["chk_bits"] == 1):
-                    m.next = "CHECK_NEED"
-            with m.State("CHECK_NEED"):
-                m.d.comb += [clear.eq(1), chk["chk_need"].eq(1)]
-                m.next = "CHECK_COMPARE"
-            with m.State("CHECK_COMPARE"):
-                m.d.comb += [clear.eq(1), chk["chk_compare"].eq(1)]
-                m.next = "CHECK_END"
-            with m.State("CHECK_END"):
-                m.d.comb += clear.eq(1)
-                with m.If(err_config):
-                    m.d.sync += status.eq(Status.CONFIG_ERROR)
-                    m.next = "FINISH"
-                with m.Else():
-                    m.next = "RUN"
-            with m.State("RUN"):
-                m.d.comb += running.eq(~fault & ~read_port.fault & ~write_fault)
-                with m.If(fault | read_port.fault | write_fault):
-                    m.next = "ABORT"
-                with m.Elif(run["all_computed"]):
-                    m.next = "DRAIN"
-            with m.State("DRAIN"):
-                with m.If(writes_idle):
-                    m.next = "FINISH"
-            with m.State("ABORT"):
-                # nothing new starts; wait for what is in flight (the array finishes its block)
-                with m.If(quiet):
-                    m.next = "FINISH"
-            with m.State("FINISH"):
-                m.d.sync += busy.eq(0)
-                m.d.comb += self.done.eq(1)
-                m.next = "IDLE"
+        # nothing in flight: a register of the cycle before, and never of a RUN cycle (a
+        # block the compute loop started in RUN's last cycle is busy by then)
+        quiet = Signal(name="abort_quiet")
+        m.d.sync += quiet.eq(~ctl.running & (read_port.outstanding == 0) & writes_idle &
+                             ~run["computing"] & ~core.busy)
+        m.d.comb += [
+            ctl.start.eq(self.start), ctl.check_done.eq(run["check_done"]),
+            ctl.check_error.eq(run["check_error"]), ctl.stop.eq(fault),
+            ctl.finished.eq(run["all_computed"]), ctl.drained.eq(writes_idle), ctl.quiet.eq(quiet),
+            run["accept"].eq(ctl.accept), run["clear"].eq(ctl.checking), running.eq(ctl.running),
+            counters.clear.eq(ctl.accept), counters.enable.eq(ctl.busy),
+            self.idle.eq(ctl.idle), self.done.eq(ctl.done),
+            read_port.enable.eq(~fault),
+        ]
+        with m.If(ctl.busy):
+            with m.If(read_port.resp_error | write_port.resp_error):
+                m.d.sync += status.eq(status | Status.AXI_ERROR)
+            with m.If(read_port.fault | write_fault):
+                m.d.sync += status.eq(status | Status.ADDR_FAULT)
+        with m.If(ctl.accept):
+            m.d.sync += [cfg[name].eq(sig) for name, sig in self.cfg.items()]
+            m.d.sync += status.eq(0)
+        with m.If(ctl.config_error):
+            m.d.sync += status.eq(Status.CONFIG_ERROR)
 
     # ------------------------------------------------------------------ block loops
     def _block_loops(self, m, dp, run, parts):
@@ -629,6 +605,7 @@ class MacArrayCore(UnitCore):
                     dp.d.comb += bias_reader.start.eq(use_bias & ~cw.last_block)
                     dp.next = "RUN"
             with dp.State("RUN"):
+                dp.d.comb += run["computing"].eq(1)
                 with dp.If(core.done):
                     dp.d.comb += [comp_done.eq(1), cw.step.eq(1)]
                     dp.d.sync += cq_par.eq(~cq_par)
