@@ -75,12 +75,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal
-from amaranth.lib import data, enum, fifo
+from amaranth.lib import enum, fifo
 from amaranth.lib.memory import Memory
 
-from .axi import UnitCore, unit_bus
-from .dma import ReadPort, WritePort, beats_to_boundary
-from .pipeline_writer import BandWriter, WriteCompletion
+from .axi import BOUNDARY_BYTES, UnitCore, unit_bus
+from .blocks import RunControl
+from .dma import ReadPort, WritePort
+from .pipeline_writer import BandWriter, CheckedWriteQueue, WriteCompletion
 from .mac import MAC_INPUT_WIDTH, MacBusParams
 from .serial_multiply import SerialMultiplier
 from .pipeline import STAGE_COUNTERS, Pipeline
@@ -202,7 +203,13 @@ class RowReader(Elaboratable):
     is issued, so R is never back-pressured. ``start`` (one cycle) latches a job; ``issued``
     is high once every burst of it went out (a new job may start while its beats are still
     in the FIFO). The consumer reads ``beats.r_data`` while ``beats.r_rdy`` and pulses
-    ``pop``."""
+    ``pop``.
+
+    A burst is decided in one cycle (its length and whether it ends the row, into
+    registers) and requested in the next, so a burst leaves at most every other cycle: no
+    path runs from the request's handshake through the length arithmetic. The beats to
+    the 4 KiB boundary and the next row's address are kept as registers, stepped by the
+    burst issued, so no wide adder lies in the decision."""
 
     def __init__(self, request, response, *, addr_width: int, bus_width: int, max_burst: int,
                  fifo_beats: int):
@@ -221,40 +228,59 @@ class RowReader(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         m.submodules.beats = beats = self.beats
-        bpb = self.bus_width // 8
-        row_addr = Signal(self.addr_width)
-        stride = Signal(self.addr_width)
-        row_beats = Signal(16)
-        issue_beat = Signal(16)
+        aw, bpb, mb = self.addr_width, self.bus_width // 8, self.max_burst
+        beat_bits = bpb.bit_length() - 1
+        page_beats = BOUNDARY_BYTES // bpb
+        stride = Signal(aw, reset_less=True)
+        row_beats = Signal(16, reset_less=True)
+        addr = Signal(aw, reset_less=True)           # the next burst's address
+        next_row = Signal(aw, reset_less=True)       # the next row's first byte
+        remain = Signal(16, reset_less=True)         # beats of the row not yet requested
+        to_page = Signal(range(page_beats + 1), reset_less=True)   # beats to the boundary
         rows_left = Signal(40)
+        active = Signal()                            # rows are left to request
+        last_row = Signal()                          # the row being requested is the last
+        decided = Signal()                           # burst, row_end hold the next burst
+        burst = Signal(range(mb + 1), reset_less=True)
+        row_end = Signal(reset_less=True)
         credits = Signal(range(self.fifo_beats + 1), init=self.fifo_beats)
-        addr = Signal(self.addr_width)
-        m.d.comb += addr.eq(row_addr + (issue_beat << (bpb.bit_length() - 1)))
-        remain = Signal(16)
-        m.d.comb += remain.eq(row_beats - issue_beat)
-        capped = Mux(remain < self.max_burst, remain, self.max_burst)
-        to_boundary = beats_to_boundary(addr, bpb)
-        burst = Signal(range(self.max_burst + 1))
-        m.d.comb += burst.eq(Mux(to_boundary < capped, to_boundary, capped))
+
+        # the decision: min(remain, to_page, max_burst), its compares side by side
+        page_short = to_page < mb
+        capped = Mux(page_short, to_page, mb)
+        remain_shorter = Mux(page_short, remain <= to_page, remain <= mb)
+        with m.If(active & ~decided):
+            m.d.sync += [decided.eq(1), burst.eq(Mux(remain_shorter, remain, capped)),
+                         row_end.eq(remain_shorter), last_row.eq(rows_left == 1)]
+
         m.d.comb += [
-            self.request.valid.eq((rows_left != 0) & (credits >= burst)),
+            self.request.valid.eq(active & decided & (credits >= burst)),
             self.request.payload.addr.eq(addr),
             self.request.payload.len.eq(burst - 1),
-            self.issued.eq(rows_left == 0),
+            self.issued.eq(~active),
         ]
         fire = self.request.valid & self.request.ready
+        next_page = (BOUNDARY_BYTES - next_row[:12]) >> beat_bits
         with m.If(fire):
-            m.d.sync += issue_beat.eq(issue_beat + burst)
-            with m.If(issue_beat + burst == row_beats):
-                m.d.sync += [issue_beat.eq(0), row_addr.eq(row_addr + stride),
-                             rows_left.eq(rows_left - 1)]
+            m.d.sync += decided.eq(0)
+            with m.If(row_end):
+                m.d.sync += [addr.eq(next_row), next_row.eq(next_row + stride),
+                             to_page.eq(next_page), remain.eq(row_beats),
+                             rows_left.eq(rows_left - 1), active.eq(~last_row)]
+            with m.Else():
+                # a burst that reaches the boundary starts the next page
+                m.d.sync += [addr.eq(addr + (burst << beat_bits)), remain.eq(remain - burst),
+                             to_page.eq(Mux(to_page == burst, page_beats, to_page - burst))]
         m.d.sync += credits.eq(credits - Mux(fire, burst, 0) + self.pop)
         m.d.comb += [beats.w_en.eq(self.response.valid), beats.w_data.eq(self.response.data),
                      beats.r_en.eq(self.pop)]
         with m.If(self.start):
-            m.d.sync += [row_addr.eq(self.base), stride.eq(self.stride), issue_beat.eq(0),
-                         row_beats.eq(self.row_beats),
-                         rows_left.eq(Mux(self.row_beats == 0, 0, self.nrows))]
+            m.d.sync += [addr.eq(self.base), next_row.eq(self.base + self.stride),
+                         stride.eq(self.stride), row_beats.eq(self.row_beats),
+                         remain.eq(self.row_beats), decided.eq(0),
+                         to_page.eq((BOUNDARY_BYTES - self.base[:12]) >> beat_bits),
+                         rows_left.eq(self.nrows),
+                         active.eq((self.row_beats != 0) & (self.nrows != 0))]
         return m
 
 
@@ -266,7 +292,7 @@ class _RunSizes:
     steps of the backward order (``inner_delta`` within a step, ``step_delta`` into the
     next), per buffer its end address and the bytes its rows span (``need``). ``start``
     (held while ``~started``) begins; ``ready`` rises once every size and the registered
-    configuration check that reads them are valid (about 70 cycles)."""
+    configuration check that reads them are valid (about 75 cycles)."""
 
     def __init__(self, m: Module, cfg: dict, c, stages: int):
         aw = c.addr_width
@@ -276,7 +302,7 @@ class _RunSizes:
         sel = cfg["stage"]
         sel_d_in = Array(cfg[f"s{i}_d_in"] for i in range(stages))[sel[:3] if stages > 1 else 0]
         gpipe = cfg["schedule"] == 0
-        self.cfg, self.aw, self.align = cfg, aw, c.bytes_per_beat - 1
+        self.m, self.cfg, self.aw, self.align = m, cfg, aw, c.bytes_per_beat - 1
         self.beat_bits = c.bytes_per_beat.bit_length() - 1
 
         def mul(name, a_width, b_width):
@@ -291,7 +317,7 @@ class _RunSizes:
         n_rows = mul("n_rows", 24, 13)
         last = {b: mul(f"{b}_last_off", aw + 13, 8) for b in ("grad", "dx")}
         need = {b: mul(f"{b}_need", aw, 37) for b in ("act", "logits", "grad", "dx")}
-        phase = Signal(range(6))
+        phase = Signal(range(8))
         first = [n, w_need, *mb.values()]
         second = [n_rows, *last.values()]
         m.d.comb += [n.a.eq(steps), n.b.eq(mbs), w_need.a.eq(cfg["w_stride"]), w_need.b.eq(sel_d_in - 1)]
@@ -317,9 +343,9 @@ class _RunSizes:
         with m.Elif(phase == 3):
             with m.If(all_done(need.values())):
                 m.d.sync += phase.eq(4)
-        with m.Elif(phase == 4):       # the derived sizes below are registered
-            m.d.sync += phase.eq(5)
-        with m.Elif((phase == 5) & self.filled):    # and the check that reads them
+        with m.Elif((phase >= 4) & (phase < 7)):   # the derived sizes, each buffer's
+            m.d.sync += phase.eq(phase + 1)          # verdict and the check are registers
+        with m.Elif((phase == 7) & self.filled):
             m.d.comb += self.ready.eq(1)
             m.d.sync += [phase.eq(0), self.started.eq(0)]
         self.n_total = n.product
@@ -369,18 +395,29 @@ class _RunSizes:
         return rp.data
 
     def buffer_bad(self, buf, cols, elem_bytes):
-        """The buffer cannot hold the run's rows of ``cols`` elements (or is misaligned)."""
-        cfg, align = self.cfg, self.align
+        """The buffer cannot hold the run's rows of ``cols`` elements (or is misaligned),
+        as a register two cycles behind its operands (the row's bytes and the span, then
+        the verdict)."""
+        m, cfg, align = self.m, self.cfg, self.align
         base, size, stride = cfg[f"{buf}_addr"], cfg[f"{buf}_size"], cfg[f"{buf}_stride"]
-        row_bytes = ((cols * elem_bytes + align) >> self.beat_bits) << self.beat_bits
-        need = self.need_prod[buf] + row_bytes
-        return ((base & align) != 0) | ((stride & align) != 0) | (stride < row_bytes) | \
-            (need > size) | (self.end[buf] >> self.aw != 0)
+        row_bytes = Signal(32, name=f"{buf}_row_bytes")
+        need = Signal(len(self.need_prod[buf]) + 1, name=f"{buf}_need")
+        bad = Signal(name=f"{buf}_bad")
+        m.d.sync += [row_bytes.eq(((cols * elem_bytes + align) >> self.beat_bits) << self.beat_bits),
+                     need.eq(self.need_prod[buf] + row_bytes),
+                     bad.eq(((base & align) != 0) | ((stride & align) != 0) | (stride < row_bytes) |
+                            (need > size) | (self.end[buf] >> self.aw != 0))]
+        return bad
 
 
 class PipelineUnitCore(UnitCore):
     """The Pipeline without its control slave: ``cfg`` signals in, AXI4 ``bus`` out (see
-    the module doc). Same interface as :class:`~.aggregator.AggregatorCore`."""
+    the module doc). Same interface as :class:`~.aggregator.AggregatorCore`.
+
+    No guard verdict gates the datapath in the cycle it is found: a read outside its buffer
+    is held back in the :class:`~.dma.ReadPort` (registered mode), a write's address and
+    buffer check are computed stages ahead of its push (:class:`~.pipeline_writer.
+    CheckedWriteQueue`), and the run stops from a register a cycle after a fault."""
 
     def __init__(self, config: PipelineUnitConfig = PipelineUnitConfig()):
         self.config_registers = config_registers(config.stages)
@@ -397,7 +434,8 @@ class PipelineUnitCore(UnitCore):
         spb = epb // L                         # stream segments per beat (>= 2)
         wpb = c.bus_width // (32 * L)          # master words per beat (>= 1)
 
-        clear = Signal()          # datapath reset (the CHECK cycle of every run)
+        m.submodules.run = run = RunControl(drain=True, hold_first=True)
+        clear = Signal()          # datapath reset (the CHECK state of every run)
         pipe_reset = Signal()     # Pipeline reset (after an aborted TRAIN only)
         cfg = {name: Signal(len(sig), name=f"run_{name}") for name, sig in self.cfg.items()}
         mode = cfg["pipe_mode"]
@@ -407,9 +445,14 @@ class PipelineUnitCore(UnitCore):
         sched = cfg["schedule"]
         gpipe = sched == 0
         mbs, steps, rows = cfg["microbatches"], cfg["steps"], cfg["rows"]
-        # the run's sizes, computed in CHECK by bit-serial multipliers (see _check_sizes)
+        # the run's sizes, computed in CHECK by bit-serial multipliers (see _RunSizes)
         sizes = _RunSizes(m, cfg, c, K)
         n_total = sizes.n_total
+        # flags of the run's configuration, as registers (the configuration is steady)
+        dx_on = Signal()
+        mbs_m1, two_mbs_m1 = Signal(8), Signal(9)
+        m.d.sync += [dx_on.eq(cfg["dx_addr"] != 0), mbs_m1.eq(mbs[:8] - 1),
+                     two_mbs_m1.eq((mbs[:8] << 1) - 1)]
 
         # ---- the Pipeline (not reset with the datapath: its weights live across runs) ----
         pipe = c.pipeline()
@@ -430,19 +473,24 @@ class PipelineUnitCore(UnitCore):
 
         # ---- datapath (reset at the start of every run) ----------------------------------
         dp = Module()
-        read_port = ReadPort(self.bus, num_clients=3)      # 0 weights, 1 grad, 2 act
+        # 0 weights, 1 grad, 2 act; each client's guard in stages of its own
+        read_port = ReadPort(self.bus, num_clients=3, registered_requests=True)
         # single beats in, INCR bursts out (consecutive beats joined, up to max_burst)
         write_port = WritePort(self.bus, beat_depth=16, address_depth=16,
                                coalesce=c.max_burst >= 2, max_burst=max(c.max_burst, 2))
         # which logits microbatches are in memory (write responses cover their last beat)
         markers = WriteCompletion()
+        offset_width = aw + 13
+        write_queue = CheckedWriteQueue(addr_width=aw + 41, offset_width=offset_width,
+                                        bus_width=c.bus_width)
         rd = dict(addr_width=aw, bus_width=c.bus_width, max_burst=c.max_burst,
                   fifo_beats=c.fifo_beats)
         w_reader = RowReader(read_port.requests[0], read_port.responses[0], **rd)
         g_reader = RowReader(read_port.requests[1], read_port.responses[1], **rd)
         a_reader = RowReader(read_port.requests[2], read_port.responses[2], **rd)
         for name, sub in (("read_port", read_port), ("write_port", write_port), ("markers", markers),
-                          ("w_reader", w_reader), ("g_reader", g_reader), ("a_reader", a_reader)):
+                          ("write_queue", write_queue), ("w_reader", w_reader),
+                          ("g_reader", g_reader), ("a_reader", a_reader)):
             dp.submodules[name] = sub
         for i, buf in enumerate(("w", "grad", "act")):
             m.d.comb += [read_port.guard_base[i].eq(cfg[f"{buf}_addr"]),
@@ -451,38 +499,43 @@ class PipelineUnitCore(UnitCore):
         def row_beats(cols, elem_bytes):
             return (cols * elem_bytes + align) >> beat_bits
 
+        stopped = Signal()        # a fault was found: from the next cycle nothing proceeds
         running = Signal()        # RUN state, no fault: traffic may proceed
         train_run = Signal()
-        m.d.comb += train_run.eq(running & is_train)
+        m.d.comb += [running.eq(run.running & ~stopped), train_run.eq(running & is_train)]
         first = Signal()          # first RUN cycle
+        m.d.comb += first.eq(run.first)
 
         # ---- stream unpacking: beats -> row segments of `lanes` elements ------------------
         def unpack(reader, port, cols, name):
+            # the row position as registers stepped per segment: the segment's column, the
+            # elements left in its row, whether its row is the microbatch's last
             r = Signal(16, name=f"{name}_row")
-            b = Signal(16, name=f"{name}_beat")
-            j = Signal(range(spb), name=f"{name}_seg")
+            b_j = Signal(range(spb), name=f"{name}_seg")
             col = Signal(32, name=f"{name}_col")
-            dp.d.comb += col.eq((b << (epb.bit_length() - 1)) + j * L)
             left = Signal(32, name=f"{name}_left")
-            dp.d.comb += left.eq(cols - col)
-            row_end = left <= L
-            seg = reader.beats.r_data.word_select(j, L * MAC_INPUT_WIDTH)
+            last_row = Signal(name=f"{name}_last_row")
+            row_end = Signal(name=f"{name}_row_end")       # left <= lanes
+            with dp.If(first):
+                dp.d.sync += [left.eq(cols), last_row.eq(rows == 1), row_end.eq(cols <= L)]
+            seg = reader.beats.r_data.word_select(b_j, L * MAC_INPUT_WIDTH)
             pl = port.payload
             dp.d.comb += [
                 port.valid.eq(reader.beats.r_rdy & train_run),
                 pl.row.eq(r), pl.col.eq(col), pl.count.eq(Mux(row_end, left, L)),
                 pl.data.as_value().eq(seg), pl.relu_mask.eq(0),
-                pl.last.eq(row_end & (r + 1 == rows)),
+                pl.last.eq(row_end & last_row),
             ]
             with dp.If(port.valid & port.ready):
+                dp.d.sync += [b_j.eq(b_j + 1), col.eq(col + L), left.eq(left - L),
+                              row_end.eq(left <= 2 * L)]
                 with dp.If(row_end):
                     dp.d.comb += reader.pop.eq(1)
-                    dp.d.sync += [j.eq(0), b.eq(0), r.eq(Mux(r + 1 == rows, 0, r + 1))]
-                with dp.Elif(j == spb - 1):
+                    dp.d.sync += [b_j.eq(0), col.eq(0), left.eq(cols), row_end.eq(cols <= L),
+                                  r.eq(Mux(last_row, 0, r + 1)),
+                                  last_row.eq(Mux(last_row, rows == 1, r + 2 == rows))]
+                with dp.Elif(b_j == spb - 1):
                     dp.d.comb += reader.pop.eq(1)
-                    dp.d.sync += [j.eq(0), b.eq(b + 1)]
-                with dp.Else():
-                    dp.d.sync += j.eq(j + 1)
 
         unpack(a_reader, pipe.act_in, d_first, "act")
         unpack(g_reader, pipe.grad_in, d_last, "grad")
@@ -495,75 +548,85 @@ class PipelineUnitCore(UnitCore):
         # ---- microbatch order of a backward stream (last stage's grad_in, stage 0's dX) ----
         def backward_order(fire_last, name, buf=None):
             """Index (and, for ``buf``, base address) of the microbatch a backward-ordered
-            stream is at; the address moves by precomputed steps, no multiply."""
-            loc = Signal(24, name=f"{name}_loc")
-            base = Signal(24, name=f"{name}_base")
+            stream is at, as registers; the address moves by precomputed steps, no
+            multiply. GPipe walks a step's microbatches down, then jumps to the next step's
+            last; the 1F1B schedules walk up."""
+            left = Signal(8, name=f"{name}_left")        # microbatches after this one in its step
+            step_end = Signal(name=f"{name}_step_end")   # left == 0
             mb = Signal(24, name=f"{name}_mb")
-            dp.d.comb += mb.eq(Mux(gpipe, base + mbs - 1 - loc, base + loc))
             addr = Signal(aw + 40, name=f"{name}_addr")
-            step_end = loc + 1 == mbs
             with dp.If(fire_last):
-                dp.d.sync += loc.eq(loc + 1)
+                dp.d.sync += [left.eq(left - 1), step_end.eq(left == 1),
+                              mb.eq(Mux(gpipe, Mux(step_end, mb + two_mbs_m1, mb - 1), mb + 1))]
+                with dp.If(step_end):
+                    dp.d.sync += [left.eq(mbs_m1), step_end.eq(mbs_m1 == 0)]
                 if buf is not None:
                     dp.d.sync += addr.eq(addr + Mux(step_end, sizes.step_delta[buf], sizes.inner_delta[buf]))
-                with dp.If(step_end):
-                    dp.d.sync += [loc.eq(0), base.eq(base + mbs)]
-            if buf is not None:
-                with dp.If(first):
+            with dp.If(first):
+                dp.d.sync += [left.eq(mbs_m1), step_end.eq(mbs_m1 == 0),
+                              mb.eq(Mux(gpipe, mbs_m1, 0))]
+                if buf is not None:
                     dp.d.sync += addr.eq(cfg[f"{buf}_addr"] + Mux(gpipe, sizes.last_off[buf], 0))
             return mb, addr
 
-        # gradients: one job per microbatch, only below the doorbell
-        g_jobs = Signal(24)
+        # gradients: one job per microbatch, only below the doorbell; the job's conditions
+        # are registers, so a job waits two cycles after the one before (its index settles)
+        g_jobs_left = Signal(24)
         g_mb, g_job_base = backward_order(g_reader.start, "grad_order", "grad")
-        g_just = Signal()
-        dp.d.sync += g_just.eq(g_reader.start)
-        g_free = train_run & ~first & ~g_just & g_reader.issued & (g_jobs < n_total)
-        g_may = g_mb < self.cfg["grads_ready"]          # live: the host raises it while we run
+        g_recent = Signal(2)
+        g_may = Signal()
+        dp.d.sync += [g_recent.eq(Cat(g_reader.start, g_recent[0])),
+                      g_may.eq(g_mb < self.cfg["grads_ready"])]   # live: the host raises it
+        g_free = train_run & ~first & ~g_recent.any() & g_reader.issued & (g_jobs_left != 0)
         dp.d.comb += [g_reader.start.eq(g_free & g_may)]
         m.d.comb += [g_reader.base.eq(g_job_base), g_reader.stride.eq(cfg["grad_stride"]),
                      g_reader.nrows.eq(rows), g_reader.row_beats.eq(row_beats(d_last, ELEM_BYTES))]
-        with dp.If(g_reader.start):
-            dp.d.sync += g_jobs.eq(g_jobs + 1)
+        with dp.If(first):
+            dp.d.sync += g_jobs_left.eq(n_total)
+        with dp.Elif(g_reader.start):
+            dp.d.sync += g_jobs_left.eq(g_jobs_left - 1)
         grad_wait = Signal()
         m.d.comb += grad_wait.eq(g_free & ~g_may)
 
         # ---- weight load: beats -> master words of the selected stage ----------------------
-        words_per_row = Signal(16)
-        m.d.comb += words_per_row.eq((sel_d_out + L - 1) >> (L.bit_length() - 1))
         m.d.comb += [w_reader.base.eq(cfg["w_addr"]), w_reader.stride.eq(cfg["w_stride"]),
                      w_reader.nrows.eq(sel_d_in), w_reader.row_beats.eq(row_beats(sel_d_out, MASTER_BYTES))]
         dp.d.comb += w_reader.start.eq(first & is_load)
-        lw_row, lw_beat = Signal(16), Signal(16)
+        lw_row, lw_word = Signal(16), Signal(16)
+        lw_left = Signal(16)       # elements of the row from this word on
         lw_j = Signal(range(max(wpb, 2)))
-        lw_word = Signal(16)
-        dp.d.comb += lw_word.eq(lw_beat * wpb + (lw_j if wpb > 1 else 0))
+        with dp.If(first):
+            dp.d.sync += lw_left.eq(sel_d_out)
         load_valid = Signal()
         dp.d.comb += load_valid.eq(running & is_load & w_reader.beats.r_rdy)
         load_word = Signal(L * 32)
         raw = w_reader.beats.r_data.word_select(lw_j, L * 32) if wpb > 1 else w_reader.beats.r_data[:L * 32]
         for lane in range(L):
-            keep = lw_word * L + lane < sel_d_out
+            keep = lw_left > lane
             dp.d.comb += load_word.word_select(lane, 32).eq(Mux(keep, raw.word_select(lane, 32), 0))
-        load_row_end = lw_word + 1 >= words_per_row
+        load_row_end = lw_left <= L
         with dp.If(load_valid):
+            dp.d.sync += [lw_word.eq(lw_word + 1), lw_left.eq(lw_left - L)]
             with dp.If(load_row_end):
                 dp.d.comb += w_reader.pop.eq(1)
-                dp.d.sync += [lw_j.eq(0), lw_beat.eq(0), lw_row.eq(lw_row + 1)]
+                dp.d.sync += [lw_j.eq(0), lw_word.eq(0), lw_left.eq(sel_d_out), lw_row.eq(lw_row + 1)]
             with dp.Elif(lw_j == wpb - 1):
                 dp.d.comb += w_reader.pop.eq(1)
-                dp.d.sync += [lw_j.eq(0), lw_beat.eq(lw_beat + 1)]
+                dp.d.sync += lw_j.eq(0)
             with dp.Else():
                 dp.d.sync += lw_j.eq(lw_j + 1)
         load_done = lw_row == sel_d_in
 
         # ---- weight store: master words -> single-beat writes ------------------------------
         sw_row, sw_word = Signal(16), Signal(16)
+        sw_left = Signal(16)       # elements of the row from this word on
         sw_settled = Signal()      # w_rd_data holds the word at (sw_row, sw_word)
         sw_row_addr = Signal(aw + 16)
         store_done = sw_row == sel_d_in
         store_valid = Signal()
         dp.d.comb += store_valid.eq(running & is_store & sw_settled & ~store_done)
+        with dp.If(first):
+            dp.d.sync += sw_left.eq(sel_d_out)
 
         w_row = Mux(is_load, lw_row, sw_row)
         w_word = Mux(is_load, lw_word, sw_word)
@@ -581,8 +644,6 @@ class PipelineUnitCore(UnitCore):
 
         # ---- writes: logits (act_out), dX (grad_out), stored weights -----------------------
         status = self.stat["status"]
-        write_fault = Signal()
-        can_push = write_port.address.w_rdy & write_port.beats.w_rdy & markers.room
 
         # the Pipeline's output streams end in band writers: each collects a band of rows
         # (the cores emit tile by tile) and sends it row by row, so a row's beats are
@@ -600,79 +661,78 @@ class PipelineUnitCore(UnitCore):
         dx_w = band_writer(pipe.grad_out, d_first, "dx")
         lg_pl, dx_pl = lg_w.beats.payload, dx_w.beats.payload
 
-        def beat_write(pl, mb_base, buf):
-            addr = Signal(aw + 40, name=f"{buf}_beat_addr")
-            row_off = sizes.row_offset(dp, buf, pl.row)
-            dp.d.comb += addr.eq(mb_base + row_off + (pl.beat << beat_bits))
-            return addr, pl.data, pl.strb
-
+        # every beat enters the checked queue with its address as base + row offset + beat
+        # offset and its buffer; logits first, then dX, then stored weights
+        entry = write_queue.beats
+        ep = entry.payload
+        room = entry.ready
+        take_lg = train_run & lg_w.beats.valid & room
+        take_dx = train_run & ~lg_w.beats.valid & dx_w.beats.valid & dx_on & room
+        take_st = store_valid & room
         lg_base = Signal(aw + 40)
-        lg_addr, lg_data, lg_strb = beat_write(lg_pl, lg_base, "logits")
-        _, dx_base = backward_order(dx_w.beats.valid & dx_w.beats.ready & dx_pl.last, "dx_order", "dx")
-        dx_addr, dx_data, dx_strb = beat_write(dx_pl, dx_base, "dx")
-        dx_on = cfg["dx_addr"] != 0
+        with dp.If(take_lg & lg_pl.last):
+            dp.d.sync += lg_base.eq(lg_base + sizes.mb_bytes["logits"])
+        _, dx_base = backward_order(take_dx & dx_pl.last, "dx_order", "dx")
+
+        def buffer(buf):
+            return [ep.buf_base.eq(cfg[f"{buf}_addr"]), ep.buf_size.eq(cfg[f"{buf}_size"])]
+
         word_bytes = Signal(32)
         dp.d.comb += word_bytes.eq(sw_word * (L * MASTER_BYTES))
-        st_addr = Signal(aw + 40)
-        dp.d.comb += st_addr.eq(sw_row_addr + (word_bytes & ~Const(align, 32)))
         st_off = word_bytes[:beat_bits]
-        st_count = Signal(range(L + 1))
-        st_left = sel_d_out - sw_word * L
-        dp.d.comb += st_count.eq(Mux(st_left >= L, L, st_left))
-        st_strb = ((Const(1, 4 * L + 1) << (st_count * MASTER_BYTES)) - 1) << st_off
+        # the word's elements in the row: lanes below sw_left
+        st_strb = Cat(*[Mux(sw_left > lane, Const((1 << MASTER_BYTES) - 1, MASTER_BYTES), 0)
+                        for lane in range(L)]) << st_off
         st_data = rd_word << (st_off * 8)
+        with dp.If(take_lg):
+            dp.d.comb += [ep.base.eq(lg_base), ep.row_offset.eq(sizes.row_offset(dp, "logits", lg_pl.row)),
+                          ep.beat_offset.eq(lg_pl.beat << beat_bits), ep.data.eq(lg_pl.data),
+                          ep.strb.eq(lg_pl.strb), ep.mark.eq(lg_pl.last), *buffer("logits")]
+        with dp.Elif(take_dx):
+            dp.d.comb += [ep.base.eq(dx_base), ep.row_offset.eq(sizes.row_offset(dp, "dx", dx_pl.row)),
+                          ep.beat_offset.eq(dx_pl.beat << beat_bits), ep.data.eq(dx_pl.data),
+                          ep.strb.eq(dx_pl.strb), *buffer("dx")]
+        with dp.Else():
+            dp.d.comb += [ep.base.eq(sw_row_addr), ep.row_offset.eq(0),
+                          ep.beat_offset.eq(word_bytes & ~Const(align, 32)), ep.data.eq(st_data),
+                          ep.strb.eq(st_strb), *buffer("w")]
+        dp.d.comb += [entry.valid.eq(take_lg | take_dx | take_st),
+                      lg_w.beats.ready.eq(train_run & room),
+                      # dX of a run without a dx buffer: taken and dropped
+                      dx_w.beats.ready.eq(train_run & ((~lg_w.beats.valid & room) | ~dx_on))]
 
-        def inside(addr, buf):
-            return (addr >= cfg[f"{buf}_addr"]) & (addr + bpb <= sizes.end[buf])
-
-        want_lg = train_run & lg_w.beats.valid
-        want_dx = train_run & ~lg_w.beats.valid & dx_w.beats.valid & dx_on
-        want_st = store_valid
-        ok_lg, ok_dx, ok_st = inside(lg_addr, "logits"), inside(dx_addr, "dx"), inside(st_addr, "w")
+        # the queue's head: pushed when its registered verdict holds and no fault was found;
+        # a head outside its buffer is dropped and raises the fault, which holds every later
+        # push back (the run stops a cycle later)
+        head = write_queue.queued
+        write_fault = Signal()
+        can_push = write_port.address.w_rdy & write_port.beats.w_rdy & markers.room
+        live = head.valid & ~write_fault & ~stopped
         push = Signal()
-        wr_addr = Signal(aw)
-        wr_data = Signal(c.bus_width)
-        wr_strb = Signal(bpb)
-        with dp.If(want_lg):
-            dp.d.comb += [wr_addr.eq(lg_addr), wr_data.eq(lg_data), wr_strb.eq(lg_strb),
-                          push.eq(can_push & ok_lg & ~write_fault),
-                          markers.mark.eq(lg_pl.last),
-                          lg_w.beats.ready.eq(can_push & ok_lg & ~write_fault)]
-            with dp.If(~ok_lg):
-                dp.d.sync += write_fault.eq(1)
-        with dp.Elif(want_dx):
-            dp.d.comb += [wr_addr.eq(dx_addr), wr_data.eq(dx_data), wr_strb.eq(dx_strb),
-                          push.eq(can_push & ok_dx & ~write_fault),
-                          dx_w.beats.ready.eq(can_push & ok_dx & ~write_fault)]
-            with dp.If(~ok_dx):
-                dp.d.sync += write_fault.eq(1)
-        with dp.Elif(want_st):
-            dp.d.comb += [wr_addr.eq(st_addr), wr_data.eq(st_data), wr_strb.eq(st_strb),
-                          push.eq(can_push & ok_st & ~write_fault)]
-            with dp.If(~ok_st):
-                dp.d.sync += write_fault.eq(1)
-        # dX of a run without a dx buffer: taken and dropped
-        with dp.If(train_run & ~dx_on):
-            dp.d.comb += dx_w.beats.ready.eq(1)
+        fault_found = Signal()
+        dp.d.comb += [push.eq(live & head.payload.inside & can_push),
+                      fault_found.eq(live & ~head.payload.inside),
+                      # after a fault every beat left is dropped, so the queue drains
+                      head.ready.eq(push | (head.valid & (write_fault | stopped | ~head.payload.inside)))]
+        with dp.If(fault_found):
+            dp.d.sync += write_fault.eq(1)
         # single-beat bursts (len 0, last 1); Cat in the layouts' field order
-        dp.d.comb += [write_port.address.w_data.eq(Cat(wr_addr, Const(0, 8))),
+        dp.d.comb += [write_port.address.w_data.eq(Cat(head.payload.addr[:aw], Const(0, 8))),
                       write_port.address.w_en.eq(push),
-                      write_port.beats.w_data.eq(Cat(wr_data, wr_strb, Const(1, 1))),
-                      write_port.beats.w_en.eq(push), markers.push.eq(push)]
+                      write_port.beats.w_data.eq(Cat(head.payload.data, head.payload.strb, Const(1, 1))),
+                      write_port.beats.w_en.eq(push), markers.push.eq(push),
+                      markers.mark.eq(head.payload.mark)]
 
-        # logits position: microbatches leave the last stage in order
-        with dp.If(lg_w.beats.valid & lg_w.beats.ready & lg_pl.last):
-            dp.d.sync += lg_base.eq(lg_base + sizes.mb_bytes["logits"])
         with dp.If(first):
             dp.d.sync += [lg_base.eq(cfg["logits_addr"]), sw_row_addr.eq(cfg["w_addr"])]
-        # store walk: present (row, word), wait a cycle for the read, push, next word
+        # store walk: present (row, word), wait a cycle for the read, queue, next word
         with dp.If(running & is_store & ~store_done):
             with dp.If(~sw_settled):
                 dp.d.sync += sw_settled.eq(1)
-            with dp.Elif(push):
-                dp.d.sync += [sw_settled.eq(0), sw_word.eq(sw_word + 1)]
-                with dp.If(sw_word + 1 >= words_per_row):
-                    dp.d.sync += [sw_word.eq(0), sw_row.eq(sw_row + 1),
+            with dp.Elif(take_st):
+                dp.d.sync += [sw_settled.eq(0), sw_word.eq(sw_word + 1), sw_left.eq(sw_left - L)]
+                with dp.If(sw_left <= L):
+                    dp.d.sync += [sw_word.eq(0), sw_left.eq(sel_d_out), sw_row.eq(sw_row + 1),
                                   sw_row_addr.eq(sw_row_addr + cfg["w_stride"])]
 
         # write responses: in order (one ID), each for the burst of the AW before it; a
@@ -693,7 +753,7 @@ class PipelineUnitCore(UnitCore):
             sizes.buffer_bad("act", d_first, ELEM_BYTES),
             sizes.buffer_bad("logits", d_last, ELEM_BYTES),
             sizes.buffer_bad("grad", d_last, ELEM_BYTES),
-            dx_on & sizes.buffer_bad("dx", d_first, ELEM_BYTES),
+            (cfg["dx_addr"] != 0) & sizes.buffer_bad("dx", d_first, ELEM_BYTES),
         ]
         for i in range(K):
             s = lambda name: cfg[f"s{i}_{name}"]  # noqa: E731
@@ -708,8 +768,7 @@ class PipelineUnitCore(UnitCore):
                                   (~is_train & Cat(*weights_checks).any()))
 
         # ---- counters --------------------------------------------------------------------
-        busy = Signal()
-        bus = self.bus
+        busy = run.busy
         stall = (bus.arvalid & ~bus.arready) | (bus.awvalid & ~bus.awready) | (bus.wvalid & ~bus.wready)
         increments = {"busy_cycles": 1, "read_beats": read_port.beat, "write_beats": write_port.beat,
                       "stall_cycles": stall, "grad_wait_cycles": grad_wait}
@@ -722,59 +781,36 @@ class PipelineUnitCore(UnitCore):
                 m.d.sync += logits_done.eq(logits_done + 1)
             with m.If(read_port.resp_error | write_port.resp_error):
                 m.d.sync += status.eq(status | Status.AXI_ERROR)
-            with m.If(read_port.fault | write_fault):
-                m.d.sync += status.eq(status | Status.ADDR_FAULT)
-        m.d.comb += [self.idle.eq(~busy), read_port.enable.eq(~fault)]
+            with m.If(read_port.fault | fault_found):
+                m.d.sync += [status.eq(status | Status.ADDR_FAULT), stopped.eq(1)]
+        m.d.comb += read_port.enable.eq(~fault)
 
         # ---- run control -----------------------------------------------------------------
-        quiet = (read_port.outstanding == 0) & write_port.idle
         pipe_finished = Signal()
         with m.If(pipe.done):
             m.d.sync += pipe_finished.eq(1)
-        with m.FSM(name="run"):
-            with m.State("IDLE"):
-                with m.If(self.start):
-                    m.d.sync += [cfg[name].eq(sig) for name, sig in self.cfg.items()]
-                    m.d.sync += [busy.eq(1), status.eq(0), pipe_finished.eq(0)]
-                    m.d.sync += [self.stat[name].eq(0) for name in (*increments, "logits_done")]
-                    m.next = "CHECK"
-            with m.State("CHECK"):
-                # the sizes take tens of cycles (bit-serial), the checks one more
-                m.d.comb += [clear.eq(1), sizes.start.eq(~sizes.started)]
-                with m.If(sizes.ready):
-                    m.next = "DECIDE"
-            with m.State("DECIDE"):
-                m.d.comb += clear.eq(1)
-                with m.If(err_config):
-                    m.d.sync += status.eq(Status.CONFIG_ERROR)
-                    m.next = "FINISH"
-                with m.Else():
-                    m.d.comb += pipe.start.eq(is_train)
-                    m.next = "FIRST"
-            with m.State("FIRST"):
-                m.d.comb += [first.eq(1), running.eq(1)]
-                m.next = "RUN"
-            with m.State("RUN"):
-                stop = fault | read_port.fault | write_fault
-                m.d.comb += running.eq(~stop)
-                finished = Mux(is_train, pipe_finished, Mux(is_load, load_done, store_done))
-                with m.If(stop):
-                    m.next = "ABORT"
-                with m.Elif(finished):
-                    m.next = "DRAIN"
-            with m.State("DRAIN"):
-                with m.If(write_port.idle & ~lg_w.pending & ~dx_w.pending):
-                    m.next = "FINISH"
-            with m.State("ABORT"):
-                # nothing new is issued; once the traffic in flight is in, the Pipeline (which
-                # may wait for data that will never come) is reset
-                with m.If(quiet):
-                    m.d.comb += pipe_reset.eq(is_train)
-                    m.next = "FINISH"
-            with m.State("FINISH"):
-                m.d.sync += busy.eq(0)
-                m.d.comb += self.done.eq(1)
-                m.next = "IDLE"
+        check_done = Signal()
+        m.d.comb += [
+            run.start.eq(self.start), self.idle.eq(run.idle), self.done.eq(run.done),
+            # the sizes take tens of cycles (bit-serial), the checks one more
+            sizes.start.eq(run.checking & ~sizes.started), check_done.eq(sizes.ready),
+            run.check_done.eq(check_done), run.check_error.eq(err_config),
+            clear.eq(run.checking),
+            pipe.start.eq(run.checking & check_done & ~err_config & is_train),
+            run.stop.eq(stopped),
+            run.finished.eq(Mux(is_train, pipe_finished, Mux(is_load, load_done, store_done))),
+            run.drained.eq(write_queue.empty & write_port.idle & ~lg_w.pending & ~dx_w.pending),
+            # nothing new is issued; once the traffic in flight is in, the Pipeline (which
+            # may wait for data that will never come) is reset
+            run.quiet.eq((read_port.outstanding == 0) & write_port.idle),
+            pipe_reset.eq(run.abort_done & is_train),
+        ]
+        with m.If(run.accept):
+            m.d.sync += [cfg[name].eq(sig) for name, sig in self.cfg.items()]
+            m.d.sync += [status.eq(0), pipe_finished.eq(0), stopped.eq(0)]
+            m.d.sync += [self.stat[name].eq(0) for name in (*increments, "logits_done")]
+        with m.If(run.config_error):
+            m.d.sync += status.eq(Status.CONFIG_ERROR)
 
         m.submodules.datapath = ResetInserter(clear)(dp)
         return m

@@ -173,8 +173,100 @@ class WriteCompletion(wiring.Component):
         m.d.sync += pushed.eq(pushed + self.push)
         with m.If(self.b_fire):
             m.d.sync += acked.eq(acked + bursts.r_data)
-        # acked >= mark, in modular arithmetic (the counters are never 2**31 apart)
-        covered = (acked - marks.r_data)[31] == 0
-        m.d.comb += [self.completed.eq(marks.r_rdy & covered), marks.r_en.eq(self.completed),
-                     self.room.eq(marks.w_rdy & ((pushed - acked)[:32] < self.track))]
+        # acked >= mark, in modular arithmetic (the counters are never 2**31 apart), as a
+        # register: it holds for the head only once that head was there a cycle before
+        covered = Signal()
+        head_seen = Signal()
+        m.d.sync += [covered.eq((acked - marks.r_data)[31] == 0),
+                     head_seen.eq(marks.r_rdy & ~self.completed)]
+        m.d.comb += [self.completed.eq(marks.r_rdy & covered & head_seen),
+                     marks.r_en.eq(self.completed)]
+        # room as a register, one beat short of full: it lags a push by a cycle
+        m.d.sync += self.room.eq((marks.level < self.marks - 1) &
+                                 ((pushed - acked)[:32] < self.track - 1))
+        return m
+
+
+def checked_beat_layout(addr_width: int, offset_width: int, bus_width: int) -> data.StructLayout:
+    """One beat into :class:`CheckedWriteQueue`: its address as ``base + row_offset +
+    beat_offset``, data, byte strobes, a ``mark`` the queue carries along, and the buffer
+    ``[buf_base, buf_base + buf_size)`` it must lie in."""
+    return data.StructLayout({"base": addr_width, "row_offset": offset_width,
+                              "beat_offset": offset_width, "data": bus_width,
+                              "strb": bus_width // 8, "mark": 1,
+                              "buf_base": addr_width, "buf_size": addr_width})
+
+
+def checked_out_layout(addr_width: int, bus_width: int) -> data.StructLayout:
+    """One beat out of :class:`CheckedWriteQueue`, with the guard's verdict ``inside``."""
+    return data.StructLayout({"addr": addr_width, "data": bus_width, "strb": bus_width // 8,
+                              "mark": 1, "inside": 1})
+
+
+class CheckedWriteQueue(wiring.Component):
+    """Write beats -> their addresses and buffer checks, computed in stages of their own,
+    into a queue whose head a client pushes to a :class:`~.dma.WritePort` only when its
+    registered verdict ``inside`` holds.
+
+    A beat passes four register stages (its operands; ``base + row_offset``; ``+
+    beat_offset``; the :class:`~.blocks.BufferGuard` verdict) and then waits in a
+    ``depth``-entry FIFO. ``beats.ready`` is a credit count (one per FIFO entry) that a
+    beat takes as it enters and gets back as it leaves the FIFO, so the stages never
+    stall and no ready path runs through them. ``empty``: no beat is in a stage or the
+    FIFO.
+
+    Args:
+        addr_width: bits of the computed address (wide enough that no sum wraps).
+        offset_width: bits of either offset.
+        bus_width: data bits of a beat.
+        depth: FIFO entries (and credits).
+    """
+
+    STAGES = 4
+
+    def __init__(self, *, addr_width: int, offset_width: int, bus_width: int, depth: int = 8):
+        if depth < 2:
+            raise ValueError(f"CheckedWriteQueue depth must be >= 2, not {depth!r}")
+        self.aw, self.ow, self.bw, self.depth = addr_width, offset_width, bus_width, depth
+        super().__init__({
+            "beats": In(stream.Signature(checked_beat_layout(addr_width, offset_width, bus_width))),
+            "queued": Out(stream.Signature(checked_out_layout(addr_width, bus_width))),
+            "empty": Out(1),
+        })
+
+    def elaborate(self, platform):
+        from amaranth.lib import fifo
+        from .blocks import BufferGuard
+        m = Module()
+        aw, bpb = self.aw, self.bw // 8
+        out_layout = checked_out_layout(aw, self.bw)
+        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=out_layout.size, depth=self.depth)
+        m.submodules.guard = guard = BufferGuard(aw, bpb)
+        credits = Signal(range(self.depth + 1), init=self.depth)
+        enter = self.beats.valid & self.beats.ready
+        leave = self.queued.valid & self.queued.ready
+        m.d.comb += self.beats.ready.eq(credits != 0)
+        m.d.sync += credits.eq(credits - enter + leave)
+        m.d.comb += self.empty.eq(credits == self.depth)
+
+        def stage(name, layout):
+            return (Signal(layout, name=f"{name}", reset_less=True), Signal(name=f"{name}_valid"))
+
+        carry = {"data": self.bw, "strb": bpb, "mark": 1, "buf_base": aw, "buf_size": aw}
+        s1, v1 = stage("wq_operands", checked_beat_layout(aw, self.ow, self.bw))
+        s2, v2 = stage("wq_partial", data.StructLayout({"addr": aw, "beat_offset": self.ow, **carry}))
+        s3, v3 = stage("wq_address", data.StructLayout({"addr": aw, **carry}))
+        s4, v4 = stage("wq_checked", out_layout)
+        m.d.sync += [v1.eq(enter), v2.eq(v1), v3.eq(v2), v4.eq(v3), s1.eq(self.beats.payload)]
+        m.d.sync += [getattr(s2, k).eq(getattr(s1, k)) for k in carry]
+        m.d.sync += [s2.addr.eq(s1.base + s1.row_offset), s2.beat_offset.eq(s1.beat_offset)]
+        m.d.sync += [getattr(s3, k).eq(getattr(s2, k)) for k in carry]
+        m.d.sync += s3.addr.eq(s2.addr + s2.beat_offset)
+        m.d.comb += [guard.addr.eq(s3.addr), guard.len.eq(0), guard.base.eq(s3.buf_base),
+                     guard.size.eq(s3.buf_size)]
+        m.d.sync += [s4.addr.eq(s3.addr), s4.data.eq(s3.data), s4.strb.eq(s3.strb),
+                     s4.mark.eq(s3.mark), s4.inside.eq(guard.inside)]
+        m.d.comb += [queue.w_en.eq(v4), queue.w_data.eq(s4),
+                     self.queued.valid.eq(queue.r_rdy), self.queued.payload.eq(queue.r_data),
+                     queue.r_en.eq(self.queued.ready)]
         return m
