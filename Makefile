@@ -57,10 +57,11 @@ $(ESTIMATE_STAMP): $(STAMP)
 estimate: setup $(ESTIMATE_STAMP)
 	$(PY) -m gnnweave.hw.flow.estimate $(CONFIG) --out build/estimate/$(CONFIG)$(if $(filter command line,$(origin BOARD)),-$(BOARD)).json $(if $(filter command line,$(origin BOARD)),--board $(BOARD)) $(if $(filter-out 0,$(TIMING)),--timing) $(if $(filter-out 0,$(DEPTH)),--depth) $(if $(filter-out 0,$(BUDGET)),--budget) $(if $(JOBS),--jobs $(JOBS))
 
-# the Yosys-beside-budget table of every board configuration, into docs/estimate.md
+# Yosys beside the budget for every board configuration on its board: measures the rows
+# into benchmarks/data/estimate_boards.json and writes docs/estimate.md's tables from it
 # (per-unit synthesis, cached: only changed units run again)
 estimate-report: setup $(ESTIMATE_STAMP)
-	$(PY) -m gnnweave.hw.flow.report --write docs/estimate.md --json build/estimate/report.json $(if $(JOBS),--jobs $(JOBS))
+	$(PY) -m gnnweave.hw.flow.report --measure --write docs/estimate.md $(if $(JOBS),--jobs $(JOBS))
 
 # Vivado project script for a board; runs Vivado when it is on PATH, else names the script
 bitstream: setup

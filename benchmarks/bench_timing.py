@@ -34,15 +34,15 @@ def smallest_build(unit: str) -> str:
 
 
 def time_unit(unit: str, config: str, *, pnr_limit_s: float, log_dir: Path | None) -> dict:
-    from gnnweave.hw.flow.estimate import (_ecp5_timing_one, _tools_cpu_seconds, component_rtlil,
-                                           config_top, timing_units)
-    t0, cpu0 = time.monotonic(), _tools_cpu_seconds()
+    from gnnweave.hw.flow.estimate import (component_rtlil, config_top, ecp5_timing,
+                                           timing_units, tools_cpu_seconds)
+    t0, cpu0 = time.monotonic(), tools_cpu_seconds()
     component, name = config_top(config)
     design = component_rtlil(component, name)
     module = timing_units(design, name)[unit]
-    res = _ecp5_timing_one(design, module, device=DEVICE, target_mhz=TARGET_MHZ, seed=1,
-                           route=True, pnr_limit_s=pnr_limit_s, progress=False,
-                           log_path=None if log_dir is None else log_dir / f"{unit}.nextpnr.log")
+    res = ecp5_timing(design, module, device=DEVICE, target_mhz=TARGET_MHZ, seed=1,
+                      route=True, pnr_limit_s=pnr_limit_s, progress=False,
+                      log_path=None if log_dir is None else log_dir / f"{unit}.nextpnr.log")
     fmax = min(res["fmax_mhz"].values()) if res.get("fmax_mhz") else None
     return {"unit": unit, "config": config, "module": module, "fmax_mhz": fmax,
             "stage": res.get("stage"), "stopped": res.get("stopped"),
@@ -50,7 +50,7 @@ def time_unit(unit: str, config: str, *, pnr_limit_s: float, log_dir: Path | Non
             else fmax >= TARGET_MHZ,
             "printed": res["printed"], "seconds": res["seconds"],
             "wall_s": round(time.monotonic() - t0, 1),
-            "tools_cpu_s": round(_tools_cpu_seconds() - cpu0, 1)}
+            "tools_cpu_s": round(tools_cpu_seconds() - cpu0, 1)}
 
 
 def run(out_dir: Path | None = None, units=UNITS, *, pnr_limit_s: float = 7200.0,

@@ -10,7 +10,7 @@ set_property -dict [list \
     CONFIG.@PS_SLAVE_ENABLE@ {1} CONFIG.@PS_SLAVE_WIDTH@ {@BUS_WIDTH@} \
     CONFIG.PCW_FPGA0_PERIPHERAL_FREQMHZ {@CLOCK_MHZ@} \
     CONFIG.PCW_USE_FABRIC_INTERRUPT {1} CONFIG.PCW_IRQ_F2P_INTR {1}] $ps
-set acc [create_bd_cell -type ip -vlnv gnnweave:hls:@IP_NAME@:1.0 @INSTANCE@]
+set acc [create_bd_cell -type ip -vlnv @VLNV@ @INSTANCE@]
 set clk /processing_system7_0/FCLK_CLK0
 apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config [list Clk_master $clk Clk_slave $clk Clk_xbar $clk \
     Master /processing_system7_0/M_AXI_GP0 Slave /@INSTANCE@/s_axi_control intc_ip {New AXI Interconnect}] \

@@ -12,7 +12,7 @@ set_property -dict [list \
     CONFIG.@PS_SLAVE_ENABLE@ {1} CONFIG.@PS_SLAVE_WIDTH@ {@BUS_WIDTH@} \
     CONFIG.PSU__FPGA_PL0_ENABLE {1} CONFIG.PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ {@CLOCK_MHZ@} \
     CONFIG.PSU__USE__IRQ0 {1}] $ps
-set acc [create_bd_cell -type ip -vlnv gnnweave:hls:@IP_NAME@:1.0 @INSTANCE@]
+set acc [create_bd_cell -type ip -vlnv @VLNV@ @INSTANCE@]
 set clk /zynq_ps/pl_clk0
 apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config [list Clk_master $clk Clk_slave $clk Clk_xbar $clk \
     Master /zynq_ps/M_AXI_HPM0_FPD Slave /@INSTANCE@/s_axi_control intc_ip {New AXI Interconnect}] \

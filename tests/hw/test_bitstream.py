@@ -5,10 +5,12 @@ import subprocess
 
 import pytest
 
+import re
+
+from gnnweave.contract import VLNV, IpParameters
 from gnnweave.hw.flow import bitstream
 from gnnweave.hw.flow.boards import boards, get_board
-from gnnweave.hw.configs import get_config, get_pipeline_config
-from gnnweave.hw.pipeline_unit import HWH_LIMITS
+from gnnweave.hw.configs import get_config, get_mac_config, get_pipeline_config
 
 TCLSH = shutil.which("tclsh")
 needs_tclsh = pytest.mark.skipif(TCLSH is None, reason="tclsh not installed")
@@ -62,9 +64,22 @@ def test_script_names_part_ports_and_verilog(scripts, key):
     assert (script.parent / "src" / "gnnweave.v").read_text() == f"// fake {board.config}\n"
     # the .hwh Vivado writes carries the limits the driver checks before touching the device
     pipe = get_pipeline_config(board.config)
-    for name in HWH_LIMITS:
+    for name in IpParameters.PIPELINE_LIMITS:
         value = getattr(pipe, name) if pipe is not None else 0
         assert f"C_PIPE_{name.upper()} {value}" in text, name
+
+
+@pytest.mark.parametrize("key", BOARDS)
+def test_ip_parameters_are_the_contracts(scripts, key):
+    # the script's C_* list, read back the way the driver reads a .hwh, gives the build's limits
+    board = get_board(key)
+    listed = re.search(r"foreach \{pname pvalue\} \{([^}]*)\}", scripts[key].read_text())[1].split()
+    params = dict(zip(listed[::2], listed[1::2]))
+    assert set(params) == set(IpParameters.HWH_NAMES.values())
+    got = IpParameters.from_hwh(params)
+    cfg, mac = get_config(board.config), get_mac_config(board.config)
+    assert got.gmem_data_width == cfg.bus_width and got.max_feat_dim == cfg.max_feat_dim
+    assert got.mac_max_depth == (mac.max_depth if mac is not None else 0)
 
 
 def test_real_verilog_for_pynqz2(tmp_path):
@@ -123,11 +138,13 @@ def test_dry_run_zynq_block_design(scripts, key, tmp_path):
     assert f"C_MAX_FEAT_DIM" in text and f"set_property value {cfg.max_feat_dim}" in text
     assert "launch_runs impl_1 -to_step write_bitstream" in text
     assert "ipx::associate_bus_interfaces -busif s_axi_control -clock ap_clk" in text
-    # the VLNV the driver and sim/simdevice.py's .hwh use
-    for prop in ("vendor gnnweave", "library hls", "name gnnweave", "version 1.0"):
-        assert f"set_property {prop} handle_ipx_current_core" in text
-    from gnnweave.hw.accelerator import INSTANCE_NAME, VLNV, build_regmap
+    # the VLNV the driver and the simulated device's .hwh use, field by field
+    for prop, value in zip(("vendor", "library", "name", "version"), VLNV.split(":")):
+        assert f"set_property {prop} {value} handle_ipx_current_core" in text
+    from gnnweave.hw.accelerator import INSTANCE_NAME, build_regmap
     assert f"create_bd_cell -type ip -vlnv {VLNV} {INSTANCE_NAME}" in text
+    for name in IpParameters.HWH_NAMES.values():
+        assert f"ipx::add_user_parameter {name} handle_ipx_current_core" in text
     # the register map of the accelerator top reaches the IP (hence the .hwh): every register
     for reg in build_regmap(board.config):
         assert f"ipx::add_register {reg.name}" in text
@@ -145,7 +162,7 @@ def test_run_without_vivado_names_script(tmp_path, monkeypatch):
     monkeypatch.setattr(bitstream, "write_accelerator_verilog", _fake_verilog)
     monkeypatch.setenv("PATH", str(tmp_path))   # no vivado here
     with pytest.raises(bitstream.VivadoNotFoundError, match=r"vivado -mode batch -source .*build_pynqz2\.tcl"):
-        bitstream.run("pynqz2", tmp_path / "proj")
+        bitstream.build_bitstream("pynqz2", tmp_path / "proj")
     assert (tmp_path / "proj" / "build_pynqz2.tcl").is_file()
 
 

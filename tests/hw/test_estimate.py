@@ -15,6 +15,8 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from gnnweave.errors import GnnweaveError
+from gnnweave.hw.commands.standalone import build_parser
 from gnnweave.hw.flow import estimate as est_mod
 from gnnweave.hw.flow.boards import get_board
 from gnnweave.hw.flow.estimate import (DoesNotFitError, TIMING_LABEL, XILINX_KINDS, check_fits,
@@ -193,7 +195,10 @@ def test_cli_unknown_config_and_board_are_one_line_errors(capsys):
     assert err.startswith("error: unknown configuration 'nope'") and err.count("\n") == 1
     assert est_mod.main(["small", "--board", "nosuch"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: unknown board 'nosuch'") and err.count("\n") == 1
+    assert err.startswith("error: --board: unknown board 'nosuch'") and err.count("\n") == 1
+    # the budget path checks the same inputs first
+    assert est_mod.main(["small", "--board", "nosuch", "--budget"]) == 2
+    assert capsys.readouterr().err.startswith("error: --board: unknown board 'nosuch'")
 
 
 def test_generic_fallback_counts():
@@ -228,22 +233,16 @@ needs_ecp5 = pytest.mark.skipif(
 def counter_routed(tmp_path_factory):
     """The 16-bit counter placed and routed (about 15 s here), with nextpnr's whole log."""
     logs = []
-    real = est_mod._run_wasm
 
     def keep_log(tool, args, cwd, **kw):
-        out = real(tool, args, cwd, **kw)
+        out = est_mod.run_tool(tool, args, cwd, **kw)
         if tool == "nextpnr-ecp5":
             logs.append(out)
         return out
 
-    mp = pytest.MonkeyPatch()
-    mp.setattr(est_mod, "_run_wasm", keep_log)
-    try:
-        log_path = tmp_path_factory.mktemp("pnr") / "counter.nextpnr.log"
-        t = est_mod.ecp5_timing(est_mod.component_rtlil(Counter16(), "counter16"), "counter16",
-                                log_path=log_path)
-    finally:
-        mp.undo()
+    log_path = tmp_path_factory.mktemp("pnr") / "counter.nextpnr.log"
+    t = est_mod.ecp5_timing(est_mod.component_rtlil(Counter16(), "counter16"), "counter16",
+                            log_path=log_path, runner=keep_log)
     assert log_path.read_text() == logs[0]
     return t, logs[0]
 
@@ -263,7 +262,7 @@ def test_ecp5_timing_of_a_counter(counter_routed):
 
 
 @needs_ecp5
-def test_nextpnr_log_cut_during_routing_keeps_the_placement_estimate(counter_routed, monkeypatch):
+def test_nextpnr_log_cut_during_routing_keeps_the_placement_estimate(counter_routed):
     # the counter's real log, cut where the router starts: what a run stopped by its limit has
     t, log = counter_routed
     cut = log[:log.index("Info: Routing globals")] + "Info: Routing globals...\n"
@@ -277,8 +276,7 @@ def test_nextpnr_log_cut_during_routing_keeps_the_placement_estimate(counter_rou
             raise est_mod.ToolTimeout("nextpnr-ecp5 stopped", cut)
         return ""                                 # synth_ecp5 skipped: nextpnr is faked
 
-    monkeypatch.setattr(est_mod, "_run_wasm", stopped_nextpnr)
-    r = est_mod.ecp5_timing("", "counter16", pnr_limit_s=7)
+    r = est_mod.ecp5_timing("", "counter16", pnr_limit_s=7, runner=stopped_nextpnr)
     assert r["stage"] == est_mod.STAGE_PLACED and r["fmax_mhz"] == parsed["placed"]
     assert r["stopped"] == "nextpnr stopped at its 7 s limit while routing; the post-placement estimate stands"
     table = format_table({"kinds": ["ff"], "units": {}, "total": {"ff": 0}, "method": "m", "timing": r})
@@ -339,15 +337,16 @@ def test_a_failing_tool_leaves_its_whole_log(monkeypatch, tmp_path, capsys):
         raise est_mod.ToolError("yosys synth_xilinx -family xcup failed (exit 1): Running ABC "
                                 "command: yosys-abc", output)
 
-    monkeypatch.setattr(est_mod, "_run_wasm", failing)
     monkeypatch.setattr(est_mod, "have_yowasp", lambda tool: True)
     monkeypatch.setattr(est_mod, "component_rtlil", lambda component, name: "")  # no elaboration
     out = tmp_path / "est" / "small-zcu104.json"
-    assert est_mod.main(["small", "--synth-scope", "top", "--out", str(out)]) == 2
-    err = capsys.readouterr().err
+    args = build_parser(est_mod, "estimate").parse_args(
+        ["small", "--synth-scope", "top", "--out", str(out)])
+    with pytest.raises(GnnweaveError) as info:
+        est_mod.run(args, runner=failing)
     log = tmp_path / "est" / "small-zcu104.failed.log"
-    assert "error: yosys synth_xilinx -family xcup failed (exit 1)" in err
-    assert f"the tool's whole output is in {log}" in err
+    assert str(info.value).startswith("yosys synth_xilinx -family xcup failed (exit 1)")
+    assert f"the tool's whole output is in {log}" in str(info.value)
     assert log.read_text() == output and not out.exists()
 
 

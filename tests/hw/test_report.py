@@ -1,4 +1,6 @@
-"""hw/flow/report.py: the generated resource table of docs/estimate.md."""
+"""hw/flow/report.py: the generated resource tables of docs/estimate.md."""
+import json
+
 import pytest
 
 from gnnweave.hw.flow import report
@@ -17,6 +19,22 @@ def _result(config, board, fits=True):
             "yosys": {"units": yosys_units, "total": total},
             "budget": {"units": budget_units, "fits": fits,
                        "total": {"bram36": 35.5, "uram": 8, "dsp": 73}}}
+
+
+def _estimate(config, board, *, dsp):
+    """What ``python -m gnnweave.hw.estimate CONFIG --board B --json --out FILE`` writes."""
+    units = {"aggregator/walk": {"lut": 100, "ff": 50, "dsp": dsp, "bram36": 2.5, "uram": 0},
+             "control": {"lut": 10, "ff": 5, "dsp": 0, "bram36": 0, "uram": 0}}
+    total = {k: sum(u[k] for u in units.values()) for k in report.KINDS}
+    return {"config": config, "board": board, "method": "m", "family": "xc7",
+            "exact": list(report.KINDS), "units": units, "total": total,
+            "seconds": {"total": 120.0}}
+
+
+def _budget(dsp, fits=True):
+    return {"method": "b", "units": {"aggregator": {"bram36": 2.5, "uram": 0, "dsp": dsp}},
+            "total": {"bram36": 2.5, "uram": 0, "dsp": dsp}, "fits": fits, "margin": 0.9,
+            "fits_by_resource": {"bram36": True, "uram": True, "dsp": fits}}
 
 
 def test_table_groups_subunits_and_puts_the_budget_beside():
@@ -51,5 +69,50 @@ def test_rows_are_every_board_on_its_configuration():
 
 
 def test_unknown_row_is_one_line(capsys):
-    assert report.main(["--only", "nope:kv260"]) == 2
+    assert report.main(["--measure", "--only", "nope:kv260"]) == 2
     assert "--only nope:kv260: not a row" in capsys.readouterr().err
+
+
+def test_rows_from_estimate_files_fit_or_name_the_resource_over(tmp_path):
+    # pynqz2 has 220 DSPs (bitstreams/boards.json): 200 fit, 230 do not
+    for name, dsp in (("fits", 200), ("over", 230)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(_estimate("pynqz2", "pynqz2", dsp=dsp)))
+        (tmp_path / f"{name}.budget.json").write_text(json.dumps(_budget(dsp, fits=dsp < 198)))
+    fits = report.from_files(tmp_path / "fits.json", commit="abc1234")
+    over = report.from_files(tmp_path / "over.json", commit="abc1234")
+    assert fits["yosys_fits"] and fits["yosys_over"] == []
+    assert not over["yosys_fits"] and over["yosys_over"] == ["dsp"]
+    assert fits["capacity"]["dsp"] == 220 and fits["commit"] == "abc1234"
+    lines = report.fit_table([fits, over]).splitlines()
+    assert lines[0].startswith("| build | board | LUT | FF | DSP | BRAM36 | URAM | Yosys fits |")
+    assert lines[2] == ("| `pynqz2` | pynqz2 | 110 / 53,200 | 55 / 106,400 | 200 / 220 | 2.5 / 140 "
+                        "| 0 / 0 | yes | 2.5 / 0 / 200 | **no** (dsp over) | abc1234 |")
+    assert "| 230 / 220 |" in lines[3] and "| **no** (dsp over) |" in lines[3]
+
+
+def test_add_stores_rows_and_writes_the_doc_from_them(tmp_path, capsys):
+    (tmp_path / "e.json").write_text(json.dumps(_estimate("pynqz2", "pynqz2", dsp=9)))
+    (tmp_path / "e.budget.json").write_text(json.dumps(_budget(9)))
+    doc = tmp_path / "estimate.md"
+    doc.write_text(f"# head\n{report.BEGIN}\nold\n{report.END}\n")
+    results = tmp_path / "rows.json"
+    args = ["--add", str(tmp_path / "e.json"), "--commit", "abc1234", "--results", str(results),
+            "--write", str(doc)]
+    assert report.main(args) == 0
+    stored = json.loads(results.read_text())["rows"]
+    assert [(r["config"], r["board"], r["commit"]) for r in stored] == [("pynqz2", "pynqz2", "abc1234")]
+    text = doc.read_text()
+    assert "| `pynqz2` | pynqz2 | 110 / 53,200 |" in text and "old" not in text
+    assert "Not measured yet: `default` on kv260" in text
+    # the same row again replaces it; the doc is written from the file alone
+    assert report.main(args) == 0
+    assert len(json.loads(results.read_text())["rows"]) == 1
+    assert report.main(["--results", str(results), "--write", str(doc)]) == 0
+    assert doc.read_text() == text
+
+
+def test_add_without_the_budget_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "e.json").write_text(json.dumps(_estimate("pynqz2", "pynqz2", dsp=9)))
+    assert report.main(["--add", str(tmp_path / "e.json"), "--results", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --add {tmp_path / 'e.json'}: ") and "e.budget.json not found" in err
