@@ -34,7 +34,7 @@ def _estimate(config, board, *, dsp):
 def _budget(dsp, fits=True):
     return {"method": "b", "units": {"aggregator": {"bram36": 2.5, "uram": 0, "dsp": dsp}},
             "total": {"bram36": 2.5, "uram": 0, "dsp": dsp}, "fits": fits, "margin": 0.9,
-            "fits_by_resource": {"bram36": True, "uram": True, "dsp": fits}}
+            "fits_by_resource": {"bram36": True, "uram": True, "dsp": fits}, "seconds": 2.5}
 
 
 def test_table_groups_subunits_and_puts_the_budget_beside():
@@ -86,7 +86,7 @@ def test_rows_from_estimate_files_fit_or_name_the_resource_over(tmp_path):
     lines = report.fit_table([fits, over]).splitlines()
     assert lines[0].startswith("| build | board | LUT | FF | DSP | BRAM36 | URAM | Yosys fits |")
     assert lines[2] == ("| `pynqz2` | pynqz2 | 110 / 53,200 | 55 / 106,400 | 200 / 220 | 2.5 / 140 "
-                        "| 0 / 0 | yes | 2.5 / 0 / 200 | **no** (dsp over) | abc1234 |")
+                        "| 0 / 0 | yes | 2.5 / 0 / 200 | **no** (dsp over) | 2.5 | abc1234 |")
     assert "| 230 / 220 |" in lines[3] and "| **no** (dsp over) |" in lines[3]
 
 
@@ -94,7 +94,8 @@ def test_add_stores_rows_and_writes_the_doc_from_them(tmp_path, capsys):
     (tmp_path / "e.json").write_text(json.dumps(_estimate("pynqz2", "pynqz2", dsp=9)))
     (tmp_path / "e.budget.json").write_text(json.dumps(_budget(9)))
     doc = tmp_path / "estimate.md"
-    doc.write_text(f"# head\n{report.BEGIN}\nold\n{report.END}\n")
+    doc.write_text(f"# head\n{report.BEGIN}\nold\n{report.END}\n"
+                   f"{report.TIMING_BEGIN}\nold\n{report.TIMING_END}\n")
     results = tmp_path / "rows.json"
     args = ["--add", str(tmp_path / "e.json"), "--commit", "abc1234", "--results", str(results),
             "--write", str(doc)]
@@ -104,6 +105,7 @@ def test_add_stores_rows_and_writes_the_doc_from_them(tmp_path, capsys):
     text = doc.read_text()
     assert "| `pynqz2` | pynqz2 | 110 / 53,200 |" in text and "old" not in text
     assert "Not measured yet: `default` on kv260" in text
+    assert "No ECP5 figures kept yet" in text
     # the same row again replaces it; the doc is written from the file alone
     assert report.main(args) == 0
     assert len(json.loads(results.read_text())["rows"]) == 1
@@ -116,3 +118,23 @@ def test_add_without_the_budget_file_is_one_line(tmp_path, capsys):
     assert report.main(["--add", str(tmp_path / "e.json"), "--results", str(tmp_path / "r.json")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: --add {tmp_path / 'e.json'}: ") and "e.budget.json not found" in err
+
+
+def test_timing_table_from_a_bench_result(tmp_path):
+    timing = {"commit": "abc1234", "device": "LFE5U-85F", "target_mhz": 100.0,
+              "load_average_start": 3.5, "units": {
+                  "aggregator": {"config": "small", "stage": "post-route", "fmax_mhz": 41.2,
+                                 "meets_target": False, "seconds": {"nextpnr": 900.0}},
+                  "pipeline": {"config": "small", "stage": None, "fmax_mhz": None,
+                               "meets_target": None, "seconds": {"nextpnr": 30.0},
+                               "stopped": "does not fit the LFE5U-85F: no MULT18X18D left to place"}}}
+    bench = tmp_path / "bench_timing.json"
+    bench.write_text(json.dumps(timing))
+    doc = tmp_path / "estimate.md"
+    doc.write_text(f"{report.BEGIN}\n{report.END}\n{report.TIMING_BEGIN}\nold\n{report.TIMING_END}\n")
+    assert report.main(["--add-timing", str(bench), "--results", str(tmp_path / "r.json"),
+                        "--write", str(doc)]) == 0
+    assert json.loads((tmp_path / report.TIMING_NAME).read_text()) == timing
+    text = doc.read_text()
+    assert "| aggregator | `small` | post-route | 41.2 | **no** | 900 | - |" in text
+    assert "| pipeline | `small` | none | - | - | 30 | does not fit the LFE5U-85F" in text
