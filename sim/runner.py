@@ -108,8 +108,10 @@ def waves_requested(waves: bool | None = None) -> bool:
     return os.environ.get("WAVES", "0").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _hash_key(sim: str, toplevel: str, texts: list[tuple[str, bytes]], args: list[str],
+def cache_key(sim: str, toplevel: str, texts: list[tuple[str, bytes]], args: list[str],
               waves: bool, tool_version: str) -> str:
+    """The build folder's key: a hash of the simulator, the top, every source ``(name,
+    bytes)``, the build arguments, waves and the tool's version (any change, a new build)."""
     h = hashlib.sha256()
     for part in (sim, toplevel, json.dumps(args), str(waves), tool_version):
         h.update(part.encode())
@@ -168,7 +170,7 @@ def build(sources, toplevel: str, sim: str = "verilator", *, waves: bool | None 
         if waves:  # own dump module: cocotb's uses SystemVerilog `string`
             texts = texts + [("gnnweave_waves.v", _icarus_dump_module(toplevel).encode())]
             args += ["-s", "gnnweave_waves"]
-    key = _hash_key(sim, toplevel, texts, args + (["public-internals"] if public_internals else []),
+    key = cache_key(sim, toplevel, texts, args + (["public-internals"] if public_internals else []),
                     waves, tool.version)
     root = Path(build_root) if build_root is not None else BUILD_ROOT
     build_dir = root / f"{sim}-{key}"
@@ -186,7 +188,7 @@ def build(sources, toplevel: str, sim: str = "verilator", *, waves: bool | None 
         for (name, text) in texts:  # build from copies: the originals may be temporary
             (src_dir / name).write_bytes(text)
             copies.append(src_dir / name)
-        runtime = root / f"{sim}-runtime-{_hash_key(sim, '', [], args, waves, tool.version)}"
+        runtime = root / f"{sim}-runtime-{cache_key(sim, '', [], args, waves, tool.version)}"
         if sim == "verilator":
             _seed_runtime(runtime, build_dir)
         runner = _get_runner(sim, public_internals)

@@ -321,7 +321,7 @@ def test_build_is_cached_by_content(toy_build, toy_source, tmp_path):
     changed = tmp_path / "changed" / "toy_copy.v"
     changed.parent.mkdir()
     changed.write_text(toy_source.read_text() + "\n// changed\n")
-    key = runner._hash_key("verilator", "toy_copy", [("toy_copy.v", changed.read_bytes())],
+    key = runner.cache_key("verilator", "toy_copy", [("toy_copy.v", changed.read_bytes())],
                            list(runner.VERILATOR_ARGS), False, first.tool_version)
     assert key != first.key
 
