@@ -149,9 +149,10 @@ class _FillTracker:
 
 
 class _PhaseRegister:
-    """The sequencer's phase and, set with it, a flag per group of phases (the op kinds,
-    START, RUN, ...): registers, so no decode of the phase sits in front of the many
-    signals they select (operand routing, core configuration, hold, counters)."""
+    """The sequencer's phase, one-hot (``now[p]``), and, set with it, a flag per group of
+    phases (the op kinds, START, RUN, ...): registers, so no decode of the phase sits in
+    front of the many signals they select (operand routing, core configuration, hold, the
+    sequencer's counters)."""
 
     GROUPS = {
         "f": (Phase.F_START, Phase.F_RUN), "dx": (Phase.DX_START, Phase.DX_RUN),
@@ -162,11 +163,12 @@ class _PhaseRegister:
 
     def __init__(self, m):
         self.m = m
-        self.value = Signal(4, name="phase")
+        names = sorted((v, k) for k, v in vars(Phase).items() if k.isupper())
+        self.now = [Signal(name=f"phase_is_{n.lower()}", init=p == Phase.IDLE) for p, n in names]
         self.flag = {g: Signal(name=f"phase_{g}") for g in self.GROUPS}
 
     def go(self, phase: int):
-        self.m.d.sync += [self.value.eq(phase)] + [
+        self.m.d.sync += [flag.eq(p == phase) for p, flag in enumerate(self.now)] + [
             flag.eq(phase in self.GROUPS[g]) for g, flag in self.flag.items()]
 
 
@@ -253,7 +255,7 @@ class TrainStage(wiring.Component):
 
         running = Signal()
         ph = _PhaseRegister(m)
-        phase, in_f, in_dx, in_dw = ph.value, ph.flag["f"], ph.flag["dx"], ph.flag["dw"]
+        in_f, in_dx, in_dw = ph.flag["f"], ph.flag["dx"], ph.flag["dw"]
         m.d.comb += self.busy.eq(running)
 
         # ---------------------------------------------------------------- op counters
@@ -538,13 +540,17 @@ class TrainStage(wiring.Component):
                          vl_wp.addr.eq(sgd_addr), vl_wp.data.eq(sgd.velocity),
                          vl_wp.en.eq(sgd.out_valid & use_mom)]
         # MAC weights: a host write still in its narrowing stages goes first (the SGD writes
-        # only while running, long after the host's last write)
+        # only while running, long after the host's last write); the write is registered
+        # before the buffer's lane rotation (the next op reads the new version cycles later)
+        wb_en = Signal(name="wbuf_wr_en")
+        wb = Signal.like(wbuf.wr, name="wbuf_wr", reset_less=True)
+        m.d.comb += [wbuf.wr_en.eq(wb_en), wbuf.wr.eq(wb)]
         with m.If(host_valid[3]):
-            m.d.comb += [wbuf.wr_en.eq(1), wbuf.wr.row.eq(Cat(host_row[:d_shift], cur_ver)),
-                         wbuf.wr.col.eq(host_word << lb), wbuf.wr.count.eq(L), wbuf.wr.data.eq(host_w)]
+            m.d.sync += [wb_en.eq(1), wb.row.eq(Cat(host_row[:d_shift], cur_ver)),
+                         wb.col.eq(host_word << lb), wb.count.eq(L), wb.data.eq(host_w)]
         with m.Else():
-            m.d.comb += [wbuf.wr_en.eq(sgd.out_valid), wbuf.wr.row.eq(Cat(sgd_row[:d_shift], new_ver)),
-                         wbuf.wr.col.eq(sgd_word << lb), wbuf.wr.count.eq(L), wbuf.wr.data.eq(sgd.weight)]
+            m.d.sync += [wb_en.eq(sgd.out_valid), wb.row.eq(Cat(sgd_row[:d_shift], new_ver)),
+                         wb.col.eq(sgd_word << lb), wb.count.eq(L), wb.data.eq(sgd.weight)]
         m.d.comb += [self.w_rd_data.eq(ms_rp.data), self.v_rd_data.eq(vl_rp.data), ms_rp.en.eq(1),
                      vl_rp.en.eq(1), gs_rp.en.eq(1)]
         with m.If(in_dw | dw_busy):
@@ -656,93 +662,93 @@ class TrainStage(wiring.Component):
             b_ver.eq(Mux(is_async, ver_of_slot[mb_slot_of(b_mb)], cur_ver)),
         ]
 
-        with m.Switch(phase):
-            with m.Case(Phase.SETUP):
-                # the configuration is steady from start: its operands, product, N and the
-                # constants registered from N (m_eff, window) settle
-                m.d.sync += setup_left.eq(setup_left - 1)
-                with m.If(setup_left == 0):
-                    go(Phase.DECIDE)
+        # one phase flag is set at a time: each phase's block reads its own register
+        with m.If(ph.now[Phase.SETUP]):
+            # the configuration is steady from start: its operands, product, N and the
+            # constants registered from N (m_eff, window) settle
+            m.d.sync += setup_left.eq(setup_left - 1)
+            with m.If(setup_left == 0):
+                go(Phase.DECIDE)
+            with m.Else():
+                m.d.sync += n_total.eq(n_prod)
+        with m.If(ph.now[Phase.DECIDE]):
+            with m.If(~settled):
+                pass
+            with m.Elif(finished):
+                go(Phase.DONE)
+            with m.Elif(want_f):
+                # forward of microbatch base + f_loc, once its input arrived
+                with m.If(f_ready):
+                    go(Phase.F_START)
+                    m.d.sync += op_mb.eq(f_mb)
                 with m.Else():
-                    m.d.sync += n_total.eq(n_prod)
-            with m.Case(Phase.DECIDE):
-                with m.If(~settled):
-                    pass
-                with m.Elif(finished):
-                    go(Phase.DONE)
-                with m.Elif(want_f):
-                    # forward of microbatch base + f_loc, once its input arrived
-                    with m.If(f_ready):
-                        go(Phase.F_START)
-                        m.d.sync += op_mb.eq(f_mb)
-                    with m.Else():
-                        m.d.sync += wait_c.eq(wait_c + 1)
-                with m.Elif(b_left):
-                    with m.If(b_ready):
-                        m.d.sync += [op_mb.eq(b_mb), op_yslot.eq(b_done[0]), op_ver.eq(b_ver)]
-                        with m.If(self.dx_first):
-                            go(Phase.DX_START)
-                        with m.Else():
-                            go(Phase.DW_START)
-                    with m.Else():
-                        m.d.sync += wait_c.eq(wait_c + 1)
-                with m.Else():
-                    go(Phase.U_RUN)
-                    m.d.sync += [u_row.eq(0), u_word.eq(0), u_word_end.eq(words_last == 0),
-                                 u_row_end.eq(d_in_last == 0)]
-            with m.Case(Phase.F_START):
-                go(Phase.F_RUN)
-                m.d.sync += op_ver.eq(cur_ver)
-                m.d.sync += ver_of_slot[op_slot].eq(cur_ver)
-            with m.Case(Phase.F_RUN):
-                m.d.sync += op_ver.eq(cur_ver)
-                with m.If(core_done):
-                    go(Phase.DECIDE)
-                    m.d.sync += [f_loc.eq(f_loc + 1), ahead.eq(ahead_up), f_mb.eq(f_mb_next),
-                                 ops_done.eq(ops_done + 1),
-                                 mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
-            with m.Case(Phase.DX_START):
-                go(Phase.DX_RUN)
-            with m.Case(Phase.DX_RUN):
-                with m.If(core_done):
-                    m.d.sync += [mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
+                    m.d.sync += wait_c.eq(wait_c + 1)
+            with m.Elif(b_left):
+                with m.If(b_ready):
+                    m.d.sync += [op_mb.eq(b_mb), op_yslot.eq(b_done[0]), op_ver.eq(b_ver)]
                     with m.If(self.dx_first):
-                        go(Phase.DW_START)
-                    with m.Else():
-                        finish_backward()
-            with m.Case(Phase.DW_START):
-                go(Phase.DW_RUN)
-            with m.Case(Phase.DW_RUN):
-                with m.If(core_done):
-                    m.d.sync += [mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
-                    with m.If(self.dx_first):
-                        finish_backward()
-                    with m.Else():
                         go(Phase.DX_START)
-            with m.Case(Phase.U_RUN):
-                m.d.comb += u_issue.eq(~dw_busy)
-                with m.If(~dw_busy):
-                    m.d.sync += [u_word.eq(u_word + 1), u_word_end.eq(u_word + 1 == words_last)]
-                    with m.If(u_word_end):
-                        m.d.sync += [u_word.eq(0), u_row.eq(u_row + 1), u_word_end.eq(words_last == 0),
-                                     u_row_end.eq(u_row + 1 == d_in_last)]
-                        with m.If(u_row_end):
-                            go(Phase.U_DRAIN)
-            with m.Case(Phase.U_DRAIN):
-                # once the last word is written (and counted) the new version becomes current
-                with m.If(~sgd.busy & ~u_q):      # u_q: a word entering the SGD pipeline now
-                    go(Phase.DECIDE)
-                    m.d.sync += [cur_ver.eq(new_ver), ops_done.eq(ops_done + 1)]
-                    with m.If(is_async):
-                        m.d.sync += b_done.eq(b_done_next)
                     with m.Else():
-                        m.d.sync += [f_loc.eq(0), b_loc.eq(0), ahead.eq(0), base.eq(step_base),
-                                     f_mb.eq(step_base), b_mb.eq(step_b_mb),
-                                     step_idx.eq(step_idx + 1)]
-            with m.Case(Phase.DONE):
-                go(Phase.IDLE)
-                m.d.sync += running.eq(0)
-                m.d.comb += self.done.eq(1)
+                        go(Phase.DW_START)
+                with m.Else():
+                    m.d.sync += wait_c.eq(wait_c + 1)
+            with m.Else():
+                go(Phase.U_RUN)
+                m.d.sync += [u_row.eq(0), u_word.eq(0), u_word_end.eq(words_last == 0),
+                             u_row_end.eq(d_in_last == 0)]
+        with m.If(ph.now[Phase.F_START]):
+            go(Phase.F_RUN)
+            m.d.sync += op_ver.eq(cur_ver)
+            m.d.sync += ver_of_slot[op_slot].eq(cur_ver)
+        with m.If(ph.now[Phase.F_RUN]):
+            m.d.sync += op_ver.eq(cur_ver)
+            with m.If(core_done):
+                go(Phase.DECIDE)
+                m.d.sync += [f_loc.eq(f_loc + 1), ahead.eq(ahead_up), f_mb.eq(f_mb_next),
+                             ops_done.eq(ops_done + 1),
+                             mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
+        with m.If(ph.now[Phase.DX_START]):
+            go(Phase.DX_RUN)
+        with m.If(ph.now[Phase.DX_RUN]):
+            with m.If(core_done):
+                m.d.sync += [mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
+                with m.If(self.dx_first):
+                    go(Phase.DW_START)
+                with m.Else():
+                    finish_backward()
+        with m.If(ph.now[Phase.DW_START]):
+            go(Phase.DW_RUN)
+        with m.If(ph.now[Phase.DW_RUN]):
+            with m.If(core_done):
+                m.d.sync += [mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
+                with m.If(self.dx_first):
+                    finish_backward()
+                with m.Else():
+                    go(Phase.DX_START)
+        with m.If(ph.now[Phase.U_RUN]):
+            m.d.comb += u_issue.eq(~dw_busy)
+            with m.If(~dw_busy):
+                m.d.sync += [u_word.eq(u_word + 1), u_word_end.eq(u_word + 1 == words_last)]
+                with m.If(u_word_end):
+                    m.d.sync += [u_word.eq(0), u_row.eq(u_row + 1), u_word_end.eq(words_last == 0),
+                                 u_row_end.eq(u_row + 1 == d_in_last)]
+                    with m.If(u_row_end):
+                        go(Phase.U_DRAIN)
+        with m.If(ph.now[Phase.U_DRAIN]):
+            # once the last word is written (and counted) the new version becomes current
+            with m.If(~sgd.busy & ~u_q):      # u_q: a word entering the SGD pipeline now
+                go(Phase.DECIDE)
+                m.d.sync += [cur_ver.eq(new_ver), ops_done.eq(ops_done + 1)]
+                with m.If(is_async):
+                    m.d.sync += b_done.eq(b_done_next)
+                with m.Else():
+                    m.d.sync += [f_loc.eq(0), b_loc.eq(0), ahead.eq(0), base.eq(step_base),
+                                 f_mb.eq(step_base), b_mb.eq(step_b_mb),
+                                 step_idx.eq(step_idx + 1)]
+        with m.If(ph.now[Phase.DONE]):
+            go(Phase.IDLE)
+            m.d.sync += running.eq(0)
+            m.d.comb += self.done.eq(1)
         with m.If(sgd.sat_valid):
             m.d.sync += sats.eq(sats + sgd.sat_count)
         # the last U of a synchronous run is followed by a DECIDE that finds step_idx == steps
