@@ -40,6 +40,10 @@ register values; the engine reads them) and ``ctrl.ro.<name>`` are inputs of the
 
 Both helper signatures give each member the register's ``reset`` as its initial value, so the
 members match on both sides; an RO register left undriven reads as its ``reset``.
+
+Clock domains: everything is in ``sync`` unless :attr:`AxiLiteControl.bus_domain` names
+another domain for the bus side (see there): the simulated device's build uses that to stop
+the register file's clock between register accesses.
 """
 from __future__ import annotations
 
@@ -95,7 +99,17 @@ class AxiLiteControl(wiring.Component):
     * ``interrupt: Out(1)``: ``GIE & |ISR``
     * ``rw: Out(rw_signature(regmap))``: RW register values, driven by the control
     * ``ro: In(ro_signature(regmap))``: RO register values, driven by the engine
+
+    ``bus_domain`` (set before elaboration; default ``"sync"``): the domain of the bus side,
+    which is every register that changes only while an AXI4-Lite transaction is in flight:
+    the channel handshakes, the RW registers, the read response and the 64-bit snapshots,
+    GIE, IER and auto_restart. The ap_ctrl bits that engine events set or clear (ap_start,
+    ap_done, ap_ready, ISR) stay in ``sync``. With another domain the behaviour is the same
+    as long as that domain's clock runs with ``sync``'s on every cycle of a transaction (and
+    through reset); between transactions it may stop.
     """
+
+    bus_domain = "sync"
 
     def __init__(self, regmap: RegisterMap):
         if not isinstance(regmap, RegisterMap):
@@ -118,6 +132,7 @@ class AxiLiteControl(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bus = self.bus
+        on_bus = self.bus_domain
         word_bits = self.regmap.addr_width - 2
 
         # ap_ctrl state
@@ -145,22 +160,22 @@ class AxiLiteControl(wiring.Component):
             bus.bresp.eq(b_resp),
         ]
         with m.If(bus.awvalid & bus.awready):
-            m.d.sync += [aw_full.eq(1), aw_word.eq(bus.awaddr[2:])]
+            m.d[on_bus] += [aw_full.eq(1), aw_word.eq(bus.awaddr[2:])]
         with m.If(bus.wvalid & bus.wready):
-            m.d.sync += [w_full.eq(1), w_data.eq(bus.wdata), w_strb.eq(bus.wstrb)]
+            m.d[on_bus] += [w_full.eq(1), w_data.eq(bus.wdata), w_strb.eq(bus.wstrb)]
 
         write = Signal()          # the held write is performed this cycle
         write_mapped = Signal()
         m.d.comb += write.eq(aw_full & w_full & ~b_valid)
         with m.If(write):
-            m.d.sync += [
+            m.d[on_bus] += [
                 aw_full.eq(0), w_full.eq(0), b_valid.eq(1),
                 b_resp.eq(Resp.OKAY),
             ]
             with m.If(~write_mapped):
-                m.d.sync += b_resp.eq(Resp.SLVERR)
+                m.d[on_bus] += b_resp.eq(Resp.SLVERR)
         with m.Elif(b_valid & bus.bready):
-            m.d.sync += b_valid.eq(0)
+            m.d[on_bus] += b_valid.eq(0)
 
         def write_word(offset: int):
             return write & (aw_word == offset // WORD_BYTES)
@@ -184,12 +199,12 @@ class AxiLiteControl(wiring.Component):
         read_mapped = Signal()
         m.d.comb += [read.eq(bus.arvalid & bus.arready), ar_word.eq(bus.araddr[2:])]
         with m.If(read):
-            m.d.sync += [r_valid.eq(1), r_data.eq(read_value),
-                         r_resp.eq(Resp.OKAY)]
+            m.d[on_bus] += [r_valid.eq(1), r_data.eq(read_value),
+                            r_resp.eq(Resp.OKAY)]
             with m.If(~read_mapped):
-                m.d.sync += r_resp.eq(Resp.SLVERR)
+                m.d[on_bus] += r_resp.eq(Resp.SLVERR)
         with m.Elif(r_valid & bus.rready):
-            m.d.sync += r_valid.eq(0)
+            m.d[on_bus] += r_valid.eq(0)
 
         def read_word(offset: int):
             return read & (ar_word == offset // WORD_BYTES)
@@ -228,7 +243,7 @@ class AxiLiteControl(wiring.Component):
                         snapshots[reg.name] = snapshot
                         m.d.comb += read_value.eq(value[:DATA_WIDTH])
                         with m.If(read):
-                            m.d.sync += snapshot.eq(value[DATA_WIDTH:])
+                            m.d[on_bus] += snapshot.eq(value[DATA_WIDTH:])
                     else:
                         m.d.comb += read_value.eq(snapshots[reg.name])
 
@@ -251,7 +266,7 @@ class AxiLiteControl(wiring.Component):
                     if lo >= reg.width:
                         break
                     with m.If(w_strb[byte]):
-                        m.d.sync += storage[lo:hi].eq(w_data[8 * byte:8 * byte + hi - lo])
+                        m.d[on_bus] += storage[lo:hi].eq(w_data[8 * byte:8 * byte + hi - lo])
 
         # ---- ap_ctrl_hs --------------------------------------------------------------------
         with m.If(ctrl_write & w_data[CtrlBit.AP_START]):
@@ -259,7 +274,7 @@ class AxiLiteControl(wiring.Component):
         with m.Elif(self.accepted):
             m.d.sync += ap_start.eq(auto_restart)
         with m.If(ctrl_write):
-            m.d.sync += auto_restart.eq(w_data[CtrlBit.AUTO_RESTART])
+            m.d[on_bus] += auto_restart.eq(w_data[CtrlBit.AUTO_RESTART])
 
         with m.If(self.done):
             m.d.sync += ap_done.eq(1)
@@ -271,9 +286,9 @@ class AxiLiteControl(wiring.Component):
             m.d.sync += ap_ready.eq(0)
 
         with m.If(write_word(GIE_OFFSET) & w_strb[0]):
-            m.d.sync += gie.eq(w_data[GieBit.ENABLE])
+            m.d[on_bus] += gie.eq(w_data[GieBit.ENABLE])
         with m.If(write_word(IER_OFFSET) & w_strb[0]):
-            m.d.sync += ier.eq(w_data[:len(IrqBit)])
+            m.d[on_bus] += ier.eq(w_data[:len(IrqBit)])
         for bit, event in ((IrqBit.AP_DONE, self.done), (IrqBit.AP_READY, self.accepted)):
             with m.If(ier[bit] & event):
                 m.d.sync += isr[bit].eq(1)
