@@ -149,26 +149,33 @@ def pipeline_unit_verilog(config: dict, *, debug_names: bool = False) -> Path:
     return runner.cached_verilog(f"pipeunit-{key}", write, debug_names=debug_names)
 
 
-def build_pipeline_unit(config: dict | None = None, sim: str = "verilator", *, waves=None):
+def build_pipeline_unit(config: dict | None = None, sim: str = "verilator", *, waves=None,
+                        public_internals: bool = False):
     from gnnweave.hw.pipeline_unit import PIPELINE_UNIT_TOP
     from gnnweave.sim import runner
     waves = runner.waves_requested(waves)
     source = pipeline_unit_verilog(config or BENCH_CONFIG, debug_names=waves)
-    return runner.build([source], PIPELINE_UNIT_TOP, sim, waves=waves)
+    return runner.build([source], PIPELINE_UNIT_TOP, sim, waves=waves,
+                        public_internals=public_internals)
+
+
+#: testcases that write internal registers (a build with its internals public)
+INTERNAL_TESTCASES = {"write_fault"}
 
 
 def run_bench(testcase: str, *, config: dict | None = None, **params):
     """Build (cached) and run cocotb tests of this bench; returns the runner's RunResult."""
     from gnnweave.sim import runner
     config = config or BENCH_CONFIG
-    built = build_pipeline_unit(config)
+    built = build_pipeline_unit(config, public_internals=bool(INTERNAL_TESTCASES & set(testcase.split(","))))
     return runner.run(built, BENCH_MODULE, testcase=testcase, params={"config": config, **params},
                       run_name=testcase.replace(",", "+"))
 
 
 if cocotb is not None:
     from gnnweave.hw.pipeline_unit import PipelineUnitConfig, pipeline_unit_regmap
-    from gnnweave.sim.tb import AP_DONE, AP_IDLE, AP_START, AxiTB, load_params, store_result
+    from cocotb.triggers import Timer
+    from gnnweave.sim.tb import AP_DONE, AP_IDLE, AP_START, CLOCK_NS, AxiTB, load_params, store_result
 
     BASE = 0x1_2000_0000
 
@@ -389,3 +396,50 @@ if cocotb is not None:
         res = await tb.train(lay)
         summary = _check_train(pb, res)
         store_result("config_errors", {"cases": seen, "after": summary})
+
+    @cocotb.test()
+    async def write_fault(dut):
+        """The run's latched logits size cut to one row once the run is past its checks:
+        the second row's write is refused by the registered check (ADDR_FAULT), nothing is
+        written past that row, the run ends, and the next run is bit-exact."""
+        tb, params = await _setup(dut)
+        pb = unit_problem("1f1b-flush", seed=params.get("seed", 0) + 7, microbatches=2, steps=1)
+        lay = TrainLayout(pb, BASE, tb.bus_bytes, dx=False)
+        for s, w in enumerate(pb.masters):
+            tb.load(lay.buffers[f"w{s}"][0], lay.matrix_bytes(f"w{s}", w, np.int32))
+            tb.allow(read=[(f"w{s}", *lay.buffers[f"w{s}"][:2])])
+            cnt = await tb.run_regs(lay.weight_registers(s, 0))
+            assert cnt["status"] == 0, f"load_weights stage {s}: status {cnt['status']:#x}"
+        tb.load(lay.buffers["act"][0], lay.matrix_bytes("act", np.concatenate(pb.inputs), np.int16))
+        logits_addr, logits_size, logits_stride = lay.buffers["logits"]
+        tb.allow(read=[("act", *lay.buffers["act"][:2]), ("grad", *lay.buffers["grad"][:2])],
+                 write=[("logits row 0", logits_addr, logits_stride)])
+        tb.clear_bursts()
+        await tb.program_regs(lay.registers())
+        await tb.write_reg("ap_ctrl", AP_START)
+        act = lay.buffers["act"]
+        for _ in range(20_000):
+            await Timer(CLOCK_NS, "ns")
+            if any(b.kind == "read" and act[0] <= b.addr < act[0] + act[1] for b in tb.bursts):
+                break
+        else:
+            raise AssertionError("the run never read its input")
+        dut.top.core.run_logits_size.value = logits_stride
+        for _ in range(2000):
+            ctrl = await tb.read_reg("ap_ctrl")
+            if ctrl & AP_DONE:
+                break
+            await tb.cycles(8)
+        else:
+            raise AssertionError("the run did not end after the write fault")
+        status = await tb.read_reg("status")
+        assert status >> 3 & 1, f"addr_fault not set (status 0x{status:x})"
+        writes = [b for b in tb.bursts if b.kind == "write"]
+        assert not tb.violations, tb.violations[:3]
+        assert all(logits_addr <= b.addr and b.addr + b.beats * tb.bus_bytes <= logits_addr + logits_stride
+                   for b in writes), writes
+        written = sum(b.beats for b in writes)
+        res = await tb.train(lay)
+        summary = _check_train(pb, res)
+        store_result("write_fault", {"status": status, "beats_before_fault": written,
+                                     "after": summary})

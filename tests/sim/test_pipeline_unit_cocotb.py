@@ -29,3 +29,12 @@ def test_config_errors_move_no_memory():
     res = result.results["config_errors"]
     assert len(res["cases"]) == 25
     assert res["after"]["match"]
+
+
+def test_write_outside_its_buffer_is_refused_and_the_next_run_is_exact():
+    result = run_bench("write_fault")
+    assert result.failed == 0 and result.tests == 1
+    res = result.results["write_fault"]
+    assert res["status"] >> 3 & 1
+    assert res["beats_before_fault"] >= 1      # the rows inside were written
+    assert res["after"]["match"]
