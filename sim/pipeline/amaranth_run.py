@@ -3,11 +3,8 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 from gnnweave.golden.pipeline import Schedule, TrainFormat, max_in_flight
-from gnnweave.hw.pipeline import STAGE_COUNTERS
-from .host import BENCH_FORMAT, PipelineHost, RtlRun, _pow2
+from .host import BENCH_FORMAT, PipelineHost, RtlRun, _pow2, drive_pipeline
 
 
 def build_pipeline(stages: int, dims: list[int], rows: int, microbatches: int, schedule,
@@ -74,40 +71,13 @@ def _simulate_amaranth(dut, host: "PipelineHost", stages: int, max_cycles: int,
         if wrap_io is not None:
             io = wrap_io(io)
             io.idle_links()
-        for name, value in host.config():
-            io.set(name, value)
-        for writes in host.weight_writes():
-            for name, value in writes:
-                io.set(name, value)
-            await ctx.tick()
-        io.set("start", 1)
-        await ctx.tick()
-        io.set("start", 0)
-        cycles = 0
-        while True:
-            host.drive(io)
-            done = host.sample(io)
-            await ctx.tick()
-            cycles += 1
-            if done:
-                break
-            if cycles > max_cycles:
-                raise RuntimeError(f"pipeline RTL did not finish in {max_cycles} cycles ({host.progress()})")
-        result["cycles"] = cycles
-        result["counters"] = [{name: io.get(f"s{s}_{name}") for name in STAGE_COUNTERS}
-                              for s in range(stages)]
-        got = [np.zeros_like(w) for w in host.masters]
-        for s, r, c0, writes in host.readback_addresses():
-            for name, value in writes:
-                io.set(name, value)
-            await ctx.tick()
-            host.collect_master(got, s, r, c0, io.get(f"s{s}_w_rd_data"))
-        result["masters"] = got
+        result["run"] = await drive_pipeline(io, host, stages, tick=ctx.tick, max_cycles=max_cycles)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     t0 = time.time()
     sim.run()
-    return RtlRun(host.outputs, host.input_grads, result["masters"], result["counters"],
-                  result["cycles"], time.time() - t0)
+    run = result["run"]
+    run.wall_s = time.time() - t0
+    return run

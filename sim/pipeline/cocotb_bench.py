@@ -1,15 +1,10 @@
 """The cocotb tests of the pipeline bench (collected when cocotb runs this module)."""
 from __future__ import annotations
 
-import time
-
-import numpy as np
-
 from gnnweave.golden.pipeline import GoldenPipeline, Schedule
-from gnnweave.hw.pipeline import STAGE_COUNTERS
 from .build import COCOTB_BUILD, segment_layout
 from .devices import DevicesIO
-from .host import BENCH_FORMAT, PipelineHost, RtlRun, compare_with_golden, summarize
+from .host import BENCH_FORMAT, PipelineHost, compare_with_golden, drive_pipeline, summarize
 from .problems import _host_for, make_problem
 
 
@@ -55,6 +50,18 @@ except ImportError:  # pragma: no cover - cocotb is in the [sim] extra
     cocotb = None
 
 if cocotb is not None:
+    async def _reset(dut, io, stages: int):
+        """Three cycles of reset with every input stream and weight port idle."""
+        dut.rst.value = 1
+        io.set("start", 0)
+        for name in ("act_in.valid", "grad_in.valid"):
+            io.set(name, 0)
+        for s in range(stages):
+            io.set(f"s{s}_w_wr_en", 0)
+        for _ in range(3):
+            await RisingEdge(dut.clk)
+        dut.rst.value = 0
+
     async def _run_case(dut, prm: dict, clock_started: bool) -> dict:
         """One case of the random-problem bench (see pipeline_run); returns its summary."""
         stages, m, steps = prm["stages"], prm["microbatches"], prm["steps"]
@@ -77,45 +84,10 @@ if cocotb is not None:
         io = CocotbIO(dut)
         if not clock_started:
             cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-        dut.rst.value = 1
-        dut.start.value = 0
-        for name in ("act_in.valid", "grad_in.valid"):
-            io.set(name, 0)
-        for s in range(stages):
-            io.set(f"s{s}_w_wr_en", 0)
-        for _ in range(3):
-            await RisingEdge(dut.clk)
-        dut.rst.value = 0
-        for name, value in host.config():
-            io.set(name, value)
-        for writes in host.weight_writes():
-            for name, value in writes:
-                io.set(name, value)
-            await RisingEdge(dut.clk)
-        io.set("start", 1)
-        await RisingEdge(dut.clk)
-        io.set("start", 0)
-        cycles = 0
-        t0 = time.time()
-        while True:
-            host.drive(io)
-            await ReadOnly()
-            done = host.sample(io)
-            await RisingEdge(dut.clk)
-            cycles += 1
-            if done:
-                break
-            assert cycles < prm.get("max_cycles", 2_000_000), host.progress()
-        wall = time.time() - t0
-        counters = [{name: io.get(f"s{s}_{name}") for name in STAGE_COUNTERS} for s in range(stages)]
-        got = [np.zeros_like(w) for w in host.masters]
-        for s, r, c0, writes in host.readback_addresses():
-            for name, value in writes:
-                io.set(name, value)
-            await RisingEdge(dut.clk)
-            await ReadOnly()
-            host.collect_master(got, s, r, c0, io.get(f"s{s}_w_rd_data"))
-            await RisingEdge(dut.clk)
+        await _reset(dut, io, stages)
+        run = await drive_pipeline(io, host, stages, tick=lambda: RisingEdge(dut.clk), settle=ReadOnly,
+                                   max_cycles=prm.get("max_cycles", 2_000_000))
+        counters, cycles, wall, got = run.counters, run.cycles, run.wall_s, run.masters
         mismatches = compare_with_golden(host, trace, got)
         return summarize(schedule, stages, m, steps, counters, cycles, mismatches, lanes,
                          trace.saturations, sim_wall_s=round(wall, 2),
@@ -165,49 +137,13 @@ if cocotb is not None:
             io = DevicesIO(io, devices, prm.get("link_delay", 1))
         stages = problem.stages
         cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-        dut.rst.value = 1
-        io.set("start", 0)
-        for name in ("act_in.valid", "grad_in.valid"):
-            io.set(name, 0)
         if devices:
             io.idle_links()
-        for s in range(stages):
-            io.set(f"s{s}_w_wr_en", 0)
-        for _ in range(3):
-            await RisingEdge(dut.clk)
-        dut.rst.value = 0
-        for name, value in host.config():
-            io.set(name, value)
-        for writes in host.weight_writes():
-            for name, value in writes:
-                io.set(name, value)
-            await RisingEdge(dut.clk)
-        io.set("start", 1)
-        await RisingEdge(dut.clk)
-        io.set("start", 0)
-        cycles, limit = 0, prm.get("max_cycles", 20_000_000)
-        t0 = time.time()
-        while True:
-            host.drive(io)
-            await ReadOnly()
-            done = host.sample(io)
-            await RisingEdge(dut.clk)
-            cycles += 1
-            if done:
-                break
-            assert cycles < limit, host.progress()
-        wall = time.time() - t0
-        counters = [{name: io.get(f"s{s}_{name}") for name in STAGE_COUNTERS} for s in range(stages)]
-        got = [np.zeros_like(w) for w in host.masters]
-        for s, r, c0, writes in host.readback_addresses():
-            for name, value in writes:
-                io.set(name, value)
-            await RisingEdge(dut.clk)
-            await ReadOnly()
-            host.collect_master(got, s, r, c0, io.get(f"s{s}_w_rd_data"))
-            await RisingEdge(dut.clk)
-        run = RtlRun(host.outputs, host.input_grads, got, counters, cycles, wall,
-                     stage_ops_seen=[host.steady_state_utilization()])
+        await _reset(dut, io, stages)
+        run = await drive_pipeline(io, host, stages, tick=lambda: RisingEdge(dut.clk), settle=ReadOnly,
+                                   max_cycles=prm.get("max_cycles", 20_000_000))
+        run.stage_ops_seen = [host.steady_state_utilization()]
+        cycles, wall = run.cycles, run.wall_s
         with open(prm["run_path"], "wb") as fh:
             pickle.dump(run, fh)
         store_result("pipeline_problem", {"cycles": cycles, "sim_wall_s": round(wall, 2)})

@@ -324,6 +324,59 @@ class PipelineHost:
         return f"F done {self.f_pos}, B done {self.b_pos}"
 
 
+async def drive_pipeline(io, host: "PipelineHost", stages: int, *, tick, settle=None,
+                         max_cycles: int) -> RtlRun:
+    """One run of ``host`` against a Pipeline, whatever the simulator: configure, load the
+    weights, start, drive and sample every cycle until the host has every result, then
+    read the counters and the master weights back.
+
+    Args:
+        io: port access by name (``set``/``get``).
+        tick: awaitable factory, one clock edge.
+        settle: awaitable factory that lets the outputs settle before they are sampled
+            (cocotb's ``ReadOnly``; a port written after it waits for the next ``tick``),
+            or None where sampling after ``set`` already sees them (Amaranth).
+        max_cycles: the run fails with a RuntimeError naming the host's progress past it.
+    """
+    import time
+    from gnnweave.hw.pipeline import STAGE_COUNTERS
+    for name, value in host.config():
+        io.set(name, value)
+    for writes in host.weight_writes():
+        for name, value in writes:
+            io.set(name, value)
+        await tick()
+    io.set("start", 1)
+    await tick()
+    io.set("start", 0)
+    cycles = 0
+    t0 = time.time()
+    while True:
+        host.drive(io)
+        if settle is not None:
+            await settle()
+        done = host.sample(io)
+        await tick()
+        cycles += 1
+        if done:
+            break
+        if cycles >= max_cycles:
+            raise RuntimeError(f"pipeline RTL did not finish in {max_cycles} cycles ({host.progress()})")
+    wall = time.time() - t0
+    counters = [{name: io.get(f"s{s}_{name}") for name in STAGE_COUNTERS} for s in range(stages)]
+    got = [np.zeros_like(w) for w in host.masters]
+    for s, r, c0, writes in host.readback_addresses():
+        for name, value in writes:
+            io.set(name, value)
+        await tick()
+        if settle is not None:
+            await settle()
+        host.collect_master(got, s, r, c0, io.get(f"s{s}_w_rd_data"))
+        if settle is not None:
+            await tick()
+    return RtlRun(host.outputs, host.input_grads, got, counters, cycles, wall)
+
+
 def measured_bubble(run: RtlRun) -> float:
     """Idle share of the stages over the forward/backward part of the run:
     ``1 - sum_s (fwd_s + bwd_s) / (p * (T - U_0))`` with ``T`` the run's cycles and ``U_0`` the
