@@ -73,23 +73,11 @@ QUICK_CHECK = tuple(CHECK_CASES[i] for i in (0, 3, 4, 6, 7, 9, 11))
 
 def job_degrees(graph, rows=None) -> np.ndarray:
     """In-degrees of the job the ``fpga-sim`` executor submits for ``graph`` (a shard
-    ``rows=(lo, hi)``: its rows first, the other ``N - (hi - lo)`` rows empty)."""
-    deg = np.diff(np.asarray(graph.indptr, dtype=np.int64))
+    ``rows=(lo, hi)``: :func:`~gnnweave.host.executors.job_degrees`)."""
     if rows is None:
-        return deg
-    lo, hi = rows
-    out = np.zeros(graph.num_nodes, dtype=np.int64)
-    out[:hi - lo] = deg[lo:hi]
-    return out
-
-
-def _shard(graph, lo, hi):
-    from gnnweave.graph import CSRGraph
-    s, e = int(graph.indptr[lo]), int(graph.indptr[hi])
-    indptr = np.full(graph.num_nodes + 1, e - s, dtype=np.int64)
-    indptr[:hi - lo + 1] = graph.indptr[lo:hi + 1] - s
-    return CSRGraph(indptr=indptr, indices=np.asarray(graph.indices[s:e]),
-                    num_nodes=graph.num_nodes)
+        return np.diff(np.asarray(graph.indptr, dtype=np.int64))
+    from gnnweave.host.executors.fpga_emu import job_degrees as shard_degrees
+    return shard_degrees(graph, *rows)
 
 
 class Runner:
@@ -110,8 +98,9 @@ class Runner:
         return self._graphs[spec]
 
     def measure(self, case: Case) -> dict:
+        from gnnweave.host.executors.fpga_emu import shard_graph
         g = self.graph(case.graph)
-        job = g if case.rows is None else _shard(g, *case.rows)
+        job = g if case.rows is None else shard_graph(g, *case.rows)
         rng = np.random.default_rng(case.feat)
         x = rng.integers(-600, 601, (job.num_nodes, case.feat)).astype(np.int16)
         w = (rng.integers(-3000, 3001, job.indices.shape[0]).astype(np.int16)

@@ -229,7 +229,7 @@ def invariant_row_sum(a) -> np.ndarray:
 
 
 def _q16(x, frac: int):
-    """fpga-emu's ``_quantize16`` with a given ``frac`` (the one agreed across ranks)."""
+    """fpga-emu's ``quantize16`` with a given ``frac`` (the one agreed across ranks)."""
     if sp.issparse(x):
         x = sp.csr_matrix(x)
         data = np.rint(np.ldexp(np.asarray(x.data, dtype=np.float64), frac)).astype(np.int16)

@@ -32,34 +32,20 @@ from gnnweave.host.executors.formats import (
     quantize16, quantize_aggregation, quantize_dynamic, quantized_weights,
 )
 from gnnweave.host.executors.fpga import FpgaExecutor, open_executor
-from gnnweave.host.executors.fpga_emu import CycleModel, FpgaEmuExecutor, job_degrees
+from gnnweave.host.executors.fpga_emu import (
+    CycleModel, FpgaEmuExecutor, job_degrees, shard_graph,
+)
 from gnnweave.host.executors.gpu import GpuExecutor, cuda_count
 from gnnweave.host.executors.registry import (
     available_devices, default_device, make_executor, split_name,
 )
-
-# The names these had when they were private to one module; callers still use them.
-_GRAPH_CACHE = GRAPH_CACHE
-_abs_row_weight_max = abs_row_weight_max
-_abs_weight_max = abs_weight_max
-_check_features = check_features
-_mask = apply_relu_mask
-_as_operand = as_operand
-_dense_array = dense_array
-_nbytes = operand_nbytes
-_check_dense = check_dense
-_frac_for_bound = frac_for_bound
-_peak_frac = peak_frac
-_quantize16 = quantize16
-_bool_mask = bool_mask
-_cuda_count = cuda_count
 
 __all__ = [
     "CpuExecutor", "CycleModel", "DeviceUnavailable", "Executor", "FPGA_WIDTH", "FpgaEmuExecutor",
     "FpgaExecutor", "GpuExecutor", "OpResult", "PerGraphCache", "QuantizedAggregation",
     "abs_row_weight_max", "abs_weight_max", "apply_relu_mask", "as_operand", "available_devices",
     "bool_mask", "check_dense", "check_features", "check_rows", "cuda_count", "default_device",
-    "dense_array", "frac_for_bound", "job_degrees", "make_executor", "open_executor",
+    "dense_array", "frac_for_bound", "job_degrees", "shard_graph", "make_executor", "open_executor",
     "operand_nbytes", "oriented", "peak_frac", "quantize16", "quantize_aggregation",
     "quantize_dynamic", "quantized_weights", "shard_edges", "split_name", "transposed",
 ]

@@ -16,7 +16,9 @@ import scipy.sparse as sp
 from gnnweave.fixed import FixedFormat, choose_frac
 from gnnweave.golden.aggregate import AggregateFormat, Reduce
 from gnnweave.graph import CSRGraph
-from gnnweave.host.executors.base import GRAPH_CACHE, abs_row_weight_max, abs_weight_max
+from gnnweave.host.executors.base import (
+    GRAPH_CACHE, OpResult, abs_row_weight_max, abs_weight_max, check_features, check_rows, oriented,
+)
 
 #: Width of every tensor that crosses into the FPGA (features, weights, gradients).
 FPGA_WIDTH = 16
@@ -118,3 +120,48 @@ def quantize_aggregation(graph: CSRGraph, x, reduce: Reduce) -> QuantizedAggrega
     out_frac = min(frac_for_bound(weight_bound * peak), product_frac)
     fmt = AggregateFormat(feat=feat_fmt, weight=w_fmt, out=FixedFormat(FPGA_WIDTH, out_frac))
     return QuantizedAggregation(x_q, w_q, fmt)
+
+
+@dataclass
+class AggregationJob:
+    """One aggregation as every FPGA kind runs it: the graph it walks, the destination rows
+    ``lo..hi`` and their edges ``edge_lo..edge_hi``, and the quantised operands."""
+    graph: CSRGraph                  # the graph walked (transposed for the backward pass)
+    reduce: Reduce
+    lo: int
+    hi: int
+    quantized: QuantizedAggregation
+
+    @property
+    def features(self) -> int:
+        return self.quantized.x_q.shape[1]
+
+    @property
+    def edge_lo(self) -> int:
+        return int(self.graph.indptr[self.lo])
+
+    @property
+    def edge_hi(self) -> int:
+        return int(self.graph.indptr[self.hi])
+
+    def result(self, out_q: np.ndarray, wall_seconds: float, device_seconds: float,
+               edges: int, saturations: int, executor: str) -> OpResult:
+        """The op's result from the output words of rows ``lo..hi``: dequantised, with the
+        bytes the accelerator reads (a feature row per edge, 8 bytes of index and pointer
+        per edge) and writes."""
+        f = self.features
+        value = self.quantized.fmt.out.to_float(out_q).astype(np.float32)
+        return OpResult(value, wall_seconds, device_seconds,
+                        edges * f * 2 + (self.edge_hi - self.edge_lo) * 8,
+                        (self.hi - self.lo) * f * 2, "aggregate", executor, int(saturations))
+
+
+def prepare_aggregation(graph: CSRGraph, x, reduce, *, rows=None,
+                        transpose: bool = False) -> AggregationJob:
+    """Check an ``Executor.aggregate`` call's operands and quantise them
+    (:func:`quantize_aggregation`): the part every FPGA kind shares."""
+    reduce = Reduce.parse(reduce)
+    g = oriented(graph, transpose)
+    x = check_features(g, x)
+    lo, hi = check_rows(g, rows)
+    return AggregationJob(g, reduce, lo, hi, quantize_aggregation(g, x, reduce))

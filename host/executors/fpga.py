@@ -16,13 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from gnnweave.errors import InputError
-from gnnweave.golden.aggregate import Reduce
-from gnnweave.graph import CSRGraph
-from gnnweave.host.executors.base import (
-    DeviceUnavailable, OpResult, check_features, check_rows, dense_array, oriented,
-)
-from gnnweave.host.executors.fpga_emu import FpgaEmuExecutor
-from gnnweave.host.executors.formats import quantize_aggregation
+from gnnweave.host.executors.base import DeviceUnavailable, dense_array
+from gnnweave.host.executors.fpga_emu import FpgaEmuExecutor, shard_graph
+from gnnweave.host.executors.formats import prepare_aggregation
 
 KINDS = ("fpga-sim", "fpga")
 
@@ -83,30 +79,25 @@ class FpgaExecutor(FpgaEmuExecutor):
 
     def aggregate(self, graph, x, reduce="sum", *, rows=None, transpose=False):
         t0 = time.perf_counter()
-        reduce = Reduce.parse(reduce)
-        g = oriented(graph, transpose)
-        x = check_features(g, x)
-        lo, hi = check_rows(g, rows)
-        q = quantize_aggregation(g, x, reduce)
-        shard, s, e = _shard(g, lo, hi)
+        job = prepare_aggregation(graph, x, reduce, rows=rows, transpose=transpose)
+        q = job.quantized
+        shard = shard_graph(job.graph, job.lo, job.hi)
+        s, e = job.edge_lo, job.edge_hi
         # checked once, not once per column chunk
         shard = self.accel.check_graph(shard, None if q.weights_q is None else q.weights_q[s:e])
-        f = x.shape[1]
-        out = np.zeros((g.num_nodes, f), dtype=np.int64)
+        f = job.features
+        out = np.zeros((job.graph.num_nodes, f), dtype=np.int64)
         sat = edges = cycles = 0
         step = self.accel.max_feat_dim       # column chunks: aggregation is per column
         for c0 in range(0, f, step):
-            part, cnt = self.accel.aggregate(shard, q.x_q[:, c0:c0 + step], reduce, q.fmt.shift,
-                                             timeout_s=self.timeout_s)
+            part, cnt = self.accel.aggregate(shard, q.x_q[:, c0:c0 + step], job.reduce,
+                                             q.fmt.shift, timeout_s=self.timeout_s)
             out[:, c0:c0 + step] = part
             sat += cnt["saturations"]
             edges = cnt["edges"]
             cycles += cnt["busy_cycles"]
-        value = q.fmt.out.to_float(out[: hi - lo]).astype(np.float32)
-        dev = cycles / self.cycle_model.clock_hz
-        return OpResult(value, time.perf_counter() - t0, dev,
-                        edges * f * 2 + (e - s) * 8, (hi - lo) * f * 2,
-                        "aggregate", self.name, sat)
+        return job.result(out[: job.hi - job.lo], time.perf_counter() - t0,
+                          cycles / self.cycle_model.clock_hz, edges, sat, self.name)
 
     def close(self):
         if self._owner is not None:
@@ -114,14 +105,6 @@ class FpgaExecutor(FpgaEmuExecutor):
             self._owner = None
 
 
-def _shard(g: CSRGraph, lo: int, hi: int) -> tuple[CSRGraph, int, int]:
-    """Rows ``lo..hi`` of ``g`` as the accelerator runs them: those rows first, the other
-    ``N - (hi - lo)`` rows empty (the engine bounds source indices by its row count, so a
-    shard keeps all ``N`` rows), and the shard's edge range ``s..e``."""
-    s, e = int(g.indptr[lo]), int(g.indptr[hi])
-    indptr = np.full(g.num_nodes + 1, e - s, dtype=np.int64)
-    indptr[: hi - lo + 1] = g.indptr[lo:hi + 1] - s
-    return CSRGraph(indptr=indptr, indices=np.asarray(g.indices[s:e]), num_nodes=g.num_nodes), s, e
 
 
 def open_executor(kind: str, name: str | None = None, **kw) -> FpgaExecutor:

@@ -23,7 +23,7 @@ from gnnweave.host.executors.base import (
     check_dense, check_features, check_rows, dense_array, operand_nbytes, oriented,
 )
 from gnnweave.host.executors.formats import (
-    FPGA_WIDTH, bool_mask, frac_for_bound, quantize16, quantize_aggregation, quantized_weights,
+    FPGA_WIDTH, bool_mask, frac_for_bound, prepare_aggregation, quantize16, quantized_weights,
 )
 
 
@@ -87,6 +87,17 @@ def matmul_dims(mode: str, a, b) -> tuple[int, int, int]:
     return a.shape[1], a.shape[0], b.shape[1]
 
 
+def shard_graph(graph: CSRGraph, lo: int, hi: int) -> CSRGraph:
+    """Rows ``lo..hi`` of ``graph`` as the accelerator runs them: those rows first, the
+    other ``N - (hi - lo)`` rows empty (the engine bounds source indices by its row count,
+    so a shard keeps all ``N`` rows)."""
+    s, e = int(graph.indptr[lo]), int(graph.indptr[hi])
+    indptr = np.full(graph.num_nodes + 1, e - s, dtype=np.int64)
+    indptr[: hi - lo + 1] = graph.indptr[lo:hi + 1] - s
+    return CSRGraph(indptr=indptr, indices=np.asarray(graph.indices[s:e]),
+                    num_nodes=graph.num_nodes)
+
+
 def job_degrees(graph: CSRGraph, lo: int, hi: int) -> np.ndarray:
     """In-degrees of the run an accelerator gets for rows ``lo..hi`` of ``graph``: the
     shard's rows first, then the other ``N - (hi - lo)`` rows empty (the engine bounds
@@ -143,25 +154,20 @@ class FpgaEmuExecutor(Executor):
 
     def aggregate(self, graph, x, reduce="sum", *, rows=None, transpose=False):
         t0 = time.perf_counter()
-        reduce = Reduce.parse(reduce)
-        g = oriented(graph, transpose)
-        x = check_features(g, x)
-        lo, hi = check_rows(g, rows)
-        q = quantize_aggregation(g, x, reduce)
-        x_q, w_q, fmt = q.x_q, q.weights_q, q.fmt
+        job = prepare_aggregation(graph, x, reduce, rows=rows, transpose=transpose)
+        g, lo, hi, q = job.graph, job.lo, job.hi, job.quantized
+        s, e = job.edge_lo, job.edge_hi
         # the shard as the engine sees it: rows lo..hi first, the other N - (hi - lo) rows
         # empty, so the golden model computes (and is given pointers for) the shard's rows only
-        s, e = int(g.indptr[lo]), int(g.indptr[hi])
         indptr = np.asarray(g.indptr[lo:hi + 1], dtype=np.int64) - s
-        res = aggregate_raw(indptr, g.indices[s:e], x_q, reduce=reduce, shift=fmt.shift,
-                            out_width=FPGA_WIDTH, weights=None if w_q is None else w_q[s:e],
+        res = aggregate_raw(indptr, g.indices[s:e], q.x_q, reduce=job.reduce, shift=q.fmt.shift,
+                            out_width=FPGA_WIDTH,
+                            weights=None if q.weights_q is None else q.weights_q[s:e],
                             num_rows=hi - lo)
-        out = fmt.out.to_float(res.out).astype(np.float32)
-        f = x.shape[1]
-        dev = self._aggregate_seconds(g, lo, hi, f, reduce, w_q is not None)
-        return OpResult(out, time.perf_counter() - t0, dev,
-                        res.edges * f * 2 + (e - s) * 8, (hi - lo) * f * 2,
-                        "aggregate", self.name, res.saturations)
+        dev = self._aggregate_seconds(g, lo, hi, job.features, job.reduce,
+                                      q.weights_q is not None)
+        return job.result(res.out, time.perf_counter() - t0, dev, res.edges, res.saturations,
+                          self.name)
 
     def _aggregate_seconds(self, g: CSRGraph, lo: int, hi: int, f: int, reduce: Reduce,
                            weighted: bool) -> float:
