@@ -126,7 +126,7 @@ def sbm_edges(block_sizes, p_in: float, p_out: float, *, seed=0) -> np.ndarray:
                 pairs = int(sizes[i] * (sizes[i] - 1) // 2)
                 count = rng.binomial(pairs, p_in) if pairs else 0
                 chosen = rng.choice(pairs, size=count, replace=False) if count else np.zeros(0, np.int64)
-                high, low = _unrank_lower_triangle(chosen)
+                high, low = unrank_lower_triangle(chosen)
                 src_parts.append(starts[i] + high)
                 dst_parts.append(starts[i] + low)
             else:
@@ -140,7 +140,7 @@ def sbm_edges(block_sizes, p_in: float, p_out: float, *, seed=0) -> np.ndarray:
     return np.stack([np.concatenate([src, dst]), np.concatenate([dst, src])])
 
 
-def _unrank_lower_triangle(rank) -> tuple[np.ndarray, np.ndarray]:
+def unrank_lower_triangle(rank) -> tuple[np.ndarray, np.ndarray]:
     """Rank r of the strict lower triangle (row-major: (1,0), (2,0), (2,1), (3,0), ...)
     -> (row, column)."""
     rank = np.asarray(rank, dtype=np.int64)

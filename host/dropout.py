@@ -38,8 +38,9 @@ class CounterDropout:
     """Uniform draws keyed by ``(seed, epoch, layer, global node id, column)``.
 
     ``node_ids[r]`` is the global id of local row ``r``; set :attr:`epoch` before each
-    step. Passed as the ``rng`` of a model's forward, it makes :func:`~gnnweave.host.models._dropout`
-    draw per element position instead of in sequence.
+    step. Passed as the ``rng`` of a model's forward, it makes
+    :func:`~gnnweave.host.models.sparse_dropout` draw per element position instead of in
+    sequence.
     """
 
     def __init__(self, seed: int, node_ids: np.ndarray, epoch: int = 0):

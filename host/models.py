@@ -96,7 +96,7 @@ def _draw(rng, layer, count, rows, cols):
     return rng.random(count, dtype=np.float32)
 
 
-def _dropout(h, p, rng, train, layer=0):
+def sparse_dropout(h, p, rng, train, layer=0):
     """Inverted dropout that draws only for the non-zero elements (Kipf & Welling's sparse
     dropout): a zero stays zero whether dropped or not, and bag-of-words inputs are ~99 %
     zeros. ``layer`` keys a counter-based generator. Returns (output, keep mask)."""
@@ -122,7 +122,7 @@ def _dropout(h, p, rng, train, layer=0):
     return out, keep
 
 
-def _dropout_back(dh, keep, p):
+def sparse_dropout_backward(dh, keep, p):
     if keep is None:
         return dh
     return (dh * keep) * np.float32(1.0 / (1.0 - p))
@@ -169,7 +169,7 @@ class _MessagePassing(Model):
     def forward(self, eng: Engine, x, layers: list[LayerGraph], *, train, rng):
         cache = []
         L = self.num_layers
-        hd, keep = _dropout(x, self.dropout, rng, train, layer=0)
+        hd, keep = sparse_dropout(x, self.dropout, rng, train, layer=0)
         pre = self._pre(eng, i=0, hd=hd, lg=layers[0])
         for i in range(L):
             lg = layers[i]
@@ -182,7 +182,7 @@ class _MessagePassing(Model):
 
                 def consume(lo, hi, agg, i=i, pre=pre, nxt=nxt):
                     a_c = self._post(i, pre, agg, lo, hi)
-                    hd_c, keep_c = _dropout(np.maximum(a_c, 0), self.dropout, rng, train,
+                    hd_c, keep_c = sparse_dropout(np.maximum(a_c, 0), self.dropout, rng, train,
                                             layer=i + 1)
                     return a_c, hd_c, keep_c, self._pre(eng, i + 1, hd_c, nxt, rows=(lo, hi))
 
@@ -191,7 +191,7 @@ class _MessagePassing(Model):
                 a = np.concatenate([p[0] for p in parts], axis=0)
                 cache.append((hd, keep, a))
                 hd = np.concatenate([p[1] for p in parts], axis=0)
-                hd.flags.writeable = False   # as _dropout's output: executors may cache it
+                hd.flags.writeable = False   # as dropout's output: executors may cache it
                 keep = (None if parts[0][2] is None
                         else np.concatenate([p[2] for p in parts], axis=0))
                 pre = tuple(np.concatenate([p[3][j] for p in parts], axis=0)
@@ -202,7 +202,7 @@ class _MessagePassing(Model):
             cache.append((hd, keep, a))
             if i == L - 1:
                 return a, cache
-            hd, keep = _dropout(np.maximum(a, 0), self.dropout, rng, train, layer=i + 1)
+            hd, keep = sparse_dropout(np.maximum(a, 0), self.dropout, rng, train, layer=i + 1)
             pre = self._pre(eng, i + 1, hd, layers[i + 1])
         return a, cache
 
@@ -216,7 +216,7 @@ class _MessagePassing(Model):
             grads[f"b{i}"] = eng.sum_rows(da)
             dh = self._layer_backward(eng, i, hd, da, layers[i], grads, input_grad=i > 0)
             if i > 0:
-                da = _dropout_back(dh, keep, self.dropout)
+                da = sparse_dropout_backward(dh, keep, self.dropout)
         return grads
 
 
@@ -319,7 +319,7 @@ class SGC(Model):
         return x
 
     def forward(self, eng, x, layers, *, train, rng):
-        hd, keep = _dropout(x, self.dropout, rng, train)
+        hd, keep = sparse_dropout(x, self.dropout, rng, train)
         return eng.dense_forward(hd, self.params["W0"], self.params["b0"]), [hd]
 
     def backward(self, eng, dout, cache, layers):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from gnnweave.generators import _unrank_lower_triangle, rmat, rmat_edges, sbm, sbm_edges
+from gnnweave.generators import unrank_lower_triangle, rmat, rmat_edges, sbm, sbm_edges
 from gnnweave.graph import gcn_norm
 
 
@@ -73,12 +73,12 @@ def test_rmat_scale_18_generates_in_seconds():
 
 def test_unrank_lower_triangle_exhaustive_and_large():
     pairs = [(i, j) for i in range(1, 90) for j in range(i)]
-    rows, cols = _unrank_lower_triangle(np.arange(len(pairs)))
+    rows, cols = unrank_lower_triangle(np.arange(len(pairs)))
     assert list(zip(rows.tolist(), cols.tolist())) == pairs
     # near the float64 limit of the square root
     for i in (2**25 + 3, 3 * 10**7, 2**26 - 1):
         for j in (0, i // 2, i - 1):
-            r, c = _unrank_lower_triangle(np.array([i * (i - 1) // 2 + j]))
+            r, c = unrank_lower_triangle(np.array([i * (i - 1) // 2 + j]))
             assert (int(r[0]), int(c[0])) == (i, j)
 
 

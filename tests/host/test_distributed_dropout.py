@@ -7,11 +7,11 @@ import scipy.sparse as sp
 
 from gnnweave.host.distributed import Comm, exact_row_sum, finish_row_sum, invariant_row_sum
 from gnnweave.host.dropout import CounterDropout
-from gnnweave.host.models import _dropout
+from gnnweave.host.models import sparse_dropout
 
 
 def _mask(rng, h, p, layer=0):
-    out, keep = _dropout(h, p, rng, True, layer=layer)
+    out, keep = sparse_dropout(h, p, rng, True, layer=layer)
     return out
 
 

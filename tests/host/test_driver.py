@@ -80,9 +80,9 @@ def test_buffers_are_freed(sim):
     accel, device = sim
     g = rmat(6, 4, seed=0)
     x = np.ones((g.num_nodes, 8), dtype=np.int64)
-    used = device._alloc.used
+    used = device.allocated_bytes
     accel.aggregate(g, x, "sum", 0)
-    assert device._alloc.used == used
+    assert device.allocated_bytes == used
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -135,7 +135,7 @@ def test_timeout_busy_recover_rerun(backend):
     try:
         sentinel = device.allocate((4096,), np.uint8)
         sentinel[:] = np.arange(4096) % 251
-        used = device._alloc.used
+        used = device.allocated_bytes
         g = rmat(6, 4, seed=1)
         x = np.random.default_rng(0).integers(-100, 100, size=(g.num_nodes, 16))
         device.set_read_stall(True)           # memory that never answers
@@ -151,7 +151,7 @@ def test_timeout_busy_recover_rerun(backend):
         assert accel.is_idle()
         out, _ = accel.aggregate(g, x, "mean", 0)
         np.testing.assert_array_equal(out, _golden(g, x, "mean", 0).out)
-        assert device._alloc.used == used, "buffers of the failed runs were not freed"
+        assert device.allocated_bytes == used, "buffers of the failed runs were not freed"
         assert np.array_equal(sentinel, np.arange(4096) % 251), "another buffer was overwritten"
     finally:
         owner.close()
