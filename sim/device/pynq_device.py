@@ -157,6 +157,11 @@ class SimDevice(_device_base()):
             buf = SimBuffer(shape, dtype, self.memory, offset, addr, self)
         return buf
 
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes of the simulated memory held by live buffers (page-rounded)."""
+        return self._alloc.used
+
     def return_pointer(self, pointer: int):
         self._alloc.free(int(pointer) - 1)
 
