@@ -19,6 +19,7 @@ from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, stream
 
 from .axi import BOUNDARY_BYTES, Burst, Resp, size_code
+from .blocks import RegisteredFIFO
 
 
 def read_request_layout(addr_width: int) -> data.StructLayout:
@@ -38,6 +39,30 @@ def _one_hot_select(selects, values):
     for sel, value in zip(selects[1:], values[1:]):
         out = out | Mux(sel, value, 0)
     return out
+
+
+def _counted(m, inc, dec, limit: int, name: str):
+    """A counter of ``inc`` minus ``dec`` pulses (never below 0 nor above ``limit``) and its
+    ``== 0`` flag as a register, decided a cycle ahead: the compare runs on the counter's
+    own flip-flops and the pulses only choose among its outcomes. Returns (count, zero)."""
+    count = Signal(range(limit + 1), name=f"{name}_count")
+    zero = Signal(init=1, name=f"{name}_zero")
+    m.d.sync += count.eq(count + inc - dec)
+    with m.If(inc & ~dec):
+        m.d.sync += zero.eq(0)
+    with m.Elif(dec & ~inc):
+        m.d.sync += zero.eq(count == 1)
+    return count, zero
+
+
+class _QueuePorts:
+    """A :class:`~.blocks.RegisteredFIFO` under the port names of amaranth's FIFOs
+    (``w_en``/``w_data``/``w_rdy``, ``r_rdy``/``r_data``/``r_en``, ``level``, ``depth``)."""
+
+    def __init__(self, queue):
+        self.queue, self.depth, self.level = queue, queue.depth, queue.level
+        self.w_en, self.w_data, self.w_rdy = queue.w.valid, queue.w.payload, queue.w.ready
+        self.r_rdy, self.r_data, self.r_en = queue.r.valid, queue.r.payload, queue.r.ready
 
 
 class ReadPort(Elaboratable):
@@ -112,7 +137,15 @@ class ReadPort(Elaboratable):
                 self.responses[i].last.eq(bus.rlast),
             ]
         m.d.comb += self.resp_error.eq(r_fire & (bus.rresp >= Resp.SLVERR))
-        m.d.sync += self.outstanding.eq(self.outstanding + (take - r_fire))
+        if self.registered_requests:
+            # the count after each possible grant is summed from registers beside the
+            # arbitration; the grant only selects one (no carry chain behind it)
+            base = self.outstanding - r_fire
+            sums = [self.outstanding + Mux(r_fire, head.len, head.beats) for head in take[1]]
+            m.d.sync += self.outstanding.eq(Mux(Cat(*take[0]).any(),
+                                                _one_hot_select(take[0], sums), base))
+        else:
+            m.d.sync += self.outstanding.eq(self.outstanding + (take - r_fire))
         return m
 
     def _arbiter(self, m, valids, addrs, lens):
@@ -162,14 +195,15 @@ class ReadPort(Elaboratable):
 
     def _registered_arbiter(self, m):
         """Per client: guard terms, guard verdict, queue; fixed priority among the queue
-        heads. Returns the beats issued this cycle (0 or the granted burst's)."""
+        heads. Returns each client's grant pulse and its queue head."""
         bus = self.bus
         aw = len(bus.araddr)
         beat_bits = self.bytes_per_beat.bit_length() - 1
         entry = data.StructLayout({"addr": aw, "len": 8, "beats": 9, "inside": 1})
         heads, pops = [], []
         for i, req in enumerate(self.requests):
-            queue = fifo.SyncFIFOBuffered(width=entry.size, depth=self.QUEUE_DEPTH)
+            # its valid and level are flip-flops (the credits guarantee room)
+            queue = RegisteredFIFO(entry, self.QUEUE_DEPTH)
             m.submodules[f"queue{i}"] = queue
             # the limits, registered: the buffer is [base, limit), and a burst's last beat
             # may start at limit - bytes_per_beat at the latest
@@ -208,9 +242,9 @@ class ReadPort(Elaboratable):
                 verdict.inside.eq(s1["low"] & ~s1["crosses"] &
                                   (s1["end_m1"].as_signed() <= last_end)),
             ]
-            m.d.comb += [queue.w_en.eq(verdict_valid), queue.w_data.eq(verdict),
-                         queue.r_en.eq(pop)]
-            heads.append((queue.r_rdy, data.View(entry, queue.r_data)))
+            m.d.comb += [queue.w.valid.eq(verdict_valid), queue.w.payload.eq(verdict),
+                         queue.r.ready.eq(pop)]
+            heads.append((queue.r.valid, queue.r.payload))
             pops.append(pop)
 
         # fixed priority, one-hot: a client is granted when it has a head and no client
@@ -240,7 +274,7 @@ class ReadPort(Elaboratable):
                 bus.arid.eq(_one_hot_select(takes, [Const(i, len(bus.arid))
                                                     for i in range(len(heads))])),
             ]
-        return _one_hot_select(takes, [h.beats for _, h in heads])
+        return takes, [h for _, h in heads]
 
 
 class StreamReader(Elaboratable):
@@ -277,7 +311,8 @@ class StreamReader(Elaboratable):
         bpb = self.data_width // 8
         per_beat = self.data_width // self.elem_width
         elem_bytes = self.elem_width // 8
-        m.submodules.beats = beats = fifo.SyncFIFOBuffered(width=self.data_width, depth=self.fifo_beats)
+        # its valid and level are flip-flops (credits reserve room for every beat)
+        m.submodules.beats = beats = RegisteredFIFO(self.data_width, self.fifo_beats)
 
         next_addr = Signal(self.addr_width)
         beats_left = Signal(34)
@@ -313,14 +348,14 @@ class StreamReader(Elaboratable):
             m.d.sync += [next_addr.eq(next_addr + next_burst * bpb),
                          beats_left.eq(beats_left - next_burst), stale.eq(1)]
 
-        m.d.comb += [beats.w_en.eq(self.response.valid), beats.w_data.eq(self.response.data)]
+        m.d.comb += [beats.w.valid.eq(self.response.valid), beats.w.payload.eq(self.response.data)]
 
         # Unpack: one element per cycle. Whether elements are left and whether this is the
         # last are flip-flops beside the count (no 32-bit compare before the FIFO's pop).
         has_elems, last_elem = Signal(), Signal()
         m.d.comb += [
-            self.elements.valid.eq(beats.r_rdy & has_elems),
-            self.elements.payload.eq(beats.r_data.word_select(sel, self.elem_width)),
+            self.elements.valid.eq(beats.r.valid & has_elems),
+            self.elements.payload.eq(beats.r.payload.word_select(sel, self.elem_width)),
         ]
         with m.If(self.elements.valid & self.elements.ready):
             m.d.sync += [elems_left.eq(elems_left - 1), sel.eq(sel + 1),
@@ -328,7 +363,7 @@ class StreamReader(Elaboratable):
             with m.If((sel == per_beat - 1) | last_elem):
                 m.d.comb += pop.eq(1)
                 m.d.sync += sel.eq(0)
-        m.d.comb += [beats.r_en.eq(pop), self.done.eq(~has_elems)]
+        m.d.comb += [beats.r.ready.eq(pop), self.done.eq(~has_elems)]
 
         with m.If(self.start):
             total_bytes = self.count * elem_bytes
@@ -390,10 +425,12 @@ class WritePort(Elaboratable):
         """Single beats from the client queues -> (AW queue, W queue) of whole bursts;
         returns the two queues and a signal that is high while a burst is being formed."""
         bpb = len(self.bus.wdata) // 8
-        aw_q = fifo.SyncFIFOBuffered(width=self._aw_layout.size, depth=4)
-        w_q = fifo.SyncFIFOBuffered(width=self._w_layout.size, depth=self.max_burst + 2)
-        m.submodules.burst_address = aw_q
-        m.submodules.burst_beats = w_q
+        # the bursts' queues: ready, valid and level are flip-flops (a push is decided by
+        # the address compare above them, so nothing behind it may add levels)
+        aw_q = _QueuePorts(RegisteredFIFO(self._aw_layout.size, 4))
+        w_q = _QueuePorts(RegisteredFIFO(self._w_layout.size, self.max_burst + 2))
+        m.submodules.burst_address = aw_q.queue
+        m.submodules.burst_beats = w_q.queue
         head = data.View(self._aw_layout, self.address.r_data)
         beat = data.View(self._w_layout, self.beats.r_data)
 
@@ -403,7 +440,15 @@ class WritePort(Elaboratable):
         count = Signal(range(self.max_burst + 1))
         tail = Signal(self._w_layout)
         available = self.address.r_rdy & self.beats.r_rdy
-        room = aw_q.w_rdy & (w_q.level < w_q.depth - 1)
+        # room for two more beats in the W queue, a register decided a cycle ahead from a
+        # count of its own (the FIFO's level adds its output register: a carry chain)
+        w_count = Signal(range(w_q.depth + 1), name="w_queue_count")
+        w_room = Signal(init=1, name="w_queue_room")
+        w_in, w_out = w_q.w_en, w_q.r_en & w_q.r_rdy
+        m.d.sync += w_count.eq(w_count + w_in - w_out)
+        m.d.sync += w_room.eq(Mux(w_in & ~w_out, w_count < w_q.depth - 2,
+                                  Mux(w_out & ~w_in, w_count < w_q.depth, w_count < w_q.depth - 1)))
+        room = aw_q.w_rdy & w_room
         joins = forming & (head.addr == next_addr) & (count < self.max_burst) & \
             (head.addr[:12] != 0)
         take = available & room
@@ -433,17 +478,24 @@ class WritePort(Elaboratable):
         m.submodules.address = self.address
         m.submodules.beats = self.beats
         if self.coalesce:
-            aw_q, w_q, forming = self._coalescer(m)
+            aw_q, w_q, _ = self._coalescer(m)
         else:
-            aw_q, w_q, forming = self.address, self.beats, Const(0)
+            aw_q, w_q = self.address, self.beats
         head = data.View(self._aw_layout, aw_q.r_data)
         beat = data.View(self._w_layout, w_q.r_data)
         aw_fire = bus.awvalid & bus.awready
         w_fire = bus.wvalid & bus.wready
         b_fire = bus.bvalid & bus.bready
-        queued = (self.address.level == 0) & (self.beats.level == 0)
-        if self.coalesce:
-            queued &= (aw_q.level == 0) & (w_q.level == 0) & ~forming
+        # idle from three counts whose zero flags are registers decided a cycle ahead (the
+        # FIFOs' levels add their output registers' valid: a carry chain and a compare):
+        # beats pushed and not yet sent on W, bursts queued and not yet sent on AW, bursts
+        # sent and not yet answered. A burst's last beat is pushed into the W queue in the
+        # cycle its AW is queued, so some beat or its AW is always counted.
+        limit = self.beats.depth + self.address.depth + self.max_burst + 8
+        _, beats_zero = _counted(m, self.beats.w_en & self.beats.w_rdy, w_fire, limit, "w_beats")
+        aw_in = aw_q.w_en & aw_q.w_rdy
+        _, aw_zero = _counted(m, aw_in, aw_fire, limit, "aw_queued")
+        b_count, b_zero = _counted(m, aw_fire, b_fire, 2**16 - 1, "b_pending")
         m.d.comb += [
             bus.awvalid.eq(aw_q.r_rdy),
             bus.awaddr.eq(head.addr),
@@ -460,8 +512,7 @@ class WritePort(Elaboratable):
             bus.bready.eq(1),
             self.beat.eq(w_fire),
             self.resp_error.eq(b_fire & (bus.bresp >= Resp.SLVERR)),
-            # levels, not r_rdy: a buffered FIFO raises r_rdy a cycle or more after the push
-            self.idle.eq(queued & (self.outstanding == 0)),
+            self.idle.eq(beats_zero & aw_zero & b_zero),
         ]
-        m.d.sync += self.outstanding.eq(self.outstanding + aw_fire - b_fire)
+        m.d.comb += self.outstanding.eq(b_count)
         return m
