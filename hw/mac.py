@@ -46,12 +46,12 @@ from amaranth.lib import enum
 
 from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .arith import saturate
 from .axi import BusParams
+from .blocks import RegisteredFIFO
 
 
 #: Widest MAC operand (one DSP multiply); mirrors gnnweave.golden.mac.MAC_INPUT_WIDTH.
@@ -165,11 +165,18 @@ class SkewedBuffer(Elaboratable):
                 wp.data.eq(self.wr.data[lane_w]),
                 wp.en.eq(self.wr_en & (lane_w < self.wr.count)),
             ]
-            # read: bank b serves lane l = (b - start - fixed) mod L
-            lane_r = Signal(max(lb, 1), name=f"rlane{b}")
-            m.d.comb += lane_r.eq((b - rot_r) if lb else 0)
+            # read: bank b serves lane l = (b - start - fixed) mod L, the element at
+            # along = start + l, the one index in [start, start + L) that is (b - fixed) mod
+            # L: its low bits are t = (b - fixed) mod L, its high ones start's plus one when
+            # t < start mod L (a compare of lb bits and an increment, no add chain)
             along = Signal(self.index_bits + 1, name=f"along{b}")
-            m.d.comb += along.eq(self.rd_start + lane_r)
+            if lb:
+                t = Signal(lb, name=f"rlow{b}")
+                m.d.comb += t.eq(b - self.rd_fixed[:lb])
+                high = self.rd_start[lb:] + (t < self.rd_start[:lb])
+                m.d.comb += along.eq(Cat(t, high))
+            else:
+                m.d.comb += along.eq(self.rd_start)
             row = Mux(self.rd_rowwise, self.rd_fixed, along)
             col = Mux(self.rd_rowwise, along, self.rd_fixed)
             m.d.comb += [
@@ -328,15 +335,15 @@ class MacCore(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         R, C, ib = self.rows, self.cols, self.index_bits
-        m.submodules.out_fifo = fifo = SyncFIFOBuffered(
-            width=len(self.out.payload.as_value()), depth=self.out_depth)
+        # its level and ready are flip-flops (the drain's credits guarantee room: the write
+        # side never looks at ready)
+        m.submodules.out_fifo = fifo = RegisteredFIFO(self.out.payload.shape(), self.out_depth)
         run = self._configuration(m)
         bias_ports = self._bias_memory(m)
         seq = self._sequencer(m, run, fifo)
         cells = self._array(m, seq)
         self._drain(m, run, cells, bias_ports, fifo)
-        m.d.comb += [self.out.valid.eq(fifo.r_rdy), self.out.payload.eq(fifo.r_data),
-                     fifo.r_en.eq(self.out.ready)]
+        wiring.connect(m, fifo.r, wiring.flipped(self.out))
         return m
 
     # ---------------------------------------------------------------- configuration
@@ -507,13 +514,17 @@ class MacCore(wiring.Component):
             valids.append(v)
             stages.append(regs)
         W = MAC_INPUT_WIDTH
-        a_reg = [Signal(signed(W), name=f"a{r}", reset_less=True) for r in range(R)]      # L + 1
-        b_reg = [Signal(signed(W), name=f"b{c}", reset_less=True) for c in range(C)]
-        m.d.sync += [a_reg[r].eq(self.a_data[r]) for r in range(R)]
-        m.d.sync += [b_reg[c].eq(self.b_data[c]) for c in range(C)]
+        # each cell's own operand registers (L + 1): a DSP's A and B registers, each with a
+        # single load, so a tool can pack them and the broadcast is a net, not a DSP input
+        a_reg = [[Signal(signed(W), name=f"a{r}_{c}", reset_less=True) for c in range(C)]
+                 for r in range(R)]
+        b_reg = [[Signal(signed(W), name=f"b{r}_{c}", reset_less=True) for c in range(C)]
+                 for r in range(R)]
+        m.d.sync += [a_reg[r][c].eq(self.a_data[r]) for r in range(R) for c in range(C)]
+        m.d.sync += [b_reg[r][c].eq(self.b_data[c]) for r in range(R) for c in range(C)]
         prod = [[Signal(signed(2 * W), name=f"p{r}_{c}", reset_less=True) for c in range(C)]
                 for r in range(R)]                                                      # L + 2
-        m.d.sync += [prod[r][c].eq(a_reg[r] * b_reg[c]) for r in range(R) for c in range(C)]
+        m.d.sync += [prod[r][c].eq(a_reg[r][c] * b_reg[r][c]) for r in range(R) for c in range(C)]
         acc = [[Signal(signed(AW), name=f"acc{r}_{c}", reset_less=True) for c in range(C)]
                for r in range(R)]                                                       # L + 3
         for r in range(R):
@@ -674,7 +685,7 @@ class MacCore(wiring.Component):
                          sat_q[c].eq((big | small) & (c < meta9["count"]))]
         m.d.sync += [payload.row.eq(meta9["row"]), payload.col.eq(meta9["col"]),
                      payload.count.eq(meta9["count"]), payload.last.eq(meta9["last"])]
-        m.d.comb += [fifo.w_en.eq(v10), fifo.w_data.eq(payload)]
+        m.d.comb += [fifo.w.valid.eq(v10), fifo.w.payload.eq(payload)]
         self._counters(m, run, cells, v10, sat_q, kept_last)
 
     @staticmethod
