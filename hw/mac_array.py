@@ -86,10 +86,14 @@ slice and checks it against its buffer on the way in. An output row's offset
 ``row * out_stride`` follows the core's row order by adds (next row, back to the band's
 first row, or row 0); the result goes through three registered stages (offset and
 lanes, address, buffer guard: two compares side by side) into the write port. The
-configuration check runs in the CHECK states, 36 cycles: the three buffer extents
-``(rows - 1) * stride`` by shift and add (32 cycles), then the row bytes, the
-comparisons, and their OR, each in a cycle of its own. :class:`~.mac.MacCore` documents
-the array's own pipeline.
+run control is the shared :class:`~.blocks.RunControl`: its ``stop`` is the registered
+ADDR_FAULT bit and ``running`` the decode of its state register, so no guard's verdict
+and no FIFO's ready gates the datapath's control combinationally. The configuration
+check runs in the CHECK state, 36 cycles: one :class:`~.blocks.ExtentCheck` per buffer
+(the extent ``(rows - 1) * stride`` by shift and add, 32 cycles, then the row bytes, then
+the comparisons), the register-level checks beside them. The write port's ``idle`` and
+the W queue's room are flip-flops decided a cycle ahead from counts of their own.
+:class:`~.mac.MacCore` documents the array's own pipeline.
 
 On-chip memory (from the build parameters)
 ------------------------------------------
@@ -394,8 +398,11 @@ class MacArrayCore(UnitCore):
             }
         # latched with the configuration itself (from the registers it is latched from)
         buffers = shapes(self.cfg)
-        start, armed = Signal(name="chk_start"), Signal(name="chk_armed")
-        m.d.sync += [start.eq(run["accept"]), armed.eq(~run["accept"] & (armed | start))]
+        # started at accept from the configuration's own registers (rows) and from the
+        # latched copies (stride, row bytes, base, size: first used a cycle later); the
+        # verdict is registered, so RunControl sees a register in CHECK's 36th cycle
+        start, armed = run["accept"], Signal(name="chk_armed")
+        check_done, check_error = Signal(name="chk_done"), Signal(name="chk_error")
         checks = [
             mode > 2, dim_m == 0, dim_n == 0, dim_k == 0,
             cfg["shift"] > 63, cfg["bias_shift"] > 31,
@@ -413,13 +420,12 @@ class MacArrayCore(UnitCore):
             m.submodules[f"check_{buf}"] = check
             gate = use_bias if buf == "bias" else 1
             base, size = cfg[f"{buf}_addr"], cfg[f"{buf}_size"]
-            # the operands, registered at accept and held through the check
-            rows_q = Signal(32, name=f"chk_{buf}_rows", reset_less=True)
+            # the row bytes, registered at accept and held through the check
             bytes_q = Signal(64, name=f"chk_{buf}_row_bytes", reset_less=True)
             with m.If(run["accept"]):
-                m.d.sync += [rows_q.eq(rows), bytes_q.eq(row_bytes)]
+                m.d.sync += bytes_q.eq(row_bytes)
             stride = bytes_q if buf == "bias" else cfg[f"{buf}_stride"]
-            m.d.comb += [check.start.eq(start), check.rows.eq(rows_q), check.row_bytes.eq(bytes_q),
+            m.d.comb += [check.start.eq(start), check.rows.eq(rows), check.row_bytes.eq(bytes_q),
                          check.stride.eq(stride), check.base.eq(Mux(gate, base, 0)),
                          check.size.eq(Mux(gate, size, 0))]
             if aw < 64:
@@ -430,8 +436,8 @@ class MacArrayCore(UnitCore):
         flags = Signal(len(checks), name="chk_flags", reset_less=True)
         flagged = Signal(name="chk_flagged", reset_less=True)
         m.d.sync += [flags.eq(Cat(*checks)), flagged.eq(flags.any())]
-        check_done, check_error = Signal(name="chk_done"), Signal(name="chk_error")
-        m.d.comb += [check_done.eq(armed & Cat(*done).all()),
+        m.d.sync += [armed.eq(start | (armed & ~check_done)),
+                     check_done.eq(armed & ~check_done & Cat(*done).all()),
                      check_error.eq(flagged | Cat(*errors).any())]
         return check_done, check_error
 
@@ -581,6 +587,21 @@ class MacArrayCore(UnitCore):
         # sequencer); the core's inputs are the compute walker's, stable until it steps
         start_core = Signal(name="start_core")
         dp.d.sync += core.start.eq(start_core)
+        # what the end of the block being computed does, and the next output block's bases,
+        # registered while it computes (the walker's step is settled long before its end):
+        # the core's done only chooses
+        block_flags = {name: Signal(name=f"block_{name}") for name in
+                       ("swap_p", "last", "next_row", "next_col")}
+        next_row = Signal.like(block_row, name="out_next_row", reset_less=True)
+        next_col = Signal.like(block_base, name="out_next_col", reset_less=True)
+        dp.d.sync += [
+            block_flags["swap_p"].eq(split_depth | (cw.last_k & cw.last_j)),
+            block_flags["last"].eq(cw.last_k & cw.last),
+            block_flags["next_row"].eq(cw.last_k & cw.last_j),
+            block_flags["next_col"].eq(cw.last_k),
+            next_row.eq(block_row + (cfg["out_stride"] << (D.bit_length() - 1))),
+            next_col.eq(block_base + D * ELEM_BYTES),
+        ]
         with dp.FSM(name="compute"):
             with dp.State("PREFETCH"):            # the first block's bias
                 dp.d.comb += bias_first.eq(1)
@@ -609,19 +630,18 @@ class MacArrayCore(UnitCore):
                 with dp.If(core.done):
                     dp.d.comb += [comp_done.eq(1), cw.step.eq(1)]
                     dp.d.sync += cq_par.eq(~cq_par)
-                    with dp.If(split_depth | (cw.last_k & cw.last_j)):
+                    with dp.If(block_flags["swap_p"]):
                         dp.d.sync += c_par.eq(~c_par)
-                    with dp.If(cw.last_k & cw.last):
+                    with dp.If(block_flags["last"]):
                         dp.d.sync += run["all_computed"].eq(1)
                         dp.next = "END"
                     with dp.Else():
                         # a later depth block keeps the output block; otherwise the next
                         # block column, or the first column of the next block row
-                        with dp.If(cw.last_k & cw.last_j):
-                            next_row = block_row + (cfg["out_stride"] << (D.bit_length() - 1))
+                        with dp.If(block_flags["next_row"]):
                             dp.d.sync += [block_row.eq(next_row), block_base.eq(next_row)]
-                        with dp.Elif(cw.last_k):
-                            dp.d.sync += block_base.eq(block_base + D * ELEM_BYTES)
+                        with dp.Elif(block_flags["next_col"]):
+                            dp.d.sync += block_base.eq(next_col)
                         dp.next = "WAIT"
             with dp.State("END"):
                 pass
