@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -56,8 +55,8 @@ def time_unit(unit: str, config: str, *, pnr_limit_s: float, log_dir: Path | Non
 def run(out_dir: Path | None = None, units=UNITS, *, pnr_limit_s: float = 7200.0,
         config: str | None = None) -> dict:
     out_dir = Path(out_dir) if out_dir is not None else None
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    from gnnweave.hw.flow.report import source_commit
+    commit = source_commit()
     result = {"label": "open-flow ECP5 post-route Fmax (not a Xilinx timing figure)",
               "device": "LFE5U-85F", "target_mhz": TARGET_MHZ, "commit": commit,
               "load_average_start": round(os.getloadavg()[0], 2), "units": {}}

@@ -238,12 +238,13 @@ def section(results: list[dict]) -> str:
 
 def timing_table(timing: dict) -> str:
     """Markdown: one row per unit of a ``bench_timing`` result."""
-    lines = ["| unit | build | figure | Fmax (MHz) | meets 100 MHz | nextpnr s | why it stopped |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| unit | build | figure | Fmax (MHz) | meets 100 MHz | nextpnr wall s | "
+             "nextpnr CPU s | why it stopped |", "|---|---|---|---|---|---|---|---|"]
     for unit, u in timing.get("units", {}).items():
-        secs = (u.get("seconds") or {}).get("nextpnr")
+        secs = u.get("seconds") or {}
         lines.append(f"| {unit} | `{u['config']}` | {u.get('stage') or 'none'} | "
-                     f"{_n(u.get('fmax_mhz'))} | {_yes(u.get('meets_target'))} | {_n(secs)} | "
+                     f"{_n(u.get('fmax_mhz'))} | {_yes(u.get('meets_target'))} | "
+                     f"{_n(secs.get('nextpnr'))} | {_n(secs.get('nextpnr_cpu'))} | "
                      f"{u.get('stopped') or '-'} |")
     return "\n".join(lines)
 
@@ -287,7 +288,7 @@ def add_arguments(parser) -> None:
                              "(`python -m gnnweave.hw.estimate CONFIG --board B --json --out FILE`, "
                              "with FILE.budget.json beside it from --budget --out FILE)")
     parser.add_argument("--commit", default=None,
-                        help="with --add: the commit whose sources the files measured "
+                        help="with --add or --add-timing: the commit whose sources the files measured "
                              "(default: this tree's, -dirty when its hardware sources changed)")
     parser.add_argument("--results", default=str(RESULTS.relative_to(REPO_ROOT)),
                         help="the measured rows (JSON), read and updated")
@@ -333,6 +334,9 @@ def run(args) -> int:
             raise InputError(f"--add-timing {args.add_timing}: {e}") from None
         if not isinstance(timing, dict) or "units" not in timing:
             raise InputError(f"--add-timing {args.add_timing}: not a bench_timing result")
+        if args.commit or not timing.get("commit"):
+            # a run outside a git checkout records no commit
+            timing["commit"] = args.commit or source_commit()
         timing_path.parent.mkdir(parents=True, exist_ok=True)
         timing_path.write_text(json.dumps(timing, indent=1) + "\n")
     timing = json.loads(timing_path.read_text()) if timing_path.exists() else None

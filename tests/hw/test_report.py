@@ -124,7 +124,7 @@ def test_timing_table_from_a_bench_result(tmp_path):
     timing = {"commit": "abc1234", "device": "LFE5U-85F", "target_mhz": 100.0,
               "load_average_start": 3.5, "units": {
                   "aggregator": {"config": "small", "stage": "post-route", "fmax_mhz": 41.2,
-                                 "meets_target": False, "seconds": {"nextpnr": 900.0}},
+                                 "meets_target": False, "seconds": {"nextpnr": 900.0, "nextpnr_cpu": 850.0}},
                   "pipeline": {"config": "small", "stage": None, "fmax_mhz": None,
                                "meets_target": None, "seconds": {"nextpnr": 30.0},
                                "stopped": "does not fit the LFE5U-85F: no MULT18X18D left to place"}}}
@@ -136,5 +136,5 @@ def test_timing_table_from_a_bench_result(tmp_path):
                         "--write", str(doc)]) == 0
     assert json.loads((tmp_path / report.TIMING_NAME).read_text()) == timing
     text = doc.read_text()
-    assert "| aggregator | `small` | post-route | 41.2 | **no** | 900 | - |" in text
-    assert "| pipeline | `small` | none | - | - | 30 | does not fit the LFE5U-85F" in text
+    assert "| aggregator | `small` | post-route | 41.2 | **no** | 900 | 850 | - |" in text
+    assert "| pipeline | `small` | none | - | - | 30 | - | does not fit the LFE5U-85F" in text
