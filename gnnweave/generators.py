@@ -33,12 +33,13 @@ def _physical_memory_bytes() -> int | None:
         return None
 
 
-def _check_fits_memory(what: str, need_bytes: int) -> None:
-    """Refuse up front a graph that cannot fit this machine, instead of a MemoryError later."""
+def check_fits_memory(what: str, need_bytes: int, advice: str) -> None:
+    """Refuse up front what cannot fit this machine's memory, instead of a MemoryError (or
+    a swapping machine) later; ``advice`` says what to make smaller."""
     have = _physical_memory_bytes()
     if have is not None and need_bytes > have:
         raise InputError(f"{what}: needs about {need_bytes / 2**30:,.1f} GiB, this machine has "
-                         f"{have / 2**30:,.1f} GiB; choose a smaller scale or edge factor")
+                         f"{have / 2**30:,.1f} GiB; {advice}")
 
 
 def rmat_edges(scale: int, edge_factor: int, *, a: float = GRAPH500_ABC[0],
@@ -64,7 +65,8 @@ def rmat_edges(scale: int, edge_factor: int, *, a: float = GRAPH500_ABC[0],
     rng = np.random.default_rng(seed)
     num_nodes = 1 << scale
     num_edges = int(edge_factor) * num_nodes
-    _check_fits_memory(f"rmat:{scale}:{edge_factor}", num_edges * _RMAT_BYTES_PER_EDGE)
+    check_fits_memory(f"rmat:{scale}:{edge_factor}", num_edges * _RMAT_BYTES_PER_EDGE,
+                      "choose a smaller scale or edge factor")
     src = np.zeros(num_edges, dtype=np.int64)
     dst = np.zeros(num_edges, dtype=np.int64)
     # One uniform u per level picks the quadrant: [0, a) -> (0,0), [a, a+b) -> (0,1),

@@ -288,6 +288,11 @@ class CostModel:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             raise CostModelError(f"{path}: no such cost model file (run `gnnweave profile`)") from None
+        except IsADirectoryError:
+            raise CostModelError(f"{path}: is a folder, not a cost model JSON file (gnnweave "
+                                 f"profile --out writes DIR/cost_model.json)") from None
+        except UnicodeDecodeError:
+            raise CostModelError(f"{path}: not a cost model JSON file (not text)") from None
         except json.JSONDecodeError as e:
             raise CostModelError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
         if isinstance(data, dict) and "cost_model" in data and "format" not in data:

@@ -544,13 +544,15 @@ def _dataset_shape(dataset: str) -> tuple[int, int, int, int, "object"]:
     with np.load(p, allow_pickle=False) as z:
         for key in ("x", "y", "edge_index"):
             if key not in z:
-                raise ValueError(f"{p}: missing array {key!r}")
+                raise InputError(f"{p}: missing array {key!r}")
         n, f = z["x"].shape
+        if not n:
+            raise InputError(f"--dataset {p}: the graph has no nodes")
         classes = int(z["y"].max()) + 1
         try:
             g = CSRGraph.from_edge_index(z["edge_index"], n)
         except ValueError as exc:
-            raise ValueError(f"{p.name}: {exc}") from None
+            raise InputError(f"{p.name}: {exc}") from None
     return n, g.num_edges, f, classes, g
 
 
@@ -721,6 +723,20 @@ def _json_safe(value):
     return value
 
 
+def _check_links(bandwidth_gbps, latency_us, inter_group_gbps, inter_group_latency_us) -> None:
+    """Link figures a plan can use: bandwidths > 0, latencies >= 0 (one line naming the option)."""
+    for option, value, least in (("--bandwidth-gbps", bandwidth_gbps, None),
+                                 ("--latency-us", latency_us, 0.0),
+                                 ("--inter-group-gbps", inter_group_gbps, None),
+                                 ("--inter-group-latency-us", inter_group_latency_us, 0.0)):
+        if value is None:
+            continue
+        if least is None and not value > 0:       # an infinite bandwidth: a free link
+            raise InputError(f"{option} {value:g}: must be > 0")
+        if least is not None and not least <= value < INF:
+            raise InputError(f"{option} {value:g}: must be a number >= {least:g}")
+
+
 def plan_main(model: str | None = None, devices: list[str] | None = None, *,
               dataset: str | None = None, hidden: int = 16, layers: int = 2,
               bandwidth_gbps: float = 10.0, latency_us: float = 0.0,
@@ -751,6 +767,7 @@ def plan_main(model: str | None = None, devices: list[str] | None = None, *,
     if not specs:
         raise InputError("--devices: give at least one, e.g. gpu*2=1:16,fpga=0.3:4")
     names = [s.name for s in specs]
+    _check_links(bandwidth_gbps, latency_us, inter_group_gbps, inter_group_latency_us)
     if out is not None:     # checked before any work: a plan is cheap, a lost one is not
         from gnnweave.clitools import output_folder
         out = output_folder("--out", out)

@@ -47,10 +47,12 @@ class Aggregate:
         from gnnweave.host.cyclemodel import report_fields as cycle_model_fields
         from gnnweave.host.driver import SimAccel
         from gnnweave.sim.simdevice import SimDevice
-        from gnnweave.sim.verify import load_graph
+        from gnnweave.sim.verify import check_run_options, load_graph
         positive("--feat-dim", a.feat_dim)
         positive("--latency", a.latency, minimum=0)
-        named_build(a.config)
+        # what the build cannot run is refused now, not after its minutes-long native build
+        check_run_options(named_build(a.config).aggregator, a.config, feat_dim=a.feat_dim,
+                          reduce=a.reduce, latency=a.latency, backpressure=None)
         graph = load_graph(a.dataset, seed=a.seed)
         rng = np.random.default_rng(a.seed)
         x_q = rng.integers(-2**12, 2**12, (graph.num_nodes, a.feat_dim)).astype(np.int16)

@@ -120,7 +120,32 @@ def resolve_hyperparameters(config: TrainConfig, model_cls) -> dict:
         raise InputError(f"TrainConfig.momentum = {config.momentum}: must be in [0, 1)")
     if not 0 <= hp["dropout"] < 1:
         raise InputError(f"TrainConfig.dropout = {hp['dropout']}: must be in [0, 1)")
+    if config.prefetch < 0:
+        raise InputError(f"TrainConfig.prefetch = {config.prefetch}: must be >= 0 (0: inline)")
+    if config.nproc < 1:
+        raise InputError(f"TrainConfig.nproc = {config.nproc}: must be >= 1")
     return hp
+
+
+#: bytes per parameter: float32 value, gradient and Adam's two moments, and the float64
+#: draw it is initialised from
+_BYTES_PER_PARAMETER = 4 * 4 + 8
+#: bytes per node and layer width: float32 pre-activation, activation and their gradients
+_BYTES_PER_ACTIVATION = 4 * 4
+
+
+def check_model_fits(hp: dict, layers: int, num_nodes: int, num_features: int,
+                     num_classes: int) -> None:
+    """Refuse, before any array is allocated, a model whose weights and activations cannot
+    fit this machine (``--hidden 100000000``), naming the width."""
+    from gnnweave.generators import check_fits_memory
+    hidden = int(hp["hidden"] or 0)
+    dims = [num_features] + ([hidden] * max(layers - 1, 0) if hidden else []) + [num_classes]
+    # two weight matrices per layer at most (GraphSAGE's self and neighbour weights)
+    params = 2 * sum(a * b for a, b in zip(dims[:-1], dims[1:]))
+    need = params * _BYTES_PER_PARAMETER + num_nodes * sum(dims[1:]) * _BYTES_PER_ACTIVATION
+    check_fits_memory(f"TrainConfig.hidden = {hidden}" if hidden else "the model", need,
+                      "choose a smaller --hidden (or fewer --layers)")
 
 
 def resolve_placement(device, devices, partition) -> tuple[str, object, bool]:

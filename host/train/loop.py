@@ -25,7 +25,9 @@ from gnnweave.host.models import (
 )
 from gnnweave.host.sampling import MiniBatch, NeighborSampler, Prefetcher, seed_batches
 from gnnweave.host.timeline import Timeline
-from gnnweave.host.train.config import TrainConfig, check_outputs, resolve_hyperparameters
+from gnnweave.host.train.config import (
+    TrainConfig, check_model_fits, check_outputs, resolve_hyperparameters,
+)
 from gnnweave.host.train.report import aggregation_work, summarize
 
 
@@ -451,6 +453,7 @@ def run_training(config: TrainConfig, models: list | None = None) -> dict:
                          "(--out) to say where the checkpoint is")
     hp = resolve_hyperparameters(config, model_cls)
     data = prepare(config, model_cls)
+    check_model_fits(hp, config.layers, data.graph.num_nodes, data.x.shape[1], data.num_classes)
     name = getattr(data.dataset, "name", str(config.dataset))
     executors: dict[str, Executor] = {}
     dense = executor_for(config.device, executors, config.executor_options)

@@ -45,6 +45,28 @@ def test_help_lists_the_commands():
     (["build", "verilog", "--config", "nonesuch"], "unknown configuration 'nonesuch'"),
     (["build", "estimate", "--config", "nonesuch"], "unknown configuration 'nonesuch'"),
     (["build", "bitstream", "--board", "nosuch"], "unknown board 'nosuch'"),
+    (["train", "--dataset", "sbm:60:2", "--hidden", "100000000"],
+     "TrainConfig.hidden = 100000000: needs about"),
+    (["train", "--dataset", "sbm:60:2", "--nproc", "0"], "TrainConfig.nproc = 0: must be >= 1"),
+    (["train", "--dataset", "sbm:60:2", "--batch-size", "8", "--prefetch", "-1"],
+     "TrainConfig.prefetch = -1: must be >= 0"),
+    (["train", "--dataset", "sbm:60:2", "--cost-model", "."], "is a folder, not a cost model"),
+    (["plan", "--dataset", "sbm:60:2", "--devices", "cpu", "--cost-model", "."],
+     ".: is a folder, not a cost model JSON file"),
+    (["plan", "--dataset", "sbm:60:2", "--devices", "cpu", "--bandwidth-gbps", "0"],
+     "--bandwidth-gbps 0: must be > 0"),
+    (["plan", "--dataset", "sbm:60:2", "--devices", "cpu", "--latency-us", "-1"],
+     "--latency-us -1: must be a number >= 0"),
+    (["plan", "--dataset", "sbm:60:2", "--devices", "cpu", "--inter-group-gbps", "-2"],
+     "--inter-group-gbps -2: must be > 0"),
+    (["plan", "--dataset", "sbm:60:2", "--devices", "gpu=0"], "'gpu=0': SPEED and MEM_GB must be > 0"),
+    # refused before the simulated device's minutes-long native build
+    (["device", "run", "aggregate", "--dataset", "rmat:6:2", "--feat-dim", "100000"],
+     "feat_dim=100000: configuration 'small' takes 1..64"),
+    (["device", "run", "aggregate", "--dataset", "rmat:6:2", "--feat-dim", "4", "--reduce", "max",
+      "--config", "small-sum"], "reduce='max': configuration 'small-sum' is built with sum only"),
+    (["device", "run", "mac", "--rows", "4", "--cols", "4", "--depth", "4", "--config", "small-agg"],
+     "--config 'small-agg': the build has no MacArray"),
 ])
 def test_bad_arguments_give_one_line_errors(args, needle):
     rc, out, err = run_cli(*args)

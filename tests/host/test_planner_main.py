@@ -143,6 +143,11 @@ def test_plan_main_on_a_dataset_and_bad_input(tmp_path):
         plan_main(dataset=str(path), devices=["gpu", "gpu=2"])
     with pytest.raises(FileNotFoundError, match="not found"):
         plan_main("no-such-model", ["gpu"])
+    empty = tmp_path / "empty.npz"
+    np.savez(empty, x=np.zeros((0, 4), np.float32), y=np.zeros(0, np.int64),
+             edge_index=np.zeros((2, 0), np.int64))
+    with pytest.raises(ValueError, match="empty.npz: the graph has no nodes"):
+        plan_main(dataset=str(empty), devices=["gpu"])
 
 
 def test_plan_main_takes_every_dataset_spec_train_takes(tmp_path):
