@@ -134,21 +134,27 @@ def load_model(path) -> SavedModel:
 
 
 def from_training(config, trainer, engine, dataset_name: str) -> SavedModel:
-    """The model a :class:`~gnnweave.host.train.Trainer` holds now (its last completed
-    epoch), with what inference needs to run it as training evaluated it."""
+    """The model a :class:`~gnnweave.host.train.Trainer` reports, with what inference needs
+    to run it as training evaluated it: its last completed epoch, or with
+    ``select='best_val'`` the best validation epoch (where this run saw it: a run resumed
+    past that epoch keeps its last)."""
     m = trainer.model
     final = next((h for h in reversed(trainer.history) if "test_acc" in h), {})
+    params, test_acc, epochs = m.params, final.get("test_acc"), trainer.epoch
+    if config.select == "best_val" and trainer.best_params is not None:
+        params, test_acc, epochs = (trainer.best_params, trainer.best["test_acc"],
+                                    trainer.best["epoch"])
     shares = ({d: [int(lo), int(hi)] for d, (_, (lo, hi)) in engine.shards.items()}
               if engine.shards else None)
     from gnnweave.host.train import params_digest
     return SavedModel(
         model=m.name, in_dim=int(m.in_dim), hidden=int(m.hidden), out_dim=int(m.out_dim),
-        layers=int(config.layers), params={k: np.array(v) for k, v in m.params.items()},
+        layers=int(config.layers), params={k: np.array(v) for k, v in params.items()},
         hyperparameters=dict(trainer.hp, optimizer=config.optimizer), seed=int(trainer.seed),
-        epochs_done=int(trainer.epoch), device=config.device,
+        epochs_done=int(epochs), device=config.device,
         devices=list(config.devices) if config.devices else None, shares=shares,
         executor_options=dict(config.executor_options),
         normalize_features=bool(config.normalize_features), sparse_input=config.sparse_input,
         dataset=config.dataset if isinstance(config.dataset, str) else dataset_name,
         dataset_sha256=dataset_sha256(trainer.data.dataset),
-        test_acc=final.get("test_acc"), params_sha256=params_digest(m.params))
+        test_acc=test_acc, params_sha256=params_digest(params))

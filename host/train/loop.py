@@ -214,6 +214,7 @@ class Trainer:
         self.epoch = 0
         self.history: list[dict] = []
         self.best = dict(val_acc=-1.0, test_acc=None, epoch=None)
+        self.best_params = None       # the parameters of the best validation epoch
         self.fingerprint = _fingerprint(config, hp, seed, dataset_name)
         self.full_layers = [LayerGraph(data.graph, data.graph.num_nodes)] * self.model.hops
         self.sampler = None
@@ -235,7 +236,7 @@ class Trainer:
         return dict(epoch=self.epoch, params=dict(self.model.params),
                     opt=dict(self.opt.state_arrays()), t=self.opt.t,
                     rng=self.rng.bit_generator.state, history=list(self.history),
-                    best=dict(self.best))
+                    best=dict(self.best), best_params=self.best_params)
 
     def checkpoint_path(self) -> Path | None:
         d = self.config.checkpoint_dir
@@ -370,6 +371,7 @@ class Trainer:
                     if stats["val_acc"] is not None and stats["val_acc"] > self.best["val_acc"]:
                         self.best = dict(val_acc=stats["val_acc"], test_acc=stats["test_acc"],
                                          epoch=e + 1)
+                        self.best_params = dict(self.model.params)   # replaced, not updated
                 self.history.append(stats)
                 self.epoch = e + 1
                 self._committed = self._snapshot()
@@ -391,7 +393,7 @@ class Trainer:
             # the live state may be mid-step: report (and keep) the last completed epoch
             snap = self._committed
             self.model.params, self.epoch, self.history = snap["params"], snap["epoch"], snap["history"]
-            self.best = snap["best"]
+            self.best, self.best_params = snap["best"], snap["best_params"]
         final = next((h for h in reversed(self.history) if "test_acc" in h), {})
         test_acc = (self.best["test_acc"] if cfg.select == "best_val" else final.get("test_acc"))
         return dict(seed=self.seed, test_acc=test_acc, val_acc=final.get("val_acc"),

@@ -161,3 +161,16 @@ def test_python_api_takes_the_command_lines_placement_words(tmp_path):
     assert set(model.result["shares"]) == {"fpga-emu", "cpu"}
     res = gnnweave.load_model(model.save(tmp_path / "m.npz")).predict()
     assert res.devices == ["fpga-emu", "cpu"] and res.test_acc == model.test_acc
+
+
+def test_best_val_saves_the_epoch_it_reports(tmp_path):
+    kw = dict(model="gcn", epochs=30, lr=0.5, progress=False)
+    best = gnnweave.train(SBM, select="best_val", **kw)
+    last = gnnweave.train(SBM, select="last", **kw)
+    chosen = best.result["seeds"][0]["best_val"]
+    assert chosen["epoch"] < 30 and best.test_acc == chosen["test_acc"] != last.test_acc
+    saved = gnnweave.load_model(best.save(tmp_path / "best.npz"))
+    assert saved.saved.epochs_done == chosen["epoch"]
+    assert saved.predict().test_acc == best.predict().test_acc == best.test_acc
+    assert gnnweave.load_model(last.save(tmp_path / "last.npz")).predict().test_acc == \
+        last.test_acc
