@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import NamedTuple
 
@@ -171,6 +172,14 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("gnnweave: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader stopped early (`gnnweave ... --json | head`): nothing went wrong here;
+        # point stdout at /dev/null so the interpreter's final flush does not fail again
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):     # stdout is not a file (captured): nothing to flush
+            pass
+        return 141
     except Exception:  # noqa: BLE001 - a bug: its traceback, then what to do about it
         import traceback
         traceback.print_exc()

@@ -19,4 +19,6 @@ def run(args) -> int:
         print_json({k: v for k, v in report.items() if k != "text"})
     else:
         print(report.get("text", ""))
+        if "out" in report:
+            print(f"wrote {report['out']}" + (f" and {report['plot']}" if "plot" in report else ""))
     return 0

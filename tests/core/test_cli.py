@@ -150,6 +150,16 @@ def test_a_bug_keeps_its_traceback_and_says_so(monkeypatch, capsys):
     assert err.strip().splitlines()[-1] == cli.BUG_HINT
 
 
+def test_a_reader_that_stops_early_is_not_a_bug():
+    # `gnnweave ... --json | head`: the pipe closes under the report
+    code = ("import sys; from gnnweave import cli; from gnnweave.host.commands import profile\n"
+            "def closed(args):\n    raise BrokenPipeError(32, 'Broken pipe')\n"
+            "profile.run = closed\nsys.exit(cli.main(['profile', '--devices', 'cpu']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 141 and proc.stderr == ""
+
+
 @pytest.mark.parametrize("args, needle", [
     (["profile", "--devices", "cpu", "--out", "{file}"], "--out {file}: is a file; give a folder"),
     (["train", "--dataset", "sbm:60:2", "--out", "{file}"], "--out {file}: is a file; give a folder"),
