@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from amaranth.hdl import Module, Signal
 from amaranth.lib import enum, stream, wiring
-from amaranth.lib.wiring import In, Out, connect
+from amaranth.lib.wiring import In, Out
 
 from gnnweave.contract import PIPELINE_STAGE_COUNTERS, names
 
+from .axi import SkidBuffer
 from .train_stage import TrainStage
 
 
@@ -105,16 +106,23 @@ class Pipeline(wiring.Component):
                 getattr(self, f"s{i}_grad_fire").eq(st.grad_out.valid & st.grad_out.ready),
                 getattr(self, f"s{i}_grad_data").eq(st.grad_out.payload),
             ]
-        for up, down in zip(stages[:-1], stages[1:]):
-            connect(m, up.act_out, down.act_in)
-            connect(m, down.grad_out, up.grad_in)
+        # every stream into or out of a stage passes a register slice: no path runs from
+        # one stage's logic into its neighbour's (or the unit's), in either direction
+        seg_shape = stages[0].act_out.payload.shape()
 
-        def forward(src, dst):
-            m.d.comb += [dst.valid.eq(src.valid), dst.payload.eq(src.payload), src.ready.eq(dst.ready)]
-        forward(self.act_in, stages[0].act_in)
-        forward(stages[-1].act_out, self.act_out)
-        forward(self.grad_in, stages[-1].grad_in)
-        forward(stages[0].grad_out, self.grad_out)
+        def slice_(name, src, dst):
+            m.submodules[name] = skid = SkidBuffer(seg_shape)
+            m.d.comb += [skid.i.valid.eq(src.valid), skid.i.payload.eq(src.payload),
+                         src.ready.eq(skid.i.ready),
+                         dst.valid.eq(skid.o.valid), dst.payload.eq(skid.o.payload),
+                         skid.o.ready.eq(dst.ready)]
+        for i, (up, down) in enumerate(zip(stages[:-1], stages[1:])):
+            slice_(f"act_link{i}", up.act_out, down.act_in)
+            slice_(f"grad_link{i}", down.grad_out, up.grad_in)
+        slice_("act_in_slice", self.act_in, stages[0].act_in)
+        slice_("act_out_slice", stages[-1].act_out, self.act_out)
+        slice_("grad_in_slice", self.grad_in, stages[-1].grad_in)
+        slice_("grad_out_slice", stages[0].grad_out, self.grad_out)
         busy = Signal()
         m.d.comb += busy.eq(sum(st.busy for st in stages) != 0)
         was_busy = Signal()
