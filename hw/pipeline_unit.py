@@ -52,10 +52,10 @@ outside 1..255, ``steps`` outside 1..65535, ``rows`` outside 1..max_rows, GPipe 
 microbatches than the stages' activation slots, any stage dimension zero, over the build
 or not chaining, a flag over 1, a shift over 63, a hyper-parameter over 16 bits, and any
 of the four buffers (``dx`` only when used) misaligned or too small. A read outside its
-buffer is refused by the port guard and a write outside its buffer is dropped
-(ADDR_FAULT: the run is aborted once its traffic is in, and the Pipeline is reset, so the
-host must load the weights again), so no access leaves the configured buffers whatever
-the register values. Status bits share the other units' positions: bit0 config_error,
+buffer is refused by the port guard and a write outside its buffer is dropped, with every
+write after it (ADDR_FAULT: the run stops a cycle later and is aborted once its traffic is
+in, and the Pipeline is reset, so the host must load the weights again), so no access
+leaves the configured buffers whatever the register values. Status bits share the other units' positions: bit0 config_error,
 bit3 addr_fault, bit4 axi_error.
 
 State kept between runs: master weights and MAC weights (loaded/stored by the weight
@@ -79,7 +79,7 @@ from amaranth.lib import enum, fifo
 from amaranth.lib.memory import Memory
 
 from .axi import BOUNDARY_BYTES, UnitCore, unit_bus
-from .blocks import RunControl
+from .blocks import ExtentCheck, RunControl
 from .dma import ReadPort, WritePort
 from .pipeline_writer import BandWriter, CheckedWriteQueue, WriteCompletion
 from .mac import MAC_INPUT_WIDTH, MacBusParams
@@ -290,9 +290,9 @@ class _RunSizes:
     ``n_rows`` (``n_total * rows``), per backward-ordered buffer the bytes of a microbatch
     (``mb_bytes``), the offset of a step's last microbatch (``last_off``) and the address
     steps of the backward order (``inner_delta`` within a step, ``step_delta`` into the
-    next), per buffer its end address and the bytes its rows span (``need``). ``start``
+    next), and per buffer an :class:`~.blocks.ExtentCheck` (:meth:`buffer_bad`). ``start``
     (held while ``~started``) begins; ``ready`` rises once every size and the registered
-    configuration check that reads them are valid (about 75 cycles)."""
+    configuration check that reads them are valid (about 70 cycles)."""
 
     def __init__(self, m: Module, cfg: dict, c, stages: int):
         aw = c.addr_width
@@ -309,25 +309,29 @@ class _RunSizes:
             sm = SerialMultiplier(a_width, b_width)
             m.submodules[f"size_{name}"] = sm
             return sm
-        # phase 1: N, microbatch bytes, the weights' span; 2: N * rows, last offsets;
-        # 3: the buffers' spans
+        # phase 1: N, microbatch bytes; 2: N * rows, last offsets; 3: each buffer's extent
+        # check (aligned, rows apart, the rows' span inside the buffer and the address space)
         n = mul("n_total", 16, 8)
         mb = {b: mul(f"{b}_mb_bytes", aw, 13) for b in ("logits", "grad", "dx")}
-        w_need = mul("w_need", aw, 13)
         n_rows = mul("n_rows", 24, 13)
         last = {b: mul(f"{b}_last_off", aw + 13, 8) for b in ("grad", "dx")}
-        need = {b: mul(f"{b}_need", aw, 37) for b in ("act", "logits", "grad", "dx")}
-        phase = Signal(range(8))
-        first = [n, w_need, *mb.values()]
+        self.extent = {}
+        for b in ("act", "logits", "grad", "dx", "w"):
+            check = ExtentCheck(addr_width=aw, bytes_per_beat=c.bytes_per_beat,
+                                rows_width=16 if b == "w" else 37, stride_width=len(cfg[f"{b}_stride"]))
+            m.submodules[f"{b}_extent"] = self.extent[b] = check
+            m.d.comb += [check.base.eq(cfg[f"{b}_addr"]), check.size.eq(cfg[f"{b}_size"]),
+                         check.stride.eq(cfg[f"{b}_stride"]),
+                         check.rows.eq(sel_d_in if b == "w" else n_rows.product)]
+        phase = Signal(range(6))
+        first = [n, *mb.values()]
         second = [n_rows, *last.values()]
-        m.d.comb += [n.a.eq(steps), n.b.eq(mbs), w_need.a.eq(cfg["w_stride"]), w_need.b.eq(sel_d_in - 1)]
+        m.d.comb += [n.a.eq(steps), n.b.eq(mbs)]
         m.d.comb += [x.a.eq(cfg[f"{b}_stride"]) for b, x in mb.items()]
         m.d.comb += [x.b.eq(rows) for x in mb.values()]
         m.d.comb += [n_rows.a.eq(n.product), n_rows.b.eq(rows)]
         m.d.comb += [x.a.eq(mb[b].product) for b, x in last.items()]
         m.d.comb += [x.b.eq(mbs - 1) for x in last.values()]
-        m.d.comb += [x.a.eq(cfg[f"{b}_stride"]) for b, x in need.items()]
-        m.d.comb += [x.b.eq(n_rows.product - 1) for x in need.values()]
         all_done = lambda ms: Cat(*(x.done for x in ms)).all()  # noqa: E731
         with m.If(self.start):
             m.d.sync += [phase.eq(1), self.started.eq(1)]
@@ -339,21 +343,20 @@ class _RunSizes:
         with m.Elif(phase == 2):
             with m.If(all_done(second)):
                 m.d.sync += phase.eq(3)
-                m.d.comb += [x.start.eq(1) for x in need.values()]
+                m.d.comb += [x.start.eq(1) for x in self.extent.values()]
         with m.Elif(phase == 3):
-            with m.If(all_done(need.values())):
+            with m.If(all_done(self.extent.values())):
                 m.d.sync += phase.eq(4)
-        with m.Elif((phase >= 4) & (phase < 7)):   # the derived sizes, each buffer's
-            m.d.sync += phase.eq(phase + 1)          # verdict and the check are registers
-        with m.Elif((phase == 7) & self.filled):
+        with m.Elif(phase == 4):       # the derived sizes below and the check are registers
+            m.d.sync += phase.eq(5)
+        with m.Elif((phase == 5) & self.filled):
             m.d.comb += self.ready.eq(1)
             m.d.sync += [phase.eq(0), self.started.eq(0)]
         self.n_total = n.product
         self.n_rows = n_rows.product
         self.mb_bytes = {b: x.product for b, x in mb.items()}
         self.last_off = {b: x.product for b, x in last.items()}
-        self.need_prod = {**{b: x.product for b, x in need.items()}, "w": w_need.product}
-        self.inner_delta, self.step_delta, self.end = {}, {}, {}
+        self.inner_delta, self.step_delta = {}, {}
         for b in ("grad", "dx"):
             # GPipe walks a step's microbatches down, then jumps to the next step's last
             self.inner_delta[b] = Signal(aw + 40, name=f"{b}_inner_delta")
@@ -361,9 +364,6 @@ class _RunSizes:
             m.d.sync += [self.inner_delta[b].eq(Mux(gpipe, -self.mb_bytes[b], self.mb_bytes[b])),
                          self.step_delta[b].eq(Mux(gpipe, self.mb_bytes[b] + (self.last_off[b] << 1),
                                                    self.mb_bytes[b]))]
-        for b in ("act", "logits", "grad", "dx", "w"):
-            self.end[b] = Signal(aw + 1, name=f"{b}_end")
-            m.d.sync += self.end[b].eq(cfg[f"{b}_addr"] + cfg[f"{b}_size"])
         # row offsets (row * stride) of the written buffers, a table filled in CHECK by
         # repeated addition (rows entries, one a cycle, beside the multipliers)
         self.tables = {}
@@ -395,19 +395,12 @@ class _RunSizes:
         return rp.data
 
     def buffer_bad(self, buf, cols, elem_bytes):
-        """The buffer cannot hold the run's rows of ``cols`` elements (or is misaligned),
-        as a register two cycles behind its operands (the row's bytes and the span, then
-        the verdict)."""
-        m, cfg, align = self.m, self.cfg, self.align
-        base, size, stride = cfg[f"{buf}_addr"], cfg[f"{buf}_size"], cfg[f"{buf}_stride"]
+        """The buffer cannot hold the run's rows of ``cols`` elements (or is misaligned):
+        its :class:`~.blocks.ExtentCheck`'s verdict, for rows of whole beats."""
         row_bytes = Signal(32, name=f"{buf}_row_bytes")
-        need = Signal(len(self.need_prod[buf]) + 1, name=f"{buf}_need")
-        bad = Signal(name=f"{buf}_bad")
-        m.d.sync += [row_bytes.eq(((cols * elem_bytes + align) >> self.beat_bits) << self.beat_bits),
-                     need.eq(self.need_prod[buf] + row_bytes),
-                     bad.eq(((base & align) != 0) | ((stride & align) != 0) | (stride < row_bytes) |
-                            (need > size) | (self.end[buf] >> self.aw != 0))]
-        return bad
+        self.m.d.sync += row_bytes.eq(((cols * elem_bytes + self.align) >> self.beat_bits) << self.beat_bits)
+        self.m.d.comb += self.extent[buf].row_bytes.eq(row_bytes)
+        return self.extent[buf].error
 
 
 class PipelineUnitCore(UnitCore):

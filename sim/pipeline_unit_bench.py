@@ -399,9 +399,10 @@ if cocotb is not None:
 
     @cocotb.test()
     async def write_fault(dut):
-        """The run's latched logits size cut to one row once the run is past its checks:
-        the second row's write is refused by the registered check (ADDR_FAULT), nothing is
-        written past that row, the run ends, and the next run is bit-exact."""
+        """The logits base moved to the buffer's last row once the run is past its checks
+        (a register of the unit's datapath): that row's write goes out, the next row's is
+        refused by the registered check (ADDR_FAULT), nothing is written past the buffer,
+        the run ends, and the next run is bit-exact."""
         tb, params = await _setup(dut)
         pb = unit_problem("1f1b-flush", seed=params.get("seed", 0) + 7, microbatches=2, steps=1)
         lay = TrainLayout(pb, BASE, tb.bus_bytes, dx=False)
@@ -413,7 +414,7 @@ if cocotb is not None:
         tb.load(lay.buffers["act"][0], lay.matrix_bytes("act", np.concatenate(pb.inputs), np.int16))
         logits_addr, logits_size, logits_stride = lay.buffers["logits"]
         tb.allow(read=[("act", *lay.buffers["act"][:2]), ("grad", *lay.buffers["grad"][:2])],
-                 write=[("logits row 0", logits_addr, logits_stride)])
+                 write=[("logits", logits_addr, logits_size)])
         tb.clear_bursts()
         await tb.program_regs(lay.registers())
         await tb.write_reg("ap_ctrl", AP_START)
@@ -424,7 +425,8 @@ if cocotb is not None:
                 break
         else:
             raise AssertionError("the run never read its input")
-        dut.top.core.run_logits_size.value = logits_stride
+        last_row = logits_addr + logits_size - logits_stride
+        dut.top.core.datapath.lg_base.value = last_row
         for _ in range(2000):
             ctrl = await tb.read_reg("ap_ctrl")
             if ctrl & AP_DONE:
@@ -436,7 +438,7 @@ if cocotb is not None:
         assert status >> 3 & 1, f"addr_fault not set (status 0x{status:x})"
         writes = [b for b in tb.bursts if b.kind == "write"]
         assert not tb.violations, tb.violations[:3]
-        assert all(logits_addr <= b.addr and b.addr + b.beats * tb.bus_bytes <= logits_addr + logits_stride
+        assert all(last_row <= b.addr and b.addr + b.beats * tb.bus_bytes <= logits_addr + logits_size
                    for b in writes), writes
         written = sum(b.beats for b in writes)
         res = await tb.train(lay)
