@@ -46,6 +46,8 @@ epoch with its momentum.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -152,7 +154,13 @@ class _PhaseRegister:
     """The sequencer's phase, one-hot (``now[p]``), and, set with it, a flag per group of
     phases (the op kinds, START, RUN, ...): registers, so no decode of the phase sits in
     front of the many signals they select (operand routing, core configuration, hold, the
-    sequencer's counters)."""
+    sequencer's counters).
+
+    A phase's logic is written in :meth:`block`; :meth:`go` there moves to another phase.
+    Each flag's next value is the OR of the moves into it, or its own value while its phase
+    does not move (one move per cycle: the blocks are exclusive), so a flag sits two
+    levels of logic behind the conditions of its moves, not behind a chain of them.
+    Call :meth:`finish` once every move is written."""
 
     GROUPS = {
         "f": (Phase.F_START, Phase.F_RUN), "dx": (Phase.DX_START, Phase.DX_RUN),
@@ -163,13 +171,32 @@ class _PhaseRegister:
 
     def __init__(self, m):
         self.m = m
-        names = sorted((v, k) for k, v in vars(Phase).items() if k.isupper())
-        self.now = [Signal(name=f"phase_is_{n.lower()}", init=p == Phase.IDLE) for p, n in names]
+        names = sorted((v, k.lower()) for k, v in vars(Phase).items() if k.isupper())
+        self.now = [Signal(name=f"phase_is_{n}", init=p == Phase.IDLE) for p, n in names]
         self.flag = {g: Signal(name=f"phase_{g}") for g in self.GROUPS}
+        self._into = [Signal(name=f"phase_into_{n}") for _, n in names]    # a move into p
+        self._leave = [Signal(name=f"phase_leave_{n}") for _, n in names]  # p moves
+        self._current = Phase.IDLE
+
+    @contextmanager
+    def block(self, phase: int):
+        """The logic of ``phase`` (taken while it is the phase)."""
+        outer, self._current = self._current, phase
+        with self.m.If(self.now[phase]):
+            yield
+        self._current = outer
 
     def go(self, phase: int):
-        self.m.d.sync += [flag.eq(p == phase) for p, flag in enumerate(self.now)] + [
-            flag.eq(phase in self.GROUPS[g]) for g, flag in self.flag.items()]
+        self.m.d.comb += [self._into[phase].eq(1), self._leave[self._current].eq(1)]
+
+    def finish(self):
+        m = self.m
+        for p, now in enumerate(self.now):
+            m.d.sync += now.eq(self._into[p] | (now & ~self._leave[p]))
+        for g, members in self.GROUPS.items():
+            into = Cat(*(self._into[p] for p in members)).any()
+            leave = Cat(*(self._leave[p] for p in members)).any()
+            m.d.sync += self.flag[g].eq(into | (self.flag[g] & ~leave))
 
 
 class TrainStage(wiring.Component):
@@ -663,7 +690,7 @@ class TrainStage(wiring.Component):
         ]
 
         # one phase flag is set at a time: each phase's block reads its own register
-        with m.If(ph.now[Phase.SETUP]):
+        with ph.block(Phase.SETUP):
             # the configuration is steady from start: its operands, product, N and the
             # constants registered from N (m_eff, window) settle
             m.d.sync += setup_left.eq(setup_left - 1)
@@ -671,7 +698,7 @@ class TrainStage(wiring.Component):
                 go(Phase.DECIDE)
             with m.Else():
                 m.d.sync += n_total.eq(n_prod)
-        with m.If(ph.now[Phase.DECIDE]):
+        with ph.block(Phase.DECIDE):
             with m.If(~settled):
                 pass
             with m.Elif(finished):
@@ -696,36 +723,36 @@ class TrainStage(wiring.Component):
                 go(Phase.U_RUN)
                 m.d.sync += [u_row.eq(0), u_word.eq(0), u_word_end.eq(words_last == 0),
                              u_row_end.eq(d_in_last == 0)]
-        with m.If(ph.now[Phase.F_START]):
+        with ph.block(Phase.F_START):
             go(Phase.F_RUN)
             m.d.sync += op_ver.eq(cur_ver)
             m.d.sync += ver_of_slot[op_slot].eq(cur_ver)
-        with m.If(ph.now[Phase.F_RUN]):
+        with ph.block(Phase.F_RUN):
             m.d.sync += op_ver.eq(cur_ver)
             with m.If(core_done):
                 go(Phase.DECIDE)
                 m.d.sync += [f_loc.eq(f_loc + 1), ahead.eq(ahead_up), f_mb.eq(f_mb_next),
                              ops_done.eq(ops_done + 1),
                              mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
-        with m.If(ph.now[Phase.DX_START]):
+        with ph.block(Phase.DX_START):
             go(Phase.DX_RUN)
-        with m.If(ph.now[Phase.DX_RUN]):
+        with ph.block(Phase.DX_RUN):
             with m.If(core_done):
                 m.d.sync += [mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
                 with m.If(self.dx_first):
                     go(Phase.DW_START)
                 with m.Else():
                     finish_backward()
-        with m.If(ph.now[Phase.DW_START]):
+        with ph.block(Phase.DW_START):
             go(Phase.DW_RUN)
-        with m.If(ph.now[Phase.DW_RUN]):
+        with ph.block(Phase.DW_RUN):
             with m.If(core_done):
                 m.d.sync += [mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
                 with m.If(self.dx_first):
                     finish_backward()
                 with m.Else():
                     go(Phase.DX_START)
-        with m.If(ph.now[Phase.U_RUN]):
+        with ph.block(Phase.U_RUN):
             m.d.comb += u_issue.eq(~dw_busy)
             with m.If(~dw_busy):
                 m.d.sync += [u_word.eq(u_word + 1), u_word_end.eq(u_word + 1 == words_last)]
@@ -734,7 +761,7 @@ class TrainStage(wiring.Component):
                                  u_row_end.eq(u_row + 1 == d_in_last)]
                     with m.If(u_row_end):
                         go(Phase.U_DRAIN)
-        with m.If(ph.now[Phase.U_DRAIN]):
+        with ph.block(Phase.U_DRAIN):
             # once the last word is written (and counted) the new version becomes current
             with m.If(~sgd.busy & ~u_q):      # u_q: a word entering the SGD pipeline now
                 go(Phase.DECIDE)
@@ -745,10 +772,11 @@ class TrainStage(wiring.Component):
                     m.d.sync += [f_loc.eq(0), b_loc.eq(0), ahead.eq(0), base.eq(step_base),
                                  f_mb.eq(step_base), b_mb.eq(step_b_mb),
                                  step_idx.eq(step_idx + 1)]
-        with m.If(ph.now[Phase.DONE]):
+        with ph.block(Phase.DONE):
             go(Phase.IDLE)
             m.d.sync += running.eq(0)
             m.d.comb += self.done.eq(1)
+        ph.finish()
         with m.If(sgd.sat_valid):
             m.d.sync += sats.eq(sats + sgd.sat_count)
         # the last U of a synchronous run is followed by a DECIDE that finds step_idx == steps
