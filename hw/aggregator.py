@@ -6,7 +6,7 @@
 Microarchitecture (one AXI4 manager port, reads and writes in flight at once); each box
 is a component of its own (``hw/aggregator_*.py``), wired with ``connect()``::
 
-    indptr ─┐  StreamReader x3   register   EdgeWalk ──> RowAddress ──> row ids ──> RowGather
+    indptr ─┐ ElementReader x3  register   EdgeWalk ──> RowAddress ──> row ids ──> RowGather
     indices ├─ (INCR bursts,  ──> slices ──>    │        (DSP tiles)                (bursts)
     weights ┘   credits)                        └─> descriptors ─> ReciprocalPipe      │
                                                                       │             row FIFO
@@ -55,10 +55,10 @@ from .aggregator_drain import Drain
 from .aggregator_gather import RowAddress, RowGather, row_bursts_layout
 from .aggregator_output import OutputStage
 from .aggregator_reduce import Reduce
-from .aggregator_walk import EdgeWalk, StreamRegister, descriptor_layout
+from .aggregator_walk import EdgeWalk, descriptor_layout
 from .axi import BusParams, UnitCore
-from .blocks import EventCounters, RunControl
-from .dma import ReadPort, StreamReader, WritePort, read_request_layout
+from .blocks import ElementReader, EventCounters, RunControl, StreamRegister
+from .dma import ReadPort, WritePort, read_request_layout
 from gnnweave.contract import AGGREGATOR_CONFIG_REGISTERS as CONFIG_REGISTERS  # noqa: F401
 from gnnweave.contract import AGGREGATOR_STATUS_REGISTERS as STATUS_REGISTERS  # noqa: F401
 from gnnweave.contract import AggregatorStatus as Status  # noqa: F401
@@ -205,12 +205,10 @@ class AggregatorCore(UnitCore):
         # logic and the guard's adders out of the arbitration (the ECP5 critical path)
         read_port = ReadPort(self.bus, num_clients=4, registered_requests=True)
         write_port = WritePort(self.bus, beat_depth=W_BEATS, address_depth=4)
-        ptr_reader = StreamReader(addr_width=aw, data_width=c.bus_width, elem_width=32,
-                                  fifo_beats=c.meta_fifo_beats, max_burst=c.meta_burst_beats)
-        idx_reader = StreamReader(addr_width=aw, data_width=c.bus_width, elem_width=32,
-                                  fifo_beats=c.meta_fifo_beats, max_burst=c.meta_burst_beats)
-        w_reader = StreamReader(addr_width=aw, data_width=c.bus_width, elem_width=ew,
-                                fifo_beats=c.meta_fifo_beats, max_burst=c.meta_burst_beats)
+        ptr_reader, idx_reader, w_reader = (
+            ElementReader(addr_width=aw, data_width=c.bus_width, elem_width=width,
+                          fifo_beats=c.meta_fifo_beats, max_burst=c.meta_burst_beats)
+            for width in (32, 32, ew))
         row_fifo = fifo.SyncFIFOBuffered(width=c.bus_width, depth=c.reads_in_flight)
         row_address = RowAddress(addr_width=aw, bytes_per_beat=bpb, max_beats=maxb)
         id_slots = row_address.latency + 4
@@ -391,6 +389,12 @@ class AggregatorCore(UnitCore):
             "edges": edge_pulse, "rejected_indices": rejected_pulse,
             "saturations": saturated_now,
         }
+        # the walk's pulses come from its deepest decisions: they reach the counters'
+        # adders from a register (a cycle late; the walk ends long before the run does)
+        for name in ("edges", "rejected_indices"):
+            late = Signal(name=f"{name}_pulse")
+            m.d.sync += late.eq(increments[name])
+            increments[name] = late
         m.submodules.counters = counters = EventCounters(
             {name: (len(self.stat[name]), len(Value.cast(inc))) for name, inc in increments.items()})
         m.d.comb += [counters.clear.eq(run.accept), counters.enable.eq(busy)]

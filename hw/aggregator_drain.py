@@ -85,6 +85,8 @@ class Drain(wiring.Component):
         # d_beat is its row's last / starts a burst: flip-flops, each way d_beat can go
         # compared a cycle ahead (no reset: they follow d_beat and the row through CHECK)
         go = Signal()
+        # credits != 0, a flip-flop decided a cycle ahead (go only chooses among outcomes)
+        has_credit = Signal(init=self.credits != 0)
         d_last, needs_aw = Signal(reset_less=True), Signal(reset_less=True)
         ends_first = d_beat + 1 == first_len
         m.d.sync += [
@@ -94,15 +96,17 @@ class Drain(wiring.Component):
         ]
         m.d.comb += [
             # the first row's address is set up in the cycle after launch
-            go.eq(self.bank.ready & ~launched & (credits != 0) & (~needs_aw | self.aw.ready)),
+            go.eq(self.bank.ready & ~launched & has_credit & (~needs_aw | self.aw.ready)),
             advance.eq(launched | (go & d_last)),
-            self.aw.valid.eq(self.bank.ready & ~launched & (credits != 0) & needs_aw),
+            self.aw.valid.eq(self.bank.ready & ~launched & has_credit & needs_aw),
             self.aw.payload.addr.eq(Mux(d_beat == 0, out_row_addr, second_addr)),
             self.aw.payload.len.eq(Mux(d_beat == 0, first_len_m1, second_len_m1)),
             self.bank.beat.eq(d_beat),
             self.bank.release.eq(go & d_last),
         ]
-        m.d.sync += credits.eq(credits - go + self.beat_done)
+        m.d.sync += [credits.eq(credits - go + self.beat_done),
+                     has_credit.eq(Mux(go & ~self.beat_done, credits != 1,
+                                       Mux(~go & self.beat_done, 1, credits != 0)))]
         with m.If(go):
             m.d.sync += d_beat.eq(d_beat + 1)
             with m.If(d_last):

@@ -16,7 +16,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .aggregator_walk import StreamRegister
+from .blocks import StreamRegister
 from .arith import PipelinedMultiplier
 from .dma import beats_to_boundary, read_request_layout
 
@@ -116,21 +116,33 @@ class RowGather(wiring.Component):
         burst_addr, burst_len = Signal(self.aw, reset_less=True), Signal(beats)
         burst_len_m1 = Signal(8, reset_less=True)         # AxLEN, kept beside the length
         next_addr, next_len = Signal(self.aw, reset_less=True), Signal(beats)
-        m.d.comb += [out.i.valid.eq(busy & (credits >= burst_len)),
+        # credits >= burst_len, a flip-flop: compared a cycle ahead on the values both
+        # take next, so the issue and the row buffer's pop start from registers
+        enough = Signal(init=1)
+        last_burst = Signal(init=1, reset_less=True)       # next_len == 0, likewise
+        m.d.comb += [out.i.valid.eq(busy & enough),
                      out.i.payload.addr.eq(burst_addr), out.i.payload.len.eq(burst_len_m1)]
         issue = out.i.valid & out.i.ready
-        m.d.sync += credits.eq(credits - Mux(issue, burst_len, 0) + self.freed)
-        finishing = issue & (next_len == 0)
+        credits_next = Signal.like(credits)
+        burst_len_next = Signal.like(burst_len)
+        m.d.comb += [credits_next.eq(credits - Mux(issue, burst_len, 0) + self.freed),
+                     burst_len_next.eq(burst_len)]
+        m.d.sync += [credits.eq(credits_next), burst_len.eq(burst_len_next),
+                     enough.eq(credits_next >= burst_len_next)]
+        finishing = issue & last_burst
         load = self.bursts.valid & (~busy | finishing)
         m.d.comb += self.bursts.ready.eq(load)
         with m.If(issue):
-            m.d.sync += [burst_addr.eq(next_addr), burst_len.eq(next_len),
-                         burst_len_m1.eq(next_len - 1), next_len.eq(0)]
+            m.d.comb += burst_len_next.eq(next_len)
+            m.d.sync += [burst_addr.eq(next_addr), burst_len_m1.eq(next_len - 1),
+                         next_len.eq(0), last_burst.eq(1)]
             with m.If(finishing):
                 m.d.sync += busy.eq(0)
         row = self.bursts.payload
         with m.If(load):
-            m.d.sync += [busy.eq(1), burst_addr.eq(row.first_addr), burst_len.eq(row.first_len),
+            m.d.comb += burst_len_next.eq(row.first_len)
+            m.d.sync += [busy.eq(1), burst_addr.eq(row.first_addr),
                          burst_len_m1.eq(row.first_len - 1),
-                         next_addr.eq(row.second_addr), next_len.eq(row.second_len)]
+                         next_addr.eq(row.second_addr), next_len.eq(row.second_len),
+                         last_burst.eq(row.second_len == 0)]
         return m

@@ -24,7 +24,8 @@ from amaranth.lib.wiring import In, Out
 
 from gnnweave.fixed import MEAN_RECIP_BITS
 
-from .aggregator_walk import StreamRegister, descriptor_layout
+from .aggregator_walk import descriptor_layout
+from .blocks import StreamRegister
 
 
 def bank_entries(max_beats: int) -> int:
@@ -118,8 +119,14 @@ class Reduce(wiring.Component):
                                                   beat_no + 1 == self.row_last_beat),
                                      beat_no == self.row_last_beat))
 
+        # the next cycle's `filled` and `dbank`, for the drain's ready register
+        filled_next, dbank_next = Signal(2), Signal()
+        m.d.comb += [filled_next.eq(filled), dbank_next.eq(dbank)]
+        m.d.sync += [filled.eq(filled_next), dbank.eq(dbank_next)]
+
         def close_bank():
-            return [filled.bit_select(bank, 1).eq(1), bank.eq(~bank), first.eq(1),
+            m.d.comb += filled_next.bit_select(bank, 1).eq(1)
+            return [bank.eq(~bank), first.eq(1),
                     bank_zero[bank].eq(head.payload.desc.empty),
                     bank_recip[bank].eq(head.payload.recip)]
 
@@ -141,12 +148,16 @@ class Reduce(wiring.Component):
         entry = index(beat_no, bank)
         s2_new = self._multiply_accumulate(m, acc, row_pop, entry, first, head.payload.desc.weight)
 
-        # the drain side: a closed bank is ready once none of its products is in flight
+        # the drain side: a closed bank is ready once none of its products is in flight; a
+        # flip-flop, from the values its terms take next (the drain's go starts from it)
         with m.If(self.bank.release):
-            m.d.sync += [filled.bit_select(dbank, 1).eq(0), dbank.eq(~dbank)]
+            m.d.comb += [filled_next.bit_select(dbank, 1).eq(0), dbank_next.eq(~dbank)]
+        ready = Signal()
+        m.d.sync += ready.eq(filled_next.bit_select(dbank_next, 1) &
+                             ~self._in_flight_next.bit_select(dbank_next, 1))
         drain_read = acc.read_port(domain="comb")
         m.d.comb += [
-            self.bank.ready.eq(filled.bit_select(dbank, 1) & ~self._in_flight.bit_select(dbank, 1)),
+            self.bank.ready.eq(ready),
             self.bank.zero.eq(bank_zero[dbank]), self.bank.recip.eq(bank_recip[dbank]),
             drain_read.addr.eq(index(self.bank.beat, dbank)),
             self.bank.data.eq(drain_read.data),
@@ -154,7 +165,7 @@ class Reduce(wiring.Component):
         return m
 
     def _multiply_accumulate(self, m, acc, valid, entry, first, weight):
-        """The product pipeline and the accumulate stage; sets :attr:`_in_flight` (per bank:
+        """The product pipeline and the accumulate stage; sets :attr:`_in_flight_next` (per bank:
         a product of it is in p1, p2 or s2) and drives ``busy``."""
         lanes, ew, acc_w = self.lanes, self.ew, self.acc_w
         depth = len(entry)
@@ -198,10 +209,10 @@ class Reduce(wiring.Component):
         m.d.comb += [write.addr.eq(s2_index), write.data.eq(new), write.en.eq(s2_valid)]
 
         # per bank, whether a product of it will be in p1, p2 or s2 next cycle
-        self._in_flight = Signal(2)
+        self._in_flight_next = Signal(2)
         bank_bit = depth - 1
         for b in range(2):
-            m.d.sync += self._in_flight[b].eq(
+            m.d.comb += self._in_flight_next[b].eq(
                 (valid & (entry[bank_bit] == b)) | (p1_valid & (p1_index[bank_bit] == b)) |
                 (p2_valid & (p2_index[bank_bit] == b)))
         m.d.comb += self.busy.eq(p1_valid | p2_valid | s2_valid)

@@ -1,38 +1,12 @@
-"""The Aggregator's edge walk, and the register slices in front of it."""
+"""The Aggregator's edge walk (the register slices in front of it are
+:class:`~.blocks.StreamRegister`, importable from here too)."""
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-
-class StreamRegister(wiring.Component):
-    """A register slice for one ``amaranth.lib.stream``: ``o`` leaves from flip-flops and
-    ``i.ready`` is a flip-flop too (a skid entry catches the element that arrives while
-    ``o`` is held), so no combinational path crosses it; one element per cycle.
-
-    Args:
-        shape: the payload shape.
-    """
-
-    def __init__(self, shape):
-        self._shape = shape
-        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
-
-    def elaborate(self, platform):
-        m = Module()
-        skid_valid = Signal()
-        skid = Signal(self._shape, reset_less=True)
-        main = Signal(self._shape, reset_less=True)
-        m.d.comb += [self.i.ready.eq(~skid_valid), self.o.payload.eq(main)]
-        with m.If(~self.o.valid | self.o.ready):           # the output register frees
-            with m.If(skid_valid):
-                m.d.sync += [main.eq(skid), self.o.valid.eq(1), skid_valid.eq(0)]
-            with m.Else():
-                m.d.sync += [main.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
-        with m.Elif(self.i.valid & self.i.ready):          # held: the skid entry takes it
-            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
-        return m
+from .blocks import StreamRegister  # noqa: F401  (importable from here too)
 
 
 def descriptor_layout(elem_width: int) -> data.StructLayout:
@@ -90,19 +64,29 @@ class EdgeWalk(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         ew, num_nodes, num_edges, use_weights = self.ew, self.num_nodes, self.num_edges, self.use_weights
-        state = Signal(_EdgeState)
+        # the state, and flags of it as flip-flops set from the next state (no decode of the
+        # state before the streams' ready)
+        state, state_next = Signal(_EdgeState), Signal(_EdgeState)
+        in_edges, in_skip = Signal(), Signal()     # EDGES; SKIP or TAIL
+        m.d.comb += state_next.eq(state)
+        m.d.sync += [state.eq(state_next), in_edges.eq(state_next == _EdgeState.EDGES),
+                     in_skip.eq((state_next == _EdgeState.SKIP) | (state_next == _EdgeState.TAIL))]
         node_next = Signal(32, init=1)  # the current node + 1 (compared, never added)
         pos = Signal(32)
         pos_next = Signal(32, init=1)   # pos + 1, counted beside it
+        pos_next2 = Signal(32, init=2)  # pos + 2, likewise
         target = Signal(32)             # end of the current node (or of the skip)
         node_count = Signal(32)         # valid edges of the current node
         held = Signal()                 # a valid edge waiting to learn whether it is last
         held_weight = Signal(signed(ew), reset_less=True)
         row_credits = Signal(range(self.row_slots + 1), init=self.row_slots)
         desc_credits = Signal(range(self.desc_slots + 1), init=self.desc_slots)
-        # flip-flops that say what a compare of counters would: pos == target, and room for
-        # a descriptor (each set a cycle ahead from each way its counters can go)
+        # flip-flops that say what a compare of counters would: pos == target,
+        # pos + 1 == target, room for a row and for a descriptor (each set a cycle ahead from
+        # each way its counters can go)
         at_target = Signal(init=1)
+        at_last = Signal()
+        row_room = Signal(init=self.row_slots != 0)
         can_emit = Signal(init=self.desc_slots != 0)
         emit, desc = self.descriptors.valid, self.descriptors.payload
 
@@ -111,7 +95,9 @@ class EdgeWalk(wiring.Component):
         weight_in = Mux(use_weights, wts.payload, 1)[:ew].as_signed()
         index_ok = idx.payload < num_nodes
         consume = Signal()
-        m.d.comb += [idx.ready.eq(consume), wts.ready.eq(consume & use_weights),
+        m.d.comb += [consume.eq(edge_ready & ((in_skip & ~at_target) |
+                                              (in_edges & row_room & can_emit))),
+                     idx.ready.eq(consume), wts.ready.eq(consume & use_weights),
                      self.rows.payload.eq(idx.payload), self.done.eq(state == _EdgeState.DONE)]
         # a pointer is read only where pos == target: min(max(p, pos), E) and whether the
         # node is empty come from comparators side by side, not one after another
@@ -122,47 +108,50 @@ class EdgeWalk(wiring.Component):
         node_empty = (p <= target) | (target == num_edges)
 
         def step_pos():
-            return [pos.eq(pos + 1), pos_next.eq(pos_next + 1), at_target.eq(pos_next == target)]
+            return [pos.eq(pos + 1), pos_next.eq(pos_next + 1), pos_next2.eq(pos_next2 + 1),
+                    at_target.eq(at_last), at_last.eq(pos_next2 == target)]
 
         def to_tail():          # from pos == target: the rest of the stream is discarded
-            return [state.eq(_EdgeState.TAIL), target.eq(num_edges),
-                    at_target.eq(target == num_edges)]
+            m.d.comb += state_next.eq(_EdgeState.TAIL)
+            return [target.eq(num_edges), at_target.eq(target == num_edges),
+                    at_last.eq(pos_next == num_edges)]
 
         with m.Switch(state):
             with m.Case(_EdgeState.FIRST_PTR):
                 with m.If(self.run & ptr.valid):
-                    m.d.comb += ptr.ready.eq(1)
+                    m.d.comb += [ptr.ready.eq(1), state_next.eq(_EdgeState.SKIP)]
                     # pos is 0 here and target 0, so no pointer lies behind it
-                    m.d.sync += [target.eq(clamped), state.eq(_EdgeState.SKIP),
-                                 at_target.eq(Mux(p_beyond, num_edges == 0, p == 0))]
+                    m.d.sync += [target.eq(clamped),
+                                 at_target.eq(Mux(p_beyond, num_edges == 0, p == 0)),
+                                 at_last.eq(Mux(p_beyond, num_edges == 1, p == 1))]
                     with m.If(p != 0):
                         m.d.sync += self.bad_indptr.eq(1)
             with m.Case(_EdgeState.SKIP, _EdgeState.TAIL):
                 with m.If(at_target):
                     with m.If(state == _EdgeState.TAIL):
-                        m.d.sync += state.eq(_EdgeState.DONE)
+                        m.d.comb += state_next.eq(_EdgeState.DONE)
                     with m.Elif(num_nodes == 0):
                         m.d.sync += to_tail()
                     with m.Else():
-                        m.d.sync += state.eq(_EdgeState.NEXT_PTR)
+                        m.d.comb += state_next.eq(_EdgeState.NEXT_PTR)
                 with m.Elif(edge_ready):
-                    m.d.comb += consume.eq(1)
                     m.d.sync += step_pos()
             with m.Case(_EdgeState.NEXT_PTR):
                 with m.If(ptr.valid):
-                    m.d.comb += ptr.ready.eq(1)
+                    m.d.comb += [ptr.ready.eq(1),
+                                 state_next.eq(Mux(node_empty, _EdgeState.CLOSE, _EdgeState.EDGES))]
                     # pos == target here: the new target is pos exactly when the node is empty
-                    m.d.sync += [target.eq(clamped), node_count.eq(0), at_target.eq(node_empty)]
-                    m.d.sync += state.eq(Mux(node_empty, _EdgeState.CLOSE, _EdgeState.EDGES))
+                    m.d.sync += [target.eq(clamped), node_count.eq(0), at_target.eq(node_empty),
+                                 at_last.eq(~p_behind & Mux(p_beyond, pos_next == num_edges,
+                                                            pos_next == p))]
                     last_ptr = node_next == num_nodes
                     with m.If(p_behind | p_beyond | (last_ptr & (p != num_edges))):
                         m.d.sync += self.bad_indptr.eq(1)
             with m.Case(_EdgeState.EDGES):
-                with m.If(edge_ready & (row_credits != 0) & can_emit):
-                    m.d.comb += consume.eq(1)
+                with m.If(consume):
                     m.d.sync += step_pos()
-                    with m.If(pos_next == target):
-                        m.d.sync += state.eq(_EdgeState.CLOSE)
+                    with m.If(at_last):
+                        m.d.comb += state_next.eq(_EdgeState.CLOSE)
                     with m.If(index_ok):
                         m.d.comb += [self.rows.valid.eq(1), self.edge.eq(1)]
                         m.d.sync += [held.eq(1), held_weight.eq(weight_in),
@@ -179,8 +168,11 @@ class EdgeWalk(wiring.Component):
                     with m.If(node_next == num_nodes):
                         m.d.sync += to_tail()
                     with m.Else():
-                        m.d.sync += state.eq(_EdgeState.NEXT_PTR)
-        m.d.sync += [row_credits.eq(row_credits - self.rows.valid + self.row_done),
+                        m.d.comb += state_next.eq(_EdgeState.NEXT_PTR)
+        rows_out = self.rows.valid
+        m.d.sync += [row_credits.eq(row_credits - rows_out + self.row_done),
+                     row_room.eq(Mux(rows_out & ~self.row_done, row_credits != 1,
+                                     Mux(~rows_out & self.row_done, 1, row_credits != 0))),
                      desc_credits.eq(desc_credits - emit + self.desc_done),
                      can_emit.eq(Mux(emit & ~self.desc_done, desc_credits != 1,
                                      Mux(~emit & self.desc_done, 1, desc_credits != 0)))]

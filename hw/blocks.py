@@ -14,9 +14,12 @@ Each is a small :class:`~amaranth.lib.wiring.Component`; where data flows it is 
   inside ``size`` and the address space; the product by shift-and-add (no DSP), over the
   cycles of the CHECK state.
 * :class:`BurstGenerator` — a run of consecutive beats cut into INCR bursts of at most
-  ``max_burst`` beats that never cross 4 KiB, one burst per cycle.
+  ``max_burst`` beats that never cross 4 KiB, one every two cycles.
+* :class:`StreamRegister` — a register slice of one stream: no combinational path across.
 * :class:`RegisteredFIFO` — a stream FIFO in block or LUT RAM whose ``level``, ``w.ready``
   and ``r.valid`` are flip-flops, each decided a cycle ahead.
+* :class:`ElementReader` — ``count`` elements from memory: bursts from a
+  :class:`BurstGenerator`, credits for every beat, the beats unpacked into an element stream.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -290,14 +293,15 @@ def burst_out_layout(addr_width: int) -> data.StructLayout:
 
 
 class BurstGenerator(wiring.Component):
-    """Cuts a run of beats into AXI INCR bursts, one burst per cycle.
+    """Cuts a run of beats into AXI INCR bursts, one every two cycles (each is sized from
+    registers in one cycle and leaves from registers in the next).
 
     Each burst is the longest of: the beats left, ``max_burst``, the beats to the next
     4 KiB boundary. A run of zero beats gives no burst.
 
     Ports:
-        cmd: In stream of :func:`burst_command_layout` (taken when the previous run's last
-            burst leaves).
+        cmd: In stream of :func:`burst_command_layout` (taken once the previous run's last
+            burst has left: ``ready`` is a flip-flop).
         bursts: Out stream of :func:`burst_out_layout`.
 
     Args:
@@ -321,29 +325,72 @@ class BurstGenerator(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        shift = self.bpb.bit_length() - 1
+        shift, mb = self.bpb.bit_length() - 1, self.max_burst
         addr = Signal(self.aw, reset_less=True)
-        left = Signal(self.cw)
-        # beats to the page end: 1 .. 4096 / bytes_per_beat
-        to_page = Signal(range(BOUNDARY_BYTES // self.bpb + 1))
-        m.d.comb += to_page.eq((BOUNDARY_BYTES - addr[:12]) >> shift)
-        # min(left, to_page, max_burst), each compare on a signal of its own (a compare
-        # against `beats` itself would be a combinational loop)
-        capped = Signal(range(self.max_burst + 1))
-        beats = Signal(range(self.max_burst + 1))
-        m.d.comb += [capped.eq(Mux(to_page < self.max_burst, to_page, self.max_burst)),
-                     beats.eq(Mux(left < capped, left, capped))]
-        m.d.comb += [self.bursts.valid.eq(left != 0),
+        left = Signal(self.cw, reset_less=True)
+        left_m1 = Signal(self.cw, reset_less=True)        # left - 1, counted beside it
+        has_left = Signal()                               # left != 0
+        # a burst is sized in one cycle (registers in, registers out) and leaves in the next
+        sized = Signal()
+        beats_r = Signal(range(mb + 1), reset_less=True)
+        len_r, last_r = Signal(8, reset_less=True), Signal(reset_less=True)
+        # the beats to the page end minus one are the inverted beat address in the page
+        page_m1 = ~addr[shift:12]
+        if mb & (mb - 1) == 0 and 1 < mb and mb.bit_length() - 1 <= len(page_m1):
+            k = mb.bit_length() - 1      # a power of two: page_m1 < mb - 1 from bits, no carry
+            short = (page_m1[k:] == 0) & (page_m1[:k] != mb - 1)
+        else:
+            short = page_m1 < mb - 1
+        cap_m1 = Signal(range(mb))                        # min(page, max_burst) - 1
+        m.d.comb += cap_m1.eq(Mux(short, page_m1, mb - 1))
+        bits = len(cap_m1)
+        last = (left_m1[bits:] == 0) & (left_m1[:bits] <= cap_m1)   # left <= the cap
+        m.d.comb += [self.bursts.valid.eq(has_left & sized),
                      self.bursts.payload.addr.eq(addr),
-                     self.bursts.payload.len.eq(beats - 1),
-                     self.bursts.payload.last.eq(left == beats)]
+                     self.bursts.payload.len.eq(len_r),
+                     self.bursts.payload.last.eq(last_r),
+                     self.cmd.ready.eq(~has_left)]
         leaving = self.bursts.valid & self.bursts.ready
-        # a new run is taken once the last burst of the one before leaves
-        m.d.comb += self.cmd.ready.eq((left == 0) | (leaving & self.bursts.payload.last))
         with m.If(self.cmd.valid & self.cmd.ready):
-            m.d.sync += [addr.eq(self.cmd.payload.addr), left.eq(self.cmd.payload.beats)]
+            beats = self.cmd.payload.beats
+            m.d.sync += [addr.eq(self.cmd.payload.addr), left.eq(beats), left_m1.eq(beats - 1),
+                         has_left.eq(beats != 0), sized.eq(0)]
         with m.Elif(leaving):
-            m.d.sync += [addr.eq(addr + (beats << shift)), left.eq(left - beats)]
+            m.d.sync += [addr.eq(addr + (beats_r << shift)), left.eq(left - beats_r),
+                         left_m1.eq(left_m1 - beats_r), has_left.eq(~last_r), sized.eq(0)]
+        with m.Elif(has_left & ~sized):
+            m.d.sync += [sized.eq(1), last_r.eq(last),
+                         len_r.eq(Mux(last, left_m1[:bits], cap_m1)),
+                         beats_r.eq(Mux(last, left[:len(beats_r)], cap_m1 + 1))]
+        return m
+
+
+class StreamRegister(wiring.Component):
+    """A register slice for one ``amaranth.lib.stream``: ``o`` leaves from flip-flops and
+    ``i.ready`` is a flip-flop too (a skid entry catches the element that arrives while
+    ``o`` is held), so no combinational path crosses it; one element per cycle.
+
+    Args:
+        shape: the payload shape.
+    """
+
+    def __init__(self, shape):
+        self._shape = shape
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        skid_valid = Signal()
+        skid = Signal(self._shape, reset_less=True)
+        main = Signal(self._shape, reset_less=True)
+        m.d.comb += [self.i.ready.eq(~skid_valid), self.o.payload.eq(main)]
+        with m.If(~self.o.valid | self.o.ready):           # the output register frees
+            with m.If(skid_valid):
+                m.d.sync += [main.eq(skid), self.o.valid.eq(1), skid_valid.eq(0)]
+            with m.Else():
+                m.d.sync += [main.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
+        with m.Elif(self.i.valid & self.i.ready):          # held: the skid entry takes it
+            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
         return m
 
 
@@ -416,3 +463,128 @@ class RegisteredFIFO(wiring.Component):
         with m.Elif(pop & ~push):
             m.d.sync += [level.eq(level - 1), w_ready.eq(1)]
         return m
+
+
+def read_response_layout(data_width: int) -> data.StructLayout:
+    """One R beat routed to a read client (as :class:`~.dma.ReadPort` gives it)."""
+    return data.StructLayout({"valid": 1, "data": data_width, "last": 1})
+
+
+class ElementReader(wiring.Component):
+    """Streams ``count`` elements of ``elem_width`` bits from a beat-aligned ``base``: a
+    :class:`BurstGenerator` cuts the beats into bursts, a credit gate lets a burst out
+    only when the beat FIFO (a :class:`RegisteredFIFO`) has room for all of it (so R is
+    never stalled), and the beats are unpacked, least significant element first.
+
+    Every decision starts from flip-flops: the bursts pass a register slice before the
+    credit compare, the unpacker holds the current and the next beat in registers of its
+    own, so the FIFO's pop is a flip-flop, and the element count's compares are flags set
+    a cycle ahead. A burst every two cycles, an element
+    every cycle.
+
+    Ports:
+        start: In, one cycle: latch ``base`` and ``count`` (while idle).
+        base, count: In, the first byte (beat aligned) and the elements to read.
+        request: Out stream of :func:`~.dma.read_request_layout` (for a read port client).
+        response: In, :func:`read_response_layout`: this client's R beats.
+        elements: Out stream, exactly ``count`` elements after each ``start``.
+        done: Out, every element of the run delivered.
+
+    Args:
+        addr_width, data_width, elem_width: the bus and the element (``elem_width`` a
+            multiple of 8 dividing ``data_width``).
+        fifo_beats: beats the FIFO holds (and bursts in flight at most).
+        max_burst: beats per burst, at most ``fifo_beats``.
+    """
+
+    def __init__(self, *, addr_width: int, data_width: int, elem_width: int,
+                 fifo_beats: int = 32, max_burst: int = 16):
+        if elem_width % 8 or data_width % elem_width:
+            raise ValueError(f"elem_width {elem_width!r} must be a multiple of 8 dividing "
+                             f"data_width {data_width!r}")
+        if not 1 <= max_burst <= fifo_beats:
+            raise ValueError(f"max_burst must be in 1..fifo_beats ({fifo_beats}), "
+                             f"not {max_burst!r}")
+        self.aw, self.dw, self.ew = addr_width, data_width, elem_width
+        self.fifo_beats, self.max_burst = fifo_beats, max_burst
+        request = data.StructLayout({"addr": addr_width, "len": 8})
+        super().__init__({
+            "start": In(1), "base": In(addr_width), "count": In(32),
+            "request": Out(stream.Signature(request)),
+            "response": In(read_response_layout(data_width)),
+            "elements": Out(stream.Signature(elem_width)),
+            "done": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        bpb, per_beat = self.dw // 8, self.dw // self.ew
+        shift = bpb.bit_length() - 1
+        m.submodules.bursts = bursts = BurstGenerator(
+            addr_width=self.aw, bytes_per_beat=bpb, max_burst=self.max_burst, count_width=34)
+        m.submodules.burst_slice = burst_slice = StreamRegister(burst_out_layout(self.aw))
+        m.submodules.beats = beats = RegisteredFIFO(self.dw, self.fifo_beats)
+        wiring.connect(m, bursts.bursts, burst_slice.i)
+
+        # the run: its beats, from the count, into the generator's command register
+        cmd_valid = Signal()
+        with m.If(self.start):
+            total = self.count * (self.ew // 8) + bpb - 1
+            m.d.sync += [cmd_valid.eq(1), bursts.cmd.payload.addr.eq(self.base),
+                         bursts.cmd.payload.beats.eq(total >> shift)]
+        with m.Elif(bursts.cmd.ready):
+            m.d.sync += cmd_valid.eq(0)
+        m.d.comb += bursts.cmd.valid.eq(cmd_valid)
+
+        # credit gate: a burst leaves when the FIFO has room for its beats
+        credits = Signal(range(self.fifo_beats + 1), init=self.fifo_beats)
+        head = burst_slice.o
+        room = credits > head.payload.len
+        m.d.comb += [self.request.valid.eq(head.valid & room),
+                     self.request.payload.addr.eq(head.payload.addr),
+                     self.request.payload.len.eq(head.payload.len),
+                     head.ready.eq(self.request.ready & room)]
+        issue = self.request.valid & self.request.ready
+        fetched = beats.r.valid & beats.r.ready
+        m.d.sync += credits.eq(credits - Mux(issue, head.payload.len + 1, 0) + fetched)
+        m.d.comb += [beats.w.valid.eq(self.response.valid),
+                     beats.w.payload.eq(self.response.data)]
+        self._unpack(m, beats.r, per_beat)
+        return m
+
+    def _unpack(self, m, fifo_out, per_beat: int):
+        """The current beat in a register, one element a cycle from it, and the next beat in
+        a second register: the FIFO is popped whenever that one is free (a flip-flop), never
+        from the consumer's ready."""
+        cur_valid, nxt_valid = Signal(), Signal()
+        cur, nxt = Signal(self.dw, reset_less=True), Signal(self.dw, reset_less=True)
+        sel = Signal(range(per_beat))
+        sel_last = Signal(init=per_beat == 1)            # sel == per_beat - 1
+        elems_left = Signal(32)
+        has_elems, last_elem = Signal(), Signal()        # elems_left != 0, == 1
+        take = self.elements.valid & self.elements.ready
+        beat_done = take & (sel_last | last_elem)
+        fetched = fifo_out.valid & ~nxt_valid
+        m.d.comb += [
+            self.elements.valid.eq(cur_valid & has_elems),
+            self.elements.payload.eq(cur.word_select(sel, self.ew)),
+            fifo_out.ready.eq(~nxt_valid),
+            self.done.eq(~has_elems),
+        ]
+        with m.If(beat_done | ~cur_valid):               # the current beat frees
+            with m.If(nxt_valid):
+                m.d.sync += [cur.eq(nxt), nxt_valid.eq(fetched), nxt.eq(fifo_out.payload)]
+            with m.Else():
+                m.d.sync += [cur.eq(fifo_out.payload), cur_valid.eq(fetched)]
+        with m.Elif(fetched):
+            m.d.sync += [nxt.eq(fifo_out.payload), nxt_valid.eq(1)]
+        with m.If(take):
+            m.d.sync += [elems_left.eq(elems_left - 1), has_elems.eq(~last_elem),
+                         last_elem.eq(elems_left == 2)]
+            with m.If(beat_done):
+                m.d.sync += [sel.eq(0), sel_last.eq(per_beat == 1)]
+            with m.Else():
+                m.d.sync += [sel.eq(sel + 1), sel_last.eq(sel == per_beat - 2)]
+        with m.If(self.start):
+            m.d.sync += [elems_left.eq(self.count), has_elems.eq(self.count != 0),
+                         last_elem.eq(self.count == 1), sel.eq(0), sel_last.eq(per_beat == 1)]
