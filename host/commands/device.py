@@ -54,6 +54,8 @@ class Aggregate:
         check_run_options(named_build(a.config).aggregator, a.config, feat_dim=a.feat_dim,
                           reduce=a.reduce, latency=a.latency, backpressure=None)
         graph = load_graph(a.dataset, seed=a.seed)
+        if not graph.num_nodes:
+            raise InputError(f"--dataset {a.dataset}: the graph has no nodes")
         rng = np.random.default_rng(a.seed)
         x_q = rng.integers(-2**12, 2**12, (graph.num_nodes, a.feat_dim)).astype(np.int16)
         need = (64 * 4096 + 8 * (graph.num_edges + graph.num_nodes)
@@ -107,6 +109,9 @@ class MacArray:
         for name in ("rows", "cols", "depth"):
             positive(f"--{name}", getattr(a, name))
         positive("--latency", a.latency, minimum=0)
+        from gnnweave.contract import Limits
+        if not 0 <= a.shift <= Limits.SHIFT_MAX:
+            raise InputError(f"--shift {a.shift}: must be in 0..{Limits.SHIFT_MAX}")
         build = named_build(a.config)
         if build.mac_array is None:
             raise InputError(f"--config {a.config!r}: the build has no MacArray")
@@ -162,8 +167,15 @@ class Pipeline:
         for name in ("microbatches", "steps", "rows", "poll_cycles", "dim", "classes"):
             positive(f"--{name.replace('_', '-')}", getattr(a, name))
         positive("--latency", a.latency, minimum=0)
-        if named_build(a.config).pipeline is None:
+        pipe = named_build(a.config).pipeline
+        if pipe is None:
             raise InputError(f"--config {a.config!r}: the build has no training Pipeline")
+        # the build's limits, checked before its native build
+        for option, value, cap in (("--dim", a.dim, min(pipe.max_in, pipe.max_out)),
+                                   ("--classes", a.classes, pipe.max_out),
+                                   ("--rows", a.rows, pipe.max_rows)):
+            if value > cap:
+                raise InputError(f"{option} {value}: build {a.config!r} takes 1..{cap}")
         accel, device, owner = open_sim_accel(config=a.config, latency=a.latency)
         # simulated time passes only while the host polls: each poll lets this many cycles
         # run, so it is the simulated host's reaction time to the doorbell

@@ -67,6 +67,10 @@ def test_help_lists_the_commands():
       "--config", "small-sum"], "reduce='max': configuration 'small-sum' is built with sum only"),
     (["device", "run", "mac", "--rows", "4", "--cols", "4", "--depth", "4", "--config", "small-agg"],
      "--config 'small-agg': the build has no MacArray"),
+    (["device", "run", "mac", "--rows", "4", "--cols", "4", "--depth", "4", "--shift", "99"],
+     "--shift 99: must be in 0..63"),
+    (["device", "run", "pipeline", "--dim", "100000"], "--dim 100000: build 'small' takes 1..16"),
+    (["device", "run", "pipeline", "--rows", "17"], "--rows 17: build 'small' takes 1..16"),
 ])
 def test_bad_arguments_give_one_line_errors(args, needle):
     rc, out, err = run_cli(*args)
@@ -227,3 +231,14 @@ def test_fanouts_may_start_with_minus_one():
     assert report["mode"] == "mini-batch" and report["hyperparameters"]["fanouts"] == [-1, 5]
     rc, _, err = run_cli("train", "--dataset", "sbm:300:3", "--fanouts", "-2,5", "--epochs", "1")
     assert rc == 2 and "fanouts[0] = -2" in err
+
+
+def test_an_empty_graph_is_named_before_any_build(tmp_path, capsys):
+    import numpy as np
+    path = tmp_path / "empty.npz"
+    np.savez(path, x=np.zeros((0, 4), np.float32), y=np.zeros(0, np.int64),
+             edge_index=np.zeros((2, 0), np.int64), train_mask=np.zeros(0, bool),
+             val_mask=np.zeros(0, bool), test_mask=np.zeros(0, bool))
+    assert cli.main(["device", "run", "aggregate", "--dataset", str(path), "--feat-dim", "4"]) == 2
+    assert capsys.readouterr().err.strip() == \
+        f"gnnweave device run aggregate: error: --dataset {path}: the graph has no nodes"
