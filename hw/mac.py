@@ -258,7 +258,10 @@ class MacCore(wiring.Component):
     ahead; a reservation and the FIFO's pops reach the credit counter a cycle late, so
     ``hold`` and ``out.ready`` only gate the step. Each cell is a DSP-shaped
     multiply-accumulate (operand, product and accumulator registers, the accumulator
-    enabled by the step's valid bit); the drain narrows one row per cycle in stages of
+    enabled by the step's valid bit: the A/B, M and P registers of a DSP48E2; Yosys'
+    ``xilinx_dsp`` packs DSP registers only for 7 Series, so an UltraScale+ Yosys netlist
+    keeps them in the fabric, and it merges per-cell copies of an operand register back
+    into one); the drain narrows one row per cycle in stages of
     their own: the bias shift (two stages), the partial sum (a register behind the store,
     then a split add), the bias add (split), rounding (a coarse and a fine shift, with the
     dropped bits reduced per byte and then per lane, then the increment, split),
@@ -514,17 +517,13 @@ class MacCore(wiring.Component):
             valids.append(v)
             stages.append(regs)
         W = MAC_INPUT_WIDTH
-        # each cell's own operand registers (L + 1): a DSP's A and B registers, each with a
-        # single load, so a tool can pack them and the broadcast is a net, not a DSP input
-        a_reg = [[Signal(signed(W), name=f"a{r}_{c}", reset_less=True) for c in range(C)]
-                 for r in range(R)]
-        b_reg = [[Signal(signed(W), name=f"b{r}_{c}", reset_less=True) for c in range(C)]
-                 for r in range(R)]
-        m.d.sync += [a_reg[r][c].eq(self.a_data[r]) for r in range(R) for c in range(C)]
-        m.d.sync += [b_reg[r][c].eq(self.b_data[c]) for r in range(R) for c in range(C)]
+        a_reg = [Signal(signed(W), name=f"a{r}", reset_less=True) for r in range(R)]      # L + 1
+        b_reg = [Signal(signed(W), name=f"b{c}", reset_less=True) for c in range(C)]
+        m.d.sync += [a_reg[r].eq(self.a_data[r]) for r in range(R)]
+        m.d.sync += [b_reg[c].eq(self.b_data[c]) for c in range(C)]
         prod = [[Signal(signed(2 * W), name=f"p{r}_{c}", reset_less=True) for c in range(C)]
                 for r in range(R)]                                                      # L + 2
-        m.d.sync += [prod[r][c].eq(a_reg[r][c] * b_reg[r][c]) for r in range(R) for c in range(C)]
+        m.d.sync += [prod[r][c].eq(a_reg[r] * b_reg[c]) for r in range(R) for c in range(C)]
         acc = [[Signal(signed(AW), name=f"acc{r}_{c}", reset_less=True) for c in range(C)]
                for r in range(R)]                                                       # L + 3
         for r in range(R):
