@@ -8,7 +8,8 @@ tell). Target: >= 100 MHz post-route for each. A run cut by its wall-clock limit
 nextpnr's post-placement estimate and says so (``stage``, ``stopped``).
 
     python -m benchmarks.bench_timing [OUT_DIR] [--units aggregator,mac_array]
-        [--pnr-limit SECONDS] [--config NAME]          # OUT_DIR/bench_timing.json
+        [--pnr-limit SECONDS] [--pnr-cpu-limit SECONDS] [--config NAME]
+                                                       # OUT_DIR/bench_timing.json
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def smallest_build(unit: str) -> str:
     raise ValueError(f"no build has a {unit}")
 
 
-def time_unit(unit: str, config: str, *, pnr_limit_s: float, log_dir: Path | None) -> dict:
+def time_unit(unit: str, config: str, *, pnr_limit_s: float, log_dir: Path | None,
+              pnr_cpu_limit_s: float | None = None) -> dict:
     from gnnweave.hw.flow.estimate import (component_rtlil, config_top, ecp5_timing,
                                            timing_units, tools_cpu_seconds)
     t0, cpu0 = time.monotonic(), tools_cpu_seconds()
@@ -40,7 +42,8 @@ def time_unit(unit: str, config: str, *, pnr_limit_s: float, log_dir: Path | Non
     design = component_rtlil(component, name)
     module = timing_units(design, name)[unit]
     res = ecp5_timing(design, module, device=DEVICE, target_mhz=TARGET_MHZ, seed=1,
-                      route=True, pnr_limit_s=pnr_limit_s, progress=False,
+                      route=True, pnr_limit_s=pnr_limit_s, pnr_cpu_limit_s=pnr_cpu_limit_s,
+                      progress=False,
                       log_path=None if log_dir is None else log_dir / f"{unit}.nextpnr.log")
     fmax = min(res["fmax_mhz"].values()) if res.get("fmax_mhz") else None
     return {"unit": unit, "config": config, "module": module, "fmax_mhz": fmax,
@@ -53,7 +56,7 @@ def time_unit(unit: str, config: str, *, pnr_limit_s: float, log_dir: Path | Non
 
 
 def run(out_dir: Path | None = None, units=UNITS, *, pnr_limit_s: float = 7200.0,
-        config: str | None = None) -> dict:
+        config: str | None = None, pnr_cpu_limit_s: float | None = None) -> dict:
     out_dir = Path(out_dir) if out_dir is not None else None
     from gnnweave.hw.flow.report import source_commit
     commit = source_commit()
@@ -63,7 +66,8 @@ def run(out_dir: Path | None = None, units=UNITS, *, pnr_limit_s: float = 7200.0
     for unit in units:
         print(f"ECP5 place and route of {unit} ...", file=sys.stderr)
         result["units"][unit] = time_unit(unit, config or smallest_build(unit),
-                                          pnr_limit_s=pnr_limit_s, log_dir=out_dir)
+                                          pnr_limit_s=pnr_limit_s, log_dir=out_dir,
+                                          pnr_cpu_limit_s=pnr_cpu_limit_s)
         if out_dir is not None:        # keep what is done if a later unit is cut short
             out_dir.mkdir(parents=True, exist_ok=True)
             (out_dir / "bench_timing.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -79,7 +83,11 @@ def main(argv=None) -> int:
                                  description=__doc__.splitlines()[0])
     ap.add_argument("out_dir", nargs="?", default="benchmarks/results/timing")
     ap.add_argument("--units", default=",".join(UNITS))
-    ap.add_argument("--pnr-limit", type=float, default=7200.0)
+    ap.add_argument("--pnr-limit", type=float, default=7200.0,
+                    help="wall-clock seconds each nextpnr run may take")
+    ap.add_argument("--pnr-cpu-limit", type=float, default=None,
+                    help="also stop each nextpnr run after this many seconds of its own CPU "
+                         "time (the same limit on a loaded machine)")
     ap.add_argument("--config", default=None, help="one build for every unit")
     a = ap.parse_args(argv)
     units = tuple(u for u in a.units.split(",") if u)
@@ -87,7 +95,8 @@ def main(argv=None) -> int:
     if bad:
         print(f"error: --units {','.join(bad)}: choose from {', '.join(UNITS)}", file=sys.stderr)
         return 2
-    res = run(Path(a.out_dir), units, pnr_limit_s=a.pnr_limit, config=a.config)
+    res = run(Path(a.out_dir), units, pnr_limit_s=a.pnr_limit, config=a.config,
+              pnr_cpu_limit_s=a.pnr_cpu_limit)
     print(json.dumps(res, indent=1))
     return 0
 

@@ -45,6 +45,7 @@ import math
 import os
 import re
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -170,16 +171,22 @@ _PASS_RE = re.compile(r"^[\d.]+ Executing (\S+)")
 
 
 class ToolTimeout(ToolError):
-    """A tool ran past its wall-clock limit and was stopped; ``output`` is what it printed."""
+    """A tool ran past its wall-clock limit (``cpu``: its CPU-time limit) and was stopped;
+    ``output`` is what it printed."""
+
+    def __init__(self, message: str, output: str = "", *, cpu: bool = False):
+        super().__init__(message, output)
+        self.cpu = cpu
 
 
 def run_tool(tool: str, args: list[str], cwd: Path, *, what: str, progress: bool,
-             time_limit_s: float | None = None) -> str:
+             time_limit_s: float | None = None, cpu_limit_s: float | None = None) -> str:
     """Run ``yowasp-<tool>`` (``yosys`` or ``nextpnr-ecp5``) in ``cwd`` (the wasm sandbox
     maps its own /tmp, so every file name must be relative to ``cwd``); returns its output.
     Progress: the pass being run. Past ``time_limit_s`` seconds of wall time the tool is
-    killed and :class:`ToolTimeout` (with the output so far) is raised; a failing tool raises
-    :class:`ToolError`.
+    killed and :class:`ToolTimeout` (with the output so far) is raised, and so past
+    ``cpu_limit_s`` seconds of its own CPU time (``RLIMIT_CPU``: on a machine shared with
+    other work the same limit every time); a failing tool raises :class:`ToolError`.
 
     This is the default ``runner`` of every function here that runs a tool: a runner is any
     callable with this signature (a test passes one that records, fails or stops early)."""
@@ -192,7 +199,8 @@ def run_tool(tool: str, args: list[str], cwd: Path, *, what: str, progress: bool
         from tqdm import tqdm
         bar = tqdm(desc=what, unit=" passes", file=sys.stderr, leave=False)
     with subprocess.Popen([sys.executable, "-c", code, *args], cwd=cwd, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          preexec_fn=_cpu_limit(cpu_limit_s)) as proc:
         timer, killed = None, threading.Event()
         if time_limit_s is not None:
             def stop():
@@ -217,10 +225,23 @@ def run_tool(tool: str, args: list[str], cwd: Path, *, what: str, progress: bool
     out = "".join(lines)
     if killed.is_set() and proc.returncode != 0:
         raise ToolTimeout(f"{what} stopped at its {time_limit_s:g} s limit", out)
+    if cpu_limit_s is not None and proc.returncode == -signal.SIGXCPU:
+        raise ToolTimeout(f"{what} stopped at its {cpu_limit_s:g} CPU s limit", out, cpu=True)
     if proc.returncode != 0:
         errs = [ln for ln in lines if "ERROR" in ln or "Error" in ln] or lines[-3:] or ["(no output)"]
         raise ToolError(f"{what} failed (exit {proc.returncode}): {errs[-1].strip()}", out)
     return out
+
+
+def _cpu_limit(seconds: float | None):
+    """A ``preexec_fn`` that limits the child's CPU time to ``seconds`` (None: no limit)."""
+    if seconds is None:
+        return None
+    limit = max(1, math.ceil(seconds))
+
+    def apply():
+        resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 5))
+    return apply
 
 
 #: the earlier name of :func:`run_tool`
@@ -439,7 +460,7 @@ def parse_nextpnr_log(text: str) -> dict:
 def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float = 100.0,
                 seed: int = 1, route: bool = True, pnr_limit_s: float | None = DEFAULT_PNR_LIMIT_S,
                 per_unit: bool = False, log_path=None, progress: bool = False,
-                runner=run_tool) -> dict:
+                runner=run_tool, pnr_cpu_limit_s: float | None = None) -> dict:
     """Fmax of ``design`` (RTLIL) placed and (with ``route``) routed out of context on an ECP5.
 
     ``per_unit``: instead of the whole top, each unit (:func:`timing_units`) is synthesised,
@@ -447,12 +468,14 @@ def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float
     ``units`` entry per unit and ``fmax_mhz`` = ``{unit: its slowest clock}``. Smaller
     designs place far faster and fit the ECP5 where a whole build may not; paths between
     units and the top's own glue logic are not timed. ``runner`` runs the tools
-    (:func:`run_tool`).
+    (:func:`run_tool`). ``pnr_cpu_limit_s`` also stops each nextpnr run after that many
+    seconds of its own CPU time (a limit that does not depend on the machine's load).
     """
     if not per_unit:
         return _ecp5_timing_one(design, top, device=device, target_mhz=target_mhz, seed=seed,
                                 route=route, pnr_limit_s=pnr_limit_s, log_path=log_path,
-                                progress=progress, runner=runner)
+                                progress=progress, runner=runner,
+                                pnr_cpu_limit_s=pnr_cpu_limit_s)
     units = timing_units(design, top)
     result = {"label": TIMING_LABEL, "scope": SCOPE_UNITS, "device": ECP5_DEVICES[device],
               "target_mhz": target_mhz, "units": {}}
@@ -460,7 +483,8 @@ def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float
     for label, module in units.items():
         one = _ecp5_timing_one(design, module, device=device, target_mhz=target_mhz, seed=seed,
                                route=route, pnr_limit_s=pnr_limit_s, log_path=None,
-                               progress=progress, keep_log=logs, runner=runner)
+                               progress=progress, keep_log=logs, runner=runner,
+                               pnr_cpu_limit_s=pnr_cpu_limit_s)
         logs[-1] = f"==== unit {label} (module {module}) ====\n{logs[-1]}"
         result.setdefault("flow", one.pop("flow"))
         for k in ("label", "device", "target_mhz"):
@@ -481,7 +505,8 @@ def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float
 
 def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, seed: int,
                      route: bool, pnr_limit_s: float | None, log_path, progress: bool,
-                     keep_log: list | None = None, runner=run_tool) -> dict:
+                     keep_log: list | None = None, runner=run_tool,
+                     pnr_cpu_limit_s: float | None = None) -> dict:
     """:func:`ecp5_timing` of the whole ``top`` of ``design``.
 
     nextpnr-ecp5 (HeAP placer, router2; ``--timing-allow-fail`` so a slow design still gets a
@@ -495,6 +520,8 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
         raise ValueError(f"unknown ECP5 device {device!r}; choose one of {', '.join(ECP5_DEVICES)}")
     if pnr_limit_s is not None and not pnr_limit_s > 0:
         raise ValueError(f"pnr_limit_s must be positive seconds, got {pnr_limit_s!r}")
+    if pnr_cpu_limit_s is not None and not pnr_cpu_limit_s > 0:
+        raise ValueError(f"pnr_cpu_limit_s must be positive seconds, got {pnr_cpu_limit_s!r}")
     t0 = time.monotonic()
     options = [f"--{device}", "--package", "CABGA381", "--out-of-context", "--freq",
                f"{target_mhz:g}", "--seed", str(seed), "--placer", "heap", "--router", "router2",
@@ -513,9 +540,11 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
         stopped = None
         try:
             log = runner("nextpnr-ecp5", args, tmp, what=f"nextpnr-ecp5 --{device}",
-                         progress=progress, time_limit_s=pnr_limit_s)
+                         progress=progress, time_limit_s=pnr_limit_s,
+                         **({} if pnr_cpu_limit_s is None else {"cpu_limit_s": pnr_cpu_limit_s}))
         except ToolTimeout as e:
-            log, stopped = e.output, f"nextpnr stopped at its {pnr_limit_s:g} s limit"
+            limit = f"{pnr_cpu_limit_s:g} CPU s" if e.cpu else f"{pnr_limit_s:g} s"
+            log, stopped = e.output, f"nextpnr stopped at its {limit} limit"
         except ToolError as e:
             full = _NO_BEL_LINE.search(e.output)
             if full is None:

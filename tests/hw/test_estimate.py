@@ -296,6 +296,17 @@ def test_ecp5_timing_limit_before_placement_gives_no_figure():
         est_mod.ecp5_timing("", "x", pnr_limit_s=0)
 
 
+@needs_ecp5
+def test_ecp5_timing_cpu_limit_stops_nextpnr():
+    # one second of CPU time is not enough for nextpnr to load the LFE5U-85F and place:
+    # the run stops by its own CPU time, whatever the machine's load
+    t = est_mod.ecp5_timing(est_mod.component_rtlil(Counter16(), "counter16"), "counter16",
+                            pnr_cpu_limit_s=1)
+    assert t["fmax_mhz"] is None and t["stage"] is None
+    assert t["stopped"].startswith("nextpnr stopped at its 1 CPU s limit during ")
+    assert t["seconds"]["nextpnr_cpu"] < 10
+
+
 class ManyMultipliers(wiring.Component):
     """``count`` registered 18x18 products: more MULT18X18D than a small ECP5 has."""
 
