@@ -55,16 +55,6 @@ def _counted(m, inc, dec, limit: int, name: str):
     return count, zero
 
 
-class _QueuePorts:
-    """A :class:`~.blocks.RegisteredFIFO` under the port names of amaranth's FIFOs
-    (``w_en``/``w_data``/``w_rdy``, ``r_rdy``/``r_data``/``r_en``, ``level``, ``depth``)."""
-
-    def __init__(self, queue):
-        self.queue, self.depth, self.level = queue, queue.depth, queue.level
-        self.w_en, self.w_data, self.w_rdy = queue.w.valid, queue.w.payload, queue.w.ready
-        self.r_rdy, self.r_data, self.r_en = queue.r.valid, queue.r.payload, queue.r.ready
-
-
 class ReadPort(Elaboratable):
     """Fixed-priority AR arbiter (client 0 first) with per-client buffer guards.
 
@@ -425,12 +415,12 @@ class WritePort(Elaboratable):
         """Single beats from the client queues -> (AW queue, W queue) of whole bursts;
         returns the two queues and a signal that is high while a burst is being formed."""
         bpb = len(self.bus.wdata) // 8
-        # the bursts' queues: ready, valid and level are flip-flops (a push is decided by
-        # the address compare above them, so nothing behind it may add levels)
-        aw_q = _QueuePorts(RegisteredFIFO(self._aw_layout.size, 4))
-        w_q = _QueuePorts(RegisteredFIFO(self._w_layout.size, self.max_burst + 2))
-        m.submodules.burst_address = aw_q.queue
-        m.submodules.burst_beats = w_q.queue
+        # (amaranth's FIFOs: a push, decided by the address compare above, reaches their
+        # storage's write enable sooner than a RegisteredFIFO's counters)
+        aw_q = fifo.SyncFIFOBuffered(width=self._aw_layout.size, depth=4)
+        w_q = fifo.SyncFIFOBuffered(width=self._w_layout.size, depth=self.max_burst + 2)
+        m.submodules.burst_address = aw_q
+        m.submodules.burst_beats = w_q
         head = data.View(self._aw_layout, self.address.r_data)
         beat = data.View(self._w_layout, self.beats.r_data)
 

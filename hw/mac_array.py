@@ -121,7 +121,7 @@ from pathlib import Path
 from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, Value
 from amaranth.lib import wiring
 
-from .axi import UnitCore, unit_bus
+from .axi import SkidBuffer, UnitCore, unit_bus
 from .blocks import EventCounters, ExtentCheck, RunControl
 from .dma import ReadPort, StreamReader, WritePort
 from .mac import MAC_INPUT_WIDTH, MacBusParams, MacCore, MacMode, SkewedBuffer
@@ -306,16 +306,25 @@ class MacArrayCore(UnitCore):
                           for i in range(core.lanes)]
         parts["p_rbank"], parts["q_rbank"] = p_rbank, q_rbank
         bias_fill = Signal(name="bias_fill")
+        # the biases pass a register slice: the fill state's ready reaches only its
+        # registers, not the reader's FIFO (two elements wait in it, so a block's bias still
+        # goes in at one a cycle)
+        dp.submodules.bias_slice = bias_slice = SkidBuffer(bias_reader.elements.payload.shape())
         dp.d.comb += [
             read_port.requests[0].valid.eq(bias_reader.request.valid),
             read_port.requests[0].payload.eq(bias_reader.request.payload),
             bias_reader.request.ready.eq(read_port.requests[0].ready),
             bias_reader.response.eq(read_port.responses[0]),
-            bias_reader.elements.ready.eq(bias_fill),
-            core.bias_wr_en.eq(bias_reader.elements.valid & bias_fill),
-            core.bias_wr_data.eq(bias_reader.elements.payload),
+            bias_slice.i.valid.eq(bias_reader.elements.valid),
+            bias_slice.i.payload.eq(bias_reader.elements.payload),
+            bias_reader.elements.ready.eq(bias_slice.i.ready),
+            bias_slice.o.ready.eq(bias_fill),
+            core.bias_wr_en.eq(bias_slice.o.valid & bias_fill),
+            core.bias_wr_data.eq(bias_slice.o.payload),
         ]
-        parts["bias_fill"] = bias_fill
+        bias_done = Signal(name="bias_done")
+        dp.d.comb += bias_done.eq(bias_reader.done & ~bias_slice.o.valid)
+        parts["bias_fill"], parts["bias_done"] = bias_fill, bias_done
         # the port's guards end a cycle after they are set (registered requests): the
         # configuration is in place from the start, long before the first request
         for i, buf in enumerate(("bias", "p", "q")):
@@ -620,7 +629,7 @@ class MacArrayCore(UnitCore):
                         dp.next = "RUN"
             with dp.State("BIAS"):                 # the block's bias into the array
                 dp.d.comb += bias_fill.eq(1)
-                with dp.If(running & bias_reader.done):
+                with dp.If(running & parts["bias_done"]):
                     dp.d.comb += [start_core.eq(1), comp_start.eq(1)]
                     # fetch the next block's bias while this one computes
                     dp.d.comb += bias_reader.start.eq(use_bias & ~cw.last_block)
