@@ -16,7 +16,9 @@ The whole top (:func:`whole_top`): the same Aggregator job (CiteSeer, F = 32) on
 the fpga-sim executor runs (``small``: Aggregator, MacArray, Pipeline) and on the
 Aggregator-alone build (``small-agg``), interleaved in one process, and on ``small`` with
 every unit clock free-running (what the idle units cost without the unit clocks). Target:
-``small`` >= 1,000,000 cycles/s, as fast as ``small-agg``.
+``small`` >= 1,000,000 cycles/s, as fast as ``small-agg``. The headline ratio is of the
+best round of each; the JSON also has each round's ratio (min, median, max) and how far
+``small-agg``'s own speed moved over the rounds (the host's noise in this run).
 
     python -m benchmarks.bench_device [OUT_DIR]    # writes OUT_DIR/bench_device.json
     python -m benchmarks.bench_device --whole-top [OUT_DIR]   # OUT_DIR/whole_top.json only
@@ -98,7 +100,7 @@ def native_run(graph: str, feat_dim: int, reduce: str, latency: int, config: str
 
 
 def whole_top(out_dir=None, graph: str = WHOLE_TOP_GRAPH, feat_dim: int = WHOLE_TOP_FEAT_DIM,
-              latency: int = LATENCY, configs=WHOLE_TOP_CONFIGS, repeats: int = 9) -> dict:
+              latency: int = LATENCY, configs=WHOLE_TOP_CONFIGS, repeats: int = 15) -> dict:
     """Simulated cycles per second of one Aggregator job on each build of ``configs`` and on
     the first with its unit clocks free-running, the runs interleaved (round robin, best
     of ``repeats`` each: the host's speed moves, the ratio between builds much less)."""
@@ -109,7 +111,7 @@ def whole_top(out_dir=None, graph: str = WHOLE_TOP_GRAPH, feat_dim: int = WHOLE_
     gold = aggregate_raw(job.indptr, job.indices, job.x, reduce=Reduce.SUM, shift=job.shift,
                          out_width=16, weights=job.weights)
     variants = [(c, True) for c in configs] + [(configs[0], False)]
-    sims, best, builds = {}, {}, {}
+    sims, best, builds, rounds = {}, {}, {}, []
     for config in configs:
         build = device.build_native(config)
         builds[config] = {"key": build.key, "cached": build.cached,
@@ -118,6 +120,7 @@ def whole_top(out_dir=None, graph: str = WHOLE_TOP_GRAPH, feat_dim: int = WHOLE_
                                                 latency=latency, config=config, build=build)
     try:
         for _ in tqdm(range(repeats), desc="whole top", unit="round", leave=False):
+            rounds.append({})
             for config, gated in variants:
                 sim = sims[config]
                 sim.set_unit_gating(gated)
@@ -125,6 +128,7 @@ def whole_top(out_dir=None, graph: str = WHOLE_TOP_GRAPH, feat_dim: int = WHOLE_
                 if not np.array_equal(run.pop("out"), gold.out):
                     raise AssertionError(f"{config}: wrong result on {graph}")
                 name = config if gated else f"{config} (unit clocks free-running)"
+                rounds[-1][name] = run["cycles"] / max(run["cpu_seconds"], 1e-9)
                 if name not in best or run["cpu_seconds"] < best[name]["cpu_seconds"]:
                     best[name] = run
     finally:
@@ -136,6 +140,10 @@ def whole_top(out_dir=None, graph: str = WHOLE_TOP_GRAPH, feat_dim: int = WHOLE_
     full, alone = configs[0], configs[1]
     free = f"{full} (unit clocks free-running)"
     cps = {k: v["cycles_per_cpu_second"] for k, v in best.items()}
+    # how much the host's speed moved within this run: each round's ratio of the two builds
+    # (measured seconds apart) and the spread of one build's speed over the rounds
+    ratios = sorted(r[alone] / r[full] for r in rounds)
+    alone_speeds = [r[alone] for r in rounds]
     result = {
         "benchmark": "bench_device.whole_top", "graph": graph, "feat_dim": feat_dim,
         "latency": latency, "reduce": "sum", "builds": builds, "runs": best,
@@ -145,6 +153,11 @@ def whole_top(out_dir=None, graph: str = WHOLE_TOP_GRAPH, feat_dim: int = WHOLE_
         f"{full}_cycles_per_second": cps[full],
         f"{alone}_cycles_per_second": cps[alone],
         f"{alone}_over_{full}": round(cps[alone] / cps[full], 3),
+        f"{alone}_over_{full}_per_round": {"min": round(ratios[0], 3),
+                                            "median": round(ratios[len(ratios) // 2], 3),
+                                            "max": round(ratios[-1], 3)},
+        f"{alone}_speed_spread_over_rounds": round(max(alone_speeds) / min(alone_speeds), 3),
+        "rounds": repeats,
         f"free_running_{full}_cycles_per_second": cps[free],
         f"{full}_over_free_running": round(cps[full] / cps[free], 3),
         "target_cycles_per_second": TARGET_CYCLES_PER_SECOND,

@@ -192,14 +192,17 @@ def build_native(config: str = "small", *, force: bool = False,
         obj = out / "obj"
         log = out / "build.log"
 
-        def verilate(extra_cflags: str, extra_ldflags: str, target: Path):
+        steps = 3 if pgo else 1
+
+        def verilate(extra_cflags: str, extra_ldflags: str, target: Path, step: int, what: str):
             cmd = [str(tool.executable), "--cc", "--exe", "--build", "-j", "2",
                    *VERILATOR_ARGS, "--top-module", SIM_TOP, "--Mdir", str(obj),
                    "-CFLAGS", f"{cflags} {extra_cflags}".strip(),
                    "-LDFLAGS", f"{ldflags} {extra_ldflags}".strip(),
                    "-MAKEFLAGS", make_opts, "-o", str(target),
                    str(out / "src" / f"{SIM_TOP}.v"), str(out / "src" / f"{top}.v"), *copies]
-            _logged(cmd, log, target, "native harness build")
+            _logged(cmd, log, target, f"native build of {config} ({step}/{steps}): Verilator and "
+                    f"C++ compile{what}")
             return cmd
 
         start = time.perf_counter()
@@ -208,10 +211,10 @@ def build_native(config: str = "small", *, force: bool = False,
         if pgo:
             trained = out / "libgnnweave_sim-pgo-gen.so"
             cmds.append(verilate("-fprofile-generate -fprofile-update=single",
-                                 "-fprofile-generate", trained))
+                                 "-fprofile-generate", trained, 1, ", instrumented for PGO"))
             train = [sys.executable, "-c", "import sys; from gnnweave.sim.device.jobs import "
                      "pgo_train; pgo_train(sys.argv[1], sys.argv[2])", str(trained), config]
-            _logged(train, log, None, "native harness profile run")
+            _logged(train, log, None, f"native build of {config} (2/3): profile run")
             cmds.append(train)
             profiled = any(obj.glob("*.gcda"))
             if not profiled:     # a compiler that writes its profile elsewhere (clang)
@@ -223,10 +226,10 @@ def build_native(config: str = "small", *, force: bool = False,
                     f.unlink()
             trained.unlink()
             cmds.append(verilate("-fprofile-use -fprofile-partial-training -Wno-missing-profile"
-                                 if profiled else "", "", lib))
+                                 if profiled else "", "", lib, 3, " from the profile"))
             pgo = profiled
         else:
-            cmds.append(verilate("", "", lib))
+            cmds.append(verilate("", "", lib, 1, ""))
         seconds = time.perf_counter() - start
         stamp.write_text(json.dumps({"config": config, "build_seconds": seconds, "pgo": pgo,
                                      "verilog": str(verilog), "cmds": cmds}, indent=1))

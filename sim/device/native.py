@@ -237,6 +237,15 @@ class NativeAccelerator:
             self._lib.gw_unit_edge_counts(self._h(), buf, 32)
         return {u: int(buf[u]) for u in range(32) if mask >> u & 1}
 
+    def control_edges(self) -> int:
+        """Clock edges the control slave's bus side got since the device was made (its
+        clock runs only during register accesses and reset, see :mod:`.top`)."""
+        from .top import CONTROL_CLOCK_BIT
+        with self._lock:
+            buf = (ctypes.c_uint64 * 32)()
+            self._lib.gw_unit_edge_counts(self._h(), buf, 32)
+        return int(buf[CONTROL_CLOCK_BIT])
+
     # -- registers (32-bit words)
     def reg_read(self, offset: int) -> int:
         value = ctypes.c_uint32()

@@ -8,8 +8,14 @@ unit's clock a port (``unit_clk_<u>``, ``u`` the :class:`~gnnweave.hw.accelerato
 value) and a ``unit_busy_<u>`` output (the unit is running, or starts at the next
 edge). The harness (``sim/native/harness.cpp``) gives a unit's clock an edge only while
 it is busy, for a drain margin after that, and for a wake margin after every register
-write or reset; otherwise the unit's logic is not evaluated at all. Registers, the
-control slave, the register slices and the bus multiplexer stay on ``ap_clk``.
+write or reset; otherwise the unit's logic is not evaluated at all. The control slave's
+bus side (its handshakes, the RW registers, the read response and snapshots: see
+:attr:`~gnnweave.hw.control.AxiLiteControl.bus_domain`) runs on a clock of its own too
+(``ctl_clk``), which the harness runs only during register accesses and reset: the
+configuration registers every unit reads then change no logic between accesses. The
+MacArray and the Pipeline read memory data through a copy of the top's read-data register
+slice on their own clock (:func:`_read_data_copy`). The ap_ctrl bits that unit events set,
+the register slices and the bus multiplexer stay on ``ap_clk``.
 
 Why that is exact: outside those windows a unit is idle, not selected by a start, its
 configuration inputs are steady and its bus handshakes are masked (it does not own the
@@ -22,6 +28,7 @@ one clock, no extra ports.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from pathlib import Path
@@ -47,8 +54,83 @@ def unit_reset_port(unit: int) -> str:
     return f"unit_rst_n_{unit}"
 
 
+#: The control slave's bus-side clock and reset (see the module docstring).
+CONTROL_CLOCK_PORT = "ctl_clk"
+CONTROL_RESET_PORT = "ctl_rst_n"
+#: Its domain in the gated top.
+CONTROL_DOMAIN = "control_bus"
+#: Its bit in the harness's clock masks (above every unit's).
+CONTROL_CLOCK_BIT = 31
+
+
 def _unit_domain(unit) -> str:
     return f"unit_{unit.name.lower()}"
+
+
+#: Units that read their memory data through a copy of the read-data register slice on
+#: their own clock (:func:`_read_data_copy`): every unit but the Aggregator (whose jobs the
+#: copy would not speed up: it is busy whenever the data it reads changes).
+_READ_DATA_COPIES = ("MAC_ARRAY", "PIPELINE")
+
+
+@functools.cache
+def _read_data_copy_class():
+    """The class of :func:`_read_data_copy` (made on first use: this module imports
+    Amaranth only when it builds)."""
+    from amaranth.hdl import Elaboratable
+
+    class ReadDataCopy(Elaboratable):
+        """A unit core (the same ``cfg``, ``stat``, ``start``, ``idle``, ``done``) whose
+        ``bus`` passes through, except the R channel's payload (data, ID, response, last):
+        that comes from a copy of the top's R register slice, clocked by the unit's clock.
+
+        Why: the top's slice is an ``ap_clk`` register, so every piece of the unit's logic it
+        feeds (the MacArray's operand loaders, the read ports' buffers) would be evaluated at
+        every ``ap_clk`` edge, the unit busy or not. Why it is exact: the copy is the same
+        :class:`~gnnweave.hw.axi.SkidBuffer` with the same inputs (the port's R channel and the
+        ready the top gives the slice), so on every edge it gets it holds what the top's slice
+        holds; it misses edges only while the unit is idle past its drain margin, when no read
+        of the unit is in flight and the slice's valids are low; the first edge after (the
+        slice is empty: it loads the port's payload) brings it level again. The valids and
+        readies still come from the top."""
+
+        def __init__(self, core, domain: str):
+            self.core = core
+            self.domain = domain
+            self.bus = core.bus.signature.create(path=("replica_bus",))
+            self.cfg, self.stat = core.cfg, core.stat
+            self.start, self.idle, self.done = core.start, core.idle, core.done
+            self.port = None           # the top's gmem port and its slice, set before elaboration
+            self.slice_ready = None
+
+        def elaborate(self, platform):
+            from amaranth.hdl import DomainRenamer, Module
+            from amaranth.lib import data, wiring
+
+            from gnnweave.hw.axi import SkidBuffer, axi_channels
+            m = Module()
+            m.submodules.core = core = self.core
+            _, fields = axi_channels(self.port.signature)["r"]
+            m.submodules.r_copy = copy = DomainRenamer({"sync": self.domain})(
+                SkidBuffer(data.StructLayout({f: len(getattr(self.port, f)) for f in fields})))
+            m.d.comb += [copy.i.valid.eq(self.port.rvalid), copy.o.ready.eq(self.slice_ready)]
+            for path, member, _ in self.bus.signature.flatten(self.bus):
+                (name,) = path
+                mine, inner = getattr(self.bus, name), getattr(core.bus, name)
+                if member.flow == wiring.Out:
+                    m.d.comb += mine.eq(inner)
+                elif name in fields:
+                    m.d.comb += [copy.i.payload[name].eq(getattr(self.port, name)),
+                                 inner.eq(copy.o.payload[name])]
+                else:
+                    m.d.comb += inner.eq(mine)
+            return m
+
+    return ReadDataCopy
+
+
+def _read_data_copy(core, domain: str):
+    return _read_data_copy_class()(core, domain)
 
 
 def gated_accelerator(config: str):
@@ -65,14 +147,32 @@ def gated_accelerator(config: str):
 
     top = build_accelerator(config)
     units = list(top.units)
+    copies = []
     for u in units:
         # the core's attributes (bus, cfg, stat, start, idle, done) stay reachable through
         # the renamer, which the top's elaborate reads
         u.core = DomainRenamer({"sync": _unit_domain(u.unit)})(u.core)
+        if u.unit.name in _READ_DATA_COPIES and top.register_slices:
+            u.core = _read_data_copy(u.core, _unit_domain(u.unit))
+            copies.append(u.core)
+
+    elaborate_top = top.elaborate
+
+    def elaborate_with_gated_control(platform):
+        m = elaborate_top(platform)
+        m.submodules.control.bus_domain = CONTROL_DOMAIN
+        for copy in copies:
+            copy.port, copy.slice_ready = top.gmem, m.submodules.gmem_slice.s.rready
+        return m
+
+    # the control slave exists only once the top elaborates: its bus domain is set then
+    top.elaborate = elaborate_with_gated_control
 
     class UnitClockedWrapper(VitisWrapper):
         def __init__(self):
             super().__init__(top)
+            self.ctl_clk = Signal(name=CONTROL_CLOCK_PORT)
+            self.ctl_rst_n = Signal(name=CONTROL_RESET_PORT)
             self.unit_clk = {u.unit: Signal(name=unit_clock_port(u.unit.value)) for u in units}
             self.unit_busy = {u.unit: Signal(name=unit_busy_port(u.unit.value)) for u in units}
             self.unit_rst_n = {u.unit: Signal(name=unit_reset_port(u.unit.value)) for u in units}
@@ -84,6 +184,8 @@ def gated_accelerator(config: str):
                 m.domains += cd
                 m.d.comb += [cd.clk.eq(self.unit_clk[u.unit]), cd.rst.eq(~self.unit_rst_n[u.unit]),
                              self.unit_busy[u.unit].eq(~u.core.idle | u.core.start)]
+            m.domains += (cd := ClockDomain(CONTROL_DOMAIN))
+            m.d.comb += [cd.clk.eq(self.ctl_clk), cd.rst.eq(~self.ctl_rst_n)]
             return m
 
         def ports(self) -> dict:
@@ -92,6 +194,8 @@ def gated_accelerator(config: str):
                 ports[unit_clock_port(u.unit.value)] = (self.unit_clk[u.unit], PortDirection.Input)
                 ports[unit_busy_port(u.unit.value)] = (self.unit_busy[u.unit], PortDirection.Output)
                 ports[unit_reset_port(u.unit.value)] = (self.unit_rst_n[u.unit], PortDirection.Input)
+            ports[CONTROL_CLOCK_PORT] = (self.ctl_clk, PortDirection.Input)
+            ports[CONTROL_RESET_PORT] = (self.ctl_rst_n, PortDirection.Input)
             return ports
 
     return UnitClockedWrapper()
@@ -155,19 +259,21 @@ def sim_top_verilog(verilog_text: str, top: str = TOP) -> str:
     cycle before ARVALID (control-port timing only; the memory side is unchanged).
 
     Each unit's reset (``unit_rst_n_<u>``) comes from a flip-flop of its own on the unit's
-    clock, fed like the top's: were it the top's, every unit's next-state logic would hang
-    on an ``ap_clk`` register and be evaluated at every ``ap_clk`` edge. The harness runs
-    every clock during reset and for a while after, so both flip-flops hold the same value.
+    clock, fed like the top's, and the control's bus side's (``ctl_rst_n``) from one on
+    ``ctl_clk``: were it the top's, every unit's next-state logic would hang on an
+    ``ap_clk`` register and be evaluated at every ``ap_clk`` edge. The harness runs every
+    clock during reset and for a while after, so all these flip-flops hold the same value.
     """
     ports = module_ports(verilog_text, top)
-    resets = [n for _, _, n in ports if n.startswith(unit_reset_port(0)[:-1])]
+    clocks = {unit_reset_port(u): unit_clock_port(u) for u in unit_values(verilog_text, top)}
+    clocks[CONTROL_RESET_PORT] = CONTROL_CLOCK_PORT
+    resets = [n for _, _, n in ports if n in clocks]
     outer = [p for p in ports if p[2] not in resets]
     decls = [f"  {direction} {width} {name};" for direction, width, name in outer]
     regs = []
     for name in resets:
-        unit = int(name.rsplit("_", 1)[1])
         regs += [f"  reg {name}_q = 1'b0;",
-                 f"  always @(posedge {unit_clock_port(unit)}) {name}_q <= ap_rst_n;"]
+                 f"  always @(posedge {clocks[name]}) {name}_q <= ap_rst_n;"]
     inner = {"ap_rst_n": "rst_n_q", "s_axi_control_araddr": "araddr_q",
              **{name: f"{name}_q" for name in resets}}
     conns = [f"    .{name}({inner.get(name, name)})" for _, _, name in ports]
@@ -186,18 +292,24 @@ def units_header(units: list[int]) -> str:
     """C++ the harness includes: the unit clocks of this build as a bit mask.
 
     ``gw_unit_busy(top)``: bit u set while unit u is busy; ``gw_unit_clocks(top, mask)``
-    sets each unit clock to its bit; ``gw_unit_edges(root, mask)`` marks the clocks of
-    ``mask`` low in the model's edge detector (the one-eval mode, see the harness)."""
+    sets each unit clock to its bit, and the control's bus clock to bit
+    ``CONTROL_CLOCK_BIT`` (``kControlClock``); ``gw_unit_edges(root, mask)`` marks the
+    clocks of ``mask`` low in the model's edge detector (the one-eval mode, see the
+    harness)."""
+    if CONTROL_CLOCK_BIT in units:
+        raise ValueError(f"unit {CONTROL_CLOCK_BIT} collides with the control clock's bit")
+    clocks = [(str(u), u, unit_clock_port(u)) for u in units]
+    clocks.append(("control", CONTROL_CLOCK_BIT, CONTROL_CLOCK_PORT))
     busy = " | ".join(f"(uint32_t({'t->' + unit_busy_port(u)}) << {u})" for u in units) or "0"
-    sets = "".join(f"    t->{unit_clock_port(u)} = (mask >> {u}) & 1;\n" for u in units)
-    edges = "".join(f"    gw_unit_edge_{u}(r, (mask >> {u}) & 1);\n" for u in units)
-    detectors = "".join(
-        f"GW_UNIT_EDGE_DETECTOR({u}, __Vtrigprevexpr___TOP__{unit_clock_port(u)}__0)\n"
-        for u in units)
+    sets = "".join(f"    t->{port} = (mask >> {bit}) & 1;\n" for _, bit, port in clocks)
+    edges = "".join(f"    gw_unit_edge_{tag}(r, (mask >> {bit}) & 1);\n" for tag, bit, _ in clocks)
+    detectors = "".join(f"GW_UNIT_EDGE_DETECTOR({tag}, __Vtrigprevexpr___TOP__{port}__0)\n"
+                        for tag, _, port in clocks)
     mask = sum(1 << u for u in units)
     return ("// Generated by gnnweave.sim.device.top: the unit clocks of this build.\n"
             "#pragma once\n"
             f"constexpr uint32_t kUnitMask = 0x{mask:x}u;\n"
+            f"constexpr uint32_t kControlClock = 1u << {CONTROL_CLOCK_BIT};\n"
             f"{detectors}"
             "template <typename T>\ninline uint32_t gw_unit_busy(const T* t) {\n"
             f"    return {busy};\n}}\n"
@@ -206,4 +318,4 @@ def units_header(units: list[int]) -> str:
             "template <typename R>\ninline void gw_unit_edges(R* r, uint32_t mask) {\n"
             f"{edges}    (void)r; (void)mask;\n}}\n"
             "template <typename R>\nconstexpr bool gw_unit_edges_possible() {\n"
-            f"    return true{''.join(f' && HasUnitPrev{u}<R>::value' for u in units)};\n}}\n")
+            f"    return true{''.join(f' && HasUnitPrev{tag}<R>::value' for tag, _, _ in clocks)};\n}}\n")

@@ -57,7 +57,9 @@
 // of its own, which the harness gives an edge only while the unit is busy, for a drain
 // margin after that, and for a wake margin after every register write and reset. The
 // generated header names the build's units through this detector of the model's
-// per-clock edge memory (absent in a Verilator that does not keep one).
+// per-clock edge memory (absent in a Verilator that does not keep one). The control
+// slave's bus side has a clock of its own as well (bit kControlClock of the masks): it
+// gets an edge during every register access and reset, and for a drain margin after.
 #define GW_UNIT_EDGE_DETECTOR(U, MEMBER)                                                    \
     template <typename R, typename = void>                                                  \
     struct HasUnitPrev##U : std::false_type {};                                             \
@@ -101,6 +103,9 @@ constexpr bool kOneEvalPossible = HasClockPrev<Root>::value && gw_unit_edges_pos
 // any register that copies it). Generous: both are short against a job's cycles.
 constexpr uint64_t kUnitDrainCycles = 64;
 constexpr uint64_t kUnitWakeCycles = 64;
+// Edges the control's bus clock keeps getting after a register read (the register slice
+// and the read response have drained long before).
+constexpr uint64_t kControlDrainCycles = 8;
 constexpr int kMaxUnits = 32;
 }  // namespace
 
@@ -219,23 +224,27 @@ struct Sim {
     bool gate_units = true;
     uint64_t wake_until = 0;                  // every unit clocked before this edge
     uint64_t unit_awake_until[kMaxUnits] = {};
-    uint64_t unit_edges[kMaxUnits] = {};      // edges each unit's clock got
+    uint64_t control_awake_until = 0;         // the control's bus clock runs before this edge
+    uint64_t unit_edges[kMaxUnits] = {};      // edges each clock got (control: its bit)
 
-    // The units clocked at the coming edge (their busy outputs settled before it).
+    // The clocks (units, control) with an edge at the coming edge (the units' busy
+    // outputs settled before it).
     inline uint32_t unit_clock_mask() {
         const uint32_t busy = gw_unit_busy(top.get());
-        uint32_t mask = 0;
+        uint32_t mask = cycle < control_awake_until ? kControlClock : 0;
         for (uint32_t m = kUnitMask; m; m &= m - 1) {
             const int u = __builtin_ctz(m);
             if (busy >> u & 1) unit_awake_until[u] = cycle + kUnitDrainCycles;
             if (cycle < unit_awake_until[u]) mask |= 1u << u;
         }
-        if (!gate_units || cycle < wake_until) mask = kUnitMask;
+        if (!gate_units || cycle < wake_until) mask = kUnitMask | kControlClock;
         for (uint32_t m = mask; m; m &= m - 1) ++unit_edges[__builtin_ctz(m)];
         return mask;
     }
     void wake_units() { wake_until = ~0ull; }
     void settle_units() { wake_until = cycle + kUnitWakeCycles; }
+    void wake_control() { control_awake_until = ~0ull; }
+    void settle_control() { control_awake_until = cycle + kControlDrainCycles; }
 
     // read side
     bool ar_ready = false;
@@ -696,6 +705,13 @@ struct Sim {
     }
 
     bool reg_read(uint32_t addr, uint32_t* value, uint64_t timeout) {
+        wake_control();
+        const bool ok = reg_read_clocked(addr, value, timeout);
+        settle_control();
+        return ok;
+    }
+
+    bool reg_read_clocked(uint32_t addr, uint32_t* value, uint64_t timeout) {
         auto* t = top.get();
         t->s_axi_control_araddr = addr;
         apply_ctl();

@@ -7,8 +7,6 @@ cached after that).
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -21,10 +19,10 @@ from gnnweave.sim import device as simdevice
 from gnnweave.sim.device import build as native_build
 from gnnweave.sim.aggregate_bench import (
     EDGE_CASES, MAX, MEAN, SUM, config_error_jobs, edge_case_jobs, random_graph_job)
+from tests.conftest import require_dataset
 
 CONFIG = "small"
 MAX_FEAT = 64
-REQUIRE = os.environ.get("GNNWEAVE_REQUIRE_DATA") == "1"
 
 
 @pytest.fixture(scope="module")
@@ -100,13 +98,7 @@ def test_config_errors_then_a_good_run(native):
 
 
 def test_cora_bit_exact(native):
-    from gnnweave.datasets import load_dataset
-    try:
-        graph = load_dataset("cora").graph
-    except (FileNotFoundError, OSError, ValueError) as exc:
-        if REQUIRE:
-            raise
-        pytest.skip(f"cora not available: {exc}")
+    graph = require_dataset("cora").graph
     from gnnweave.sim.verify import make_job
     for reduce, weighted in (("sum", True), ("mean", False), ("max", False)):
         job = make_job(graph, 16, reduce, weighted=weighted, seed=1)
@@ -217,6 +209,25 @@ def test_build_cache_key_names_the_cpu(monkeypatch):
     assert simdevice.build_plan(CONFIG).key != here.key
 
 
+def test_native_build_names_its_stages(tmp_path, monkeypatch, capsys):
+    """A native build takes minutes: it names each stage on stderr while it runs (the
+    compiles and the profile run replaced by stand-ins that leave their products)."""
+    def stand_in(cmd, log, product, what):
+        (log.parent / "obj").mkdir(exist_ok=True)
+        if product is not None:
+            product.write_bytes(b"")
+    monkeypatch.setattr(native_build, "_logged_run", stand_in)
+    monkeypatch.setenv("GNNWEAVE_PROGRESS", "1")
+    monkeypatch.setenv("GNNWEAVE_NATIVE_PGO", "1")
+    build = native_build.build_native(CONFIG, build_root=tmp_path)
+    assert not build.cached
+    err = capsys.readouterr().err
+    for stage in ("(1/3): Verilator and C++ compile, instrumented for PGO", "(2/3): profile run",
+                  "(3/3): Verilator and C++ compile from the profile"):
+        assert f"native build of {CONFIG} {stage} (once per build" in err, err
+        assert f"native build of {CONFIG} {stage}: done in" in err, err
+
+
 def test_idle_units_get_no_clock_edges(native):
     """During an Aggregator job the MacArray's and the Pipeline's clocks stop: they get
     edges only in the wake margin after each register write, not for the job's cycles."""
@@ -233,6 +244,26 @@ def test_idle_units_get_no_clock_edges(native):
     assert got[0] >= res.cycles
     for idle in (1, 2):
         assert got[idle] <= writes * 80 < res.cycles, (idle, got, res.cycles)
+
+
+def test_control_bus_clock_runs_only_for_register_accesses(native):
+    """The control slave's bus side is clocked during register accesses (and a short
+    margin after each), not while a job runs: cycles without register traffic give it no
+    edge, and a read or a write gives it a few dozen at most."""
+    rng = np.random.default_rng(22)
+    job = random_graph_job(rng, 200, 6.0, 16, SUM, False)
+    res = simdevice.run_job(job, latency=16, sim=native, config=CONFIG)
+    check(job, res, "before")
+    native.step(200)                       # past every wake margin
+    quiet = native.control_edges()
+    native.step(5000)
+    assert native.control_edges() == quiet
+    assert native.reg_read(CTRL_OFFSET) & (1 << CtrlBit.AP_IDLE)
+    after_read = native.control_edges()
+    assert 0 < after_read - quiet <= 24
+    native.reg_write(GIE_OFFSET, 0)
+    native.step(200)
+    assert 0 < native.control_edges() - after_read <= 100
 
 
 def _unit_mix(gated: bool) -> dict:
