@@ -64,6 +64,11 @@ def row(config: str, board: str, est: dict, bud: dict, *, commit: str) -> dict:
     """The stored figures of ``config`` on ``board`` from an estimate and a budget."""
     from .boards import get_board
     from .estimate import DoesNotFitError, check_fits
+    if est is None:             # the budget alone: the Yosys run has not finished
+        return {"config": config, "board": board, "commit": commit,
+                "capacity": {k: get_board(board).resources.get(k) for k in KINDS},
+                "yosys": None, "yosys_fits": None, "yosys_over": [],
+                "budget": _budget_part(bud)}
     if est.get("config") != config or est.get("board", board) != board:
         raise InputError(f"estimate of {est.get('config')!r} on {est.get('board')!r} given "
                          f"for the row {config}:{board}")
@@ -81,11 +86,14 @@ def row(config: str, board: str, est: dict, bud: dict, *, commit: str) -> dict:
                   "units": est["units"], "total": est["total"],
                   "seconds": est.get("seconds"), "load_average": est.get("load_average"),
                   "synthesis": est.get("synthesis")},
-        "yosys_fits": fits, "yosys_over": over,
-        "budget": {"method": bud.get("method"), "units": bud["units"], "total": bud["total"],
-                   "fits": bud.get("fits"), "fits_by_resource": bud.get("fits_by_resource"),
-                   "margin": bud.get("margin"), "seconds": bud.get("seconds")},
+        "yosys_fits": fits, "yosys_over": over, "budget": _budget_part(bud),
     }
+
+
+def _budget_part(bud: dict) -> dict:
+    return {"method": bud.get("method"), "units": bud["units"], "total": bud["total"],
+            "fits": bud.get("fits"), "fits_by_resource": bud.get("fits_by_resource"),
+            "margin": bud.get("margin"), "seconds": bud.get("seconds")}
 
 
 def measure(config: str, board: str, *, jobs: int | None = None) -> dict:
@@ -106,8 +114,11 @@ def from_files(path: Path, *, commit: str) -> dict:
     path = Path(path)
     budget_path = path.with_name(path.stem + ".budget" + (path.suffix or ".json"))
     try:
-        est = json.loads(path.read_text())
         bud = json.loads(budget_path.read_text())
+        if not path.exists():
+            # the budget alone (the Yosys run is still going): a row without Yosys figures
+            return row(bud["config"], bud["board"], None, bud, commit=commit)
+        est = json.loads(path.read_text())
     except FileNotFoundError as e:
         raise InputError(f"--add {path}: {e.filename} not found (the budget run writes "
                          f"it: --budget --out {path})") from None
@@ -179,8 +190,8 @@ def fit_table(results: list[dict]) -> str:
             "commit"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
-        t, cap = r["yosys"]["total"], r["capacity"]
-        used = [f"{_n(t.get(k, 0))} / {_n(cap.get(k))}" for k in KINDS]
+        t, cap = (r["yosys"] or {}).get("total", {}), r["capacity"]
+        used = [f"{_n(t.get(k))} / {_n(cap.get(k))}" for k in KINDS]
         fits = _yes(r["yosys_fits"]) + (f" ({', '.join(r['yosys_over'])} over)"
                                         if r.get("yosys_over") else "")
         b = r["budget"]
@@ -197,6 +208,8 @@ def table(results: list[dict]) -> str:
     lines = ["| build | board | unit | BRAM36 | URAM | DSP | LUT | budget BRAM36 / URAM / DSP |",
              "|---|---|---|---|---|---|---|---|"]
     for r in results:
+        if r["yosys"] is None:
+            continue
         ys = _by_unit(r["yosys"]["units"], ("bram36", "uram", "dsp", "lut"))
         bd = _by_unit(r["budget"]["units"], BUDGET_KINDS)
         for unit in [*UNITS, "(rest)"]:
@@ -223,15 +236,18 @@ def section(results: list[dict]) -> str:
         return "\n".join([BEGIN, "No measured rows yet (`make estimate-report`).", END])
     have = {(r["config"], r["board"]) for r in results}
     missing = [f"`{c}` on {b}" for c, b in rows() if (c, b) not in have]
-    synth = [r["yosys"].get("seconds") or {} for r in results]
+    no_yosys = [f"`{r['config']}` on {r['board']}" for r in results if r["yosys"] is None]
+    synth = [(r["yosys"] or {}).get("seconds") or {} for r in results]
     wall = sum(s.get("total", 0) for s in synth)
+    spent = f"; {wall / 60:.0f} min of estimate wall time, cached units included" if wall else ""
     notes = [f"From `benchmarks/data/estimate_boards.json` (measured at "
-             f"{', '.join(sorted({r.get('commit', '?') for r in results}))}; "
-             f"{wall / 60:.0f} min of estimate wall time, cached units included). "
+             f"{', '.join(sorted({r.get('commit', '?') for r in results}))}{spent}). "
              "Used / available; fits by Yosys with the board's whole capacity, by the budget "
              "with at most 90 % of each resource."]
     if missing:
         notes.append(f"Not measured yet: {', '.join(missing)}.")
+    if no_yosys:
+        notes.append(f"Budget only, the Yosys run not finished: {', '.join(no_yosys)}.")
     return "\n".join([BEGIN, " ".join(notes), "", fit_table(results), "",
                       "Per unit (Yosys, the budget beside):", "", table(results), END])
 

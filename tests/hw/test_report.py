@@ -138,3 +138,14 @@ def test_timing_table_from_a_bench_result(tmp_path):
     text = doc.read_text()
     assert "| aggregator | `small` | post-route | 41.2 | **no** | 900 | 850 | - |" in text
     assert "| pipeline | `small` | none | - | - | 30 | - | does not fit the LFE5U-85F" in text
+
+
+def test_a_budget_alone_is_a_row_without_yosys_figures(tmp_path):
+    bud = dict(_budget(9), config="pynqz2", board="pynqz2")
+    (tmp_path / "e.budget.json").write_text(json.dumps(bud))
+    r = report.from_files(tmp_path / "e.json", commit="abc1234")
+    assert r["yosys"] is None and r["yosys_fits"] is None
+    line = report.fit_table([r]).splitlines()[2]
+    assert line == ("| `pynqz2` | pynqz2 | - / 53,200 | - / 106,400 | - / 220 | - / 140 | - / 0 | - "
+                    "| 2.5 / 0 / 9 | yes | 2.5 | abc1234 |")
+    assert "Budget only, the Yosys run not finished: `pynqz2` on pynqz2" in report.section([r])
