@@ -43,7 +43,7 @@ def add_arguments(ap) -> None:
                          "the ECP5 where a whole build may not) or the whole top")
     ap.add_argument("--pnr-limit", type=float, default=DEFAULT_PNR_LIMIT_S, metavar="SECONDS",
                     help="with --timing: wall-clock limit of each nextpnr run; routing cut short leaves "
-                         f"the {STAGE_PLACED} (default {DEFAULT_PNR_LIMIT_S:g})")
+                         f"the {STAGE_PLACED}")
     ap.add_argument("--synth-scope", choices=SYNTH_SCOPES, default="units",
                     help="synth_xilinx of each unit alone, cached and in parallel (default), or "
                          "of the whole design in one run (also times paths between units)")
