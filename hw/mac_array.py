@@ -407,11 +407,8 @@ class MacArrayCore(UnitCore):
             }
         # latched with the configuration itself (from the registers it is latched from)
         buffers = shapes(self.cfg)
-        # started at accept from the configuration's own registers (rows) and from the
-        # latched copies (stride, row bytes, base, size: first used a cycle later); the
-        # verdict is registered, so RunControl sees a register in CHECK's 36th cycle
-        start, armed = run["accept"], Signal(name="chk_armed")
-        check_done, check_error = Signal(name="chk_done"), Signal(name="chk_error")
+        start, armed = Signal(name="chk_start"), Signal(name="chk_armed")
+        m.d.sync += [start.eq(run["accept"]), armed.eq(~run["accept"] & (armed | start))]
         checks = [
             mode > 2, dim_m == 0, dim_n == 0, dim_k == 0,
             cfg["shift"] > 63, cfg["bias_shift"] > 31,
@@ -429,12 +426,13 @@ class MacArrayCore(UnitCore):
             m.submodules[f"check_{buf}"] = check
             gate = use_bias if buf == "bias" else 1
             base, size = cfg[f"{buf}_addr"], cfg[f"{buf}_size"]
-            # the row bytes, registered at accept and held through the check
+            # the operands, registered at accept and held through the check
+            rows_q = Signal(32, name=f"chk_{buf}_rows", reset_less=True)
             bytes_q = Signal(64, name=f"chk_{buf}_row_bytes", reset_less=True)
             with m.If(run["accept"]):
-                m.d.sync += bytes_q.eq(row_bytes)
+                m.d.sync += [rows_q.eq(rows), bytes_q.eq(row_bytes)]
             stride = bytes_q if buf == "bias" else cfg[f"{buf}_stride"]
-            m.d.comb += [check.start.eq(start), check.rows.eq(rows), check.row_bytes.eq(bytes_q),
+            m.d.comb += [check.start.eq(start), check.rows.eq(rows_q), check.row_bytes.eq(bytes_q),
                          check.stride.eq(stride), check.base.eq(Mux(gate, base, 0)),
                          check.size.eq(Mux(gate, size, 0))]
             if aw < 64:
@@ -445,8 +443,8 @@ class MacArrayCore(UnitCore):
         flags = Signal(len(checks), name="chk_flags", reset_less=True)
         flagged = Signal(name="chk_flagged", reset_less=True)
         m.d.sync += [flags.eq(Cat(*checks)), flagged.eq(flags.any())]
-        m.d.sync += [armed.eq(start | (armed & ~check_done)),
-                     check_done.eq(armed & ~check_done & Cat(*done).all()),
+        check_done, check_error = Signal(name="chk_done"), Signal(name="chk_error")
+        m.d.comb += [check_done.eq(armed & Cat(*done).all()),
                      check_error.eq(flagged | Cat(*errors).any())]
         return check_done, check_error
 
