@@ -432,9 +432,11 @@ class PipelineUnitCore(UnitCore):
         pipe_reset = Signal()     # Pipeline reset (after an aborted TRAIN only)
         cfg = {name: Signal(len(sig), name=f"run_{name}") for name, sig in self.cfg.items()}
         mode = cfg["pipe_mode"]
-        is_load = mode == PipelineMode.LOAD_WEIGHTS.value
-        is_store = mode == PipelineMode.STORE_WEIGHTS.value
-        is_train = mode == PipelineMode.TRAIN.value
+        # the mode's flags as registers (the configuration is steady from start)
+        is_load, is_store, is_train = Signal(), Signal(), Signal()
+        m.d.sync += [is_load.eq(mode == PipelineMode.LOAD_WEIGHTS.value),
+                     is_store.eq(mode == PipelineMode.STORE_WEIGHTS.value),
+                     is_train.eq(mode == PipelineMode.TRAIN.value)]
         sched = cfg["schedule"]
         gpipe = sched == 0
         mbs, steps, rows = cfg["microbatches"], cfg["steps"], cfg["rows"]
@@ -461,8 +463,12 @@ class PipelineUnitCore(UnitCore):
         d_first = cfg["s0_d_in"]
         d_last = cfg[f"s{K - 1}_d_out"]
         sel = cfg["stage"]
-        sel_d_in = Array(cfg[f"s{i}_d_in"] for i in range(K))[sel[:3] if K > 1 else 0]
-        sel_d_out = Array(cfg[f"s{i}_d_out"] for i in range(K))[sel[:3] if K > 1 else 0]
+        # the selected stage's dimensions and select flags, registered
+        sel_d_in, sel_d_out = Signal(32), Signal(32)
+        sel_is = [Signal(name=f"sel_is_{i}") for i in range(K)]
+        m.d.sync += [sel_d_in.eq(Array(cfg[f"s{i}_d_in"] for i in range(K))[sel[:3] if K > 1 else 0]),
+                     sel_d_out.eq(Array(cfg[f"s{i}_d_out"] for i in range(K))[sel[:3] if K > 1 else 0])]
+        m.d.sync += [flag.eq(sel == i) for i, flag in enumerate(sel_is)]
 
         # ---- datapath (reset at the start of every run) ----------------------------------
         dp = Module()
@@ -627,10 +633,10 @@ class PipelineUnitCore(UnitCore):
         for i in range(K):
             m.d.comb += [getattr(pipe, f"s{i}_w_row").eq(w_row), getattr(pipe, f"s{i}_w_word").eq(w_word),
                          getattr(pipe, f"s{i}_w_wr_data").eq(load_word),
-                         getattr(pipe, f"s{i}_w_wr_en").eq(load_valid & (sel == i)),
+                         getattr(pipe, f"s{i}_w_wr_en").eq(load_valid & sel_is[i]),
                          # the same word of the velocity is cleared (v_wr_data stays 0)
                          getattr(pipe, f"s{i}_v_row").eq(w_row), getattr(pipe, f"s{i}_v_word").eq(w_word),
-                         getattr(pipe, f"s{i}_v_wr_en").eq(load_valid & (sel == i))]
+                         getattr(pipe, f"s{i}_v_wr_en").eq(load_valid & sel_is[i])]
             rd_words.append(getattr(pipe, f"s{i}_w_rd_data"))
         rd_word = Signal(L * 32)
         m.d.comb += rd_word.eq(Array(rd_words)[sel[:3] if K > 1 else 0])
