@@ -1,19 +1,15 @@
 """SGC on Cora / CiteSeer through the golden TrainStage path (standard Planetoid split)."""
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gnnweave.golden.sgc import SgcConfig, default_data_dir, propagate_features, train_sgc
+from tests.conftest import require_file
 
 
 def _need(name):
-    path = Path(default_data_dir()) / f"{name}.npz"
-    if not path.exists():
-        if os.environ.get("GNNWEAVE_REQUIRE_DATA") == "1":
-            pytest.fail(f"dataset {path} missing and GNNWEAVE_REQUIRE_DATA=1")
-        pytest.skip(f"dataset {path} not available")
+    require_file(Path(default_data_dir()) / f"{name}.npz", "dataset")
 
 
 @pytest.mark.parametrize("name,target", [("cora", 0.795), ("citeseer", 0.704)])

@@ -13,7 +13,6 @@ bias) in the Amaranth simulator; their golden side trains on exactly that slice.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -21,14 +20,11 @@ import pytest
 
 from gnnweave.golden.sgc import SgcConfig, default_data_dir
 from gnnweave.sim.pipeline_bench import sgc_problem, verify_sgc_rtl
+from tests.conftest import require_file
 
 
 def _need(name):
-    path = Path(default_data_dir()) / f"{name}.npz"
-    if not path.exists():
-        if os.environ.get("GNNWEAVE_REQUIRE_DATA") == "1":
-            pytest.fail(f"dataset {path} missing and GNNWEAVE_REQUIRE_DATA=1")
-        pytest.skip(f"dataset {path} not available")
+    require_file(Path(default_data_dir()) / f"{name}.npz", "dataset")
 
 
 def _check(res, epochs):
