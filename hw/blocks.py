@@ -27,7 +27,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .axi import BOUNDARY_BYTES, MAX_BURST_BEATS
+from .axi import BOUNDARY_BYTES, MAX_BURST_BEATS, SkidBuffer
 
 
 class RunState(enum.Enum, shape=3):
@@ -365,33 +365,9 @@ class BurstGenerator(wiring.Component):
         return m
 
 
-class StreamRegister(wiring.Component):
-    """A register slice for one ``amaranth.lib.stream``: ``o`` leaves from flip-flops and
-    ``i.ready`` is a flip-flop too (a skid entry catches the element that arrives while
-    ``o`` is held), so no combinational path crosses it; one element per cycle.
-
-    Args:
-        shape: the payload shape.
-    """
-
-    def __init__(self, shape):
-        self._shape = shape
-        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
-
-    def elaborate(self, platform):
-        m = Module()
-        skid_valid = Signal()
-        skid = Signal(self._shape, reset_less=True)
-        main = Signal(self._shape, reset_less=True)
-        m.d.comb += [self.i.ready.eq(~skid_valid), self.o.payload.eq(main)]
-        with m.If(~self.o.valid | self.o.ready):           # the output register frees
-            with m.If(skid_valid):
-                m.d.sync += [main.eq(skid), self.o.valid.eq(1), skid_valid.eq(0)]
-            with m.Else():
-                m.d.sync += [main.eq(self.i.payload), self.o.valid.eq(self.i.valid)]
-        with m.Elif(self.i.valid & self.i.ready):          # held: the skid entry takes it
-            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
-        return m
+#: A register slice of one stream (no combinational path across, one element per cycle):
+#: the AXI channels' :class:`~.axi.SkidBuffer`, under the name the stream blocks use.
+StreamRegister = SkidBuffer
 
 
 class RegisteredFIFO(wiring.Component):
