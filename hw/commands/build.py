@@ -3,17 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gnnweave.clitools import output_folder
+from gnnweave.clitools import named_build, output_folder
 from gnnweave.errors import InputError
-
-
-def check_build(name: str):
-    """The named build (gnnweave/buildconfig.py), or a one-line error listing the names."""
-    from gnnweave.buildconfig import BuildConfigError, get_build
-    try:
-        return get_build(name)
-    except BuildConfigError as exc:
-        raise InputError(f"--config: {exc}") from None
 
 
 class Verilog:
@@ -30,7 +21,7 @@ class Verilog:
     @staticmethod
     def run(a) -> int:
         from gnnweave.progress import stage
-        check_build(a.config)
+        named_build(a.config)
         out = output_folder("--out", a.out or f"build/verilog/{a.config}")
         from gnnweave.hw.flow.verilog import write_accelerator_verilog
         with stage(f"Verilog generation of {a.config}"):
@@ -50,7 +41,7 @@ class Estimate:
 
     @staticmethod
     def run(a) -> int:
-        check_build(a.config)
+        named_build(a.config)
         if getattr(a, "out", None):
             output_folder("--out", Path(a.out).parent)
         from gnnweave.hw.flow.estimate import run
