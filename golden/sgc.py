@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gnnweave.datasets import data_root
 from gnnweave.fixed import FixedFormat
 from gnnweave.golden.aggregate import AggregateFormat, aggregate
 from gnnweave.golden.mac import SgdFormat, mac_forward
@@ -57,16 +58,8 @@ class SgcResult:
     features_q: np.ndarray = field(repr=False)
 
 
-def default_data_dir() -> Path:
-    import os
-    env = os.environ.get("GNNWEAVE_DATA")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parent.parent.parent / "shared" / "datasets"
-
-
 def load_planetoid(name: str, data_dir=None) -> dict:
-    path = Path(data_dir or default_data_dir()) / f"{name}.npz"
+    path = Path(data_dir or data_root()) / f"{name}.npz"
     if not path.exists():
         raise FileNotFoundError(f"dataset file {path} not found (set GNNWEAVE_DATA)")
     with np.load(path, allow_pickle=False) as d:

@@ -1,15 +1,15 @@
 """SGC on Cora / CiteSeer through the golden TrainStage path (standard Planetoid split)."""
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from gnnweave.golden.sgc import SgcConfig, default_data_dir, propagate_features, train_sgc
+from gnnweave.datasets import data_root
+from gnnweave.golden.sgc import SgcConfig, propagate_features, train_sgc
 from tests.conftest import require_file
 
 
 def _need(name):
-    require_file(Path(default_data_dir()) / f"{name}.npz", "dataset")
+    require_file(data_root() / f"{name}.npz", "dataset")
 
 
 @pytest.mark.parametrize("name,target", [("cora", 0.795), ("citeseer", 0.704)])

@@ -13,18 +13,18 @@ bias) in the Amaranth simulator; their golden side trains on exactly that slice.
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from gnnweave.golden.sgc import SgcConfig, default_data_dir
+from gnnweave.datasets import data_root
+from gnnweave.golden.sgc import SgcConfig
 from gnnweave.sim.pipeline_bench import sgc_problem, verify_sgc_rtl
 from tests.conftest import require_file
 
 
 def _need(name):
-    require_file(Path(default_data_dir()) / f"{name}.npz", "dataset")
+    require_file(data_root() / f"{name}.npz", "dataset")
 
 
 def _check(res, epochs):
