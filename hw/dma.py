@@ -376,6 +376,39 @@ def write_beat_layout(data_width: int) -> data.StructLayout:
     return data.StructLayout({"data": data_width, "strb": data_width // 8, "last": 1})
 
 
+class ContiguousBeatQueue(Elaboratable):
+    """The address queue of a coalescing :class:`WritePort`: a
+    :class:`~amaranth.lib.fifo.SyncFIFOBuffered` of single-beat writes (``w_en``,
+    ``w_data``, ``w_rdy``, ``r_en``, ``r_data``, ``r_rdy`` as there) that also hands out
+    ``r_joinable``: whether the head's address is the previous pushed beat's plus one beat
+    with no 4 KiB boundary between them. The flag is decided as each beat is pushed, so
+    the 64-bit address compare runs in front of the queue's storage, not behind its head.
+    """
+
+    def __init__(self, layout: data.StructLayout, depth: int, bytes_per_beat: int):
+        self.layout = layout
+        self.bytes_per_beat = bytes_per_beat
+        self.depth = depth
+        self._queue = fifo.SyncFIFOBuffered(width=layout.size + 1, depth=depth)
+        self.w_en, self.w_rdy = self._queue.w_en, self._queue.w_rdy
+        self.r_en, self.r_rdy = self._queue.r_en, self._queue.r_rdy
+        self.w_data = Signal(layout.size)
+        self.r_data = Signal(layout.size)
+        self.r_joinable = Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.queue = queue = self._queue
+        addr = data.View(self.layout, self.w_data).addr
+        after_last = Signal.like(addr)       # the address after the last beat pushed
+        joinable = (addr == after_last) & (addr[:12] != 0)
+        m.d.comb += [queue.w_data.eq(Cat(self.w_data, joinable)),
+                     self.r_data.eq(queue.r_data[:-1]), self.r_joinable.eq(queue.r_data[-1])]
+        with m.If(self.w_en & self.w_rdy):
+            m.d.sync += after_last.eq(addr + self.bytes_per_beat)
+        return m
+
+
 class WritePort(Elaboratable):
     """Drives the AW/W/B channels of ``bus`` from two queues the client fills.
 
@@ -389,7 +422,10 @@ class WritePort(Elaboratable):
     at a 4 KiB boundary, or when no beat is waiting; its AW leaves once all its beats are
     queued, so W never waits for data inside a burst. A burst covers only bytes of beats
     the client pushed, so a client that checks every beat against its buffer keeps every
-    burst inside it. :attr:`idle` then also waits for the bursts being formed.
+    burst inside it. :attr:`idle` then also waits for the bursts being formed. ``address``
+    is then a :class:`ContiguousBeatQueue` (the same push side as a FIFO's), which decides
+    as a beat is pushed whether it continues the one before: every term of the burst
+    decision leaves a flip-flop, and a beat takes no extra cycle.
     """
 
     def __init__(self, bus, *, beat_depth: int = 16, address_depth: int = 4,
@@ -403,7 +439,10 @@ class WritePort(Elaboratable):
         self._w_layout = write_beat_layout(dw)
         self.coalesce = coalesce
         self.max_burst = max_burst
-        self.address = fifo.SyncFIFOBuffered(width=self._aw_layout.size, depth=address_depth)
+        if coalesce:
+            self.address = ContiguousBeatQueue(self._aw_layout, address_depth, dw // 8)
+        else:
+            self.address = fifo.SyncFIFOBuffered(width=self._aw_layout.size, depth=address_depth)
         self.beats = fifo.SyncFIFOBuffered(width=self._w_layout.size, depth=beat_depth)
         self.enable = Signal(init=1)
         self.beat = Signal()          # pulse: one W beat accepted
@@ -414,35 +453,43 @@ class WritePort(Elaboratable):
     def _coalescer(self, m):
         """Single beats from the client queues -> (AW queue, W queue) of whole bursts;
         returns the two queues and a signal that is high while a burst is being formed."""
-        bpb = len(self.bus.wdata) // 8
-        # (amaranth's FIFOs: a push, decided by the address compare above, reaches their
-        # storage's write enable sooner than a RegisteredFIFO's counters)
+        # (amaranth's FIFOs: a push reaches their storage's write enable sooner than a
+        # RegisteredFIFO's counters)
         aw_q = fifo.SyncFIFOBuffered(width=self._aw_layout.size, depth=4)
         w_q = fifo.SyncFIFOBuffered(width=self._w_layout.size, depth=self.max_burst + 2)
         m.submodules.burst_address = aw_q
         m.submodules.burst_beats = w_q
         head = data.View(self._aw_layout, self.address.r_data)
         beat = data.View(self._w_layout, self.beats.r_data)
-
         forming = Signal()                       # a burst is open; its last beat is `tail`
         start = Signal.like(head.addr)
-        next_addr = Signal.like(head.addr)
         count = Signal(range(self.max_burst + 1))
+        full = Signal()                          # count == max_burst, a register
         tail = Signal(self._w_layout)
-        available = self.address.r_rdy & self.beats.r_rdy
         # room for two more beats in the W queue, a register decided a cycle ahead from a
         # count of its own (the FIFO's level adds its output register: a carry chain)
         w_count = Signal(range(w_q.depth + 1), name="w_queue_count")
         w_room = Signal(init=1, name="w_queue_room")
-        w_in, w_out = w_q.w_en, w_q.r_en & w_q.r_rdy
-        m.d.sync += w_count.eq(w_count + w_in - w_out)
-        m.d.sync += w_room.eq(Mux(w_in & ~w_out, w_count < w_q.depth - 2,
-                                  Mux(w_out & ~w_in, w_count < w_q.depth, w_count < w_q.depth - 1)))
-        room = aw_q.w_rdy & w_room
-        joins = forming & (head.addr == next_addr) & (count < self.max_burst) & \
-            (head.addr[:12] != 0)
+        w_push, w_pop = w_q.w_en, w_q.r_en & w_q.r_rdy
+        m.d.sync += w_count.eq(w_count + w_push - w_pop)
+        m.d.sync += w_room.eq(Mux(w_push & ~w_pop, w_count < w_q.depth - 2,
+                                  Mux(w_pop & ~w_push, w_count < w_q.depth, w_count < w_q.depth - 1)))
+        # the same for one more burst in the AW queue: it is pushed only while it holds at
+        # most depth - 2, so its inner queue (whose level compare is its w_rdy) has room
+        aw_count = Signal(range(aw_q.depth + 1), name="aw_queue_count")
+        aw_room = Signal(init=1, name="aw_queue_room")
+        aw_push, aw_pop = aw_q.w_en, aw_q.r_en & aw_q.r_rdy
+        m.d.sync += aw_count.eq(aw_count + aw_push - aw_pop)
+        m.d.sync += aw_room.eq(Mux(aw_push & ~aw_pop, aw_count < aw_q.depth - 2,
+                                   Mux(aw_pop & ~aw_push, aw_count < aw_q.depth,
+                                       aw_count < aw_q.depth - 1)))
+        room = aw_room & w_room
+        # every term of the burst decision is a flip-flop: the queues' heads and flags, the
+        # open burst's state and the rooms
+        available = self.address.r_rdy & self.beats.r_rdy
+        joins = forming & self.address.r_joinable & ~full
         take = available & room
-        close = forming & room & ((available & ~joins) | ~available)
+        close = forming & room & ~(available & joins)
         aw_out = data.Signal(self._aw_layout)
         w_out = data.Signal(self._w_layout)
         m.d.comb += [
@@ -455,11 +502,11 @@ class WritePort(Elaboratable):
         with m.If(close):
             m.d.sync += forming.eq(0)
         with m.If(take):
-            m.d.sync += [forming.eq(1), tail.eq(beat), next_addr.eq(head.addr + bpb)]
+            m.d.sync += [forming.eq(1), tail.eq(beat)]
             with m.If(joins):
-                m.d.sync += count.eq(count + 1)
+                m.d.sync += [count.eq(count + 1), full.eq(count == self.max_burst - 1)]
             with m.Else():
-                m.d.sync += [start.eq(head.addr), count.eq(1)]
+                m.d.sync += [start.eq(head.addr), count.eq(1), full.eq(0)]
         return aw_q, w_q, forming
 
     def elaborate(self, platform):
