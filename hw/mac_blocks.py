@@ -89,6 +89,9 @@ class BlockLoader(wiring.Component):
         addr = Signal(self.addr_width, name="req_addr", reset_less=True)
         beats = Signal(range(A + 1), name="req_beats", reset_less=True)
         rest = Signal(range(maxr + 1), name="row_rest")        # beats of the row after it
+        # rest != 0 and rest > A, registers beside it (the request's choice starts from them)
+        rest_any = Signal(name="row_rest_any")
+        rest_long = Signal(name="row_rest_long")
         rows_left = Signal(range(maxr + 1), name="rows_left")  # rows not yet begun
         # the next row's start and its first burst (up to the next aligned boundary),
         # registered a cycle after the start moves (head_ok)
@@ -100,18 +103,21 @@ class BlockLoader(wiring.Component):
         m.d.comb += [self.request.valid.eq(valid), self.request.payload.addr.eq(addr),
                      self.request.payload.len.eq(beats - 1)]
         with m.If(~valid | self.request.ready):
-            with m.If(rest != 0):
+            with m.If(rest_any):
                 m.d.sync += [valid.eq(1), addr.eq(addr + (beats << beat_bits)),
-                             beats.eq(Mux(rest > A, A, rest)), rest.eq(Mux(rest > A, rest - A, 0))]
+                             beats.eq(Mux(rest_long, A, rest)), rest.eq(Mux(rest_long, rest - A, 0)),
+                             rest_any.eq(rest_long), rest_long.eq(rest > 2 * A)]
             with m.Elif((rows_left != 0) & head_ok):
                 m.d.sync += [valid.eq(1), addr.eq(next_row), beats.eq(head),
-                             rest.eq(row_beats - head), rows_left.eq(rows_left - 1),
+                             rest.eq(row_beats - head), rest_any.eq(row_beats != head),
+                             rest_long.eq(row_beats > head + A), rows_left.eq(rows_left - 1),
                              next_row.eq(next_row + stride), head_ok.eq(0)]
             with m.Else():
                 m.d.sync += valid.eq(0)
         with m.If(self.start):
             empty = (self.nrows == 0) | (self.ncols == 0)
-            m.d.sync += [valid.eq(0), rest.eq(0), rows_left.eq(Mux(empty, 0, self.nrows)),
+            m.d.sync += [valid.eq(0), rest.eq(0), rest_any.eq(0), rest_long.eq(0),
+                         rows_left.eq(Mux(empty, 0, self.nrows)),
                          next_row.eq(self.base), stride.eq(self.stride), head_ok.eq(0),
                          row_beats.eq((self.ncols + epb - 1) >> _log2(epb))]
 
@@ -123,6 +129,7 @@ class BlockLoader(wiring.Component):
         row = Signal(range(maxr + 1), name="recv_row")
         col = Signal(range(maxr + epb + 1), name="recv_col")
         rows_to_recv = Signal(range(maxr + 1), name="rows_to_recv")
+        done = Signal(init=1, name="recv_done")               # rows_to_recv == 0, a register
         bank = Signal.like(self.bank)
         wr = self.wr
         m.d.comb += [wr.row.eq(row), wr.col.eq(col), wr.count.eq(count)]
@@ -133,16 +140,18 @@ class BlockLoader(wiring.Component):
         with m.If(self.response.valid):
             with m.If(left <= epb):          # the row's last beat
                 m.d.sync += [left.eq(ncols), count.eq(Mux(ncols < epb, ncols, epb)), col.eq(0),
-                             row.eq(row + 1), rows_to_recv.eq(rows_to_recv - 1)]
+                             row.eq(row + 1), rows_to_recv.eq(rows_to_recv - 1),
+                             done.eq(rows_to_recv == 1)]
             with m.Else():
                 m.d.sync += [left.eq(left - epb), count.eq(Mux(left < 2 * epb, left - epb, epb)),
                              col.eq(col + epb)]
-        m.d.comb += self.done.eq(rows_to_recv == 0)
+        m.d.comb += self.done.eq(done)
         with m.If(self.start):
             empty = (self.nrows == 0) | (self.ncols == 0)
             m.d.sync += [ncols.eq(self.ncols), left.eq(self.ncols),
                          count.eq(Mux(self.ncols < epb, self.ncols, epb)), row.eq(0), col.eq(0),
-                         bank.eq(self.bank), rows_to_recv.eq(Mux(empty, 0, self.nrows))]
+                         bank.eq(self.bank), rows_to_recv.eq(Mux(empty, 0, self.nrows)),
+                         done.eq(empty)]
 
 
 class BlockWalker(wiring.Component):
@@ -235,8 +244,9 @@ class ResultWriter(wiring.Component):
     the beat's address; C the buffer guard, ``out_lo <= addr <= out_hi`` (``out_hi`` the
     last beat-aligned address whose beat ends inside the buffer; ``out_room`` low: no beat
     fits). A beat outside is dropped and raises ``fault`` (held until ``restart``). The
-    beats leave through a :class:`~.axi.SkidBuffer`, so ``beats.ready`` reaches only its
-    register; ``pending`` is high while a segment is in the stages or the slice.
+    segments enter and the beats leave through a :class:`~.axi.SkidBuffer` each, so
+    ``rows.ready`` leaves a register and ``beats.ready`` reaches only one; ``pending`` is
+    high while a segment is in the stages or the slices.
     """
 
     def __init__(self, *, rows: int, cols: int, index_bits: int, out_width: int,
@@ -260,7 +270,11 @@ class ResultWriter(wiring.Component):
         epb = self.bus_width // MAC_INPUT_WIDTH
         beat_bits = _log2(bpb)
         elem_bytes = MAC_INPUT_WIDTH // 8
-        seg = self.rows.payload
+        # the segments enter through a register slice too: the stages' stall reaches only
+        # its registers, not the core's output queue
+        m.submodules.rows_slice = rows_in = SkidBuffer(self.rows.payload.shape())
+        wiring.connect(m, wiring.flipped(self.rows), rows_in.i)
+        seg = rows_in.o.payload
         va, vb, vc = Signal(name="wr_a_valid"), Signal(name="wr_b_valid"), Signal(name="wr_c_valid")
         inside_c = Signal(name="wr_c_inside", reset_less=True)
         advance = Signal(name="wr_advance")
@@ -268,7 +282,7 @@ class ResultWriter(wiring.Component):
         m.submodules.slice = out = SkidBuffer(self.beats.payload.shape())
         wiring.connect(m, out.o, wiring.flipped(self.beats))
         m.d.comb += advance.eq(~vc | out.i.ready | ~inside_c | fault)
-        take = self.rows.valid & advance
+        take = rows_in.o.valid & advance
         # ---- A: row offset by adds, the block base plus the column, lanes and strobes
         row_off = Signal(AX, name="out_row_off", reset_less=True)
         band_row = Signal(len(seg.row), name="out_band_row", reset_less=True)
@@ -295,7 +309,7 @@ class ResultWriter(wiring.Component):
         a_data = Signal(self.bus_width, name="wr_a_data", reset_less=True)
         a_strb = Signal(bpb, name="wr_a_strb", reset_less=True)
         with m.If(advance):
-            m.d.sync += [va.eq(self.rows.valid), a_base.eq(self.block_base + col_bytes),
+            m.d.sync += [va.eq(rows_in.o.valid), a_base.eq(self.block_base + col_bytes),
                          a_row.eq(row_off_next),
                          a_data.eq(lanes << (lane_off * MAC_INPUT_WIDTH)),
                          a_strb.eq(strb_unit << (lane_off * elem_bytes))]
@@ -314,8 +328,8 @@ class ResultWriter(wiring.Component):
                          c_strb.eq(b_strb),
                          inside_c.eq(self.out_room & (b_addr >= self.out_lo) & (b_addr <= self.out_hi))]
         m.d.comb += [
-            self.rows.ready.eq(advance),
-            self.pending.eq(va | vb | vc | out.o.valid),
+            rows_in.o.ready.eq(advance),
+            self.pending.eq(rows_in.o.valid | va | vb | vc | out.o.valid),
             out.i.valid.eq(vc & inside_c & ~fault),
             out.i.payload.addr.eq(c_addr), out.i.payload.data.eq(c_data),
             out.i.payload.strb.eq(c_strb),
