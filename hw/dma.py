@@ -343,16 +343,18 @@ class StreamReader(Elaboratable):
         # Unpack: one element per cycle. Whether elements are left and whether this is the
         # last are flip-flops beside the count (no 32-bit compare before the FIFO's pop).
         has_elems, last_elem = Signal(), Signal()
+        sel_last = Signal(init=per_beat == 1)     # sel == per_beat - 1, a register
         m.d.comb += [
             self.elements.valid.eq(beats.r.valid & has_elems),
             self.elements.payload.eq(beats.r.payload.word_select(sel, self.elem_width)),
         ]
         with m.If(self.elements.valid & self.elements.ready):
             m.d.sync += [elems_left.eq(elems_left - 1), sel.eq(sel + 1),
+                         sel_last.eq(sel == per_beat - 2),
                          has_elems.eq(~last_elem), last_elem.eq(elems_left == 2)]
-            with m.If((sel == per_beat - 1) | last_elem):
+            with m.If(sel_last | last_elem):
                 m.d.comb += pop.eq(1)
-                m.d.sync += sel.eq(0)
+                m.d.sync += [sel.eq(0), sel_last.eq(per_beat == 1)]
         m.d.comb += [beats.r.ready.eq(pop), self.done.eq(~has_elems)]
 
         with m.If(self.start):
@@ -363,7 +365,7 @@ class StreamReader(Elaboratable):
                 beats_left.eq((total_bytes + bpb - 1) >> (bpb.bit_length() - 1)),
                 elems_left.eq(self.count), has_elems.eq(self.count != 0),
                 last_elem.eq(self.count == 1),
-                sel.eq(0),
+                sel.eq(0), sel_last.eq(per_beat == 1),
             ]
         return m
 
