@@ -22,12 +22,12 @@ import time
 from pathlib import Path
 
 def synthesize(rtlil_text: str, top: str, workdir: Path) -> dict:
-    from gnnweave.hw.flow.estimate import _run_wasm
+    from gnnweave.hw.flow.estimate import run_tool
     (workdir / "design.il").write_text(rtlil_text)
     script = (f"read_rtlil design.il; hierarchy -top {top}; proc; splitnets; "
               f"synth_xilinx -family xcup -top {top} -flatten -uram -noiopad -noclkbuf; "
               "tee -q -o stat.json stat -json; write_json netlist.json")
-    _run_wasm("yosys", ["-q", "-l", "synth.log", "-p", script], workdir,
+    run_tool("yosys", ["-l", "synth.log", "-p", script], workdir,
               what="yosys synth_xilinx -family xcup", progress=True)
     return json.loads((workdir / "netlist.json").read_text())
 
