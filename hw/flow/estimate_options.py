@@ -34,6 +34,10 @@ def add_arguments(ap) -> None:
                     help="also report each unit's longest register-to-register path of the "
                          "Xilinx-mapped netlist (LUT levels, carry cells, DSPs) and the "
                          "UltraScale+ clock it allows (JSON field depth)")
+    ap.add_argument("--no-dsp-packing", action="store_true",
+                    help="with --depth: keep every fabric register out of the DSP48E2s (Yosys' "
+                         "own mapping) instead of timing those Vivado absorbs as AREG/BREG/"
+                         "CREG/DREG/PREG as the DSP's (docs/estimate.md)")
     ap.add_argument("--timing", action="store_true",
                     help=f"also place and route on an ECP5 with nextpnr: {TIMING_LABEL}")
     ap.add_argument("--no-route", action="store_true",

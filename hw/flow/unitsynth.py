@@ -30,7 +30,7 @@ from pathlib import Path
 from .depth import NETLIST_COMMANDS, longest_paths
 
 #: bumped when what a cache entry holds changes
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 
 def default_cache_dir() -> Path:
@@ -125,7 +125,7 @@ def cache_key(task: dict, script: str, yosys_version: str) -> str:
 
 
 def _run_one(task: dict, script: str, family: str, logic_depth: bool, wrapper_top: str,
-             runner) -> dict:
+             runner, dsp_packing: bool = True) -> dict:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gnnweave-unit-") as tmp:
         tmp = Path(tmp)
@@ -139,30 +139,33 @@ def _run_one(task: dict, script: str, family: str, logic_depth: bool, wrapper_to
     if netlist is not None:
         if task["label"] is None:
             # the rest of the design: the wrapper's own cells are (glue), the top's (own)
-            depth = longest_paths(netlist, wrapper_top, skip=1)
+            depth = longest_paths(netlist, wrapper_top, skip=1, dsp_packing=dsp_packing)
             boxes = {b for b in task["blackbox"]}
             left = {c: n for c, n in depth.pop("(uncounted cells)", {}).items()
                     if c.lstrip("\\") not in boxes}
             if left:
                 depth["(uncounted cells)"] = left
         else:
-            depth = _worst(longest_paths(netlist, task["top"]))
+            depth = _worst(longest_paths(netlist, task["top"], dsp_packing=dsp_packing))
     return {"stat": stat, "depth": depth, "seconds": round(synth_s, 1)}
 
 
 def _worst(paths: dict) -> dict | None:
-    """The slowest path of a unit's sub-units (the unit's figure), ``None`` without one."""
+    """The slowest path of a unit's sub-units (the unit's figure, with the DSP-packed
+    flip-flops of all of them), ``None`` without one."""
     timed = {k: v for k, v in paths.items() if isinstance(v, dict) and "delay_ns" in v}
     if not timed:
         return None
-    return max(timed.values(), key=lambda v: v["delay_ns"])
+    worst = max(timed.values(), key=lambda v: v["delay_ns"])
+    return {**worst, "dsp_packed_ffs": sum(v.get("dsp_packed_ffs", 0) for v in timed.values())}
 
 
 def synth_units(design: str, top: str, units: dict[str, str], family: str, *, uram: bool,
                 logic_depth: bool, jobs: int | None = None, cache_dir=None,
-                progress: bool = False, runner=None) -> dict:
+                progress: bool = False, runner=None, dsp_packing: bool = True) -> dict:
     """Synthesise each unit alone and the rest with the units black boxes; ``runner`` runs
-    Yosys (default :func:`.estimate.run_tool`).
+    Yosys (default :func:`.estimate.run_tool`); ``dsp_packing``: see
+    :class:`.depth.DspPacking` (part of the cache key with ``logic_depth``).
 
     Returns ``{"modules": {module: stat entry}, "depth": {label: figures} | None,
     "runs": {label: {seconds, cached}}}``; ``modules`` merges every run's ``stat -json``
@@ -177,7 +180,8 @@ def synth_units(design: str, top: str, units: dict[str, str], family: str, *, ur
     results, todo = {}, []
     for task in tasks:
         script = _script(task, family, uram, logic_depth)
-        key = cache_key(task, script, yosys_version)
+        key = cache_key(task, script + (f"; dsp_packing={dsp_packing}" if logic_depth else ""),
+                        yosys_version)
         hit = cache / f"{key}.json" if cache is not None else None
         if hit is not None and hit.exists():
             entry = json.loads(hit.read_text())
@@ -194,7 +198,8 @@ def synth_units(design: str, top: str, units: dict[str, str], family: str, *, ur
     # the biggest first: the last one to finish bounds the wall time
     todo.sort(key=lambda t: -len(t[0]["design"]))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_run_one, task, script, family, logic_depth, top, runner): (task, hit)
+        futures = {pool.submit(_run_one, task, script, family, logic_depth, top, runner,
+                               dsp_packing): (task, hit)
                    for task, script, hit in todo}
         for fut in as_completed(futures):
             task, hit = futures[fut]

@@ -110,9 +110,63 @@ def _dsp_net(**regs):
 
 
 def test_dsp_without_registers_lies_in_the_path():
-    res = longest_paths(_dsp_net(AREG=0, BREG=0, MREG=0, PREG=0))["u"]
+    res = longest_paths(_dsp_net(AREG=0, BREG=0, MREG=0, PREG=0), dsp_packing=False)["u"]
     assert (res["dsp_in_path"], res["lut_levels"]) == (1, 1)
     assert res["from"] == "\\u.a" and res["to"] == "\\u.q"
+    m = DELAY_MODEL
+    expect = (m["ff_clk_to_q"] + m["net"] + m["dsp_input"] + m["dsp_mult"] + m["dsp_alu"]
+              + m["dsp_out"] + m["net"] + m["lut"] + m["net"] + m["ff_setup"] + m["clock_uncertainty"])
+    assert res["delay_ns"] == pytest.approx(expect, abs=0.01)
+    assert res["dsp_packed_ffs"] == 0
+
+
+def test_register_feeding_only_a_dsp_input_is_its_input_register():
+    res = longest_paths(_dsp_net(AREG=0, BREG=0, MREG=0, PREG=0))["u"]
+    m = DELAY_MODEL
+    # u.a is AREG: the path starts in the DSP (P still leaves it unregistered, into a LUT)
+    expect = (m["dsp_reg_clk_to_q"] + m["dsp_mult"] + m["dsp_alu"] + m["dsp_out"] + m["net"]
+              + m["lut"] + m["net"] + m["ff_setup"] + m["clock_uncertainty"])
+    assert (res["from"], res["to"], res["dsp_packed_ffs"]) == ("\\u.dsp", "\\u.q", 1)
+    assert res["delay_ns"] == pytest.approx(expect, abs=0.01)
+
+
+def _reg_mul_reg(n, *, a_also_feeds_lut=False, p_ce=("1", "1")):
+    """u.a -> DSP A, its P[0..1] -> u.p0, u.p1 (clock enables ``p_ce``), u.p0 -> LUT -> u.q."""
+    a = n.ff("\\u.a", n.bit())
+    if a_also_feeds_lut:
+        n.ff("\\u.side", n.lut("\\u.side_lut", a))
+    p = [n.bit() for _ in range(48)]
+    n.cell("\\u.dsp", "DSP48E2", {"A": [a] * 30, "B": ["0"] * 18, "C": ["0"] * 48},
+           {"P": p}, USE_MULT="MULTIPLY", AREG=0, BREG=0, CREG=0, MREG=0, PREG=0)
+    q = []
+    for i in range(2):
+        q.append(n.bit())
+        n.cell(f"\\u.p{i}", "FDRE", {"D": [p[i]], "C": ["0"], "CE": [p_ce[i]], "R": ["0"]},
+               {"Q": [q[i]]})
+    n.ff("\\u.q", n.lut("\\u.l", q[0]))
+    return n.netlist()
+
+
+def test_registers_around_a_dsp_are_its_a_and_p_registers():
+    res = longest_paths(_reg_mul_reg(_Net()))["u"]
+    m = DELAY_MODEL
+    inside = m["dsp_reg_clk_to_q"] + m["dsp_mult"] + m["dsp_alu"] + m["dsp_setup"]
+    after = m["dsp_p_clk_to_q"] + m["net"] + m["lut"] + m["net"] + m["ff_setup"]
+    assert res["dsp_packed_ffs"] == 3             # u.a (AREG), u.p0 and u.p1 (PREG)
+    assert res["delay_ns"] == pytest.approx(max(inside, after) + m["clock_uncertainty"], abs=0.01)
+    assert (res["from"], res["to"]) == ("\\u.dsp", "\\u.dsp")
+    off = longest_paths(_reg_mul_reg(_Net()), dsp_packing=False)["u"]
+    assert off["dsp_packed_ffs"] == 0 and (off["from"], off["to"]) == ("\\u.a", "\\u.p0")
+    assert off["delay_ns"] > res["delay_ns"] + 0.5
+
+
+def test_registers_with_other_loads_or_mixed_enables_stay_in_the_fabric():
+    # u.a also feeds a LUT: no AREG; the P register's two bits have different enables: no PREG
+    res = longest_paths(_reg_mul_reg(_Net(), a_also_feeds_lut=True, p_ce=("1", "0")))["u"]
+    assert res["dsp_packed_ffs"] == 0
+    assert res["from"] == "\\u.a" and res["to"] in ("\\u.p0", "\\u.p1")
+    one = longest_paths(_reg_mul_reg(_Net(), a_also_feeds_lut=True))["u"]
+    assert one["dsp_packed_ffs"] == 2 and one["from"] == "\\u.a" and one["to"] == "\\u.dsp"
 
 
 def test_fully_registered_dsp_cuts_every_path():
@@ -178,6 +232,86 @@ class _Both(wiring.Component):
         m.d.comb += [adder.a.eq(self.a), adder.b.eq(self.b), self.s.eq(adder.s),
                      and6.a.eq(Cat(self.a[:3], self.b[:3])), self.y.eq(and6.y)]
         return m
+
+
+def test_register_between_two_dsps_is_packed_once():
+    n = _Net()
+    a = n.ff("\\u.a", n.bit())
+    p1 = [n.bit() for _ in range(48)]
+    n.cell("\\u.dsp1", "DSP48E2", {"A": [a] * 30, "B": ["0"] * 18, "C": ["0"] * 48},
+           {"P": p1}, USE_MULT="MULTIPLY", AREG=0, BREG=0, CREG=0, MREG=0, PREG=0)
+    mid = n.ff("\\u.mid", p1[0])
+    p2 = [n.bit() for _ in range(48)]
+    n.cell("\\u.dsp2", "DSP48E2", {"A": [mid] * 30, "B": ["0"] * 18, "C": ["0"] * 48},
+           {"P": p2}, USE_MULT="MULTIPLY", AREG=0, BREG=0, CREG=0, MREG=0, PREG=0)
+    n.ff("\\u.q", n.lut("\\u.l", p2[0]))
+    res = longest_paths(n.netlist())["u"]
+    m = DELAY_MODEL
+    # u.a is dsp1's AREG, u.mid its PREG (so dsp2's A input is unregistered)
+    assert res["dsp_packed_ffs"] == 2
+    net_mid = m["net"] + m["net_per_log2_fanout"] * math.log2(30)     # all 30 bits of A
+    mid_to_q = (m["dsp_p_clk_to_q"] + net_mid + m["dsp_input"] + m["dsp_mult"] + m["dsp_alu"]
+                + m["dsp_out"] + m["net"] + m["lut"] + m["net"] + m["ff_setup"])
+    assert res["delay_ns"] == pytest.approx(mid_to_q + m["clock_uncertainty"], abs=0.01)
+    assert (res["from"], res["to"]) == ("\\u.mid", "\\u.q")
+
+
+class _RegMulReg(wiring.Component):
+    """``p = a * b`` between registers (``registered``) or straight from the ports."""
+
+    def __init__(self, registered: bool):
+        self.registered = registered
+        super().__init__({"a": In(16), "b": In(16), "p": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        if self.registered:
+            ra, rb = Signal(16), Signal(16)
+            m.d.sync += [ra.eq(self.a), rb.eq(self.b)]
+        else:
+            ra, rb = self.a, self.b
+        rp = Signal(32)
+        m.d.sync += rp.eq(ra * rb)
+        m.d.comb += self.p.eq(rp)
+        return m
+
+
+class _MulUnits(wiring.Component):
+    a: In(16)
+    b: In(16)
+    p: Out(32)
+    q: Out(32)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.packed = packed = _RegMulReg(True)
+        m.submodules.bare = bare = _RegMulReg(False)
+        m.d.comb += [packed.a.eq(self.a), packed.b.eq(self.b), bare.a.eq(self.a), bare.b.eq(self.b),
+                     self.p.eq(packed.p), self.q.eq(bare.p)]
+        return m
+
+
+@needs_yosys
+def test_yosys_multiply_between_registers_is_timed_inside_the_dsp():
+    # synth_xilinx -family xcup leaves all these registers in the fabric (FDREs)
+    m = DELAY_MODEL
+    res = component_depth(_MulUnits())
+    packed, bare = res["packed"], res["bare"]
+    # ra, rb (16 each) as AREG/BREG, the 32-bit product register as PREG
+    assert packed["dsp_packed_ffs"] == 64
+    assert packed["delay_ns"] == pytest.approx(m["dsp_reg_clk_to_q"] + m["dsp_mult"] + m["dsp_alu"]
+                                               + m["dsp_setup"] + m["clock_uncertainty"], abs=0.01)
+    assert packed["dsp_in_path"] == 1 and packed["lut_levels"] == 0
+    # straight from the ports: only the product register is packed, the inputs are not timed
+    assert bare["dsp_packed_ffs"] == 32
+    off = component_depth(_MulUnits(), dsp_packing=False)
+    assert off["packed"]["dsp_packed_ffs"] == 0 and off["bare"]["dsp_packed_ffs"] == 0
+    # off: fabric register -> DSP (unregistered) -> fabric register, the old figure
+    fixed = m["ff_clk_to_q"] + m["ff_setup"] + m["clock_uncertainty"]
+    dsp = m["dsp_input"] + m["dsp_mult"] + m["dsp_alu"] + m["dsp_out"]
+    assert off["packed"]["dsp_in_path"] == 1
+    assert off["packed"]["delay_ns"] >= fixed + dsp + 2 * m["net"] - 0.01
+    assert 1000 / off["packed"]["delay_ns"] < 300 < packed["est_fmax_mhz"]
 
 
 @needs_yosys
