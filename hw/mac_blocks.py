@@ -271,10 +271,14 @@ class ResultWriter(wiring.Component):
         beat_bits = _log2(bpb)
         elem_bytes = MAC_INPUT_WIDTH // 8
         # the segments enter through a register slice too: the stages' stall reaches only
-        # its registers, not the core's output queue
-        m.submodules.rows_slice = rows_in = SkidBuffer(self.rows.payload.shape())
-        wiring.connect(m, wiring.flipped(self.rows), rows_in.i)
-        seg = rows_in.o.payload
+        # its registers, not the core's output queue. Each takes the block base along as it
+        # leaves the core (the base moves on once the block's last segment has left it)
+        m.submodules.rows_slice = rows_in = SkidBuffer(data.StructLayout({
+            "seg": self.rows.payload.shape(), "base": AX}))
+        m.d.comb += [rows_in.i.valid.eq(self.rows.valid), self.rows.ready.eq(rows_in.i.ready),
+                     rows_in.i.payload.seg.eq(self.rows.payload),
+                     rows_in.i.payload.base.eq(self.block_base)]
+        seg = rows_in.o.payload.seg
         va, vb, vc = Signal(name="wr_a_valid"), Signal(name="wr_b_valid"), Signal(name="wr_c_valid")
         inside_c = Signal(name="wr_c_inside", reset_less=True)
         advance = Signal(name="wr_advance")
@@ -309,7 +313,7 @@ class ResultWriter(wiring.Component):
         a_data = Signal(self.bus_width, name="wr_a_data", reset_less=True)
         a_strb = Signal(bpb, name="wr_a_strb", reset_less=True)
         with m.If(advance):
-            m.d.sync += [va.eq(rows_in.o.valid), a_base.eq(self.block_base + col_bytes),
+            m.d.sync += [va.eq(rows_in.o.valid), a_base.eq(rows_in.o.payload.base + col_bytes),
                          a_row.eq(row_off_next),
                          a_data.eq(lanes << (lane_off * MAC_INPUT_WIDTH)),
                          a_strb.eq(strb_unit << (lane_off * elem_bytes))]
