@@ -203,20 +203,31 @@ def _multiplies(frag, where: str) -> list[MultiplySpec]:
     return found
 
 
+#: type -> whether it is a Value or Statement (isinstance on Amaranth's ABCs is slow, and
+#: the walk asks once per attribute of every node)
+_NODE_TYPES: dict = {}
+
+
+def _is_node(v, Value) -> bool:
+    t = type(v)
+    known = _NODE_TYPES.get(t)
+    if known is None:
+        from amaranth.hdl._ast import Statement
+        known = _NODE_TYPES[t] = issubclass(t, (Value, Statement))
+    return known
+
+
 def _children(x, Value):
-    from amaranth.hdl._ast import Statement
-    if isinstance(x, (list, tuple)):
+    if type(x) in (list, tuple):
         return list(x)
-    if not isinstance(x, (Value, Statement)):
+    if not _is_node(x, Value):
         return []
     out = []
     for v in vars(x).values():
-        if isinstance(v, (Value, Statement)):
+        if type(v) in (list, tuple):
+            out.extend(item for item in v if type(item) in (list, tuple) or _is_node(item, Value))
+        elif _is_node(v, Value):
             out.append(v)
-        elif isinstance(v, (list, tuple)):
-            for item in v:
-                if isinstance(item, (Value, Statement, list, tuple)):
-                    out.append(item)
     return out
 
 
@@ -227,9 +238,21 @@ def _children(x, Value):
 
 def component_budget(component, *, family: str = "xcup", uram: bool = True) -> dict:
     """``{"units": {unit: {bram36, uram, dsp, memories: [...]}}, "total": {...}}``."""
+    return inventory_budget(inventory(component), family=family, uram=uram)
+
+
+def config_inventory(config_name: str, top: str | None = None) -> dict:
+    """:func:`inventory` of a named build, elaborated here (the slow part of a budget)."""
+    from .estimate import config_top
+    component, _ = config_top(config_name, top)
+    return inventory(component)
+
+
+def inventory_budget(units_inventory: dict, *, family: str = "xcup", uram: bool = True) -> dict:
+    """The budget (:func:`component_budget`) of an :func:`inventory`; it is not changed."""
     units = {}
     total = dict.fromkeys(RESOURCES, 0)
-    for unit, inv in sorted(inventory(component).items()):
+    for unit, inv in sorted(units_inventory.items()):
         res = dict.fromkeys(RESOURCES, 0)
         mems = []
         for mem in inv["memories"]:
@@ -250,13 +273,12 @@ def component_budget(component, *, family: str = "xcup", uram: bool = True) -> d
 def budget(config_name: str, board=None, *, top: str | None = None) -> dict:
     """Budget of a named build, checked against ``board`` (default: none, no fit check)."""
     from .boards import get_board
-    from .estimate import config_top, xilinx_family
+    from .estimate import xilinx_family
     t0 = time.monotonic()
     board = get_board(board) if board is not None else None
     family = xilinx_family(board)
     uram = bool(board.resources.get("uram")) if board is not None else True
-    component, _ = config_top(config_name, top)
-    res = component_budget(component, family=family, uram=uram)
+    res = inventory_budget(config_inventory(config_name, top), family=family, uram=uram)
     out = {"config": config_name, "family": family, "uram_allowed": uram,
            "method": "analytic: elaborated memories and multiplies mapped by the rules of "
                      "hw/flow/budget.py (no synthesis)", **res}

@@ -5,6 +5,7 @@ geometry and Yosys' memory_libmap costs (RAMB18 129, RAMB36 257, URAM288 1024); 
 configuration is budgeted on the board it is named for and must fit it; the budget of the
 small build is compared with Yosys synth_xilinx (slow).
 """
+import functools
 import json
 
 import pytest
@@ -13,10 +14,22 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from gnnweave.hw.flow import budget as budget_mod
 from gnnweave.hw.flow import estimate as est_mod
 from gnnweave.hw.flow.boards import boards, get_board
 from gnnweave.hw.flow.budget import (FIT_MARGIN, MemorySpec, MultiplySpec, budget, check_budget,
                                 component_budget, dsp_count, inventory, map_memory)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _elaborate_each_build_once():
+    """Elaborating a build is the slow part of its budget (seconds to minutes each): here
+    each named build is elaborated once, and every board and CLI test of it maps the same
+    inventory."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(budget_mod, "config_inventory",
+                   functools.lru_cache(maxsize=None)(budget_mod.config_inventory))
+        yield
 
 
 def _mem(width, depth, uram=True, **kw):
@@ -114,7 +127,7 @@ def test_every_board_configuration_fits_its_board(config, board):
 
 
 def test_budget_cli_json(capsys):
-    assert est_mod.main(["small", "--board", "zcu104", "--budget", "--json"]) == 0
+    assert est_mod.main(["zcu104", "--board", "zcu104", "--budget", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["fits"] is True and out["board"] == "zcu104"
     assert set(out["total"]) == {"bram36", "uram", "dsp"}
