@@ -266,7 +266,8 @@ class ExtentCheck(wiring.Component):
             m.d.sync += [product.eq(0), multiplier.eq(self.rows - 1), bits.eq(self.rw),
                          phase.eq(1), self.done.eq(0)]
         with m.Elif(phase == 1):
-            m.d.sync += [product.eq(Mux(doubled >= clamp, clamp, doubled)),
+            # doubled >= clamp, a power of two: its high bits, not a carry chain
+            m.d.sync += [product.eq(Mux(doubled[aw + 1:].any(), clamp, doubled)),
                          multiplier.eq(multiplier << 1), bits.eq(bits - 1)]
             with m.If(bits == 1):
                 m.d.sync += phase.eq(2)
@@ -293,8 +294,8 @@ def burst_out_layout(addr_width: int) -> data.StructLayout:
 
 
 class BurstGenerator(wiring.Component):
-    """Cuts a run of beats into AXI INCR bursts, one every two cycles (each is sized from
-    registers in one cycle and leaves from registers in the next).
+    """Cuts a run of beats into AXI INCR bursts, one every two cycles (each is planned from
+    registers in one cycle and leaves in the next, its length a choice among registers).
 
     Each burst is the longest of: the beats left, ``max_burst``, the beats to the next
     4 KiB boundary. A run of zero beats gives no burst.
@@ -330,10 +331,12 @@ class BurstGenerator(wiring.Component):
         left = Signal(self.cw, reset_less=True)
         left_m1 = Signal(self.cw, reset_less=True)        # left - 1, counted beside it
         has_left = Signal()                               # left != 0
-        # a burst is sized in one cycle (registers in, registers out) and leaves in the next
-        sized = Signal()
-        beats_r = Signal(range(mb + 1), reset_less=True)
-        len_r, last_r = Signal(8, reset_less=True), Signal(reset_less=True)
+        # a burst is planned in one cycle (registers in, registers out) and leaves in the
+        # next, its length and beats chosen by the planned `last_r` among registers
+        planned = Signal()
+        cap_m1_r = Signal(range(mb), reset_less=True)     # min(page, max_burst) - 1
+        cap_r = Signal(range(mb + 1), reset_less=True)    # min(page, max_burst)
+        last_r = Signal(reset_less=True)                  # the beats left fit the cap
         # the beats to the page end minus one are the inverted beat address in the page
         page_m1 = ~addr[shift:12]
         if mb & (mb - 1) == 0 and 1 < mb and mb.bit_length() - 1 <= len(page_m1):
@@ -341,27 +344,31 @@ class BurstGenerator(wiring.Component):
             short = (page_m1[k:] == 0) & (page_m1[:k] != mb - 1)
         else:
             short = page_m1 < mb - 1
-        cap_m1 = Signal(range(mb))                        # min(page, max_burst) - 1
+        cap_m1 = Signal(range(mb))
         m.d.comb += cap_m1.eq(Mux(short, page_m1, mb - 1))
         bits = len(cap_m1)
-        last = (left_m1[bits:] == 0) & (left_m1[:bits] <= cap_m1)   # left <= the cap
-        m.d.comb += [self.bursts.valid.eq(has_left & sized),
+        # left <= the cap; a short page's cap fits `bits` bits, so the low compare does not
+        # wait for the cap's mux
+        low = left_m1[:bits]
+        fits_full = Const(1) if mb == 1 << bits else low <= mb - 1
+        last = (left_m1[bits:] == 0) & Mux(short, low <= page_m1[:bits], fits_full)
+        beats_r = Mux(last_r, left[:len(cap_r)], cap_r)
+        m.d.comb += [self.bursts.valid.eq(has_left & planned),
                      self.bursts.payload.addr.eq(addr),
-                     self.bursts.payload.len.eq(len_r),
+                     self.bursts.payload.len.eq(Mux(last_r, left_m1[:bits], cap_m1_r)),
                      self.bursts.payload.last.eq(last_r),
                      self.cmd.ready.eq(~has_left)]
         leaving = self.bursts.valid & self.bursts.ready
         with m.If(self.cmd.valid & self.cmd.ready):
             beats = self.cmd.payload.beats
             m.d.sync += [addr.eq(self.cmd.payload.addr), left.eq(beats), left_m1.eq(beats - 1),
-                         has_left.eq(beats != 0), sized.eq(0)]
+                         has_left.eq(beats != 0), planned.eq(0)]
         with m.Elif(leaving):
             m.d.sync += [addr.eq(addr + (beats_r << shift)), left.eq(left - beats_r),
-                         left_m1.eq(left_m1 - beats_r), has_left.eq(~last_r), sized.eq(0)]
-        with m.Elif(has_left & ~sized):
-            m.d.sync += [sized.eq(1), last_r.eq(last),
-                         len_r.eq(Mux(last, left_m1[:bits], cap_m1)),
-                         beats_r.eq(Mux(last, left[:len(beats_r)], cap_m1 + 1))]
+                         left_m1.eq(left_m1 - beats_r), has_left.eq(~last_r), planned.eq(0)]
+        with m.Elif(has_left & ~planned):
+            m.d.sync += [planned.eq(1), last_r.eq(last), cap_m1_r.eq(cap_m1),
+                         cap_r.eq(cap_m1 + 1)]
         return m
 
 
@@ -531,36 +538,51 @@ class ElementReader(wiring.Component):
     def _unpack(self, m, fifo_out, per_beat: int):
         """The current beat in a register, one element a cycle from it, and the next beat in
         a second register: the FIFO is popped whenever that one is free (a flip-flop), never
-        from the consumer's ready."""
+        from the consumer's ready. ``elements.valid`` is the current beat's flip-flop (the
+        run's beats hold exactly its elements: its last element frees the last beat) and
+        the beat's end (last element of the beat or of the run) is a flip-flop set from the
+        next states of the flags it combines, so the consumer's ready is one LUT from every
+        register enable."""
         cur_valid, nxt_valid = Signal(), Signal()
         cur, nxt = Signal(self.dw, reset_less=True), Signal(self.dw, reset_less=True)
         sel = Signal(range(per_beat))
         sel_last = Signal(init=per_beat == 1)            # sel == per_beat - 1
         elems_left = Signal(32)
         has_elems, last_elem = Signal(), Signal()        # elems_left != 0, == 1
-        take = self.elements.valid & self.elements.ready
-        beat_done = take & (sel_last | last_elem)
-        fetched = fifo_out.valid & ~nxt_valid
+        at_end = Signal()                                # sel_last | last_elem
+        take = cur_valid & self.elements.ready
+        beat_done = take & at_end
+        frees = beat_done | ~cur_valid                   # cur takes the next beat
         m.d.comb += [
-            self.elements.valid.eq(cur_valid & has_elems),
+            self.elements.valid.eq(cur_valid),
             self.elements.payload.eq(cur.word_select(sel, self.ew)),
             fifo_out.ready.eq(~nxt_valid),
             self.done.eq(~has_elems),
         ]
-        with m.If(beat_done | ~cur_valid):               # the current beat frees
-            with m.If(nxt_valid):
-                m.d.sync += [cur.eq(nxt), nxt_valid.eq(fetched), nxt.eq(fifo_out.payload)]
-            with m.Else():
-                m.d.sync += [cur.eq(fifo_out.payload), cur_valid.eq(fetched)]
-        with m.Elif(fetched):
-            m.d.sync += [nxt.eq(fifo_out.payload), nxt_valid.eq(1)]
+        # nxt matters only while valid: it samples the FIFO's output whenever it is not
+        with m.If(~nxt_valid):
+            m.d.sync += nxt.eq(fifo_out.payload)
+        with m.If(frees):
+            m.d.sync += cur.eq(Mux(nxt_valid, nxt, fifo_out.payload))
+        # nxt_valid implies cur_valid: a freed cur takes nxt if valid, else the FIFO's output
+        cur_valid_next = Mux(frees, nxt_valid | fifo_out.valid, cur_valid)
+        m.d.sync += [cur_valid.eq(cur_valid_next),
+                     nxt_valid.eq(~frees & (nxt_valid | fifo_out.valid))]
+        has_next, last_next = Signal(), Signal()
+        sel_last_next = Signal()
+        m.d.comb += [has_next.eq(has_elems), last_next.eq(last_elem), sel_last_next.eq(sel_last)]
         with m.If(take):
-            m.d.sync += [elems_left.eq(elems_left - 1), has_elems.eq(~last_elem),
-                         last_elem.eq(elems_left == 2)]
+            m.d.comb += [has_next.eq(~last_elem), last_next.eq(elems_left == 2)]
+            m.d.sync += elems_left.eq(elems_left - 1)
             with m.If(beat_done):
-                m.d.sync += [sel.eq(0), sel_last.eq(per_beat == 1)]
+                m.d.sync += sel.eq(0)
+                m.d.comb += sel_last_next.eq(per_beat == 1)
             with m.Else():
-                m.d.sync += [sel.eq(sel + 1), sel_last.eq(sel == per_beat - 2)]
+                m.d.sync += sel.eq(sel + 1)
+                m.d.comb += sel_last_next.eq(sel == per_beat - 2)
         with m.If(self.start):
-            m.d.sync += [elems_left.eq(self.count), has_elems.eq(self.count != 0),
-                         last_elem.eq(self.count == 1), sel.eq(0), sel_last.eq(per_beat == 1)]
+            m.d.sync += [elems_left.eq(self.count), sel.eq(0)]
+            m.d.comb += [has_next.eq(self.count != 0), last_next.eq(self.count == 1),
+                         sel_last_next.eq(per_beat == 1)]
+        m.d.sync += [has_elems.eq(has_next), last_elem.eq(last_next), sel_last.eq(sel_last_next),
+                     at_end.eq(sel_last_next | last_next)]
