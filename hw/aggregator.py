@@ -258,13 +258,17 @@ class AggregatorCore(UnitCore):
         m.d.comb += [read_port.guard_base[3].eq(cfg["feat_addr"]),
                      read_port.guard_size[3].eq(cfg["feat_size"])]
         launch = Signal()       # first cycle of a run that passed the checks
+        # the readers' counts from registers (set during CHECK, outside the datapath's
+        # reset): no adder before the readers' compares of their count
+        ptr_count, w_count = Signal(32, name="ptr_count"), Signal(32, name="w_count")
+        m.d.sync += [ptr_count.eq(num_nodes + 1), w_count.eq(Mux(use_weights, num_edges, 0))]
         m.d.comb += [
             ptr_reader.start.eq(launch), ptr_reader.base.eq(cfg["indptr_addr"]),
-            ptr_reader.count.eq(num_nodes + 1),
+            ptr_reader.count.eq(ptr_count),
             idx_reader.start.eq(launch), idx_reader.base.eq(cfg["indices_addr"]),
             idx_reader.count.eq(num_edges),
             w_reader.start.eq(launch), w_reader.base.eq(cfg["weights_addr"]),
-            w_reader.count.eq(Mux(use_weights, num_edges, 0)),
+            w_reader.count.eq(w_count),
         ]
 
         # ---- row gather: one read burst (two across a 4 KiB boundary) per valid edge ----
@@ -285,16 +289,18 @@ class AggregatorCore(UnitCore):
         wiring.connect(dp, gather.request, read_port.requests[3])
 
         # ---- edge walk: a row index and a descriptor per valid edge -----------------------
-        # register slices: the walk's decisions do not reach back into the readers
+        # register slices: the walk's decisions do not reach back into the readers (the
+        # indices' slice is the walk's own)
         slices = {name: StreamRegister(width) for name, width in
-                  (("ptr_slice", 32), ("idx_slice", 32), ("w_slice", ew))}
-        for (name, sl), reader in zip(slices.items(), (ptr_reader, idx_reader, w_reader)):
+                  (("ptr_slice", 32), ("w_slice", ew))}
+        for (name, sl), reader in zip(slices.items(), (ptr_reader, w_reader)):
             dp.submodules[name] = sl
             wiring.connect(dp, reader.elements, sl.i)
         walk = EdgeWalk(elem_width=ew, row_slots=id_slots, desc_slots=c.desc_depth)
         dp.submodules.walk = walk
-        for sl, port in zip(slices.values(), (walk.pointers, walk.indices, walk.weights)):
+        for sl, port in zip(slices.values(), (walk.pointers, walk.weights)):
             wiring.connect(dp, sl.o, port)
+        wiring.connect(dp, idx_reader.elements, walk.indices)
         wiring.connect(dp, walk.rows, row_address.i)
         desc_pop = Signal()
         dp.d.comb += [walk.run.eq(running), walk.num_nodes.eq(num_nodes),

@@ -59,6 +59,8 @@ class Drain(wiring.Component):
         maxb, aw, beat_bits = self.max_beats, self.aw_bits, self.bpb.bit_length() - 1
         row_beats, row_last_beat = self.row_beats, self.row_last_beat
         d_beat = Signal(range(maxb))
+        d_beat1 = Signal(range(maxb + 1), init=1)   # d_beat + 1, counted beside it
+        d_first = Signal(init=1)                      # d_beat == 0
         credits = Signal(range(self.credits + 1), init=self.credits)
         # a row's bursts, computed a row ahead: next_row_addr is the row after the one
         # being drained
@@ -88,29 +90,31 @@ class Drain(wiring.Component):
         # credits != 0, a flip-flop decided a cycle ahead (go only chooses among outcomes)
         has_credit = Signal(init=self.credits != 0)
         d_last, needs_aw = Signal(reset_less=True), Signal(reset_less=True)
-        ends_first = d_beat + 1 == first_len
+        ends_first = d_beat1 == first_len
         m.d.sync += [
-            d_last.eq(Mux(go, Mux(d_last, row_last_beat == 0, d_beat + 1 == row_last_beat),
+            d_last.eq(Mux(go, Mux(d_last, row_last_beat == 0, d_beat1 == row_last_beat),
                           d_beat == row_last_beat)),
-            needs_aw.eq(Mux(go, d_last | ends_first, (d_beat == 0) | (d_beat == first_len))),
+            needs_aw.eq(Mux(go, d_last | ends_first, d_first | (d_beat == first_len))),
         ]
         m.d.comb += [
             # the first row's address is set up in the cycle after launch
             go.eq(self.bank.ready & ~launched & has_credit & (~needs_aw | self.aw.ready)),
             advance.eq(launched | (go & d_last)),
             self.aw.valid.eq(self.bank.ready & ~launched & has_credit & needs_aw),
-            self.aw.payload.addr.eq(Mux(d_beat == 0, out_row_addr, second_addr)),
-            self.aw.payload.len.eq(Mux(d_beat == 0, first_len_m1, second_len_m1)),
+            self.aw.payload.addr.eq(Mux(d_first, out_row_addr, second_addr)),
+            self.aw.payload.len.eq(Mux(d_first, first_len_m1, second_len_m1)),
             self.bank.beat.eq(d_beat),
             self.bank.release.eq(go & d_last),
         ]
-        m.d.sync += [credits.eq(credits - go + self.beat_done),
+        m.d.sync += [credits.eq(Mux(go & ~self.beat_done, credits - 1,
+                                    Mux(~go & self.beat_done, credits + 1, credits))),
                      has_credit.eq(Mux(go & ~self.beat_done, credits != 1,
                                        Mux(~go & self.beat_done, 1, credits != 0)))]
         with m.If(go):
-            m.d.sync += d_beat.eq(d_beat + 1)
+            m.d.sync += [d_beat.eq(d_beat1), d_beat1.eq(d_beat1 + 1), d_first.eq(0)]
             with m.If(d_last):
-                m.d.sync += [d_beat.eq(0), self.nodes.eq(self.nodes + 1)]
+                m.d.sync += [d_beat.eq(0), d_beat1.eq(1), d_first.eq(1),
+                             self.nodes.eq(self.nodes + 1)]
 
         # the beat leaves from registers; they load every cycle (no enable to fan out), and
         # o.valid qualifies them

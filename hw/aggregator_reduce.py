@@ -176,8 +176,8 @@ class Reduce(wiring.Component):
         p1_valid, p2_valid, s2_valid = Signal(), Signal(), Signal()
         p1_index, p1_first, p1_x, p1_w = regs("p1", index=depth, first=1, x=lanes * ew, w=signed(ew))
         p2_index, p2_first, p2_prod = regs("p2", index=depth, first=1, prod=lanes * 2 * ew)
-        s2_index, s2_first, s2_prod, s2_old = regs("s2", index=depth, first=1,
-                                                   prod=lanes * 2 * ew, old=lanes * acc_w)
+        s2_index, s2_prod, s2_old = regs("s2", index=depth, prod=lanes * 2 * ew,
+                                         old=lanes * acc_w)
         forward = Signal(reset_less=True)     # s2 writes the entry p2 reads
         is_max = Signal(reset_less=True)
         new = Signal(lanes * acc_w)
@@ -189,22 +189,26 @@ class Reduce(wiring.Component):
             p2_valid.eq(p1_valid), p2_index.eq(p1_index), p2_first.eq(p1_first),
             p2_prod.eq(Cat(*[(p1_x.word_select(k, ew).as_signed() * p1_w)[:2 * ew]
                              for k in range(lanes)])),
-            s2_valid.eq(p2_valid), s2_index.eq(p2_index), s2_first.eq(p2_first),
+            s2_valid.eq(p2_valid), s2_index.eq(p2_index),
             s2_prod.eq(p2_prod),
             forward.eq(p2_valid & (p1_index == p2_index)),
-            s2_old.eq(Mux(forward, new, update_read.data)),
             is_max.eq(self.max if self.reduce_max else 0),
         ]
+        # a node's first product meets the identity of its reduction instead of the old
+        # accumulator (0 for sum, the least value for max: every product is above it), so
+        # the accumulate stage has no `first` to decide
+        identity = Cat(Const(0, acc_w - 1), is_max)
+        m.d.sync += s2_old.eq(Mux(p2_first, identity.replicate(lanes),
+                                  Mux(forward, new, update_read.data)))
         m.d.comb += update_read.addr.eq(p2_index)
         for lane in range(lanes):
             prod = s2_prod.word_select(lane, 2 * ew).as_signed()
             prev = s2_old.word_select(lane, acc_w).as_signed()
             summed = (prev + prod)[:acc_w]
             if self.reduce_max:
-                value = Mux(s2_first | (is_max & (prod > prev)), prod,
-                            Mux(is_max, prev, summed))
+                value = Mux(is_max, Mux(prod > prev, prod, prev), summed)
             else:
-                value = Mux(s2_first, prod, summed)
+                value = summed
             m.d.comb += new.word_select(lane, acc_w).eq(value)
         m.d.comb += [write.addr.eq(s2_index), write.data.eq(new), write.en.eq(s2_valid)]
 

@@ -37,7 +37,11 @@ class EdgeWalk(wiring.Component):
 
     Ports:
         pointers, indices, weights: the metadata streams (``weights`` only read with
-            ``use_weights``; every weight is 1 without).
+            ``use_weights``; every weight is 1 without). Indices and weights enter
+            through a register slice of the walk's own that joins them (each index
+            compared with ``num_nodes`` on its way in, so the configuration must hold
+            while the walk runs); ``weights`` still needs a slice in front (it is read
+            only when an index is there too), as ``pointers`` does.
         rows: the source index of every valid edge; never refused: the walk holds
             ``row_slots`` credits, one returned by each ``row_done`` pulse.
         descriptors: likewise, ``desc_slots`` credits returned by ``desc_done``.
@@ -72,6 +76,16 @@ class EdgeWalk(wiring.Component):
         m.d.sync += [state.eq(state_next), in_edges.eq(state_next == _EdgeState.EDGES),
                      in_skip.eq((state_next == _EdgeState.SKIP) | (state_next == _EdgeState.TAIL))]
         node_next = Signal(32, init=1)  # the current node + 1 (compared, never added)
+        node_next2 = Signal(32, init=2)  # node_next + 1, counted beside it
+        # node_next == num_nodes as a flip-flop: compares registered every cycle (they keep
+        # running while the datapath is held in reset), the one of node_next + 1 chosen in
+        # the cycle after a step (steps are at least two cycles apart: CLOSE, NEXT_PTR)
+        last_now = Signal(reset_less=True)
+        last_after_step = Signal(reset_less=True)
+        stepped = Signal()
+        m.d.sync += [last_now.eq(node_next == num_nodes),
+                     last_after_step.eq(node_next2 == num_nodes), stepped.eq(0)]
+        last_node = Mux(stepped, last_after_step, last_now)
         pos = Signal(32)
         pos_next = Signal(32, init=1)   # pos + 1, counted beside it
         pos_next2 = Signal(32, init=2)  # pos + 2, likewise
@@ -90,15 +104,30 @@ class EdgeWalk(wiring.Component):
         can_emit = Signal(init=self.desc_slots != 0)
         emit, desc = self.descriptors.valid, self.descriptors.payload
 
-        ptr, idx, wts = self.pointers, self.indices, self.weights
-        edge_ready = idx.valid & (wts.valid | ~use_weights)
-        weight_in = Mux(use_weights, wts.payload, 1)[:ew].as_signed()
-        index_ok = idx.payload < num_nodes
+        ptr, wts = self.pointers, self.weights
+        # an edge (its index and, with use_weights, its weight) passes a register slice of
+        # the walk's own, which joins the two streams and compares the index with the node
+        # count on the way in: the walk's decisions start from its valid flip-flop, the
+        # compare's carry chain is not behind them
+        m.submodules.edge_slice = edge_slice = StreamRegister(
+            data.StructLayout({"index": 32, "ok": 1, "weight": ew}))
+        joined = self.indices.valid & (wts.valid | ~use_weights)
+        m.d.comb += [edge_slice.i.valid.eq(joined),
+                     edge_slice.i.payload.index.eq(self.indices.payload),
+                     edge_slice.i.payload.ok.eq(self.indices.payload < num_nodes),
+                     edge_slice.i.payload.weight.eq(Mux(use_weights, wts.payload, 1)),
+                     self.indices.ready.eq(edge_slice.i.ready & (wts.valid | ~use_weights)),
+                     wts.ready.eq(edge_slice.i.ready & self.indices.valid & use_weights)]
+        edge_in = edge_slice.o
+        edge_ready = edge_in.valid
+        weight_in = edge_in.payload.weight.as_signed()
+        index_ok = edge_in.payload.ok
         consume = Signal()
         m.d.comb += [consume.eq(edge_ready & ((in_skip & ~at_target) |
                                               (in_edges & row_room & can_emit))),
-                     idx.ready.eq(consume), wts.ready.eq(consume & use_weights),
-                     self.rows.payload.eq(idx.payload), self.done.eq(state == _EdgeState.DONE)]
+                     edge_in.ready.eq(consume),
+                     self.rows.payload.eq(edge_in.payload.index),
+                     self.done.eq(state == _EdgeState.DONE)]
         # a pointer is read only where pos == target: min(max(p, pos), E) and whether the
         # node is empty come from comparators side by side, not one after another
         p = ptr.payload
@@ -144,8 +173,7 @@ class EdgeWalk(wiring.Component):
                     m.d.sync += [target.eq(clamped), node_count.eq(0), at_target.eq(node_empty),
                                  at_last.eq(~p_behind & Mux(p_beyond, pos_next == num_edges,
                                                             pos_next == p))]
-                    last_ptr = node_next == num_nodes
-                    with m.If(p_behind | p_beyond | (last_ptr & (p != num_edges))):
+                    with m.If(p_behind | p_beyond | (last_node & (p != num_edges))):
                         m.d.sync += self.bad_indptr.eq(1)
             with m.Case(_EdgeState.EDGES):
                 with m.If(consume):
@@ -164,16 +192,22 @@ class EdgeWalk(wiring.Component):
                 with m.If(can_emit):
                     m.d.comb += [emit.eq(1), desc.weight.eq(held_weight), desc.last.eq(1),
                                  desc.empty.eq(~held), desc.count.eq(node_count)]
-                    m.d.sync += [held.eq(0), node_next.eq(node_next + 1)]
-                    with m.If(node_next == num_nodes):
+                    m.d.sync += [held.eq(0), node_next.eq(node_next2),
+                                 node_next2.eq(node_next2 + 1), stepped.eq(1)]
+                    with m.If(last_node):
                         m.d.sync += to_tail()
                     with m.Else():
                         m.d.comb += state_next.eq(_EdgeState.NEXT_PTR)
-        rows_out = self.rows.valid
-        m.d.sync += [row_credits.eq(row_credits - rows_out + self.row_done),
-                     row_room.eq(Mux(rows_out & ~self.row_done, row_credits != 1,
-                                     Mux(~rows_out & self.row_done, 1, row_credits != 0))),
-                     desc_credits.eq(desc_credits - emit + self.desc_done),
-                     can_emit.eq(Mux(emit & ~self.desc_done, desc_credits != 1,
-                                     Mux(~emit & self.desc_done, 1, desc_credits != 0)))]
+        self._credits(m, row_credits, row_room, self.rows.valid, self.row_done)
+        self._credits(m, desc_credits, can_emit, emit, self.desc_done)
         return m
+
+    @staticmethod
+    def _credits(m, credits, room, take, give):
+        """``credits`` down on ``take``, up on ``give``, and ``room`` (credits != 0) a cycle
+        ahead: the counter's +1 and -1 come from its flip-flops, ``take`` (the walk's
+        deepest decision) only chooses among them."""
+        m.d.sync += [credits.eq(Mux(take & ~give, credits - 1,
+                                    Mux(~take & give, credits + 1, credits))),
+                     room.eq(Mux(take & ~give, credits != 1,
+                                 Mux(~take & give, 1, credits != 0)))]
