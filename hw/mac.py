@@ -101,19 +101,24 @@ class SkewedBuffer(Elaboratable):
 
     Write port (one row segment per cycle): ``wr_en`` and ``wr`` (:func:`buffer_write_layout`).
     ``col`` must be a multiple of ``lanes`` and the segment must not wrap.
-    Read port (result :data:`READ_LATENCY` cycles after the request: the banks' read, their
+    Read port (result :attr:`read_latency` cycles after the request: the banks' read, their
     output register, then the lane rotation in a register of its own; held while ``rd_en``
-    is low):
+    is low; ``registered_request=True`` registers the request first, one cycle more, so a
+    request routed through a mux reaches the banks' address logic from a register):
     ``rd_fixed`` (the fixed index), ``rd_start`` (first lane's index along the other axis),
     ``rd_rowwise`` (1: lanes are ``(fixed, start + l)``; 0: ``(start + l, fixed)``),
     ``rd_extent`` (lanes with ``start + l >= extent`` read 0) -> ``rd_data[l]``.
     """
 
-    #: cycles from a read request to its lanes on ``rd_data``
+    #: cycles from a read request to its lanes on ``rd_data`` (request not registered)
     READ_LATENCY = 3
 
-    def __init__(self, *, lanes: int, rows: int, cols: int, width: int = MAC_INPUT_WIDTH):
+    def __init__(self, *, lanes: int, rows: int, cols: int, width: int = MAC_INPUT_WIDTH,
+                 registered_request: bool = False):
         self.lanes, self.rows, self.cols, self.width = lanes, rows, cols, width
+        self.registered_request = registered_request
+        #: cycles from a read request to its lanes on ``rd_data``
+        self.read_latency = self.READ_LATENCY + int(registered_request)
         self.lane_bits = _log2_exact("lanes", lanes)
         self.row_bits = _log2_exact("buffer rows", rows)
         col_words = max(cols // lanes, 1)
@@ -131,24 +136,38 @@ class SkewedBuffer(Elaboratable):
         self.rd_extent = Signal(index_bits + 1)
         self.rd_data = Signal(data.ArrayLayout(signed(width), lanes), reset_less=True)
 
+    def _request(self, m):
+        """The read request the banks see: the inputs, or their registered copy (the
+        fields held while ``rd_en`` is low, like the banks)."""
+        names = ("rd_en", "rd_fixed", "rd_start", "rd_rowwise", "rd_extent")
+        if not self.registered_request:
+            return {n: getattr(self, n) for n in names}
+        req = {n: Signal.like(getattr(self, n), name=f"{n}_r", reset_less=n != "rd_en") for n in names}
+        m.d.sync += req["rd_en"].eq(self.rd_en)
+        with m.If(self.rd_en):
+            m.d.sync += [req[n].eq(getattr(self, n)) for n in names[1:]]
+        return req
+
     def elaborate(self, platform):
         m = Module()
         L, lb = self.lanes, self.lane_bits
         depth = 1 << (self.row_bits + self.word_bits)
+        req = self._request(m)
+        rd_en, rd_fixed, rd_start = req["rd_en"], req["rd_fixed"], req["rd_start"]
         rot_w = (self.wr.row[:lb] if lb else Const(0, 1))
         rot_r = Signal(max(lb, 1))
-        m.d.comb += rot_r.eq((self.rd_start + self.rd_fixed)[:lb] if lb else 0)
+        m.d.comb += rot_r.eq((rd_start + rd_fixed)[:lb] if lb else 0)
         rot_r_q = Signal.like(rot_r, reset_less=True)
         start_q = Signal.like(self.rd_start, reset_less=True)
         extent_q = Signal.like(self.rd_extent, reset_less=True)
         rd_en_q = Signal()
-        m.d.sync += rd_en_q.eq(self.rd_en)
+        m.d.sync += rd_en_q.eq(rd_en)
         # the request's lane fields, two cycles on: with the banks' output register
         rot_r_p = Signal.like(rot_r, reset_less=True)
         start_p = Signal.like(self.rd_start, reset_less=True)
         extent_p = Signal.like(self.rd_extent, reset_less=True)
-        with m.If(self.rd_en):
-            m.d.sync += [rot_r_p.eq(rot_r), start_p.eq(self.rd_start), extent_p.eq(self.rd_extent)]
+        with m.If(rd_en):
+            m.d.sync += [rot_r_p.eq(rot_r), start_p.eq(rd_start), extent_p.eq(req["rd_extent"])]
         with m.If(rd_en_q):
             m.d.sync += [rot_r_q.eq(rot_r_p), start_q.eq(start_p), extent_q.eq(extent_p)]
         bank_data = []
@@ -172,16 +191,16 @@ class SkewedBuffer(Elaboratable):
             along = Signal(self.index_bits + 1, name=f"along{b}")
             if lb:
                 t = Signal(lb, name=f"rlow{b}")
-                m.d.comb += t.eq(b - self.rd_fixed[:lb])
-                high = self.rd_start[lb:] + (t < self.rd_start[:lb])
+                m.d.comb += t.eq(b - rd_fixed[:lb])
+                high = rd_start[lb:] + (t < rd_start[:lb])
                 m.d.comb += along.eq(Cat(t, high))
             else:
-                m.d.comb += along.eq(self.rd_start)
-            row = Mux(self.rd_rowwise, self.rd_fixed, along)
-            col = Mux(self.rd_rowwise, along, self.rd_fixed)
+                m.d.comb += along.eq(rd_start)
+            row = Mux(req["rd_rowwise"], rd_fixed, along)
+            col = Mux(req["rd_rowwise"], along, rd_fixed)
             m.d.comb += [
                 rp.addr.eq(Cat((col >> lb)[:self.word_bits], row[:self.row_bits])),
-                rp.en.eq(self.rd_en),
+                rp.en.eq(rd_en),
             ]
             bank_q = Signal.like(rp.data, name=f"bank{b}_q", reset_less=True)
             with m.If(rd_en_q):
@@ -232,7 +251,8 @@ def output_layout(cols: int, index_bits: int, width: int) -> data.StructLayout:
 class MacCore(wiring.Component):
     """The ``rows x cols`` array with its depth sequencer and drain (no memory of its own
     except the bias vector and the partial-sum store): operands come from two
-    :class:`SkewedBuffer` read ports (:data:`SkewedBuffer.READ_LATENCY` cycles).
+    :class:`SkewedBuffer` read ports, ``read_latency`` cycles after the request (default
+    :data:`SkewedBuffer.READ_LATENCY`; a buffer with ``registered_request`` takes one more).
 
     Biases (FWD with ``use_bias``): ``bias_clear``, then ``bias_wr_en``/``bias_wr_data`` once
     per output column in order.
@@ -293,7 +313,7 @@ class MacCore(wiring.Component):
     def __init__(self, *, rows: int = 4, cols: int = 4, max_dim: int = 256, max_depth: int = 256,
                  out_width: int = 16, bias_width: int = 32, partial_sums: bool = False,
                  operand_hold: bool = False, max_total_depth: int = MAX_TOTAL_DEPTH,
-                 psum_attrs: dict | None = None):
+                 psum_attrs: dict | None = None, read_latency: int = SkewedBuffer.READ_LATENCY):
         if not 1 <= rows <= 64 or not 1 <= cols <= 64:
             raise ValueError(f"rows/cols must be in 1..64, got {rows}x{cols}")
         if not max_depth <= max_total_depth <= self.MAX_TOTAL_DEPTH:
@@ -304,6 +324,10 @@ class MacCore(wiring.Component):
         self.index_bits = max(max_dim, max_depth).bit_length() + 1
         self.partial_sums = partial_sums
         self.operand_hold = operand_hold
+        if read_latency < 1:
+            raise ValueError(f"MacCore read_latency must be >= 1 cycle, got {read_latency}")
+        #: cycles from a step's operand requests to their data on ``a_data`` / ``b_data``
+        self.read_latency = read_latency
         #: bits of one cell's accumulator: one run's depth
         self.acc_width = accumulator_width(max_depth)
         #: bits of one partial sum in the store (0 without partial sums)
@@ -505,7 +529,7 @@ class MacCore(wiring.Component):
         (DSP P). Returns the accumulators and the step fields once the accumulators hold
         the step's sum."""
         R, C, AW = self.rows, self.cols, self.acc_width
-        L = SkewedBuffer.READ_LATENCY     # the step's operands are on a_data / b_data at L
+        L = self.read_latency     # the step's operands are on a_data / b_data at L
         # stage fields travel along the valid bit (valid with reset, fields reset_less)
         valids, stages = [seq["valid"]], [seq["fields"]]
         for s in range(1, L + 3):

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -99,22 +99,45 @@ class _FillTracker:
         # not in front of the position's registers.
         row_at = Cat(self.row[:lb], self.block) if lb else self.block
         expected = (row == row_at) & (col == Cat(Const(0, lb), self.word))
-        block_end = (self.row == lanes - 1) | (row_at == rows_last)
+        # whether the expected segment ends its row block / its block's last word: registers,
+        # set a segment ahead from the position and copies of the limits minus one (the
+        # limits are steady while segments arrive; without a segment the flags are
+        # recomputed from the position, so they follow a new configuration)
+        self.block_end, self.words_end = Signal(name=f"{name}_block_end"), Signal(name=f"{name}_words_end")
+        rows_last_m1 = Signal(len(rows_last), name=f"{name}_rows_last_m1", reset_less=True)
+        blocks_last_m1 = Signal(len(rows_last), name=f"{name}_blocks_last_m1", reset_less=True)
+        words_last_m1 = Signal(len(words_last), name=f"{name}_words_last_m1", reset_less=True)
+        first_end = Signal(name=f"{name}_first_end", reset_less=True)      # a block of one row
+        words_one = Signal(name=f"{name}_words_one", reset_less=True)      # one word per row
+        low_zero = (rows_last[:lb] == 0) if lb else Const(1, 1)
+        row_next_end = (self.row == lanes - 2) if lanes > 1 else Const(1, 1)
+        m.d.sync += [rows_last_m1.eq(rows_last - 1), blocks_last_m1.eq((rows_last >> lb) - 1),
+                     words_last_m1.eq(words_last - 1), first_end.eq((lanes == 1) | (rows_last == 0)),
+                     words_one.eq(words_last == 0)]
+        at_block_row0 = (lanes == 1) | (low_zero & (Cat(Const(0, lb), self.block) == rows_last))
+        next_block_row0 = (lanes == 1) | (low_zero & (self.block == blocks_last_m1))
         with m.If(fire):
             with m.If(last):
                 m.d.sync += [self.block.eq(0), self.word.eq(0), self.row.eq(0), self.disorder.eq(0),
-                             self.prev_ok.eq(0), self.unit_ok.eq(0), self.block_ok.eq(0)]
+                             self.prev_ok.eq(0), self.unit_ok.eq(0), self.block_ok.eq(0),
+                             self.block_end.eq(first_end), self.words_end.eq(words_one)]
             with m.Else():
                 with m.If(~expected):
                     m.d.sync += self.disorder.eq(1)
                 m.d.sync += [self.row.eq(self.row + 1), self.prev_ok.eq(1), self.prev_block.eq(self.block),
-                             self.prev_word.eq(self.word), self.prev_row.eq(self.row)]
-                with m.If(block_end):
+                             self.prev_word.eq(self.word), self.prev_row.eq(self.row),
+                             self.block_end.eq(row_next_end | (row_at == rows_last_m1))]
+                with m.If(self.block_end):
                     m.d.sync += [self.row.eq(0), self.word.eq(self.word + 1), self.unit_ok.eq(1),
-                                 self.unit_block.eq(self.block), self.unit_word.eq(self.word)]
-                    with m.If(self.word == words_last):
+                                 self.unit_block.eq(self.block), self.unit_word.eq(self.word),
+                                 self.block_end.eq(at_block_row0), self.words_end.eq(self.word == words_last_m1)]
+                    with m.If(self.words_end):
                         m.d.sync += [self.word.eq(0), self.block.eq(self.block + 1),
-                                     self.block_m1.eq(self.block), self.block_ok.eq(1)]
+                                     self.block_m1.eq(self.block), self.block_ok.eq(1),
+                                     self.block_end.eq(next_block_row0), self.words_end.eq(words_one)]
+        with m.Else():
+            m.d.sync += [self.block_end.eq((self.row == lanes - 1) | (row_at == rows_last)),
+                         self.words_end.eq(self.word == words_last)]
 
     def _split(self, row):
         return row >> self.lb, (row[:self.lb] if self.lb else Const(0, 1))
@@ -235,7 +258,10 @@ class TrainStage(wiring.Component):
         if weight.width > MAC_INPUT_WIDTH or master.frac < weight.frac or master.frac < grad_sum.frac:
             raise ValueError("TrainStage formats: weight <= 16 bits, master.frac >= weight.frac, grad_sum.frac")
         big = max(self.max_in, self.max_out, max_rows)
-        self.core = MacCore(rows=lanes, cols=lanes, max_dim=big, max_depth=big, operand_hold=True)
+        # the operand buffers register the routed requests (the core's step index reaches
+        # three buffers through the op's routing muxes): one cycle more read latency
+        self.core = MacCore(rows=lanes, cols=lanes, max_dim=big, max_depth=big, operand_hold=True,
+                            read_latency=SkewedBuffer.READ_LATENCY + 1)
         ib = self.core.index_bits
         self.index_bits = ib
         seg = output_layout(lanes, ib, 16)
@@ -276,9 +302,10 @@ class TrainStage(wiring.Component):
         lb = L.bit_length() - 1
         wbits = max(self.word_bits, 1)
         m.submodules.core = core = self.core
-        m.submodules.wbuf = wbuf = SkewedBuffer(lanes=L, rows=1 << (V * DI - 1).bit_length(), cols=DO)
-        m.submodules.xbuf = xbuf = SkewedBuffer(lanes=L, rows=S * RM, cols=DI)
-        m.submodules.ybuf = ybuf = SkewedBuffer(lanes=L, rows=2 * RM, cols=DO)
+        m.submodules.wbuf = wbuf = SkewedBuffer(lanes=L, rows=1 << (V * DI - 1).bit_length(), cols=DO,
+                                                registered_request=True)
+        m.submodules.xbuf = xbuf = SkewedBuffer(lanes=L, rows=S * RM, cols=DI, registered_request=True)
+        m.submodules.ybuf = ybuf = SkewedBuffer(lanes=L, rows=2 * RM, cols=DO, registered_request=True)
 
         running = Signal()
         ph = _PhaseRegister(m)
@@ -462,7 +489,7 @@ class TrainStage(wiring.Component):
         m.d.comb += [core.a_data.eq(Mux(in_dx, ybuf.rd_data.as_value(), xbuf.rd_data.as_value())),
                      core.b_data.eq(Mux(in_dw, ybuf.rd_data.as_value(), wbuf.rd_data.as_value()))]
 
-        # core configuration: registers loaded when an op begins (see ``go``)
+        # core configuration: registers loaded a cycle ahead with the next op's (see ``next_f``)
         m.d.comb += [core.use_bias.eq(0), core.bias_shift.eq(0), core.bias_clear.eq(0),
                      core.bias_wr_en.eq(0)]
         core_cfg = {name: Signal.like(getattr(core, name), name=f"core_cfg_{name}", reset_less=True)
@@ -474,11 +501,7 @@ class TrainStage(wiring.Component):
             Phase.DW_START: (MacMode.DW, self.d_in, self.d_out, self.rows, self.dw_shift, 0),
         }
 
-        def go(p):
-            """Enter phase ``p`` (an op's START also loads the core's configuration)."""
-            ph.go(p)
-            if p in op_config:
-                m.d.sync += [sig.eq(v) for sig, v in zip(core_cfg.values(), op_config[p])]
+        go = ph.go
 
         # core output routing
         out = core.out.payload
@@ -672,22 +695,38 @@ class TrainStage(wiring.Component):
                 go(Phase.DECIDE)
                 m.d.sync += b_done.eq(b_done_next)
 
-        # DECIDE's conditions are registers computed every cycle; the first DECIDE cycle
-        # only lets them see the counters the ended op just updated
+        # DECIDE's outcome is a set of exclusive registers computed every cycle from the
+        # counters (so no priority chain of its conditions sits in front of the phase flags
+        # and the core's configuration); the first DECIDE cycle only lets them see the
+        # counters the ended op just updated
         settled = Signal()
         m.d.sync += settled.eq(ph.flag["decide"])
-        want_f, f_ready, b_left, b_ready, finished = (Signal(name=f"decide_{n}") for n in
-                                                      ("want_f", "f_ready", "b_left", "b_ready", "finished"))
+        want_f = Mux(is_async, (f_loc < n_total) & (ahead < window),
+                     (f_loc < mbs) & (gpipe | (ahead <= window)))
+        f_ready = (rx_f > f_mb) | (is_first & (rx_f == f_mb) & rx_row_ok)
+        b_left = b_loc < m_eff
+        b_ready = (rx_b_written > b_done) | (is_last & (rx_b_written == b_done))
+        finished = Mux(is_async, b_done >= n_total, step_idx >= self.steps)
+        decide = {n: Signal(name=f"decide_{n}") for n in ("done", "f", "dx", "dw", "u", "wait")}
+        b_go = ~finished & ~want_f & b_left & b_ready
         b_ver = Signal(range(V), name="decide_b_ver")
         m.d.sync += [
-            want_f.eq(Mux(is_async, (f_loc < n_total) & (ahead < window),
-                          (f_loc < mbs) & (gpipe | (ahead <= window)))),
-            f_ready.eq((rx_f > f_mb) | (is_first & (rx_f == f_mb) & rx_row_ok)),
-            b_left.eq(b_loc < m_eff),
-            b_ready.eq((rx_b_written > b_done) | (is_last & (rx_b_written == b_done))),
-            finished.eq(Mux(is_async, b_done >= n_total, step_idx >= self.steps)),
+            decide["done"].eq(finished),
+            decide["f"].eq(~finished & want_f & f_ready),
+            decide["dx"].eq(b_go & self.dx_first),
+            decide["dw"].eq(b_go & ~self.dx_first),
+            decide["u"].eq(~finished & ~want_f & ~b_left),
+            decide["wait"].eq(~finished & Mux(want_f, ~f_ready, b_left & ~b_ready)),
             b_ver.eq(Mux(is_async, ver_of_slot[mb_slot_of(b_mb)], cur_ver)),
         ]
+
+        # the core latches its configuration in an op's START cycle, so the registers only
+        # have to hold that op's by then: they load, every cycle, the op that starts next
+        # (DECIDE's outcome; after a backward's first half, its other half), from registers
+        next_f = ph.flag["decide"] & decide["f"]
+        next_dx = Mux(ph.flag["decide"], decide["dx"], in_dw & ~self.dx_first)
+        for sig, f_v, dx_v, dw_v in zip(core_cfg.values(), *op_config.values()):
+            m.d.sync += sig.eq(Mux(next_f, Value.cast(f_v), Mux(next_dx, Value.cast(dx_v), Value.cast(dw_v))))
 
         # one phase flag is set at a time: each phase's block reads its own register
         with ph.block(Phase.SETUP):
@@ -699,30 +738,23 @@ class TrainStage(wiring.Component):
             with m.Else():
                 m.d.sync += n_total.eq(n_prod)
         with ph.block(Phase.DECIDE):
-            with m.If(~settled):
-                pass
-            with m.Elif(finished):
+            # the outcomes are exclusive: one If each, no priority between them
+            with m.If(settled & decide["done"]):
                 go(Phase.DONE)
-            with m.Elif(want_f):
+            with m.If(settled & decide["f"]):
                 # forward of microbatch base + f_loc, once its input arrived
-                with m.If(f_ready):
-                    go(Phase.F_START)
-                    m.d.sync += op_mb.eq(f_mb)
-                with m.Else():
-                    m.d.sync += wait_c.eq(wait_c + 1)
-            with m.Elif(b_left):
-                with m.If(b_ready):
+                go(Phase.F_START)
+                m.d.sync += op_mb.eq(f_mb)
+            for kind, phase in (("dx", Phase.DX_START), ("dw", Phase.DW_START)):
+                with m.If(settled & decide[kind]):
+                    go(phase)
                     m.d.sync += [op_mb.eq(b_mb), op_yslot.eq(b_done[0]), op_ver.eq(b_ver)]
-                    with m.If(self.dx_first):
-                        go(Phase.DX_START)
-                    with m.Else():
-                        go(Phase.DW_START)
-                with m.Else():
-                    m.d.sync += wait_c.eq(wait_c + 1)
-            with m.Else():
+            with m.If(settled & decide["u"]):
                 go(Phase.U_RUN)
                 m.d.sync += [u_row.eq(0), u_word.eq(0), u_word_end.eq(words_last == 0),
                              u_row_end.eq(d_in_last == 0)]
+            with m.If(settled & decide["wait"]):
+                m.d.sync += wait_c.eq(wait_c + 1)
         with ph.block(Phase.F_START):
             go(Phase.F_RUN)
             m.d.sync += op_ver.eq(cur_ver)
