@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Const, DomainRenamer, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -122,7 +122,26 @@ class AcceleratorTop(wiring.Component):
     With ``register_slices`` (the default) an :class:`~.axi.AXIRegisterSlice` sits on
     every channel of ``control`` and ``gmem``: no valid or ready travels combinationally
     between the IP's pins and the control slave, the bus gating or the units (one cycle
-    more each way on every channel)."""
+    more each way on every channel).
+
+    ``unit_slice_domains`` (set before elaboration; default None: one shared slice in
+    ``sync``): ``{unit: domain}`` gives each unit a ``gmem`` register slice of its own in
+    that domain instead, the port driven by the owner's slice and the port's valids and
+    readies reaching only the owner's. Same cycles: only the owner has traffic, and every
+    slice is empty when ownership changes (a start is accepted only with every unit idle).
+    The simulated device's build uses it so that no unit's logic reads an ``ap_clk``
+    register on the bus path (see ``sim/device/top.py``).
+
+    ``status_domain`` (set before elaboration; default None: ``sync``): the domain of a copy
+    of the owner register (and the refused-start flag) that selects what the status
+    registers show. The copy takes the owner's next value at each edge of that domain, so
+    it equals the owner whenever that domain's clock also had the previous edge; the
+    simulated device's build puts it on the control's bus clock, which runs on every cycle
+    of a register access (an AR reaches the control at least one edge after the access
+    began), so the status multiplexer no longer hangs on ``ap_clk``."""
+
+    unit_slice_domains = None
+    status_domain = None
 
     def __init__(self, units: list[UnitInstance], *, name: str = "gnnweave",
                  register_slices: bool = True):
@@ -147,7 +166,20 @@ class AcceleratorTop(wiring.Component):
         m = Module()
         m.submodules.control = ctrl = AxiLiteControl(self.regmap)
         units = self.units
-        if self.register_slices:
+        per_unit = self.register_slices and self.unit_slice_domains is not None
+        unit_bus = {u.unit: u.core.bus for u in units}
+        if per_unit:
+            m.submodules.control_slice = control_slice = AXIRegisterSlice(self.control.signature.flip())
+            wiring.connect(m, wiring.flipped(self.control), control_slice.s)
+            wiring.connect(m, control_slice.m, ctrl.bus)
+            for u in units:
+                unit_slice = DomainRenamer({"sync": self.unit_slice_domains[u.unit]})(
+                    AXIRegisterSlice(u.core.bus.signature))
+                m.submodules[f"gmem_slice_{u.unit.name.lower()}"] = unit_slice
+                wiring.connect(m, u.core.bus, unit_slice.s)
+                unit_bus[u.unit] = unit_slice.m
+            gmem = self.gmem
+        elif self.register_slices:
             m.submodules.control_slice = control_slice = AXIRegisterSlice(self.control.signature.flip())
             m.submodules.gmem_slice = gmem_slice = AXIRegisterSlice(self.gmem_signature)
             wiring.connect(m, wiring.flipped(self.control), control_slice.s)
@@ -192,6 +224,13 @@ class AcceleratorTop(wiring.Component):
             self.interrupt.eq(ctrl.interrupt),
         ]
 
+        if self.status_domain is not None:
+            shown_owner, shown_refused = Signal.like(owner), Signal()
+            m.d[self.status_domain] += [shown_owner.eq(Mux(take, selected, owner)),
+                                        shown_refused.eq(Mux(take, ~present, refused))]
+        else:
+            shown_owner, shown_refused = owner, refused
+
         # status registers: the owner's value (0 from a unit that does not declare one)
         ctrl_ro = ctrl.ro
         m.d.comb += ctrl_ro.units_present.eq(sum(1 << u.unit.value for u in units))
@@ -201,9 +240,9 @@ class AcceleratorTop(wiring.Component):
             value = Const(0, reg.width)
             for u in units:
                 if reg.name in u.core.stat:
-                    value = Mux(owner == u.unit.value, u.core.stat[reg.name], value)
+                    value = Mux(shown_owner == u.unit.value, u.core.stat[reg.name], value)
             if reg.name == STATUS_REGISTER:
-                value = Mux(refused, STATUS_CONFIG_ERROR, value)
+                value = Mux(shown_refused, STATUS_CONFIG_ERROR, value)
             m.d.comb += getattr(ctrl_ro, reg.name).eq(value)
 
         # gmem: manager outputs from the owner; responses and readies only to the owner
@@ -213,12 +252,12 @@ class AcceleratorTop(wiring.Component):
             if member.flow == Out:
                 value = Const(0, len(out))
                 for u in units:
-                    value = Mux(owner == u.unit.value, getattr(u.core.bus, port), value)
+                    value = Mux(owner == u.unit.value, getattr(unit_bus[u.unit], port), value)
                 m.d.comb += out.eq(value)
             else:
                 for u in units:
                     mine = owner == u.unit.value
-                    dst = getattr(u.core.bus, port)
+                    dst = getattr(unit_bus[u.unit], port)
                     if port.endswith(("valid", "ready")):
                         m.d.comb += dst.eq(out & mine)
                     else:

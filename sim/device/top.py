@@ -12,23 +12,26 @@ write or reset; otherwise the unit's logic is not evaluated at all. The control 
 bus side (its handshakes, the RW registers, the read response and snapshots: see
 :attr:`~gnnweave.hw.control.AxiLiteControl.bus_domain`) runs on a clock of its own too
 (``ctl_clk``), which the harness runs only during register accesses and reset: the
-configuration registers every unit reads then change no logic between accesses. The
-MacArray and the Pipeline read memory data through a copy of the top's read-data register
-slice on their own clock (:func:`_read_data_copy`). The ap_ctrl bits that unit events set,
-the register slices and the bus multiplexer stay on ``ap_clk``.
+configuration registers every unit reads then change no logic between accesses. Each
+unit has a ``gmem`` register slice of its own on its own clock
+(:attr:`~gnnweave.hw.accelerator.AcceleratorTop.unit_slice_domains`), so no unit's logic
+reads an ``ap_clk`` register on the bus path, and the owner that the status multiplexer
+reads is a copy on the control's bus clock
+(:attr:`~gnnweave.hw.accelerator.AcceleratorTop.status_domain`). The ap_ctrl bits that unit
+events set, the owner register, the control's register slice and the port multiplexer
+stay on ``ap_clk``.
 
 Why that is exact: outside those windows a unit is idle, not selected by a start, its
-configuration inputs are steady and its bus handshakes are masked (it does not own the
-bus, or owns it with nothing in flight), so a clock edge would leave its state as it is.
-The tests run the same jobs with every clock free-running and compare cycles, counters
-and results.
+configuration inputs are steady, its slice is empty and the port's handshakes are masked
+(it does not own the bus, or owns it with nothing in flight), so a clock edge would leave
+its state as it is. The tests run the same jobs with every clock free-running and compare
+cycles, counters and results.
 
 The board build (:func:`gnnweave.hw.flow.verilog.write_accelerator_verilog`) is unchanged:
 one clock, no extra ports.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 from pathlib import Path
@@ -67,72 +70,6 @@ def _unit_domain(unit) -> str:
     return f"unit_{unit.name.lower()}"
 
 
-#: Units that read their memory data through a copy of the read-data register slice on
-#: their own clock (:func:`_read_data_copy`): every unit but the Aggregator (whose jobs the
-#: copy would not speed up: it is busy whenever the data it reads changes).
-_READ_DATA_COPIES = ("MAC_ARRAY", "PIPELINE")
-
-
-@functools.cache
-def _read_data_copy_class():
-    """The class of :func:`_read_data_copy` (made on first use: this module imports
-    Amaranth only when it builds)."""
-    from amaranth.hdl import Elaboratable
-
-    class ReadDataCopy(Elaboratable):
-        """A unit core (the same ``cfg``, ``stat``, ``start``, ``idle``, ``done``) whose
-        ``bus`` passes through, except the R channel's payload (data, ID, response, last):
-        that comes from a copy of the top's R register slice, clocked by the unit's clock.
-
-        Why: the top's slice is an ``ap_clk`` register, so every piece of the unit's logic it
-        feeds (the MacArray's operand loaders, the read ports' buffers) would be evaluated at
-        every ``ap_clk`` edge, the unit busy or not. Why it is exact: the copy is the same
-        :class:`~gnnweave.hw.axi.SkidBuffer` with the same inputs (the port's R channel and the
-        ready the top gives the slice), so on every edge it gets it holds what the top's slice
-        holds; it misses edges only while the unit is idle past its drain margin, when no read
-        of the unit is in flight and the slice's valids are low; the first edge after (the
-        slice is empty: it loads the port's payload) brings it level again. The valids and
-        readies still come from the top."""
-
-        def __init__(self, core, domain: str):
-            self.core = core
-            self.domain = domain
-            self.bus = core.bus.signature.create(path=("replica_bus",))
-            self.cfg, self.stat = core.cfg, core.stat
-            self.start, self.idle, self.done = core.start, core.idle, core.done
-            self.port = None           # the top's gmem port and its slice, set before elaboration
-            self.slice_ready = None
-
-        def elaborate(self, platform):
-            from amaranth.hdl import DomainRenamer, Module
-            from amaranth.lib import data, wiring
-
-            from gnnweave.hw.axi import SkidBuffer, axi_channels
-            m = Module()
-            m.submodules.core = core = self.core
-            _, fields = axi_channels(self.port.signature)["r"]
-            m.submodules.r_copy = copy = DomainRenamer({"sync": self.domain})(
-                SkidBuffer(data.StructLayout({f: len(getattr(self.port, f)) for f in fields})))
-            m.d.comb += [copy.i.valid.eq(self.port.rvalid), copy.o.ready.eq(self.slice_ready)]
-            for path, member, _ in self.bus.signature.flatten(self.bus):
-                (name,) = path
-                mine, inner = getattr(self.bus, name), getattr(core.bus, name)
-                if member.flow == wiring.Out:
-                    m.d.comb += mine.eq(inner)
-                elif name in fields:
-                    m.d.comb += [copy.i.payload[name].eq(getattr(self.port, name)),
-                                 inner.eq(copy.o.payload[name])]
-                else:
-                    m.d.comb += inner.eq(mine)
-            return m
-
-    return ReadDataCopy
-
-
-def _read_data_copy(core, domain: str):
-    return _read_data_copy_class()(core, domain)
-
-
 def gated_accelerator(config: str):
     """The accelerator top of ``config`` in a Vitis wrapper with a clock domain per unit
     (module docstring): an elaboratable with ``ports()`` for ``verilog.convert``."""
@@ -147,22 +84,20 @@ def gated_accelerator(config: str):
 
     top = build_accelerator(config)
     units = list(top.units)
-    copies = []
     for u in units:
         # the core's attributes (bus, cfg, stat, start, idle, done) stay reachable through
         # the renamer, which the top's elaborate reads
         u.core = DomainRenamer({"sync": _unit_domain(u.unit)})(u.core)
-        if u.unit.name in _READ_DATA_COPIES and top.register_slices:
-            u.core = _read_data_copy(u.core, _unit_domain(u.unit))
-            copies.append(u.core)
+    # each unit's gmem register slice on the unit's clock; the status multiplexer's owner
+    # on the control's bus clock (see AcceleratorTop)
+    top.unit_slice_domains = {u.unit: _unit_domain(u.unit) for u in units}
+    top.status_domain = CONTROL_DOMAIN
 
     elaborate_top = top.elaborate
 
     def elaborate_with_gated_control(platform):
         m = elaborate_top(platform)
         m.submodules.control.bus_domain = CONTROL_DOMAIN
-        for copy in copies:
-            copy.port, copy.slice_ready = top.gmem, m.submodules.gmem_slice.s.rready
         return m
 
     # the control slave exists only once the top elaborates: its bus domain is set then
@@ -319,3 +254,4 @@ def units_header(units: list[int]) -> str:
             f"{edges}    (void)r; (void)mask;\n}}\n"
             "template <typename R>\nconstexpr bool gw_unit_edges_possible() {\n"
             f"    return true{''.join(f' && HasUnitPrev{tag}<R>::value' for tag, _, _ in clocks)};\n}}\n")
+
