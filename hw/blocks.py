@@ -471,7 +471,8 @@ class ElementReader(wiring.Component):
         request: Out stream of :func:`~.dma.read_request_layout` (for a read port client).
         response: In, :func:`read_response_layout`: this client's R beats.
         elements: Out stream, exactly ``count`` elements after each ``start``.
-        done: Out, every element of the run delivered.
+        done: Out, every element of the run delivered (from the second cycle after
+            ``start``).
 
     Args:
         addr_width, data_width, elem_width: the bus and the element (``elem_width`` a
@@ -580,9 +581,15 @@ class ElementReader(wiring.Component):
             with m.Else():
                 m.d.sync += sel.eq(sel + 1)
                 m.d.comb += sel_last_next.eq(sel == per_beat - 2)
+        # the count's flags are set in the cycle after start, from the loaded count (start
+        # fans out widely; no element arrives that early: a beat is a request and a
+        # response away), so no compare of count follows start
+        loading = Signal()
+        m.d.sync += loading.eq(self.start)
         with m.If(self.start):
             m.d.sync += [elems_left.eq(self.count), sel.eq(0)]
-            m.d.comb += [has_next.eq(self.count != 0), last_next.eq(self.count == 1),
-                         sel_last_next.eq(per_beat == 1)]
+            m.d.comb += sel_last_next.eq(per_beat == 1)
+        with m.If(loading):
+            m.d.comb += [has_next.eq(elems_left != 0), last_next.eq(elems_left == 1)]
         m.d.sync += [has_elems.eq(has_next), last_elem.eq(last_next), sel_last.eq(sel_last_next),
                      at_end.eq(sel_last_next | last_next)]
