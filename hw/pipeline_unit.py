@@ -300,7 +300,10 @@ class _RunSizes:
         self.filled = Signal()    # the row offset tables are written
         mbs, steps, rows = cfg["microbatches"][:8], cfg["steps"][:16], cfg["rows"][:13]
         sel = cfg["stage"]
-        sel_d_in = Array(cfg[f"s{i}_d_in"] for i in range(stages))[sel[:3] if stages > 1 else 0]
+        # the selected stage's input dimension, registered (the configuration is steady
+        # from start; the weights' extent check reads it tens of cycles later)
+        sel_d_in = Signal(32, name="sizes_sel_d_in", reset_less=True)
+        m.d.sync += sel_d_in.eq(Array(cfg[f"s{i}_d_in"] for i in range(stages))[sel[:3] if stages > 1 else 0])
         gpipe = cfg["schedule"] == 0
         self.m, self.cfg, self.aw, self.align = m, cfg, aw, c.bytes_per_beat - 1
         self.beat_bits = c.bytes_per_beat.bit_length() - 1
@@ -368,8 +371,8 @@ class _RunSizes:
         # repeated addition (rows entries, one a cycle, beside the multipliers)
         self.tables = {}
         fill_row = Signal(range(c.max_rows + 1))
-        fill_rows = Signal(range(c.max_rows + 1))
-        m.d.comb += fill_rows.eq(Mux(cfg["rows"] > c.max_rows, c.max_rows, cfg["rows"]))
+        fill_rows = Signal(range(c.max_rows + 1), reset_less=True)
+        m.d.sync += fill_rows.eq(Mux(cfg["rows"] > c.max_rows, c.max_rows, cfg["rows"]))
         filled = self.filled
         m.d.comb += filled.eq(fill_row >= fill_rows)
         for b in ("logits", "dx"):
@@ -594,8 +597,15 @@ class PipelineUnitCore(UnitCore):
         lw_row, lw_word = Signal(16), Signal(16)
         lw_left = Signal(16)       # elements of the row from this word on
         lw_j = Signal(range(max(wpb, 2)))
+        # the walks' row-end and done flags are registers, set a word ahead from the
+        # counters and copies of the limits (steady from start): no compare of a counter
+        # with a limit sits in front of the walk's enables
+        out_one_word = Signal()             # sel_d_out <= L: every word ends its row
+        sel_d_in_m1 = Signal(16, reset_less=True)
+        m.d.sync += [out_one_word.eq(sel_d_out <= L), sel_d_in_m1.eq(sel_d_in[:16] - 1)]
+        lw_row_end, lw_done = Signal(), Signal()
         with dp.If(first):
-            dp.d.sync += lw_left.eq(sel_d_out)
+            dp.d.sync += [lw_left.eq(sel_d_out), lw_row_end.eq(out_one_word), lw_done.eq(sel_d_in == 0)]
         load_valid = Signal()
         dp.d.comb += load_valid.eq(running & is_load & w_reader.beats.r_rdy)
         load_word = Signal(L * 32)
@@ -603,29 +613,30 @@ class PipelineUnitCore(UnitCore):
         for lane in range(L):
             keep = lw_left > lane
             dp.d.comb += load_word.word_select(lane, 32).eq(Mux(keep, raw.word_select(lane, 32), 0))
-        load_row_end = lw_left <= L
         with dp.If(load_valid):
-            dp.d.sync += [lw_word.eq(lw_word + 1), lw_left.eq(lw_left - L)]
-            with dp.If(load_row_end):
+            dp.d.sync += [lw_word.eq(lw_word + 1), lw_left.eq(lw_left - L), lw_row_end.eq(lw_left <= 2 * L)]
+            with dp.If(lw_row_end):
                 dp.d.comb += w_reader.pop.eq(1)
-                dp.d.sync += [lw_j.eq(0), lw_word.eq(0), lw_left.eq(sel_d_out), lw_row.eq(lw_row + 1)]
+                dp.d.sync += [lw_j.eq(0), lw_word.eq(0), lw_left.eq(sel_d_out), lw_row.eq(lw_row + 1),
+                              lw_row_end.eq(out_one_word), lw_done.eq(lw_row == sel_d_in_m1)]
             with dp.Elif(lw_j == wpb - 1):
                 dp.d.comb += w_reader.pop.eq(1)
                 dp.d.sync += lw_j.eq(0)
             with dp.Else():
                 dp.d.sync += lw_j.eq(lw_j + 1)
-        load_done = lw_row == sel_d_in
+        load_done = lw_done
 
         # ---- weight store: master words -> single-beat writes ------------------------------
         sw_row, sw_word = Signal(16), Signal(16)
         sw_left = Signal(16)       # elements of the row from this word on
         sw_settled = Signal()      # w_rd_data holds the word at (sw_row, sw_word)
         sw_row_addr = Signal(aw + 16)
-        store_done = sw_row == sel_d_in
+        sw_row_end = Signal()      # sw_left <= L: the word is its row's last
+        store_done = Signal()      # sw_row == sel_d_in
         store_valid = Signal()
         dp.d.comb += store_valid.eq(running & is_store & sw_settled & ~store_done)
         with dp.If(first):
-            dp.d.sync += sw_left.eq(sel_d_out)
+            dp.d.sync += [sw_left.eq(sel_d_out), sw_row_end.eq(out_one_word), store_done.eq(sel_d_in == 0)]
 
         w_row = Mux(is_load, lw_row, sw_row)
         w_word = Mux(is_load, lw_word, sw_word)
@@ -729,10 +740,12 @@ class PipelineUnitCore(UnitCore):
             with dp.If(~sw_settled):
                 dp.d.sync += sw_settled.eq(1)
             with dp.Elif(take_st):
-                dp.d.sync += [sw_settled.eq(0), sw_word.eq(sw_word + 1), sw_left.eq(sw_left - L)]
-                with dp.If(sw_left <= L):
+                dp.d.sync += [sw_settled.eq(0), sw_word.eq(sw_word + 1), sw_left.eq(sw_left - L),
+                              sw_row_end.eq(sw_left <= 2 * L)]
+                with dp.If(sw_row_end):
                     dp.d.sync += [sw_word.eq(0), sw_left.eq(sel_d_out), sw_row.eq(sw_row + 1),
-                                  sw_row_addr.eq(sw_row_addr + cfg["w_stride"])]
+                                  sw_row_addr.eq(sw_row_addr + cfg["w_stride"]),
+                                  sw_row_end.eq(out_one_word), store_done.eq(sw_row == sel_d_in_m1)]
 
         # write responses: in order (one ID), each for the burst of the AW before it; a
         # microbatch's logits are in once the responses cover the beats up to its last
