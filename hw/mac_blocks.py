@@ -47,7 +47,8 @@ class BlockLoader(wiring.Component):
     """Reads ``nrows`` rows of ``ncols`` int16 (``stride`` bytes apart, from ``base``) into
     the buffer bank ``bank``, element ``(r, c)`` of the block at ``(r, c)``.
 
-    ``start`` (one cycle) latches the job; ``done`` is high while no beat is outstanding.
+    ``start`` (one cycle) latches the job; ``done`` is high while no beat is outstanding
+    (a register: low in the cycle after ``start`` even for an empty job).
     Rows are read in whole beats, in INCR bursts aligned to :func:`aligned_burst_beats`
     (the first burst of a row runs up to the next such boundary), so no burst crosses
     4 KiB and no burst length needs a subtract: the request leaves from registers, one
@@ -129,7 +130,10 @@ class BlockLoader(wiring.Component):
         row = Signal(range(maxr + 1), name="recv_row")
         col = Signal(range(maxr + epb + 1), name="recv_col")
         rows_to_recv = Signal(range(maxr + 1), name="rows_to_recv")
-        done = Signal(init=1, name="recv_done")               # rows_to_recv == 0, a register
+        # rows_to_recv == 0 as a register, updated from registers only: on a start it is
+        # taken from the new count a cycle later (done stays low in that cycle)
+        done = Signal(init=1, name="recv_done")
+        started = Signal(name="recv_started")
         bank = Signal.like(self.bank)
         wr = self.wr
         m.d.comb += [wr.row.eq(row), wr.col.eq(col), wr.count.eq(count)]
@@ -145,13 +149,15 @@ class BlockLoader(wiring.Component):
             with m.Else():
                 m.d.sync += [left.eq(left - epb), count.eq(Mux(left < 2 * epb, left - epb, epb)),
                              col.eq(col + epb)]
-        m.d.comb += self.done.eq(done)
+        m.d.comb += self.done.eq(done & ~started)
+        m.d.sync += started.eq(self.start)
+        with m.If(started):
+            m.d.sync += done.eq(rows_to_recv == 0)
         with m.If(self.start):
             empty = (self.nrows == 0) | (self.ncols == 0)
             m.d.sync += [ncols.eq(self.ncols), left.eq(self.ncols),
                          count.eq(Mux(self.ncols < epb, self.ncols, epb)), row.eq(0), col.eq(0),
-                         bank.eq(self.bank), rows_to_recv.eq(Mux(empty, 0, self.nrows)),
-                         done.eq(empty)]
+                         bank.eq(self.bank), rows_to_recv.eq(Mux(empty, 0, self.nrows))]
 
 
 class BlockWalker(wiring.Component):
