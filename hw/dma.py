@@ -55,6 +55,19 @@ def _counted(m, inc, dec, limit: int, name: str):
     return count, zero
 
 
+def _room_for_two(m, queue, name: str):
+    """Whether ``queue`` (an amaranth FIFO) holds at most ``depth - 2`` entries, as a
+    register decided a cycle ahead from a count of its own: the FIFO's level adds its
+    output register, a carry chain. Returns the flag."""
+    count = Signal(range(queue.depth + 1), name=f"{name}_count")
+    room = Signal(init=1, name=f"{name}_room")
+    push, pop = queue.w_en, queue.r_en & queue.r_rdy
+    m.d.sync += count.eq(count + push - pop)
+    m.d.sync += room.eq(Mux(push & ~pop, count < queue.depth - 2,
+                            Mux(pop & ~push, count < queue.depth, count < queue.depth - 1)))
+    return room
+
+
 class ReadPort(Elaboratable):
     """Fixed-priority AR arbiter (client 0 first) with per-client buffer guards.
 
@@ -468,23 +481,11 @@ class WritePort(Elaboratable):
         count = Signal(range(self.max_burst + 1))
         full = Signal()                          # count == max_burst, a register
         tail = Signal(self._w_layout)
-        # room for two more beats in the W queue, a register decided a cycle ahead from a
-        # count of its own (the FIFO's level adds its output register: a carry chain)
-        w_count = Signal(range(w_q.depth + 1), name="w_queue_count")
-        w_room = Signal(init=1, name="w_queue_room")
-        w_push, w_pop = w_q.w_en, w_q.r_en & w_q.r_rdy
-        m.d.sync += w_count.eq(w_count + w_push - w_pop)
-        m.d.sync += w_room.eq(Mux(w_push & ~w_pop, w_count < w_q.depth - 2,
-                                  Mux(w_pop & ~w_push, w_count < w_q.depth, w_count < w_q.depth - 1)))
-        # the same for one more burst in the AW queue: it is pushed only while it holds at
-        # most depth - 2, so its inner queue (whose level compare is its w_rdy) has room
-        aw_count = Signal(range(aw_q.depth + 1), name="aw_queue_count")
-        aw_room = Signal(init=1, name="aw_queue_room")
-        aw_push, aw_pop = aw_q.w_en, aw_q.r_en & aw_q.r_rdy
-        m.d.sync += aw_count.eq(aw_count + aw_push - aw_pop)
-        m.d.sync += aw_room.eq(Mux(aw_push & ~aw_pop, aw_count < aw_q.depth - 2,
-                                   Mux(aw_pop & ~aw_push, aw_count < aw_q.depth,
-                                       aw_count < aw_q.depth - 1)))
+        # room for two more beats in the W queue, and (pushed only while it holds at most
+        # depth - 2, so its inner queue, whose level compare is its w_rdy, has room) for one
+        # more burst in the AW queue
+        w_room = _room_for_two(m, w_q, "w_queue")
+        aw_room = _room_for_two(m, aw_q, "aw_queue")
         room = aw_room & w_room
         # every term of the burst decision is a flip-flop: the queues' heads and flags, the
         # open burst's state and the rooms
