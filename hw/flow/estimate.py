@@ -38,7 +38,6 @@ The first run of each wasm tool compiles it to machine code (minutes; cached und
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import math
@@ -675,33 +674,13 @@ def generic_design_estimate(rtlil_text: str, top: str, *, family: str = "xcup",
 
 def component_rtlil(component, name: str) -> str:
     """RTLIL of ``component`` in the :class:`VitisWrapper` (what ``to_verilog`` converts),
-    without the initialisers of all-zero memories (:func:`no_zero_memory_init`)."""
-    from .verilog import VitisWrapper
+    without the initialisers of all-zero memories (:func:`.verilog.zero_memory_init`):
+    Amaranth writes one bit per memory bit otherwise, 124.6 MB of RTLIL for ``alveo-u250``
+    that Python takes minutes to emit and Yosys to read."""
+    from .verilog import VitisWrapper, zero_memory_init
     wrapper = VitisWrapper(component)
-    with no_zero_memory_init():
+    with zero_memory_init():
         return rtlil.convert(wrapper, name=name, ports=wrapper.ports(), emit_src=False)
-
-
-@contextlib.contextmanager
-def no_zero_memory_init():
-    """While active, Amaranth's RTLIL back end emits no ``$meminit_v2`` for a memory whose
-    initial contents are all zero (every ``Memory(init=[])``). Amaranth writes one bit per
-    memory bit otherwise: 124.6 MB of RTLIL for ``alveo-u250``, which Python takes minutes to
-    emit and Yosys to read. Synthesis is unchanged (a block RAM without INIT starts at zero,
-    and memory_libmap accepts it everywhere a zero INIT is accepted); simulation Verilog
-    (:mod:`.verilog`) keeps the zero initialisers."""
-    emitter = rtlil.ModuleEmitter
-    emit = emitter.emit_memory
-
-    def emit_memory(self, cell_idx, cell):
-        if any(cell.init):
-            emit(self, cell_idx, cell)
-
-    emitter.emit_memory = emit_memory
-    try:
-        yield
-    finally:
-        emitter.emit_memory = emit
 
 
 def estimate_component(component, name: str, *, family: str = "xcup", depth: int = 2,

@@ -9,7 +9,7 @@ interfaces and cocotbext-axi's ``from_prefix`` finds.
 here; the Verilator runner keeps internals private with ``--public-depth 1`` instead.)
 
 A memory whose initial contents are all zero (every ``Memory(init=[])``) is initialised by
-one loop instead of one statement per word (:func:`zero_memory_init_as_loops`): Amaranth
+one loop instead of one statement per word (:func:`zero_memory_init`): Amaranth
 writes one RTLIL character per memory bit and Yosys one Verilog line per word otherwise,
 which kept ``alveo-u250`` (about 100 M memory bits) from converting in 2,400 s. The contents
 are the same; non-zero initialisers stay word by word.
@@ -64,18 +64,21 @@ class VitisWrapper(Elaboratable):
 
 
 @contextlib.contextmanager
-def zero_memory_init_as_loops():
-    """While active, Amaranth's RTLIL back end marks a memory whose initial contents are all
-    zero with :data:`ZERO_INIT_ATTR` instead of writing a ``$meminit_v2`` of every bit;
-    :func:`zero_init_loops` turns the mark into a zeroing loop in the Verilog."""
+def zero_memory_init(mark: str | None = None):
+    """While active, Amaranth's RTLIL back end writes no ``$meminit_v2`` of every bit for a
+    memory whose initial contents are all zero (every ``Memory(init=[])``). With ``mark``
+    such a memory carries that attribute instead (:func:`zero_init_loops` turns
+    :data:`ZERO_INIT_ATTR` into a zeroing loop in the Verilog); without, it has no
+    initialiser at all, which synthesis reads as zero (a block RAM without INIT starts at
+    zero) but a simulator does not."""
     emitter = rtlil.ModuleEmitter
     emit = emitter.emit_memory
 
     def emit_memory(self, cell_idx, cell):
         if any(cell.init):
             emit(self, cell_idx, cell)
-        else:
-            self.builder.contents[self.memories[cell_idx].memid].attribute(ZERO_INIT_ATTR, 1)
+        elif mark is not None:
+            self.builder.contents[self.memories[cell_idx].memid].attribute(mark, 1)
 
     emitter.emit_memory = emit_memory
     try:
@@ -112,9 +115,9 @@ def zero_init_loops(text: str) -> str:
 
 def to_verilog(component: wiring.Component, name: str, *, debug_names: bool = False) -> str:
     """Verilog of ``component`` in a :class:`VitisWrapper`; source locations only when
-    debugging; all-zero memory initialisers as loops (:func:`zero_memory_init_as_loops`)."""
+    debugging; all-zero memory initialisers as loops (:func:`zero_memory_init`)."""
     wrapper = VitisWrapper(component)
-    with zero_memory_init_as_loops():
+    with zero_memory_init(mark=ZERO_INIT_ATTR):
         text = verilog.convert(wrapper, name=name, ports=wrapper.ports(), emit_src=debug_names,
                                strip_internal_attrs=not debug_names)
     text = zero_init_loops(text)
