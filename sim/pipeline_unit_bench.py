@@ -139,13 +139,11 @@ def pipeline_unit_verilog(config: dict, *, debug_names: bool = False) -> Path:
     from gnnweave.hw.pipeline_unit import PIPELINE_UNIT_TOP, PipelineUnitConfig, PipelineUnitTop
     from gnnweave.hw.flow.verilog import write_top
     from gnnweave.sim import runner
-    from gnnweave.sim.pipeline_bench import compact_zero_memory_init
     cfg = PipelineUnitConfig(**config)
     key = hashlib.sha256(json.dumps(asdict(cfg), sort_keys=True).encode()).hexdigest()[:10]
 
     def write(out, debug_names=False):
-        return write_top(PipelineUnitTop(cfg), PIPELINE_UNIT_TOP, out, debug_names=debug_names,
-                         transform=compact_zero_memory_init)
+        return write_top(PipelineUnitTop(cfg), PIPELINE_UNIT_TOP, out, debug_names=debug_names)
     return runner.cached_verilog(f"pipeunit-{key}", write, debug_names=debug_names)
 
 

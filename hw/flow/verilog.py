@@ -125,15 +125,14 @@ def to_verilog(component: wiring.Component, name: str, *, debug_names: bool = Fa
     return header + text
 
 
-def write_top(top, name: str, out_dir, *, debug_names: bool = False, transform=None) -> Path:
+def write_top(top, name: str, out_dir, *, debug_names: bool = False) -> Path:
     """Write ``<out_dir>/<name>.v`` (the Vitis port names), ``<name>.regmap.json`` and the C
-    header ``<name>_regs.h`` of a top with a ``regmap``; ``transform`` edits the Verilog
-    text (e.g. a bench's memory-init compaction). Returns the Verilog path."""
+    header ``<name>_regs.h`` of a top with a ``regmap``. Returns the Verilog path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     text = to_verilog(top, name, debug_names=debug_names)
     path = out_dir / f"{name}.v"
-    path.write_text(transform(text) if transform is not None else text)
+    path.write_text(text)
     top.regmap.to_json(out_dir / f"{name}.regmap.json")
     (out_dir / f"{name}_regs.h").write_text(top.regmap.to_c_header())
     return path
