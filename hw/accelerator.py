@@ -168,27 +168,24 @@ class AcceleratorTop(wiring.Component):
         units = self.units
         per_unit = self.register_slices and self.unit_slice_domains is not None
         unit_bus = {u.unit: u.core.bus for u in units}
-        if per_unit:
+        if self.register_slices:
             m.submodules.control_slice = control_slice = AXIRegisterSlice(self.control.signature.flip())
             wiring.connect(m, wiring.flipped(self.control), control_slice.s)
             wiring.connect(m, control_slice.m, ctrl.bus)
+        else:
+            wiring.connect(m, wiring.flipped(self.control), ctrl.bus)
+        gmem = self.gmem
+        if per_unit:
             for u in units:
                 unit_slice = DomainRenamer({"sync": self.unit_slice_domains[u.unit]})(
                     AXIRegisterSlice(u.core.bus.signature))
                 m.submodules[f"gmem_slice_{u.unit.name.lower()}"] = unit_slice
                 wiring.connect(m, u.core.bus, unit_slice.s)
                 unit_bus[u.unit] = unit_slice.m
-            gmem = self.gmem
         elif self.register_slices:
-            m.submodules.control_slice = control_slice = AXIRegisterSlice(self.control.signature.flip())
             m.submodules.gmem_slice = gmem_slice = AXIRegisterSlice(self.gmem_signature)
-            wiring.connect(m, wiring.flipped(self.control), control_slice.s)
-            wiring.connect(m, control_slice.m, ctrl.bus)
             wiring.connect(m, gmem_slice.m, wiring.flipped(self.gmem))
             gmem = gmem_slice.s         # the units' side of the slice, driven as the port
-        else:
-            wiring.connect(m, wiring.flipped(self.control), ctrl.bus)
-            gmem = self.gmem
         for u in units:
             m.submodules[u.unit.name.lower()] = u.core
 

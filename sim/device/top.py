@@ -77,10 +77,7 @@ def gated_accelerator(config: str):
     from amaranth.hdl._ir import PortDirection
 
     from gnnweave.hw.accelerator import build_accelerator
-    try:
-        from gnnweave.hw.flow.verilog import VitisWrapper
-    except ImportError:                      # the build flow before hw/flow/
-        from gnnweave.hw.flow.verilog import VitisWrapper
+    from gnnweave.hw.flow.verilog import VitisWrapper
 
     top = build_accelerator(config)
     units = list(top.units)
