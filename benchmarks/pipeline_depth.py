@@ -19,7 +19,11 @@ import json
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
+
+from amaranth.hdl import UnusedElaboratable
+
 
 def synthesize(rtlil_text: str, top: str, workdir: Path) -> dict:
     from gnnweave.hw.flow.estimate import run_tool
@@ -40,14 +44,18 @@ def resources(stat: dict) -> dict:
 
 
 def _component(kind: str, config_name: str):
+    """Only the part measured is built (no Pipeline around a stage left unelaborated)."""
     from gnnweave.hw.configs import get_pipeline_config
+    from gnnweave.hw.train_stage import TrainStage
     c = get_pipeline_config(config_name)
     if c is None:
         raise SystemExit(f"configuration {config_name!r} has no Pipeline")
     if kind == "stage":
-        return c.pipeline().stage_list[0], "train_stage"
+        return TrainStage(**c.stage_kwargs()), "train_stage"
     if kind == "sgd":
-        stage = c.pipeline().stage_list[0]
+        # the stage gives its formats only; it is never elaborated, by design
+        warnings.filterwarnings("ignore", category=UnusedElaboratable)
+        stage = TrainStage(**c.stage_kwargs())
         from gnnweave.hw.sgd_pipeline import SgdPipeline
         f = stage.fmt
         return SgdPipeline(lanes=c.lanes, tag_width=16, master=f["master"], weight=f["weight"],

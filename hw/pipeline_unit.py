@@ -176,12 +176,16 @@ class PipelineUnitConfig(MacBusParams):
             "relu_mask": (1, self.slots * rm * do // L, L),
         }
 
+    def stage_kwargs(self) -> dict:
+        """The arguments of each :class:`~.train_stage.TrainStage` (its default formats:
+        the bench's)."""
+        return dict(lanes=self.lanes, max_dim=max(self.max_in, self.max_out), max_in=self.max_in,
+                    max_out=self.max_out, max_rows=self.max_rows, slots=self.slots,
+                    versions=self.versions, state_ram_style="ultra" if self.uram else None)
+
     def pipeline(self) -> Pipeline:
-        """The Pipeline this unit wraps (TrainStage default formats: the bench's)."""
-        return Pipeline(self.stages, lanes=self.lanes, max_dim=max(self.max_in, self.max_out),
-                        max_in=self.max_in, max_out=self.max_out, max_rows=self.max_rows,
-                        slots=self.slots, versions=self.versions,
-                        state_ram_style="ultra" if self.uram else None)
+        """The Pipeline this unit wraps."""
+        return Pipeline(self.stages, **self.stage_kwargs())
 
 
 #: The registers of the default build (two stages).
