@@ -17,7 +17,7 @@ def _hw_hash(extra: str) -> str:
     from pathlib import Path
     root = Path(__file__).resolve().parents[2]
     h = hashlib.sha256(extra.encode())
-    h.update(b"zero-init-loops")   # the post-processing of compact_zero_memory_init
+    h.update(b"zero-init-loops")   # all-zero memories written as one loop each
     for f in ("hw/mac.py", "hw/train_stage.py", "hw/sgd_pipeline.py", "hw/arith.py", "hw/pipeline.py",
               "gnnweave/fixed.py"):
         h.update((root / f).read_bytes())
@@ -101,9 +101,10 @@ _ZERO_INIT_LINE = None
 
 def compact_zero_memory_init(text: str) -> str:
     """Replace Yosys' memory initialisers that write 0 to every word one statement per
-    word (``mem[0] = 256'h0; mem[1] = ...``: 1.1 M lines, 97 % of the Verilog, for a
-    classifier stage with 2048 inputs) by one loop per memory. Same contents, and the
-    Verilog shrinks from 33 MB to 0.4 MB, which is what makes wide stages buildable."""
+    word (``mem[0] = 256'h0; mem[1] = ...``) by one loop per memory, in Verilog text
+    already written. The builds here never produce such text (:func:`pipeline_verilog`
+    marks the all-zero memories before Yosys sees them); it stays as an independent
+    rewrite the marked loops are checked against."""
     import re
     global _ZERO_INIT_LINE
     if _ZERO_INIT_LINE is None:
@@ -139,6 +140,7 @@ def pipeline_verilog(stages: int, fmt: TrainFormat = BENCH_FORMAT, devices=None,
     ``devices=(k0, k1, ...)``, of :func:`split_pipelines`); returns its path."""
     import json as _json
     from amaranth.back import verilog
+    from gnnweave.hw.flow.verilog import ZERO_INIT_ATTR, zero_init_loops, zero_memory_init
     from gnnweave.sim import runner
     cfg = {**COCOTB_BUILD, **build}
     key = _hw_hash(_json.dumps([stages, cfg, _fmt_key(fmt), list(devices or [])], sort_keys=True))
@@ -150,7 +152,10 @@ def pipeline_verilog(stages: int, fmt: TrainFormat = BENCH_FORMAT, devices=None,
             return path
         out.mkdir(parents=True, exist_ok=True)
         top = split_pipelines(devices, fmt, **build) if devices else cocotb_pipeline(stages, fmt, **build)
-        text = compact_zero_memory_init(verilog.convert(top, name=PIPELINE_TOP, emit_src=False))
+        # all-zero memories as one loop each, as the accelerator's Verilog build writes them
+        with zero_memory_init(mark=ZERO_INIT_ATTR):
+            text = verilog.convert(top, name=PIPELINE_TOP, emit_src=False)
+        text = zero_init_loops(text)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(text)
         tmp.replace(path)
