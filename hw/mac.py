@@ -138,14 +138,19 @@ class SkewedBuffer(Elaboratable):
 
     def _request(self, m):
         """The read request the banks see: the inputs, or their registered copy (the
-        fields held while ``rd_en`` is low, like the banks)."""
+        fields held while ``rd_en`` is low, like the banks). A registered request also
+        registers ``start_hi_inc``, the high bits of ``rd_start`` plus one (see the banks'
+        read address)."""
         names = ("rd_en", "rd_fixed", "rd_start", "rd_rowwise", "rd_extent")
         if not self.registered_request:
             return {n: getattr(self, n) for n in names}
         req = {n: Signal.like(getattr(self, n), name=f"{n}_r", reset_less=n != "rd_en") for n in names}
+        req["start_hi_inc"] = Signal(len(self.rd_start) - self.lane_bits + 1, name="rd_start_hi_inc_r",
+                                     reset_less=True)
         m.d.sync += req["rd_en"].eq(self.rd_en)
         with m.If(self.rd_en):
             m.d.sync += [req[n].eq(getattr(self, n)) for n in names[1:]]
+            m.d.sync += req["start_hi_inc"].eq(self.rd_start[self.lane_bits:] + 1)
         return req
 
     def elaborate(self, platform):
@@ -192,7 +197,10 @@ class SkewedBuffer(Elaboratable):
             if lb:
                 t = Signal(lb, name=f"rlow{b}")
                 m.d.comb += t.eq(b - rd_fixed[:lb])
-                high = rd_start[lb:] + (t < rd_start[:lb])
+                if "start_hi_inc" in req:      # the increment from a register: a mux
+                    high = Mux(t < rd_start[:lb], req["start_hi_inc"], rd_start[lb:])
+                else:
+                    high = rd_start[lb:] + (t < rd_start[:lb])
                 m.d.comb += along.eq(Cat(t, high))
             else:
                 m.d.comb += along.eq(rd_start)

@@ -47,6 +47,7 @@ epoch with its momentum.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
@@ -60,6 +61,10 @@ from .mac import MAC_INPUT_WIDTH, MacCore, MacMode, SkewedBuffer, _log2_exact, o
 from .sgd_pipeline import RegisterStages, SgdPipeline, round_up_bit
 
 SCHEDULE_GPIPE, SCHEDULE_1F1B_FLUSH, SCHEDULE_1F1B_ASYNC = 0, 1, 2
+
+#: the TrainStage's configuration inputs (steady from ``start`` to ``done``)
+_CONFIG_INPUTS = ("schedule", "stages", "stage", "microbatches", "steps", "rows", "d_in", "d_out",
+                  "relu", "fwd_shift", "dx_shift", "dw_shift", "dx_first", "lr", "wd", "mu")
 
 
 class Phase:
@@ -142,35 +147,43 @@ class _FillTracker:
     def _split(self, row):
         return row >> self.lb, (row[:self.lb] if self.lb else Const(0, 1))
 
+    @staticmethod
+    def _past(position, at):
+        """``position`` is past ``at`` in the streaming order: both lists of fields, least
+        significant first (e.g. row, word, block), compared as one number (a carry chain,
+        not a tree of per-field compares)."""
+        def widened(a, p):
+            assert len(a) <= len(p)
+            return Cat(a, Const(0, len(p) - len(a))) if len(a) < len(p) else a
+        return Cat(*position) > Cat(*(widened(a, p) for a, p in zip(at, position)))
+
     def has_block_word(self, row_start, col):
         """All rows of the block of ``row_start`` have the word of column ``col``."""
         b, w = row_start >> self.lb, col >> self.lb
-        return ~self.disorder & ((self.block > b) | ((self.block == b) & (self.word > w)))
+        return ~self.disorder & self._past([self.word, self.block], [w, b])
 
     def has_next_block_word(self, row_start, col):
         """Also the word after that one (in the streaming order) is in."""
         b, w = row_start >> self.lb, col >> self.lb
-        return ~self.disorder & self.unit_ok & (
-            (self.unit_block > b) | ((self.unit_block == b) & (self.unit_word > w)))
+        return ~self.disorder & self.unit_ok & self._past([self.unit_word, self.unit_block], [w, b])
 
     def has_row_word(self, row, col):
         """Row ``row`` has the word of column ``col``."""
         (b, r), w = self._split(row), col >> self.lb
-        return ~self.disorder & ((self.block > b) | ((self.block == b) & (
-            (self.word > w) | ((self.word == w) & (self.row > r)))))
+        return ~self.disorder & self._past([self.row, self.word, self.block], [r, w, b])
 
     def has_next_row_word(self, row, col):
         """Also the segment after that one (in the streaming order) is in."""
         (b, r), w = self._split(row), col >> self.lb
-        return ~self.disorder & self.prev_ok & ((self.prev_block > b) | ((self.prev_block == b) & (
-            (self.prev_word > w) | ((self.prev_word == w) & (self.prev_row > r)))))
+        return ~self.disorder & self.prev_ok & self._past(
+            [self.prev_row, self.prev_word, self.prev_block], [r, w, b])
 
     def has_row_word_next_block(self, row, col):
         """The row ``lanes`` rows below ``row`` (same position in the next block) has the
         word of column ``col``."""
         (b, _), w = self._split(row), col >> self.lb
-        return ~self.disorder & self.block_ok & ((self.block_m1 > b) | ((self.block_m1 == b) & (
-            (self.word > w) | ((self.word == w) & (self.row > 0)))))
+        return ~self.disorder & self.block_ok & self._past(
+            [self.row, self.word, self.block_m1], [Const(0, 1), w, b])
 
 
 class _PhaseRegister:
@@ -307,21 +320,32 @@ class TrainStage(wiring.Component):
         m.submodules.xbuf = xbuf = SkewedBuffer(lanes=L, rows=S * RM, cols=DI, registered_request=True)
         m.submodules.ybuf = ybuf = SkewedBuffer(lanes=L, rows=2 * RM, cols=DO, registered_request=True)
 
+        # the configuration inputs, registered once on entry: the logic behind them starts
+        # from this stage's own registers, not from whoever drives the inputs (they are
+        # steady from start; the copies are current from the first SETUP cycle on)
+        cfg = SimpleNamespace(**{name: Signal.like(getattr(self, name), name=f"cfg_{name}")
+                                 for name in _CONFIG_INPUTS})
+        m.d.sync += [getattr(cfg, name).eq(getattr(self, name)) for name in _CONFIG_INPUTS]
+
         running = Signal()
         ph = _PhaseRegister(m)
         in_f, in_dx, in_dw = ph.flag["f"], ph.flag["dx"], ph.flag["dw"]
         m.d.comb += self.busy.eq(running)
 
         # ---------------------------------------------------------------- op counters
-        sched = self.schedule
-        is_async = sched == SCHEDULE_1F1B_ASYNC
-        mbs = self.microbatches
+        sched = cfg.schedule
+        # the schedule's and the stage's position's decodes, registered
+        is_async, gpipe = Signal(name="is_async"), Signal(name="is_gpipe")
+        is_first, is_last = Signal(name="is_first"), Signal(name="is_last")
+        m.d.sync += [is_async.eq(sched == SCHEDULE_1F1B_ASYNC), gpipe.eq(sched == SCHEDULE_GPIPE),
+                     is_first.eq(cfg.stage == 0), is_last.eq(cfg.stage + 1 == cfg.stages)]
+        mbs = cfg.microbatches
         # N = microbatches * steps, once per run in SETUP: operand, product and result
         # registers (a DSP with its input, M and P registers, not a multiply every cycle)
         n_total = Signal(24)
         n_ops = [Signal(8, name="n_mbs_q", reset_less=True), Signal(16, name="n_steps_q", reset_less=True)]
         n_prod = Signal(24, name="n_prod", reset_less=True)
-        m.d.sync += [n_ops[0].eq(mbs), n_ops[1].eq(self.steps), n_prod.eq(n_ops[0] * n_ops[1])]
+        m.d.sync += [n_ops[0].eq(mbs), n_ops[1].eq(cfg.steps), n_prod.eq(n_ops[0] * n_ops[1])]
         setup_left = Signal(3)
         # per-run constants, registered (steady from SETUP on)
         m_eff = Signal(24, name="m_eff", reset_less=True)        # microbatches per flush
@@ -334,10 +358,11 @@ class TrainStage(wiring.Component):
         step_idx = Signal(16)
         b_done = Signal(24)                         # B completed in the run (global)
         p_minus_s = Signal(5, name="p_minus_s", reset_less=True)
-        m.d.sync += p_minus_s.eq(self.stages - self.stage)
+        m.d.sync += p_minus_s.eq(cfg.stages - cfg.stage)
         window = Signal(24, name="window", reset_less=True)
-        win_raw = Mux(is_async, p_minus_s, p_minus_s - 1)
-        m.d.sync += window.eq(Mux(win_raw < m_eff, win_raw, m_eff))
+        win_raw = Signal(5, name="window_raw", reset_less=True)
+        m.d.sync += [win_raw.eq(Mux(is_async, p_minus_s, p_minus_s - 1)),
+                     window.eq(Mux(win_raw < m_eff, win_raw, m_eff))]
         cur_ver = Signal(range(V))
         ver_of_slot = Array([Signal(range(V), name=f"ver_slot{i}") for i in range(S)])
 
@@ -346,12 +371,12 @@ class TrainStage(wiring.Component):
         dim_last = {}
         for name in ("d_in", "d_out", "rows"):
             dim_last[name] = Signal(ib, name=f"{name}_last", reset_less=True)
-            m.d.sync += dim_last[name].eq(getattr(self, name) - 1)
+            m.d.sync += dim_last[name].eq(getattr(cfg, name) - 1)
         d_in_last = dim_last["d_in"]
         in_words_last = Signal(ib, name="in_words_last", reset_less=True)
         words_last = Signal(ib, name="words_last", reset_less=True)
-        m.d.sync += [in_words_last.eq(((self.d_in + L - 1) >> lb) - 1),
-                     words_last.eq(((self.d_out + L - 1) >> lb) - 1)]
+        m.d.sync += [in_words_last.eq(((cfg.d_in + L - 1) >> lb) - 1),
+                     words_last.eq(((cfg.d_out + L - 1) >> lb) - 1)]
 
         # ---------------------------------------------------------------- act receiver
         rx_f = Signal(24)                 # microbatches fully received (global)
@@ -403,7 +428,7 @@ class TrainStage(wiring.Component):
         rx_b = Signal(24)                 # dY microbatches fully received (global count)
         rx_b_loc, rx_b_base = Signal(24), Signal(24)
         rx_b_mb = Signal(24)
-        m.d.comb += rx_b_mb.eq(Mux(sched == SCHEDULE_GPIPE, rx_b_base + mbs - 1 - rx_b_loc,
+        m.d.comb += rx_b_mb.eq(Mux(gpipe, rx_b_base + mbs - 1 - rx_b_loc,
                                    rx_b_base + rx_b_loc))
         # ``ready`` registered as the act receiver's (b_done + 2 lags, so it only errs safe)
         g_ok = Signal()
@@ -420,12 +445,22 @@ class TrainStage(wiring.Component):
         mb_slot = rx_b_mb[:max(S.bit_length() - 1, 1)] if S > 1 else Const(0, 1)
         m.d.comb += [mask_rp.addr.eq(mask_addr(mb_slot, gp.row, gp.col)), mask_rp.en.eq(1)]
         m.d.sync += [g_valid_q.eq(g_fire), g_pl_q.eq(gp), g_slot_q.eq(rx_b[0])]
-        m.d.sync += g_ok.eq(running & Mux(g_fire & gp.last, rx_b_next < g_lim, rx_b < g_lim))
+        # (not in SETUP, while the registered configuration's decodes settle)
+        m.d.sync += g_ok.eq(running & ~ph.flag["setup"] &
+                            Mux(g_fire & gp.last, rx_b_next < g_lim, rx_b < g_lim))
+        # ``rx_b_wrap``: the next dY completes a synchronous step's microbatches (rx_b_loc ==
+        # mbs - 1), a register kept current for the count the receiver has after each one
+        rx_b_wrap = Signal(name="rx_b_wrap")
+        mbs_m1, mbs_m2 = (Signal(8, name=f"mbs_m{i}", reset_less=True) for i in (1, 2))
+        m.d.sync += [mbs_m1.eq(mbs - 1), mbs_m2.eq(mbs - 2),
+                     rx_b_wrap.eq(~is_async & (rx_b_loc == mbs_m1))]
         with m.If(g_fire & gp.last):
-            m.d.sync += [rx_b.eq(rx_b + 1), rx_b_next.eq(rx_b_next + 1), rx_b_loc.eq(rx_b_loc + 1)]
-            with m.If(~is_async & (rx_b_loc + 1 == mbs)):
-                m.d.sync += [rx_b_loc.eq(0), rx_b_base.eq(rx_b_base + mbs)]
-        masked = [Mux(~self.relu | mask_rp.data[l], g_pl_q.data[l], 0) for l in range(L)]
+            m.d.sync += [rx_b.eq(rx_b + 1), rx_b_next.eq(rx_b_next + 1), rx_b_loc.eq(rx_b_loc + 1),
+                         rx_b_wrap.eq(~is_async & (rx_b_loc == mbs_m2))]
+            with m.If(rx_b_wrap):
+                m.d.sync += [rx_b_loc.eq(0), rx_b_base.eq(rx_b_base + mbs),
+                             rx_b_wrap.eq(~is_async & (mbs_m1 == 0))]
+        masked = [Mux(~cfg.relu | mask_rp.data[l], g_pl_q.data[l], 0) for l in range(L)]
         m.d.comb += [
             ybuf.wr_en.eq(g_valid_q),
             ybuf.wr.row.eq(Cat(g_pl_q.row[:RM.bit_length() - 1], g_slot_q)),
@@ -496,9 +531,9 @@ class TrainStage(wiring.Component):
                     for name in ("mode", "m", "n", "k", "shift", "relu")}
         m.d.comb += [getattr(core, name).eq(sig) for name, sig in core_cfg.items()]
         op_config = {
-            Phase.F_START: (MacMode.FWD, self.rows, self.d_out, self.d_in, self.fwd_shift, self.relu),
-            Phase.DX_START: (MacMode.DX, self.rows, self.d_in, self.d_out, self.dx_shift, 0),
-            Phase.DW_START: (MacMode.DW, self.d_in, self.d_out, self.rows, self.dw_shift, 0),
+            Phase.F_START: (MacMode.FWD, cfg.rows, cfg.d_out, cfg.d_in, cfg.fwd_shift, cfg.relu),
+            Phase.DX_START: (MacMode.DX, cfg.rows, cfg.d_in, cfg.d_out, cfg.dx_shift, 0),
+            Phase.DW_START: (MacMode.DW, cfg.d_in, cfg.d_out, cfg.rows, cfg.dw_shift, 0),
         }
 
         go = ph.go
@@ -541,16 +576,16 @@ class TrainStage(wiring.Component):
         u_addr = word_addr(u_row, u_word)
         u_addr_q = word_addr(u_row_q, u_word_q)
         m.d.sync += [u_q.eq(u_issue), u_row_q.eq(u_row), u_word_q.eq(u_word),
-                     u_lanes_q.eq(Cat(((u_word << lb) + l) < self.d_out for l in range(L)))]
+                     u_lanes_q.eq(Cat(((u_word << lb) + l) < cfg.d_out for l in range(L)))]
         new_ver = Signal(range(V))
         m.d.comb += new_ver.eq(Mux(cur_ver == V - 1, 0, cur_ver + 1))
-        use_mom = self.mu != 0
+        use_mom = cfg.mu != 0
         m.submodules.sgd = sgd = SgdPipeline(
             lanes=L, tag_width=wbits + ib, master=f["master"], weight=f["weight"],
             grad_sum=f["grad_sum"], velocity=f["velocity"], lr=f["lr"], wd=f["wd"], mu=f["mu"])
         m.d.comb += [sgd.valid.eq(u_q), sgd.tag.eq(Cat(u_word_q, u_row_q)), sgd.lane_on.eq(u_lanes_q),
                      sgd.w.eq(ms_rp.data), sgd.g.eq(gs_rp.data), sgd.v.eq(vl_rp.data),
-                     sgd.lr.eq(self.lr), sgd.wd.eq(self.wd), sgd.mu.eq(self.mu)]
+                     sgd.lr.eq(cfg.lr), sgd.wd.eq(cfg.wd), sgd.mu.eq(cfg.mu)]
         sgd_word, sgd_row = sgd.out_tag[:wbits], sgd.out_tag[wbits:]
         sgd_addr = word_addr(sgd_row, sgd_word)
 
@@ -619,8 +654,6 @@ class TrainStage(wiring.Component):
         # arriving, and the last stage's backward while its dY (the host's loss gradient)
         # is: the core is held until the data it is about to read is in (x_fill / y_fill).
         # Between stages a microbatch is handed over whole, as in the schedule model.
-        is_first = self.stage == 0
-        is_last = self.stage + 1 == self.stages
         # ``hold`` gates the core's whole sequencer, so it is a register, computed one cycle
         # ahead: while held the core's read stays where it is and that read must be in; else
         # the core may step, so its next read must be in too. The next read is the same
@@ -656,17 +689,39 @@ class TrainStage(wiring.Component):
 
         # ---------------------------------------------------------------- sequencer
         m.d.comb += core.start.eq(ph.flag["start"])
-        # the core's done (from its output handshake) registered: the sequencer starts from it
+        # the core's done (from its output handshake) registered, and decoded with the op it
+        # ends (the phase and the order of a backward's halves are steady while the core
+        # runs): each move of the sequencer starts from one register of its own
         core_done = Signal()
-        m.d.sync += core_done.eq(core.done & ph.flag["run"])
+        now, dx_first = ph.now, cfg.dx_first
+        ends = {k: Signal(name=f"end_{k}") for k in ("f", "dx_then_dw", "dw_then_dx", "b_at_dx",
+                                                          "b_at_dw", "b")}
+        m.d.sync += [core_done.eq(core.done & ph.flag["run"]),
+                     ends["f"].eq(core.done & now[Phase.F_RUN]),
+                     ends["dx_then_dw"].eq(core.done & now[Phase.DX_RUN] & dx_first),
+                     ends["dw_then_dx"].eq(core.done & now[Phase.DW_RUN] & ~dx_first),
+                     ends["b_at_dx"].eq(core.done & now[Phase.DX_RUN] & ~dx_first),
+                     ends["b_at_dw"].eq(core.done & now[Phase.DW_RUN] & dx_first),
+                     ends["b"].eq(core.done & Mux(dx_first, now[Phase.DW_RUN], now[Phase.DX_RUN]))]
         busy_c, fwd_c, bwd_c, upd_c, wait_c = (Signal(32, name=n) for n in
                                                ("busy_c", "fwd_c", "bwd_c", "upd_c", "wait_c"))
         mac_ops, sats, ops_done = Signal(48), Signal(32), Signal(32)
-        gpipe = sched == SCHEDULE_GPIPE
+        # the end-of-op counters add registered increments (their values are read after the
+        # run, and the last one lands cycles before DONE): no adder behind the op's end, and
+        # the start's clear below takes precedence
+        op_ended = Signal()             # an op (F, B or U) ends this cycle
+        ops_inc = Signal()
+        mac_inc = Signal.like(mac_ops, name="mac_ops_inc")
+        sat_inc = Signal.like(sats, name="saturations_inc")
+        m.d.sync += [ops_inc.eq(op_ended), mac_inc.eq(Mux(core_done, core.mac_ops, 0)),
+                     sat_inc.eq(Mux(core_done, core.saturations, 0) +
+                                Mux(sgd.sat_valid, sgd.sat_count, 0)),
+                     ops_done.eq(ops_done + ops_inc), mac_ops.eq(mac_ops + mac_inc),
+                     sats.eq(sats + sat_inc)]
         with m.If(self.start & ~running):
             go(Phase.SETUP)
             m.d.sync += [running.eq(1), setup_left.eq(5), f_loc.eq(0), b_loc.eq(0), ahead.eq(0),
-                         base.eq(0), f_mb.eq(0), b_mb.eq(Mux(gpipe, mbs - 1, 0)),
+                         base.eq(0), f_mb.eq(0),
                          step_idx.eq(0), b_done.eq(0), rx_f.eq(0), rx_b.eq(0), rx_f_next.eq(1),
                          rx_b_next.eq(1), rx_b_loc.eq(0), rx_b_base.eq(0),
                          busy_c.eq(0), fwd_c.eq(0), bwd_c.eq(0), upd_c.eq(0), wait_c.eq(0),
@@ -684,16 +739,12 @@ class TrainStage(wiring.Component):
                      ahead_up.eq(ahead + 1), ahead_down.eq(ahead - 1), f_mb_next.eq(f_mb + 1),
                      step_base.eq(base + mbs), step_b_mb.eq(Mux(gpipe, base + mbs + mbs - 1, base + mbs))]
 
-        def finish_backward():
-            m.d.sync += [b_loc.eq(b_loc + 1), ahead.eq(ahead_down), ops_done.eq(ops_done + 1),
-                         b_mb.eq(b_mb_next)]
+        def after_backward():
+            # an asynchronous schedule updates after every backward (see ``ends["b"]``)
             with m.If(is_async):
                 go(Phase.U_RUN)
-                m.d.sync += [u_row.eq(0), u_word.eq(0), u_word_end.eq(words_last == 0),
-                             u_row_end.eq(d_in_last == 0)]
             with m.Else():
                 go(Phase.DECIDE)
-                m.d.sync += b_done.eq(b_done_next)
 
         # DECIDE's outcome is a set of exclusive registers computed every cycle from the
         # counters (so no priority chain of its conditions sits in front of the phase flags
@@ -706,15 +757,15 @@ class TrainStage(wiring.Component):
         f_ready = (rx_f > f_mb) | (is_first & (rx_f == f_mb) & rx_row_ok)
         b_left = b_loc < m_eff
         b_ready = (rx_b_written > b_done) | (is_last & (rx_b_written == b_done))
-        finished = Mux(is_async, b_done >= n_total, step_idx >= self.steps)
+        finished = Mux(is_async, b_done >= n_total, step_idx >= cfg.steps)
         decide = {n: Signal(name=f"decide_{n}") for n in ("done", "f", "dx", "dw", "u", "wait")}
         b_go = ~finished & ~want_f & b_left & b_ready
         b_ver = Signal(range(V), name="decide_b_ver")
         m.d.sync += [
             decide["done"].eq(finished),
             decide["f"].eq(~finished & want_f & f_ready),
-            decide["dx"].eq(b_go & self.dx_first),
-            decide["dw"].eq(b_go & ~self.dx_first),
+            decide["dx"].eq(b_go & cfg.dx_first),
+            decide["dw"].eq(b_go & ~cfg.dx_first),
             decide["u"].eq(~finished & ~want_f & ~b_left),
             decide["wait"].eq(~finished & Mux(want_f, ~f_ready, b_left & ~b_ready)),
             b_ver.eq(Mux(is_async, ver_of_slot[mb_slot_of(b_mb)], cur_ver)),
@@ -724,7 +775,7 @@ class TrainStage(wiring.Component):
         # have to hold that op's by then: they load, every cycle, the op that starts next
         # (DECIDE's outcome; after a backward's first half, its other half), from registers
         next_f = ph.flag["decide"] & decide["f"]
-        next_dx = Mux(ph.flag["decide"], decide["dx"], in_dw & ~self.dx_first)
+        next_dx = Mux(ph.flag["decide"], decide["dx"], in_dw & ~cfg.dx_first)
         for sig, f_v, dx_v, dw_v in zip(core_cfg.values(), *op_config.values()):
             m.d.sync += sig.eq(Mux(next_f, Value.cast(f_v), Mux(next_dx, Value.cast(dx_v), Value.cast(dw_v))))
 
@@ -732,7 +783,7 @@ class TrainStage(wiring.Component):
         with ph.block(Phase.SETUP):
             # the configuration is steady from start: its operands, product, N and the
             # constants registered from N (m_eff, window) settle
-            m.d.sync += setup_left.eq(setup_left - 1)
+            m.d.sync += [setup_left.eq(setup_left - 1), b_mb.eq(Mux(gpipe, mbs - 1, 0))]
             with m.If(setup_left == 0):
                 go(Phase.DECIDE)
             with m.Else():
@@ -761,29 +812,33 @@ class TrainStage(wiring.Component):
             m.d.sync += ver_of_slot[op_slot].eq(cur_ver)
         with ph.block(Phase.F_RUN):
             m.d.sync += op_ver.eq(cur_ver)
-            with m.If(core_done):
+            with m.If(ends["f"]):
                 go(Phase.DECIDE)
-                m.d.sync += [f_loc.eq(f_loc + 1), ahead.eq(ahead_up), f_mb.eq(f_mb_next),
-                             ops_done.eq(ops_done + 1),
-                             mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
+                m.d.sync += [f_loc.eq(f_loc + 1), ahead.eq(ahead_up), f_mb.eq(f_mb_next)]
+                m.d.comb += op_ended.eq(1)
         with ph.block(Phase.DX_START):
             go(Phase.DX_RUN)
         with ph.block(Phase.DX_RUN):
-            with m.If(core_done):
-                m.d.sync += [mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
-                with m.If(self.dx_first):
-                    go(Phase.DW_START)
-                with m.Else():
-                    finish_backward()
+            with m.If(ends["dx_then_dw"]):
+                go(Phase.DW_START)
+            with m.If(ends["b_at_dx"]):
+                after_backward()
         with ph.block(Phase.DW_START):
             go(Phase.DW_RUN)
         with ph.block(Phase.DW_RUN):
-            with m.If(core_done):
-                m.d.sync += [mac_ops.eq(mac_ops + core.mac_ops), sats.eq(sats + core.saturations)]
-                with m.If(self.dx_first):
-                    finish_backward()
-                with m.Else():
-                    go(Phase.DX_START)
+            with m.If(ends["dw_then_dx"]):
+                go(Phase.DX_START)
+            with m.If(ends["b_at_dw"]):
+                after_backward()
+        # a backward's end (either half last): the counters, and the U walk's start
+        with m.If(ends["b"]):
+            m.d.sync += [b_loc.eq(b_loc + 1), ahead.eq(ahead_down), b_mb.eq(b_mb_next)]
+            m.d.comb += op_ended.eq(1)
+            with m.If(is_async):
+                m.d.sync += [u_row.eq(0), u_word.eq(0), u_word_end.eq(words_last == 0),
+                             u_row_end.eq(d_in_last == 0)]
+            with m.Else():
+                m.d.sync += b_done.eq(b_done_next)
         with ph.block(Phase.U_RUN):
             m.d.comb += u_issue.eq(~dw_busy)
             with m.If(~dw_busy):
@@ -797,7 +852,8 @@ class TrainStage(wiring.Component):
             # once the last word is written (and counted) the new version becomes current
             with m.If(~sgd.busy & ~u_q):      # u_q: a word entering the SGD pipeline now
                 go(Phase.DECIDE)
-                m.d.sync += [cur_ver.eq(new_ver), ops_done.eq(ops_done + 1)]
+                m.d.sync += cur_ver.eq(new_ver)
+                m.d.comb += op_ended.eq(1)
                 with m.If(is_async):
                     m.d.sync += b_done.eq(b_done_next)
                 with m.Else():
@@ -809,8 +865,6 @@ class TrainStage(wiring.Component):
             m.d.sync += running.eq(0)
             m.d.comb += self.done.eq(1)
         ph.finish()
-        with m.If(sgd.sat_valid):
-            m.d.sync += sats.eq(sats + sgd.sat_count)
         # the last U of a synchronous run is followed by a DECIDE that finds step_idx == steps
         with m.If(running):
             m.d.sync += busy_c.eq(busy_c + 1)
