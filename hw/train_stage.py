@@ -435,7 +435,7 @@ class TrainStage(wiring.Component):
         rx_b_next = Signal(24)            # rx_b + 1
         g_lim = Signal(24, name="g_lim", reset_less=True)
         m.d.sync += g_lim.eq(b_done + 2)
-        # stage 1 of the receiver: read the mask word; stage 2: write masked dY
+        # stage 1 of the receiver: read the mask word; stage 2: mask dY
         g_valid_q = Signal()
         g_pl_q = Signal.like(self.grad_in.payload)
         g_slot_q = Signal()
@@ -460,21 +460,26 @@ class TrainStage(wiring.Component):
             with m.If(rx_b_wrap):
                 m.d.sync += [rx_b_loc.eq(0), rx_b_base.eq(rx_b_base + mbs),
                              rx_b_wrap.eq(~is_async & (mbs_m1 == 0))]
+        # stage 3: write the masked segment, from registers (the mask memory's read data
+        # reaches no further than them)
         masked = [Mux(~cfg.relu | mask_rp.data[l], g_pl_q.data[l], 0) for l in range(L)]
-        m.d.comb += [
-            ybuf.wr_en.eq(g_valid_q),
-            ybuf.wr.row.eq(Cat(g_pl_q.row[:RM.bit_length() - 1], g_slot_q)),
-            ybuf.wr.col.eq(g_pl_q.col), ybuf.wr.count.eq(g_pl_q.count),
-        ]
-        m.d.comb += [ybuf.wr.data[l].eq(masked[l]) for l in range(L)]
-        # the last dY segment is written one cycle after it was accepted
-        rx_b_written = Signal(24)
-        m.d.sync += rx_b_written.eq(rx_b)
+        y_wr_en = Signal(name="y_wr_en")
+        y_wr = Signal.like(ybuf.wr, name="y_wr", reset_less=True)
+        y_row = Signal.like(g_pl_q.row, name="y_wr_row", reset_less=True)
+        y_last = Signal(name="y_wr_last", reset_less=True)
+        m.d.sync += [y_wr_en.eq(g_valid_q), y_row.eq(g_pl_q.row), y_last.eq(g_pl_q.last),
+                     y_wr.row.eq(Cat(g_pl_q.row[:RM.bit_length() - 1], g_slot_q)),
+                     y_wr.col.eq(g_pl_q.col), y_wr.count.eq(g_pl_q.count)]
+        m.d.sync += [y_wr.data[l].eq(masked[l]) for l in range(L)]
+        m.d.comb += [ybuf.wr_en.eq(y_wr_en), ybuf.wr.eq(y_wr)]
+        # the last dY segment is written two cycles after it was accepted
+        rx_b_accepted, rx_b_written = Signal(24), Signal(24)
+        m.d.sync += [rx_b_accepted.eq(rx_b), rx_b_written.eq(rx_b_accepted)]
         # how far dY microbatch rx_b_written has been written (the last stage's backward
         # streams on it)
         y_fill = _FillTracker(m, "y_fill", lanes=L, ib=ib, rows_last=dim_last["rows"],
-                              words_last=words_last, fire=g_valid_q,
-                              row=g_pl_q.row, col=g_pl_q.col, last=g_pl_q.last)
+                              words_last=words_last, fire=y_wr_en,
+                              row=y_row, col=y_wr.col, last=y_last)
 
         # ---------------------------------------------------------------- master/velocity/grad
         n_words = DI * DO // L
@@ -543,8 +548,11 @@ class TrainStage(wiring.Component):
         m.d.comb += [self.act_out.payload.eq(out), self.grad_out.payload.eq(out)]
         m.d.comb += [self.act_out.valid.eq(core.out.valid & in_f),
                      self.grad_out.valid.eq(core.out.valid & in_dx)]
-        m.d.comb += core.out.ready.eq(Mux(in_f, self.act_out.ready,
-                                          Mux(in_dx, self.grad_out.ready, in_dw)))
+        # (the core's output is valid in RUN phases only: its ready reads their one-hot
+        # registers, which fan out far less than the op flags)
+        now = ph.now
+        m.d.comb += core.out.ready.eq((now[Phase.F_RUN] & self.act_out.ready) |
+                                      (now[Phase.DX_RUN] & self.grad_out.ready) | now[Phase.DW_RUN])
         # F: stash the ReLU mask of every accepted output segment
         m.d.comb += [mask_wp.addr.eq(mask_addr(op_slot, out.row, out.col)),
                      mask_wp.data.eq(out.relu_mask),
@@ -561,7 +569,8 @@ class TrainStage(wiring.Component):
         gs_q = Signal.like(gs_rp.data, name="gs_q", reset_less=True)     # the read data register
         m.d.sync += [dw_q1.eq(dw_fire), dw_addr1.eq(dw_addr), dw_data1.eq(out.data),
                      dw_q2.eq(dw_q1), dw_addr2.eq(dw_addr1), dw_data2.eq(dw_data1), gs_q.eq(gs_rp.data)]
-        dw_busy = dw_q1 | dw_q2
+        dw_busy = Signal(name="dw_busy")      # dw_q1 | dw_q2, as a register
+        m.d.sync += dw_busy.eq(dw_fire | dw_q1)
 
         # ---------------------------------------------------------------- SGD datapath
         # the walk issues one word address per cycle (read), the words' results come out of
@@ -573,13 +582,18 @@ class TrainStage(wiring.Component):
         u_q = Signal()         # its read data is out this cycle
         u_row_q, u_word_q = Signal(ib, reset_less=True), Signal(wbits, reset_less=True)
         u_lanes_q = Signal(L, reset_less=True)      # lanes of the word inside d_out
+        # the walk's limits minus one (one bit wider: -1 matches no index)
+        u_words_last_m1 = Signal(ib + 1, name="u_words_last_m1", reset_less=True)
+        u_rows_last_m1 = Signal(ib + 1, name="u_rows_last_m1", reset_less=True)
+        m.d.sync += [u_words_last_m1.eq(words_last - 1), u_rows_last_m1.eq(d_in_last - 1)]
         u_addr = word_addr(u_row, u_word)
         u_addr_q = word_addr(u_row_q, u_word_q)
         m.d.sync += [u_q.eq(u_issue), u_row_q.eq(u_row), u_word_q.eq(u_word),
                      u_lanes_q.eq(Cat(((u_word << lb) + l) < cfg.d_out for l in range(L)))]
         new_ver = Signal(range(V))
         m.d.comb += new_ver.eq(Mux(cur_ver == V - 1, 0, cur_ver + 1))
-        use_mom = cfg.mu != 0
+        use_mom = Signal(name="use_momentum")
+        m.d.sync += use_mom.eq(cfg.mu != 0)
         m.submodules.sgd = sgd = SgdPipeline(
             lanes=L, tag_width=wbits + ib, master=f["master"], weight=f["weight"],
             grad_sum=f["grad_sum"], velocity=f["velocity"], lr=f["lr"], wd=f["wd"], mu=f["mu"])
@@ -669,22 +683,27 @@ class TrainStage(wiring.Component):
         word_end = (kk[:lb] == L - 1) if lb else Const(1, 1)
         zero = Const(0, ib)
 
-        def ok(cur, nxt):
-            return cur & (hold | nxt)
+        # one register per op kind (the kinds are exclusive: only the running op's can be
+        # set), so none of them waits for the other kinds' compares
+        holds = {k: Signal(name=f"hold_{k}") for k in ("f", "dx", "dw")}
+
+        def ok(kind, cur, nxt):
+            return cur & (holds[kind] | nxt)
         x_at = (rx_f == op_mb)
-        run_f = x_at & ok(x_fill.has_block_word(i0, kk), Mux(
+        run_f = x_at & ok("f", x_fill.has_block_word(i0, kk), Mux(
             word_end | depth_end["d_in"], x_fill.has_next_block_word(i0, kk), x_fill.has_block_word(i0, kk)))
-        run_dx = ok(y_fill.has_block_word(i0, kk), Mux(
+        run_dx = ok("dx", y_fill.has_block_word(i0, kk), Mux(
             word_end | depth_end["d_out"], y_fill.has_next_block_word(i0, kk), y_fill.has_block_word(i0, kk)))
-        run_dw = ok(y_fill.has_row_word(kk, j0), Mux(
+        run_dw = ok("dw", y_fill.has_row_word(kk, j0), Mux(
             word_end & ~depth_end["rows"], y_fill.has_row_word_next_block(kk, j0),
             y_fill.has_next_row_word(kk, j0)))
         starting = ph.flag["start"]
         ok_f = x_whole | Mux(starting, x_at & x_fill.has_block_word(zero, zero), run_f)
         ok_dx = y_whole | Mux(starting, y_fill.has_block_word(zero, zero), run_dx)
         ok_dw = y_whole | Mux(starting, y_fill.has_row_word(zero, zero), run_dw)
-        m.d.sync += hold.eq((in_f & ~ok_f) | (in_dx & ~ok_dx) | (in_dw & ~ok_dw))
-        m.d.comb += core.hold.eq(hold)
+        m.d.sync += [holds["f"].eq(in_f & ~ok_f), holds["dx"].eq(in_dx & ~ok_dx),
+                     holds["dw"].eq(in_dw & ~ok_dw)]
+        m.d.comb += [hold.eq(holds["f"] | holds["dx"] | holds["dw"]), core.hold.eq(hold)]
         held = hold & ph.flag["run"]        # counted as waiting
 
         # ---------------------------------------------------------------- sequencer
@@ -842,10 +861,10 @@ class TrainStage(wiring.Component):
         with ph.block(Phase.U_RUN):
             m.d.comb += u_issue.eq(~dw_busy)
             with m.If(~dw_busy):
-                m.d.sync += [u_word.eq(u_word + 1), u_word_end.eq(u_word + 1 == words_last)]
+                m.d.sync += [u_word.eq(u_word + 1), u_word_end.eq(u_word == u_words_last_m1)]
                 with m.If(u_word_end):
                     m.d.sync += [u_word.eq(0), u_row.eq(u_row + 1), u_word_end.eq(words_last == 0),
-                                 u_row_end.eq(u_row + 1 == d_in_last)]
+                                 u_row_end.eq(u_row == u_rows_last_m1)]
                     with m.If(u_row_end):
                         go(Phase.U_DRAIN)
         with ph.block(Phase.U_DRAIN):
