@@ -3,17 +3,28 @@
 Behaviour (host view) is that of a Vitis HLS ``s_axi_control`` with ``ap_ctrl_hs``; see
 :mod:`.regmap` for the layout (offsets and bits from :mod:`gnnweave.contract`). Bus behaviour:
 
-* AW and W are accepted independently, in either order or in the same cycle; the write is
-  performed once both are held, then B is raised. One write and one read are outstanding
-  at most: AWREADY/WREADY stay low while a write is held or its B is waiting, ARREADY stays
-  low while R is waiting. BVALID/RVALID and their payloads are registers that hold until
-  BREADY/RREADY, however long that takes.
+* AW and W are accepted independently, in either order or in the same cycle. At the edge
+  after both are held the address is decoded into one-hot word selects and a write strobe
+  rises, both registers, so every write enable is an AND of flip-flops; the write is
+  performed in the strobe's cycle, then B is raised. One write and one read are
+  outstanding at most: AWREADY/WREADY stay low while a write is held or its B is waiting,
+  ARREADY stays low while a read is in flight. BVALID/RVALID and their payloads are
+  registers that hold until BREADY/RREADY, however long that takes.
+* Reads: the address is registered at the AR handshake and decoded at the next edge (the
+  words whose reads have side effects, one-hot, and "mapped"); at the edge after that the
+  read samples its word into the first stage of the read multiplexer (groups of 16 words,
+  by the low address bits), and at the next the second stage (the group, by the high
+  bits) drives R. Both stages are AND-OR multiplexers with registered one-hot selects (two
+  LUT levels each), so no path of the slave crosses the whole address space in one cycle; the price is three cycles more read latency and
+  one more write latency than a combinational slave (``read_latency``,
+  ``read_sample_delay``, ``write_delay``), which AXI4-Lite allows.
 * WSTRB is honoured per byte for RW registers; the ap_ctrl bits all live in byte 0.
 * Mapped offsets answer OKAY (a write to a read-only register is ignored, as in Vitis);
   unmapped offsets answer SLVERR, reads of them return 0 and writes to them are dropped.
   Address bits below the word (AxADDR[1:0]) are ignored.
 * Side effects of a read (clear-on-read of ap_done/ap_ready, the 64-bit snapshot) happen
-  when AR is accepted.
+  in the cycle the read samples its word, so the value returned is the one just before
+  them.
 * Read-only registers wider than 32 bits: reading the low word captures the high word in a
   snapshot register, and reading the high word returns that snapshot, so a host that reads
   low then high (as a 64-bit access split by the interconnect does) gets one consistent
@@ -23,8 +34,8 @@ Engine handshake (``ap_ctrl_hs``): ``start`` is the level of ``ap_start``. The e
 when it sees ``start & idle`` and pulses ``accepted`` (that is ``ap_ready``: it clears
 ``ap_start`` unless ``auto_restart``, and sets CTRL.ap_ready and ISR.ap_ready if enabled).
 When a run finishes it pulses ``done`` (sets the sticky ap_done and ISR.ap_done if enabled).
-An event and a clearing read/toggle in the same cycle: the event wins, so none is lost;
-a host write of ap_start=1 in the same cycle as ``accepted`` wins too.
+An event and a clearing read (in its sample cycle) or toggle in the same cycle: the event
+wins, so none is lost; a host write of ap_start=1 in the same cycle as ``accepted`` wins too.
 
 Connecting registers to an engine: ``ctrl.rw.<name>`` are outputs of the control (the
 register values; the engine reads them) and ``ctrl.ro.<name>`` are inputs of the control
@@ -47,7 +58,7 @@ the register file's clock between register accesses.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -86,6 +97,31 @@ def ro_signature(regmap: RegisterMap) -> wiring.Signature:
                              for r in regmap if r.access is Access.RO})
 
 
+def _padded(value) -> Value:
+    """``value`` zero-extended to a data word."""
+    value = Value.cast(value)
+    return Cat(value, Const(0, DATA_WIDTH - len(value))) if len(value) < DATA_WIDTH else value
+
+
+def _one_hot_mux(select: Value, choices) -> Value:
+    """The OR of each ``value`` of ``choices`` (``(index, value)`` pairs) whose bit
+    ``select[index]`` is set: a multiplexer with a one-hot select (0 with none set)."""
+    terms = [_padded(value) & select[index].replicate(DATA_WIDTH) for index, value in choices]
+    return _or_tree(terms) if terms else Const(0, DATA_WIDTH)
+
+
+def _or_tree(terms: list) -> Value:
+    while len(terms) > 1:
+        terms = [a | b for a, b in zip(terms[::2], terms[1::2])] + terms[len(terms) & ~1:]
+    return terms[0]
+
+
+def _word_mask(words, word_bits: int) -> Const:
+    """A constant with bit ``w`` set for each word address ``w`` in ``words``: indexed by an
+    address it is the "mapped" flag, one small lookup table in the netlist."""
+    return Const(sum(1 << w for w in words), 1 << word_bits)
+
+
 class AxiLiteControl(wiring.Component):
     """AXI4-Lite control slave with a Vitis ``ap_ctrl_hs`` block and the map's registers.
 
@@ -102,8 +138,8 @@ class AxiLiteControl(wiring.Component):
 
     ``bus_domain`` (set before elaboration; default ``"sync"``): the domain of the bus side,
     which is every register that changes only while an AXI4-Lite transaction is in flight:
-    the channel handshakes, the RW registers, the read response and the 64-bit snapshots,
-    GIE, IER and auto_restart. The ap_ctrl bits that engine events set or clear (ap_start,
+    the channel handshakes, the write decode, the RW registers, the read multiplexer's
+    stages, the read response and the 64-bit snapshots, GIE, IER and auto_restart. The ap_ctrl bits that engine events set or clear (ap_start,
     ap_done, ap_ready, ISR) stay in ``sync``. With another domain the behaviour is the same
     as long as that domain's clock runs with ``sync``'s on every cycle of a transaction (and
     through reset); between transactions it may stop.
@@ -129,30 +165,74 @@ class AxiLiteControl(wiring.Component):
             "ro": In(ro_signature(regmap)),
         })
 
+    #: Timing, in cycles after the cycle of the AR handshake: the address is registered at
+    #: the handshake and decoded at the next edge, the read samples its word (and has its
+    #: side effects) in cycle ``read_sample_delay``, the read multiplexer's second stage
+    #: drives R, RVALID is high from cycle ``read_latency`` on.
+    read_sample_delay = 2
+    read_latency = 4
+    #: In cycles after the cycle in which AW and W are both held: the address is decoded
+    #: and the write strobe rises at the next edge, the write happens in cycle
+    #: ``write_delay``, BVALID is high from the cycle after it.
+    write_delay = 2
+
     def elaborate(self, platform):
         m = Module()
-        bus = self.bus
-        on_bus = self.bus_domain
-        word_bits = self.regmap.addr_width - 2
+        ap = {name: Signal(name=name) for name in
+              ("ap_start", "ap_done", "ap_ready", "auto_restart", "gie")}
+        ap["ier"] = Signal(len(IrqBit), name="ier")
+        ap["isr"] = Signal(len(IrqBit), name="isr")
+        words, snapshots = self._read_values(ap)
+        write_word, w_data = self._write_channel(m, [w * WORD_BYTES for w in words])
+        strobed = [CTRL_OFFSET, *(self.regmap[name].offset for name in snapshots)]
+        read_word = self._read_channel(m, words, strobed)
+        self._snapshots(m, read_word, snapshots)
+        self._rw_registers(m, write_word, w_data)
+        self._ap_ctrl(m, ap, write_word, w_data, read_word)
+        return m
 
-        # ap_ctrl state
-        ap_start = Signal(name="ap_start")
-        ap_done = Signal(name="ap_done")
-        ap_ready = Signal(name="ap_ready")
-        auto_restart = Signal(name="auto_restart")
-        gie = Signal(name="gie")
-        ier = Signal(len(IrqBit), name="ier")
-        isr = Signal(len(IrqBit), name="isr")
+    # ---- what each mapped word reads -------------------------------------------------------
 
-        # ---- write channel: latch AW and W independently, write when both are held --------
+    def _read_values(self, ap):
+        """``{word index: value a read returns}`` for every mapped word, in offset order, and
+        ``{register name: snapshot}``: the high word of a wide RO register reads its
+        snapshot (:meth:`_snapshots`)."""
+        ctrl_bits = [Const(0, 1)] * 8
+        ctrl_bits[CtrlBit.AP_START] = ap["ap_start"]
+        ctrl_bits[CtrlBit.AP_DONE] = ap["ap_done"]
+        ctrl_bits[CtrlBit.AP_IDLE] = self.idle
+        ctrl_bits[CtrlBit.AP_READY] = ap["ap_ready"]
+        ctrl_bits[CtrlBit.AUTO_RESTART] = ap["auto_restart"]
+        words = {CTRL_OFFSET: Cat(*ctrl_bits), GIE_OFFSET: ap["gie"] << GieBit.ENABLE,
+                 IER_OFFSET: ap["ier"], ISR_OFFSET: ap["isr"]}
+        snapshots = {}
+        for offset, (reg, index) in self.regmap.word_map().items():
+            lo, hi = index * DATA_WIDTH, min((index + 1) * DATA_WIDTH, reg.width)
+            if reg.access is Access.RW:
+                words[offset] = getattr(self.rw, reg.name)[lo:hi]
+            elif reg.words == 1 or index == 0:
+                words[offset] = getattr(self.ro, reg.name)[lo:hi]
+            else:
+                snapshot = Signal(reg.width - DATA_WIDTH, name=f"{reg.name}_hi_snapshot")
+                snapshots[reg.name] = snapshot
+                words[offset] = snapshot
+        return {offset // WORD_BYTES: value for offset, value in sorted(words.items())}, snapshots
+
+    # ---- write channel: AW and W latched independently, AW decoded, then the write ---------
+
+    def _write_channel(self, m, mapped_words):
+        """AW and W handshakes, the registered decode and B. Returns ``write_word(offset,
+        byte)`` (that byte of that word is written this cycle) and the held write data."""
+        bus, on_bus = self.bus, self.bus_domain
         aw_full = Signal()
-        aw_word = Signal(word_bits)
+        aw_word = Signal(self.regmap.addr_width - 2)
+        aw_select = Signal(len(mapped_words))     # one-hot over the mapped words
+        aw_mapped = Signal()
         w_full = Signal()
         w_data = Signal(DATA_WIDTH)
         w_strb = Signal(WORD_BYTES)
         b_valid = Signal()
         b_resp = Signal(2)
-
         m.d.comb += [
             bus.awready.eq(~aw_full & ~b_valid),
             bus.wready.eq(~w_full & ~b_valid),
@@ -163,132 +243,148 @@ class AxiLiteControl(wiring.Component):
             m.d[on_bus] += [aw_full.eq(1), aw_word.eq(bus.awaddr[2:])]
         with m.If(bus.wvalid & bus.wready):
             m.d[on_bus] += [w_full.eq(1), w_data.eq(bus.wdata), w_strb.eq(bus.wstrb)]
+        # the held address decoded into one-hot word selects, registered
+        m.d[on_bus] += [aw_select[i].eq(aw_word == offset // WORD_BYTES)
+                        for i, offset in enumerate(mapped_words)]
+        m.d[on_bus] += aw_mapped.eq(_word_mask([o // WORD_BYTES for o in mapped_words],
+                                               len(aw_word)).bit_select(aw_word, 1))
 
+        # the write strobe is a register too: it rises the edge after AW and W are both held
+        # (with the decode of the address), so a write enable is an AND of flip-flops
         write = Signal()          # the held write is performed this cycle
-        write_mapped = Signal()
-        m.d.comb += write.eq(aw_full & w_full & ~b_valid)
+        m.d[on_bus] += write.eq(aw_full & w_full & ~write)
         with m.If(write):
-            m.d[on_bus] += [
-                aw_full.eq(0), w_full.eq(0), b_valid.eq(1),
-                b_resp.eq(Resp.OKAY),
-            ]
-            with m.If(~write_mapped):
-                m.d[on_bus] += b_resp.eq(Resp.SLVERR)
+            m.d[on_bus] += [aw_full.eq(0), w_full.eq(0), b_valid.eq(1),
+                            b_resp.eq(Mux(aw_mapped, int(Resp.OKAY), int(Resp.SLVERR)))]
         with m.Elif(b_valid & bus.bready):
             m.d[on_bus] += b_valid.eq(0)
 
-        def write_word(offset: int):
-            return write & (aw_word == offset // WORD_BYTES)
+        index = {offset: i for i, offset in enumerate(mapped_words)}
 
-        ctrl_write = write_word(CTRL_OFFSET) & w_strb[0]
-        isr_write = write_word(ISR_OFFSET) & w_strb[0]
+        def write_word(offset: int, *, byte: int):
+            return write & aw_select[index[offset]] & w_strb[byte]
+        return write_word, w_data
 
-        # ---- read channel: one outstanding read, R held until RREADY ------------------------
+    # ---- read channel: address registered, then a two-stage read multiplexer ---------------
+
+    #: word-address bits the first read stage selects with: 16 words per group, so each
+    #: stage is an AND-OR of at most 16 terms (two LUT6 levels)
+    GROUP_BITS = 4
+
+    def _read_channel(self, m, words, strobed):
+        """AR, the registered read multiplexer and R. Returns ``{offset: strobe}`` for each
+        offset of ``strobed``: high in the cycle a read of that word samples it (its side
+        effects happen then)."""
+        bus, on_bus = self.bus, self.bus_domain
+        word_bits = self.regmap.addr_width - 2
+        group_bits = max(1, min(self.GROUP_BITS, word_bits - 1))
+        ar_held = Signal()        # ar_word holds an accepted address, not yet decoded
+        ar_word = Signal(word_bits)
+        sample = Signal()         # the read samples its word this cycle
+        staged = Signal()         # the first stage holds the sampled read
         r_valid = Signal()
         r_data = Signal(DATA_WIDTH)
         r_resp = Signal(2)
         m.d.comb += [
-            bus.arready.eq(~r_valid),
+            bus.arready.eq(~ar_held & ~sample & ~staged & ~r_valid),
             bus.rvalid.eq(r_valid),
             bus.rdata.eq(r_data),
             bus.rresp.eq(r_resp),
         ]
-        read = Signal()           # AR accepted this cycle
-        ar_word = Signal(word_bits)
-        read_value = Signal(DATA_WIDTH)
-        read_mapped = Signal()
-        m.d.comb += [read.eq(bus.arvalid & bus.arready), ar_word.eq(bus.araddr[2:])]
-        with m.If(read):
-            m.d[on_bus] += [r_valid.eq(1), r_data.eq(read_value),
-                            r_resp.eq(Resp.OKAY)]
-            with m.If(~read_mapped):
-                m.d[on_bus] += r_resp.eq(Resp.SLVERR)
+        m.d[on_bus] += [sample.eq(ar_held), staged.eq(sample)]
+        with m.If(bus.arvalid & bus.arready):
+            m.d[on_bus] += [ar_held.eq(1), ar_word.eq(bus.araddr[2:])]
+        with m.Elif(ar_held):
+            m.d[on_bus] += ar_held.eq(0)
+
+        # decode: the words whose reads have side effects, "mapped", and the two multiplexer
+        # selects, all one-hot (an AND-OR multiplexer is two LUT levels for 16 inputs and
+        # leaves the synthesiser no address decode to share across the stages)
+        group_size = 1 << group_bits
+        groups = sorted({word >> group_bits for word in words})
+        selected = {offset: Signal(name=f"read_sel_{offset:x}") for offset in strobed}
+        mapped = Signal()
+        low_select = Signal(group_size)
+        group_select = Signal(len(groups))
+        with m.If(ar_held):
+            m.d[on_bus] += [sel.eq(ar_word == offset // WORD_BYTES)
+                            for offset, sel in selected.items()]
+            m.d[on_bus] += [
+                mapped.eq(_word_mask(words, word_bits).bit_select(ar_word, 1)),
+                low_select.eq(1 << ar_word[:group_bits]),
+                group_select.eq(Cat(ar_word[group_bits:] == g for g in groups)),
+            ]
+
+        # first stage: each group of 2**group_bits words by the low address bits (unmapped
+        # words read 0)
+        group_value = [Signal(DATA_WIDTH, name=f"read_group_{g}") for g in groups]
+        for value, g in zip(group_value, groups):
+            members = [(low, words[g * group_size + low]) for low in range(group_size)
+                       if g * group_size + low in words]
+            with m.If(sample):
+                m.d[on_bus] += value.eq(_one_hot_mux(low_select, members))
+
+        # second stage: the group, by the high address bits; R holds until RREADY
+        with m.If(staged):
+            m.d[on_bus] += [r_valid.eq(1),
+                            r_resp.eq(Mux(mapped, int(Resp.OKAY), int(Resp.SLVERR))),
+                            r_data.eq(_one_hot_mux(group_select, enumerate(group_value)))]
         with m.Elif(r_valid & bus.rready):
             m.d[on_bus] += r_valid.eq(0)
+        return {offset: sample & sel for offset, sel in selected.items()}
 
-        def read_word(offset: int):
-            return read & (ar_word == offset // WORD_BYTES)
+    def _snapshots(self, m, read_word, snapshots):
+        """A read of a wide RO register's low word captures its high word."""
+        for reg in self.regmap:
+            if reg.name in snapshots:
+                with m.If(read_word[reg.offset]):
+                    m.d[self.bus_domain] += snapshots[reg.name].eq(
+                        getattr(self.ro, reg.name)[DATA_WIDTH:])
 
-        # ---- decode: one case per mapped word, for reads and writes ------------------------
-        snapshots = {}
-        with m.Switch(ar_word):
-            with m.Case(CTRL_OFFSET // WORD_BYTES):
-                ctrl_bits = [0] * 8
-                ctrl_bits[CtrlBit.AP_START] = ap_start
-                ctrl_bits[CtrlBit.AP_DONE] = ap_done
-                ctrl_bits[CtrlBit.AP_IDLE] = self.idle
-                ctrl_bits[CtrlBit.AP_READY] = ap_ready
-                ctrl_bits[CtrlBit.AUTO_RESTART] = auto_restart
-                m.d.comb += [read_mapped.eq(1),
-                             read_value.eq(Cat(*(Const(b, 1) if isinstance(b, int) else b
-                                                 for b in ctrl_bits)))]
-            with m.Case(GIE_OFFSET // WORD_BYTES):
-                m.d.comb += [read_mapped.eq(1), read_value.eq(gie << GieBit.ENABLE)]
-            with m.Case(IER_OFFSET // WORD_BYTES):
-                m.d.comb += [read_mapped.eq(1), read_value.eq(ier)]
-            with m.Case(ISR_OFFSET // WORD_BYTES):
-                m.d.comb += [read_mapped.eq(1), read_value.eq(isr)]
-            for offset, (reg, index) in self.regmap.word_map().items():
-                lo = index * DATA_WIDTH
-                hi = min(lo + DATA_WIDTH, reg.width)
-                with m.Case(offset // WORD_BYTES):
-                    m.d.comb += read_mapped.eq(1)
-                    if reg.access is Access.RW:
-                        m.d.comb += read_value.eq(getattr(self.rw, reg.name)[lo:hi])
-                    elif reg.words == 1:
-                        m.d.comb += read_value.eq(getattr(self.ro, reg.name))
-                    elif index == 0:
-                        value = getattr(self.ro, reg.name)
-                        snapshot = Signal(reg.width - DATA_WIDTH, name=f"{reg.name}_hi_snapshot")
-                        snapshots[reg.name] = snapshot
-                        m.d.comb += read_value.eq(value[:DATA_WIDTH])
-                        with m.If(read):
-                            m.d[on_bus] += snapshot.eq(value[DATA_WIDTH:])
-                    else:
-                        m.d.comb += read_value.eq(snapshots[reg.name])
+    # ---- registers -------------------------------------------------------------------------
 
-        mapped_words = [CTRL_OFFSET, GIE_OFFSET, IER_OFFSET, ISR_OFFSET,
-                        *self.regmap.word_map()]
-        with m.Switch(aw_word):
-            for offset in mapped_words:
-                with m.Case(offset // WORD_BYTES):
-                    m.d.comb += write_mapped.eq(1)
-
-        # RW registers: byte-wise writes under WSTRB; the rw port signals are the registers.
+    def _rw_registers(self, m, write_word, w_data):
+        """Byte-wise writes under WSTRB; the ``rw`` port signals are the registers."""
         for offset, (reg, index) in self.regmap.word_map().items():
             if reg.access is not Access.RW:
                 continue
             storage = getattr(self.rw, reg.name)
-            with m.If(write_word(offset)):
-                for byte in range(WORD_BYTES):
-                    lo = index * DATA_WIDTH + 8 * byte
-                    hi = min(lo + 8, reg.width)
-                    if lo >= reg.width:
-                        break
-                    with m.If(w_strb[byte]):
-                        m.d[on_bus] += storage[lo:hi].eq(w_data[8 * byte:8 * byte + hi - lo])
+            for byte in range(WORD_BYTES):
+                lo = index * DATA_WIDTH + 8 * byte
+                hi = min(lo + 8, reg.width)
+                if lo >= reg.width:
+                    break
+                with m.If(write_word(offset, byte=byte)):
+                    m.d[self.bus_domain] += storage[lo:hi].eq(w_data[8 * byte:8 * byte + hi - lo])
 
-        # ---- ap_ctrl_hs --------------------------------------------------------------------
+    def _ap_ctrl(self, m, ap, write_word, w_data, read_word):
+        """``ap_ctrl_hs``: CTRL's bits, GIE, IER, ISR and the interrupt line."""
+        on_bus = self.bus_domain
+        ap_start, ap_done, ap_ready = ap["ap_start"], ap["ap_done"], ap["ap_ready"]
+        ier, isr, gie = ap["ier"], ap["isr"], ap["gie"]
+        ctrl_write = write_word(CTRL_OFFSET, byte=0)
         with m.If(ctrl_write & w_data[CtrlBit.AP_START]):
             m.d.sync += ap_start.eq(1)
         with m.Elif(self.accepted):
-            m.d.sync += ap_start.eq(auto_restart)
+            m.d.sync += ap_start.eq(ap["auto_restart"])
         with m.If(ctrl_write):
-            m.d[on_bus] += auto_restart.eq(w_data[CtrlBit.AUTO_RESTART])
+            m.d[on_bus] += ap["auto_restart"].eq(w_data[CtrlBit.AUTO_RESTART])
 
+        ctrl_read = read_word[CTRL_OFFSET]
         with m.If(self.done):
             m.d.sync += ap_done.eq(1)
-        with m.Elif(read_word(CTRL_OFFSET)):
+        with m.Elif(ctrl_read):
             m.d.sync += ap_done.eq(0)
         with m.If(self.accepted):
             m.d.sync += ap_ready.eq(1)
-        with m.Elif(read_word(CTRL_OFFSET)):
+        with m.Elif(ctrl_read):
             m.d.sync += ap_ready.eq(0)
 
-        with m.If(write_word(GIE_OFFSET) & w_strb[0]):
+        with m.If(write_word(GIE_OFFSET, byte=0)):
             m.d[on_bus] += gie.eq(w_data[GieBit.ENABLE])
-        with m.If(write_word(IER_OFFSET) & w_strb[0]):
+        with m.If(write_word(IER_OFFSET, byte=0)):
             m.d[on_bus] += ier.eq(w_data[:len(IrqBit)])
+        isr_write = write_word(ISR_OFFSET, byte=0)
         for bit, event in ((IrqBit.AP_DONE, self.done), (IrqBit.AP_READY, self.accepted)):
             with m.If(ier[bit] & event):
                 m.d.sync += isr[bit].eq(1)
@@ -299,4 +395,3 @@ class AxiLiteControl(wiring.Component):
             self.start.eq(ap_start),
             self.interrupt.eq(gie & isr.any()),
         ]
-        return m

@@ -504,7 +504,7 @@ def test_ap_ctrl_start_ready_done_idle_and_interrupts(bus_domain):
             await ctx.tick()
         assert log == ["start", "done"] and ctx.get(dut.start) == 0
 
-    simulate(dut, tb, background=[engine_model(dut, run_cycles=30, log=log)])
+    simulate(dut, tb, background=[engine_model(dut, run_cycles=60, log=log)])
 
 
 def test_ap_ctrl_events_masked_by_ier_and_strobes():
@@ -573,7 +573,7 @@ def test_ap_start_waits_for_accept_and_writing_zero_does_not_cancel():
 
 
 def test_events_win_over_same_cycle_clears():
-    """done in the cycle a CTRL read is accepted, and an ISR toggle in the cycle of an event:
+    """done in the cycle a CTRL read samples, and an ISR toggle in the cycle of an event:
     the event wins, so nothing is lost."""
     dut = AxiLiteControl(make_map())
 
@@ -581,15 +581,20 @@ def test_events_win_over_same_cycle_clears():
         bus = dut.bus
         mgr = Manager(dut.bus, random.Random(14), max_delay=0)
         assert await mgr.write(ctx, IER, 0b01) == OKAY
-        # AR for CTRL accepted in the same cycle as done
+        # a CTRL read that samples in the same cycle as done
         ctx.set(bus.arvalid, 1)
         ctx.set(bus.araddr, CTRL)
         assert ctx.get(bus.arready)
+        for _ in range(dut.read_sample_delay):
+            await ctx.tick()
+            ctx.set(bus.arvalid, 0)
         ctx.set(dut.done, 1)
         await ctx.tick()
         ctx.set(dut.done, 0)
-        ctx.set(bus.arvalid, 0)
         ctx.set(bus.rready, 1)
+        for _ in range(dut.read_latency - dut.read_sample_delay - 1):
+            assert not ctx.get(bus.rvalid)
+            await ctx.tick()
         assert ctx.get(bus.rvalid) and ctx.get(bus.rdata) & AP_DONE == 0   # old value
         await ctx.tick()
         ctx.set(bus.rready, 0)
@@ -604,6 +609,8 @@ def test_events_win_over_same_cycle_clears():
         await ctx.tick()                       # AW and W latched
         ctx.set(bus.awvalid, 0)
         ctx.set(bus.wvalid, 0)
+        for _ in range(dut.write_delay - 1):
+            await ctx.tick()
         ctx.set(dut.done, 1)                   # the write happens at this edge
         await ctx.tick()
         ctx.set(dut.done, 0)
@@ -612,6 +619,49 @@ def test_events_win_over_same_cycle_clears():
         await ctx.tick()
         ctx.set(bus.bready, 0)
         assert await mgr.read(ctx, ISR) == (0b01, OKAY)
+
+    simulate(dut, tb)
+
+
+def test_read_and_write_latency_as_declared():
+    """RVALID and BVALID rise exactly ``read_latency`` / ``write_delay + 1`` cycles after the
+    handshakes (a manager that is always ready), and not a cycle earlier."""
+    dut = AxiLiteControl(make_map())
+
+    async def tb(ctx):
+        bus = dut.bus
+        ctx.set(bus.araddr, RW_OFFSET["num_nodes"])
+        ctx.set(bus.arvalid, 1)
+        assert ctx.get(bus.arready)
+        await ctx.tick()
+        ctx.set(bus.arvalid, 0)
+        cycles = 1
+        while not ctx.get(bus.rvalid):
+            assert not ctx.get(bus.arready), "a second AR accepted while the read is in flight"
+            await ctx.tick()
+            cycles += 1
+        assert cycles == dut.read_latency
+        assert ctx.get(bus.rdata) == RW_RESET["num_nodes"]
+        ctx.set(bus.rready, 1)
+        await ctx.tick()
+        ctx.set(bus.rready, 0)
+        assert not ctx.get(bus.rvalid) and ctx.get(bus.arready)
+
+        ctx.set(bus.awaddr, RW_OFFSET["num_nodes"])
+        ctx.set(bus.wdata, 0xC0FFEE)
+        ctx.set(bus.wstrb, 0xF)
+        ctx.set(bus.awvalid, 1)
+        ctx.set(bus.wvalid, 1)
+        assert ctx.get(bus.awready) and ctx.get(bus.wready)
+        await ctx.tick()
+        ctx.set(bus.awvalid, 0)
+        ctx.set(bus.wvalid, 0)
+        cycles = 1
+        while not ctx.get(bus.bvalid):
+            await ctx.tick()
+            cycles += 1
+        assert cycles == dut.write_delay + 1
+        assert ctx.get(dut.rw.num_nodes) == 0xC0FFEE
 
     simulate(dut, tb)
 
