@@ -16,9 +16,9 @@ All clients see plain valid/ready streams; nothing here knows about graphs.
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Signal, signed
-from amaranth.lib import data, fifo, stream
+from amaranth.lib import data, fifo, stream, wiring
 
-from .axi import BOUNDARY_BYTES, Burst, Resp, size_code
+from .axi import BOUNDARY_BYTES, Burst, Resp, SkidBuffer, size_code
 from .blocks import RegisteredFIFO
 
 
@@ -77,7 +77,10 @@ class ReadPort(Elaboratable):
 
     With ``registered_requests`` every client's requests pass a pipeline of their own: the
     guard's terms (the burst's end, its 4 KiB crossing, its start against the base), then
-    the guard's verdict, then a small queue whose head the arbiter chooses among. A
+    the guard's verdict, then a small queue and a register slice, whose head the arbiter
+    chooses among (a grant pops the slice, whose ready pops the queue; a burst outside its
+    buffer raises ``fault`` at the verdict and is not queued, so the grant needs no guard
+    term). A
     client's ``ready`` is a flip-flop (room in that pipeline, counted by credits), the
     arbiter's grant is two LUT levels from flip-flops, and nothing combinational runs from
     a client's logic into the arbitration or back: one request per cycle per client, each
@@ -86,7 +89,7 @@ class ReadPort(Elaboratable):
     """
 
     #: requests per client between its ready and the arbiter (registered mode): the queue
-    #: holds them all, and covers the five cycles from a request to its credit's return
+    #: holds them all, and covers the six cycles from a request to its credit's return
     QUEUE_DEPTH = 6
 
     def __init__(self, bus, num_clients: int, *, registered_requests: bool = False):
@@ -107,6 +110,10 @@ class ReadPort(Elaboratable):
         self.resp_error = Signal()          # pulse: an R beat came back with SLVERR/DECERR
         self.beat = Signal()                # pulse: one R beat accepted
         self.outstanding = Signal(32)       # beats requested and not yet returned
+        #: no burst in the AR register and no beat of a sent one still to come: counted
+        #: from the AR handshake (no grant logic behind it); a burst granted in this cycle
+        #: shows from the next
+        self.idle = Signal()
 
     def _inside(self, m, addr, length, base, limit, prefix):
         """Guard: [addr, addr + bytes) inside [base, limit), and no 4 KiB crossing."""
@@ -133,6 +140,10 @@ class ReadPort(Elaboratable):
         # R: always ready; route by ID.
         r_fire = bus.rvalid & bus.rready
         m.d.comb += [bus.rready.eq(1), self.beat.eq(r_fire)]
+        sent = Signal(32, name="sent_beats")      # beats sent on AR and not yet returned
+        ar_fire = bus.arvalid & bus.arready
+        m.d.sync += sent.eq(sent + Mux(ar_fire, bus.arlen + 1, 0) - r_fire)
+        m.d.comb += self.idle.eq((sent == 0) & ~bus.arvalid)
         for i in range(self.num_clients):
             m.d.comb += [
                 self.responses[i].valid.eq(r_fire & (bus.rid == i)),
@@ -142,11 +153,14 @@ class ReadPort(Elaboratable):
         m.d.comb += self.resp_error.eq(r_fire & (bus.rresp >= Resp.SLVERR))
         if self.registered_requests:
             # the count after each possible grant is summed from registers beside the
-            # arbitration; the grant only selects one (no carry chain behind it)
+            # arbitration; the granted head (chosen from the heads' flip-flops alone) selects
+            # one, and whether the AR register is free only chooses between it and no grant
+            # (no carry chain behind the grant)
+            wins, heads, ar_free = take[1:]
             base = self.outstanding - r_fire
-            sums = [self.outstanding + Mux(r_fire, head.len, head.beats) for head in take[1]]
-            m.d.sync += self.outstanding.eq(Mux(Cat(*take[0]).any(),
-                                                _one_hot_select(take[0], sums), base))
+            sums = [self.outstanding + Mux(r_fire, head.len, head.beats) for head in heads]
+            m.d.sync += self.outstanding.eq(Mux(ar_free & Cat(*wins).any(),
+                                                _one_hot_select(wins, sums), base))
         else:
             m.d.sync += self.outstanding.eq(self.outstanding + (take - r_fire))
         return m
@@ -198,12 +212,13 @@ class ReadPort(Elaboratable):
 
     def _registered_arbiter(self, m):
         """Per client: guard terms, guard verdict, queue; fixed priority among the queue
-        heads. Returns each client's grant pulse and its queue head."""
+        heads. Returns each client's grant pulse, its head's win (before the AR register's
+        room), its head, and whether the AR register takes a burst."""
         bus = self.bus
         aw = len(bus.araddr)
         beat_bits = self.bytes_per_beat.bit_length() - 1
-        entry = data.StructLayout({"addr": aw, "len": 8, "beats": 9, "inside": 1})
-        heads, pops = [], []
+        entry = data.StructLayout({"addr": aw, "len": 8, "beats": 9})
+        heads, pops, refused = [], [], []
         for i, req in enumerate(self.requests):
             # its valid and level are flip-flops (the credits guarantee room)
             queue = RegisteredFIFO(entry, self.QUEUE_DEPTH)
@@ -236,35 +251,45 @@ class ReadPort(Elaboratable):
                 s1["crosses"].eq(addr[:12] + (length << beat_bits) >
                                  BOUNDARY_BYTES - self.bytes_per_beat),
             ]
-            # stage 2: the verdict, into the queue
+            # stage 2: the verdict; a burst inside its buffer goes into the queue, one
+            # outside raises `fault` and goes no further (its credit is not given back:
+            # the client waits, as for a burst that never returns, until the port is reset)
             verdict = Signal(entry, name=f"g{i}_entry", reset_less=True)
             verdict_valid = Signal(name=f"g{i}_verdict_valid")
+            inside = Signal(name=f"g{i}_inside")
             m.d.sync += [
                 verdict_valid.eq(s1_valid), verdict.addr.eq(s1["addr"]),
                 verdict.len.eq(s1["len"]), verdict.beats.eq(s1["beats"]),
-                verdict.inside.eq(s1["low"] & ~s1["crosses"] &
-                                  (s1["end_m1"].as_signed() <= last_end)),
+                inside.eq(s1["low"] & ~s1["crosses"] & (s1["end_m1"].as_signed() <= last_end)),
             ]
-            m.d.comb += [queue.w.valid.eq(verdict_valid), queue.w.payload.eq(verdict),
-                         queue.r.ready.eq(pop)]
-            heads.append((queue.r.valid, queue.r.payload))
+            refused.append(verdict_valid & ~inside)
+            # the head leaves the queue through a register slice: the grant pops the
+            # slice's two registers, not the queue's counters (the queue's pop is the
+            # slice's ready, a flip-flop)
+            head = SkidBuffer(entry)
+            m.submodules[f"head{i}"] = head
+            m.d.comb += [queue.w.valid.eq(verdict_valid & inside), queue.w.payload.eq(verdict)]
+            wiring.connect(m, queue.r, head.i)
+            m.d.comb += head.o.ready.eq(pop)
+            heads.append((head.o.valid, head.o.payload))
             pops.append(pop)
 
         # fixed priority, one-hot: a client is granted when it has a head and no client
-        # before it has one
+        # before it has one (every head is inside its buffer: a grant is from the heads'
+        # valid flip-flops alone)
         ar_valid = Signal()
         ar_fire = bus.arvalid & bus.arready
         ar_free = self.enable & (~ar_valid | ar_fire)
         granted = [ready & ~Cat(*[r for r, _ in heads[:i]]).any() if i else ready
                    for i, (ready, _) in enumerate(heads)]
-        takes = [g & head.inside & ar_free for g, (_, head) in zip(granted, heads)]
+        wins = granted
+        takes = [w & ar_free for w in wins]
         take = Cat(*takes).any()
         m.d.comb += [
             bus.arvalid.eq(ar_valid),
             bus.arsize.eq(size_code(len(bus.rdata))),
             bus.arburst.eq(Burst.INCR),
-            self.fault.eq(Cat(*[g & ~head.inside for g, (_, head) in zip(granted, heads)]).any()
-                          & self.enable),
+            self.fault.eq(Cat(*refused).any() & self.enable),
         ]
         m.d.comb += [pop.eq(t) for pop, t in zip(pops, takes)]
         with m.If(ar_fire):
@@ -277,7 +302,7 @@ class ReadPort(Elaboratable):
                 bus.arid.eq(_one_hot_select(takes, [Const(i, len(bus.arid))
                                                     for i in range(len(heads))])),
             ]
-        return takes, [h for _, h in heads]
+        return takes, wins, [h for _, h in heads], ar_free
 
 
 class StreamReader(Elaboratable):
@@ -322,65 +347,87 @@ class StreamReader(Elaboratable):
         elems_left = Signal(32)
         credits = Signal(range(self.fifo_beats + 1), init=self.fifo_beats)
         sel = Signal(range(per_beat))
-
-        to_boundary = beats_to_boundary(next_addr, bpb)
-        capped = Signal(range(self.max_burst + 1))   # min(max_burst, beats_left)
-        burst = Signal(range(self.max_burst + 1))    # ... and never across 4 KiB
-        m.d.comb += capped.eq(Mux(beats_left < self.max_burst, beats_left, self.max_burst))
-        m.d.comb += burst.eq(Mux(to_boundary < capped, to_boundary, capped))
-
-        # The request is computed a cycle ahead into registers, so its valid and length
-        # leave this module straight from flip-flops (no compare chain in front of the
-        # arbiter). They describe the state of the cycle before; `stale` blocks the cycle
-        # after an issue or a start, when that state has changed. Otherwise only `pop` can
-        # have changed it, which only adds credits: a request once valid stays valid.
-        next_burst = Signal.like(burst)
-        can_issue = Signal()
-        stale = Signal(init=1)
-        m.d.sync += [next_burst.eq(burst), can_issue.eq((beats_left != 0) & (credits >= burst)),
-                     stale.eq(0)]
-        m.d.comb += [
-            self.request.valid.eq(can_issue & ~stale),
-            self.request.payload.addr.eq(next_addr),
-            self.request.payload.len.eq(next_burst - 1),
-        ]
-        issue = self.request.valid & self.request.ready
-        pop = Signal()
-        m.d.sync += credits.eq(credits - Mux(issue, next_burst, 0) + pop)
-        with m.If(issue):
-            m.d.sync += [next_addr.eq(next_addr + next_burst * bpb),
-                         beats_left.eq(beats_left - next_burst), stale.eq(1)]
+        issue, burst = self._request(m, next_addr, beats_left, credits, bpb)
 
         m.d.comb += [beats.w.valid.eq(self.response.valid), beats.w.payload.eq(self.response.data)]
+        # the beats leave the FIFO through a register slice: the unpacker pops the slice's
+        # two registers, and the FIFO's counters see only the slice's ready, a flip-flop
+        # (the credits count the slice's beats too)
+        m.submodules.head = head = SkidBuffer(self.data_width)
+        wiring.connect(m, beats.r, head.i)
 
-        # Unpack: one element per cycle. Whether elements are left and whether this is the
-        # last are flip-flops beside the count (no 32-bit compare before the FIFO's pop).
+        # Unpack: one element per cycle. Whether elements are left, whether this is the
+        # last, whether this element ends its beat (`ends_beat`: the last of the beat or of
+        # the stream) are flip-flops decided a cycle ahead (no compare before the pop).
         has_elems, last_elem = Signal(), Signal()
         sel_last = Signal(init=per_beat == 1)     # sel == per_beat - 1, a register
+        ends_beat = Signal()
+        take = self.elements.valid & self.elements.ready
         m.d.comb += [
-            self.elements.valid.eq(beats.r.valid & has_elems),
-            self.elements.payload.eq(beats.r.payload.word_select(sel, self.elem_width)),
+            self.elements.valid.eq(head.o.valid & has_elems),
+            self.elements.payload.eq(head.o.payload.word_select(sel, self.elem_width)),
+            head.o.ready.eq(head.o.valid & self.elements.ready & ends_beat),
+            self.done.eq(~has_elems),
         ]
-        with m.If(self.elements.valid & self.elements.ready):
-            m.d.sync += [elems_left.eq(elems_left - 1), sel.eq(sel + 1),
-                         sel_last.eq(sel == per_beat - 2),
-                         has_elems.eq(~last_elem), last_elem.eq(elems_left == 2)]
-            with m.If(sel_last | last_elem):
-                m.d.comb += pop.eq(1)
-                m.d.sync += [sel.eq(0), sel_last.eq(per_beat == 1)]
-        m.d.comb += [beats.r.ready.eq(pop), self.done.eq(~has_elems)]
+        with m.If(take):
+            beat_ends = sel_last | last_elem
+            next_sel_last = Mux(beat_ends, per_beat == 1, sel == per_beat - 2)
+            m.d.sync += [elems_left.eq(elems_left - 1), sel.eq(Mux(beat_ends, 0, sel + 1)),
+                         sel_last.eq(next_sel_last), has_elems.eq(~last_elem),
+                         last_elem.eq(elems_left == 2),
+                         ends_beat.eq(~last_elem & (next_sel_last | (elems_left == 2)))]
+        # a burst's credits are taken as it is issued and each beat's given back as it leaves
+        m.d.sync += credits.eq(credits - Mux(issue, burst, 0) + head.o.ready)
 
         with m.If(self.start):
             total_bytes = self.count * elem_bytes
             m.d.sync += [
-                stale.eq(1),
                 next_addr.eq(self.base),
                 beats_left.eq((total_bytes + bpb - 1) >> (bpb.bit_length() - 1)),
                 elems_left.eq(self.count), has_elems.eq(self.count != 0),
                 last_elem.eq(self.count == 1),
                 sel.eq(0), sel_last.eq(per_beat == 1),
+                ends_beat.eq((self.count != 0) & ((per_beat == 1) | (self.count == 1))),
             ]
         return m
+
+    def _request(self, m, next_addr, beats_left, credits, bpb):
+        """The next burst, computed from registers in three registered steps (its
+        boundary room and the remaining beats' cap; their minimum and its AxLEN; whether
+        the credits cover it), so its valid and length leave flip-flops and no step holds
+        more than one carry chain. The steps describe the state three cycles back: the
+        three cycles after an issue or a start are blocked (``fresh``), and otherwise only
+        the FIFO's pops have changed the state since, which only add credits: a request
+        once valid stays valid."""
+        M = self.max_burst
+        to_boundary = Signal(range(4096 // bpb + 1), name="to_boundary")
+        capped = Signal(range(M + 1), name="capped")          # min(max_burst, beats_left)
+        any_left = Signal(name="any_left")
+        m.d.sync += [to_boundary.eq(beats_to_boundary(next_addr, bpb)),
+                     capped.eq(Mux(beats_left < M, beats_left, M)), any_left.eq(beats_left != 0)]
+        next_burst = Signal(range(M + 1), name="next_burst")    # ... and never across 4 KiB
+        next_len = Signal(8, name="next_len")
+        burst_left = Signal(name="burst_left")
+        shorter = to_boundary < capped
+        m.d.sync += [next_burst.eq(Mux(shorter, to_boundary, capped)),
+                     next_len.eq(Mux(shorter, to_boundary - 1, capped - 1)),
+                     burst_left.eq(any_left)]
+        can_issue = Signal()
+        m.d.sync += can_issue.eq(burst_left & (credits >= next_burst))
+        fresh = Signal(3, init=0b111)
+        m.d.sync += fresh.eq(fresh >> 1)
+        m.d.comb += [
+            self.request.valid.eq(can_issue & ~fresh[0]),
+            self.request.payload.addr.eq(next_addr),
+            self.request.payload.len.eq(next_len),
+        ]
+        issue = self.request.valid & self.request.ready
+        with m.If(issue):
+            m.d.sync += [next_addr.eq(next_addr + (next_burst << (bpb.bit_length() - 1))),
+                         beats_left.eq(beats_left - next_burst), fresh.eq(0b111)]
+        with m.If(self.start):
+            m.d.sync += fresh.eq(0b111)
+        return issue, next_burst
 
 
 def write_address_layout(addr_width: int) -> data.StructLayout:
@@ -464,6 +511,10 @@ class WritePort(Elaboratable):
         self.resp_error = Signal()    # pulse: B came back with SLVERR/DECERR
         self.outstanding = Signal(16)  # bursts issued on AW without their B yet
         self.idle = Signal()
+        #: both client queues have room for two more entries: two flip-flops decided a
+        #: cycle ahead (the queues' own ``w_rdy`` compare their levels); a client that
+        #: pushes only while it is high never finds a queue full
+        self.room = Signal()
 
     def _coalescer(self, m):
         """Single beats from the client queues -> (AW queue, W queue) of whole bursts;
@@ -521,6 +572,8 @@ class WritePort(Elaboratable):
             aw_q, w_q, _ = self._coalescer(m)
         else:
             aw_q, w_q = self.address, self.beats
+        m.d.comb += self.room.eq(_room_for_two(m, self.address, "address") &
+                                 _room_for_two(m, self.beats, "beats"))
         head = data.View(self._aw_layout, aw_q.r_data)
         beat = data.View(self._w_layout, w_q.r_data)
         aw_fire = bus.awvalid & bus.awready

@@ -87,8 +87,11 @@ slice and checks it against its buffer on the way in. An output row's offset
 first row, or row 0); the result goes through three registered stages (offset and
 lanes, address, buffer guard: two compares side by side) into the write port. The
 run control is the shared :class:`~.blocks.RunControl`: its ``stop`` is the registered
-ADDR_FAULT bit and ``running`` the decode of its state register, so no guard's verdict
-and no FIFO's ready gates the datapath's control combinationally. The configuration
+ADDR_FAULT bit and ``running`` the decode of its state register, which the block loops
+see through a register of their own (a cycle late; the read port stops a cycle after
+the fault from a register too), so no guard's verdict and no FIFO's ready gates the
+datapath's control combinationally. The write port's queues are pushed while a room
+flag of their own (a flip-flop) is high. The configuration
 check runs in the CHECK state, 36 cycles: one :class:`~.blocks.ExtentCheck` per buffer
 (the extent ``(rows - 1) * stride`` by shift and add, 32 cycles, then the row bytes, then
 the comparisons), the register-level checks beside them. The write port's ``idle`` and
@@ -239,6 +242,7 @@ class MacArrayCore(UnitCore):
         clear, dp_clear = Signal(name="clear"), Signal(name="dp_clear")
         m.d.sync += dp_clear.eq(clear)          # the CHECK state, a cycle late
         return {"cfg": cfg, "clear": clear, "dp_clear": dp_clear, "running": Signal(name="running"),
+                "dp_running": Signal(name="dp_running"),
                 "accept": Signal(name="accept"), "computing": Signal(name="computing"),
                 "all_computed": Signal(name="all_computed"), "loading": Signal(name="loading"),
                 "is_dx": mode == MacMode.DX.value, "is_dw": mode == MacMode.DW.value,
@@ -358,7 +362,7 @@ class MacArrayCore(UnitCore):
         aw_payload = Signal(write_port._aw_layout)
         w_payload = Signal(write_port._w_layout)
         beat = writer.beats.payload
-        can_push = write_port.address.w_rdy & write_port.beats.w_rdy
+        can_push = write_port.room          # a flip-flop (the queues' w_rdy are compares)
         push = writer.beats.valid & can_push
         dp.d.comb += [
             writer.block_base.eq(block_base), writer.out_stride.eq(cfg["out_stride"]),
@@ -478,6 +482,11 @@ class MacArrayCore(UnitCore):
                          self.stat[name].eq(getattr(counters.count, name))]
         fault = Signal(name="addr_fault")
         m.d.comb += fault.eq((status & Status.ADDR_FAULT) != 0)
+        # the read port stops a cycle after the fault, from a flip-flop of its own: a burst
+        # granted in that cycle is one its guard let through, inside its buffer, and the
+        # abort waits for it like for any other
+        reads_on = Signal(init=1, name="reads_on")
+        m.d.sync += reads_on.eq(~fault)
         # WritePort.idle counts what is queued and the bursts still being formed, so done
         # never precedes the last write
         writes_idle = Signal()
@@ -485,8 +494,11 @@ class MacArrayCore(UnitCore):
         # nothing in flight: a register of the cycle before, and never of a RUN cycle (a
         # block the compute loop started in RUN's last cycle is busy by then)
         quiet = Signal(name="abort_quiet")
-        m.d.sync += quiet.eq(~ctl.running & (read_port.outstanding == 0) & writes_idle &
+        m.d.sync += quiet.eq(~ctl.running & ~run["dp_running"] & read_port.idle & writes_idle &
                              ~run["computing"] & ~core.busy)
+        # the block loops see RUN a cycle late, from a flip-flop of their own (the state's
+        # decode reaches many of their registers); `quiet` waits for it too
+        m.d.sync += run["dp_running"].eq(ctl.running)
         m.d.comb += [
             ctl.start.eq(self.start), ctl.check_done.eq(run["check_done"]),
             ctl.check_error.eq(run["check_error"]), ctl.stop.eq(fault),
@@ -494,7 +506,7 @@ class MacArrayCore(UnitCore):
             run["accept"].eq(ctl.accept), run["clear"].eq(ctl.checking), running.eq(ctl.running),
             counters.clear.eq(ctl.accept), counters.enable.eq(ctl.busy),
             self.idle.eq(ctl.idle), self.done.eq(ctl.done),
-            read_port.enable.eq(~fault),
+            read_port.enable.eq(reads_on),
         ]
         with m.If(ctl.busy):
             with m.If(read_port.resp_error | write_port.resp_error):
@@ -519,7 +531,7 @@ class MacArrayCore(UnitCore):
         the compute loop."""
         c, cfg = self.config, run["cfg"]
         aw, D, MD = c.addr_width, c.max_dim, c.max_depth
-        running, use_bias = run["running"], run["use_bias"]
+        running, use_bias = run["dp_running"], run["use_bias"]
         # the mode's flags from registers (the run's configuration is latched long before)
         is_dx, is_dw = Signal(name="blocks_is_dx"), Signal(name="blocks_is_dw")
         m.d.sync += [is_dx.eq(run["is_dx"]), is_dw.eq(run["is_dw"])]
@@ -559,7 +571,7 @@ class MacArrayCore(UnitCore):
         with dp.FSM(name="load"):
             with dp.State("START"):
                 with dp.If(running & ~all_loaded & (in_flight <= 1) & lw.ready):
-                    dp.d.comb += [load_start.eq(1), p_load.start.eq((lw.j0 == 0) | split_depth),
+                    dp.d.comb += [load_start.eq(1), p_load.start.eq(lw.first_j | split_depth),
                                   p_load.bank.eq(l_par), q_load.start.eq(1), q_load.bank.eq(lq_par)]
                     dp.next = "WAIT"
             with dp.State("WAIT"):

@@ -94,6 +94,7 @@ class BlockLoader(wiring.Component):
         rest_any = Signal(name="row_rest_any")
         rest_long = Signal(name="row_rest_long")
         rows_left = Signal(range(maxr + 1), name="rows_left")  # rows not yet begun
+        rows_any = Signal(name="rows_any")                     # rows_left != 0, a register
         # the next row's start and its first burst (up to the next aligned boundary),
         # registered a cycle after the start moves (head_ok)
         next_row = Signal(self.addr_width, name="next_row", reset_less=True)
@@ -108,17 +109,18 @@ class BlockLoader(wiring.Component):
                 m.d.sync += [valid.eq(1), addr.eq(addr + (beats << beat_bits)),
                              beats.eq(Mux(rest_long, A, rest)), rest.eq(Mux(rest_long, rest - A, 0)),
                              rest_any.eq(rest_long), rest_long.eq(rest > 2 * A)]
-            with m.Elif((rows_left != 0) & head_ok):
+            with m.Elif(rows_any & head_ok):
                 m.d.sync += [valid.eq(1), addr.eq(next_row), beats.eq(head),
                              rest.eq(row_beats - head), rest_any.eq(row_beats != head),
                              rest_long.eq(row_beats > head + A), rows_left.eq(rows_left - 1),
+                             rows_any.eq(rows_left != 1),
                              next_row.eq(next_row + stride), head_ok.eq(0)]
             with m.Else():
                 m.d.sync += valid.eq(0)
         with m.If(self.start):
             empty = (self.nrows == 0) | (self.ncols == 0)
             m.d.sync += [valid.eq(0), rest.eq(0), rest_any.eq(0), rest_long.eq(0),
-                         rows_left.eq(Mux(empty, 0, self.nrows)),
+                         rows_left.eq(Mux(empty, 0, self.nrows)), rows_any.eq(~empty),
                          next_row.eq(self.base), stride.eq(self.stride), head_ok.eq(0),
                          row_beats.eq((self.ncols + epb - 1) >> _log2(epb))]
 
@@ -167,7 +169,8 @@ class BlockWalker(wiring.Component):
     ``restart`` (held while the run's configuration ``m``, ``n``, ``k`` is loaded) puts the
     walker on the first step; ``step`` (one cycle) moves it to the next. Everything about
     the current step is a register: its position, its extents ``bm``, ``bn``, ``bk`` (the
-    last blocks are shorter), ``first_k`` (``k0 == 0``), ``last_k``, ``last_j``, ``last_block``
+    last blocks are shorter), ``first_k`` (``k0 == 0``), ``first_j`` (``j0 == 0``), ``last_k``,
+    ``last_j``, ``last_block``
     (the last output block), ``last`` (the run's last step), and ``next_j0`` (the block column of the next output block).
     The extents and flags follow a step ``settle + 1`` cycles later (``next_bn`` is two
     registers from the position); ``ready`` is high while they describe the current step
@@ -184,7 +187,8 @@ class BlockWalker(wiring.Component):
             "restart": In(1), "step": In(1), "m": In(32), "n": In(32), "k": In(32),
             "ready": Out(1), "i0": Out(32), "j0": Out(32), "k0": Out(32),
             "bm": Out(range(D + 1)), "bn": Out(range(D + 1)), "bk": Out(range(MD + 1)),
-            "first_k": Out(1), "last_k": Out(1), "last_j": Out(1), "last_block": Out(1),
+            "first_k": Out(1), "first_j": Out(1), "last_k": Out(1), "last_j": Out(1),
+            "last_block": Out(1),
             "last": Out(1),
             "next_j0": Out(32), "next_bn": Out(range(D + 1)),
         })
@@ -215,6 +219,7 @@ class BlockWalker(wiring.Component):
         nj_left = Signal(32, name="next_n_left", reset_less=True)   # n - next_j0
         m.d.sync += [
             self.i0.eq(i0), self.j0.eq(j0), self.k0.eq(k0), self.first_k.eq(k0 == 0),
+            self.first_j.eq(j0 == 0),
             self.bm.eq(Mux(m_left >= D, D, m_left)), self.bn.eq(Mux(n_left >= D, D, n_left)),
             self.bk.eq(Mux(k_left >= MD, MD, k_left)),
             self.last_k.eq(last_k), self.last_j.eq(last_j), self.last_block.eq(last_j & last_i),
