@@ -33,8 +33,9 @@ is a component of its own (``hw/aggregator_*.py``), wired with ``connect()``::
   have a stage each (:class:`~.aggregator_output.OutputStage`); addresses advance by
   adds; the configuration check runs over a few cycles (:mod:`.aggregator_check`);
   control decisions start from flip-flops (register slices on every stream between
-  components, counter compares kept as flags set a cycle ahead, completion terms
-  registered); datapath registers have no reset, only control state does.
+  components, counter compares kept as flags set a cycle ahead, one flip-flop per state
+  of the edge walk, the row pointers clamped and compared a stage ahead of it, completion
+  terms registered); datapath registers have no reset, only control state does.
 * Every burst is checked against its configured buffer by the :class:`~.dma.ReadPort`
   guard and the configuration is checked before any traffic: no access leaves the
   buffers the host configured, whatever the memory contents.
@@ -58,7 +59,7 @@ from .aggregator_reduce import Reduce
 from .aggregator_walk import EdgeWalk, descriptor_layout
 from .axi import BusParams, UnitCore
 from .blocks import ElementReader, EventCounters, RunControl, StreamRegister
-from .dma import ReadPort, WritePort, read_request_layout
+from .dma import ReadPort, WritePort, read_request_layout, write_address_layout
 from gnnweave.contract import AGGREGATOR_CONFIG_REGISTERS as CONFIG_REGISTERS  # noqa: F401
 from gnnweave.contract import AGGREGATOR_STATUS_REGISTERS as STATUS_REGISTERS  # noqa: F401
 from gnnweave.contract import AggregatorStatus as Status  # noqa: F401
@@ -291,16 +292,17 @@ class AggregatorCore(UnitCore):
         # ---- edge walk: a row index and a descriptor per valid edge -----------------------
         # register slices: the walk's decisions do not reach back into the readers (the
         # indices' slice is the walk's own)
+        # (and the index reader's ready is the slice's flip-flop, not the walk's join of
+        # indices and weights, which would fan out to the reader's every beat register)
         slices = {name: StreamRegister(width) for name, width in
-                  (("ptr_slice", 32), ("w_slice", ew))}
-        for (name, sl), reader in zip(slices.items(), (ptr_reader, w_reader)):
-            dp.submodules[name] = sl
-            wiring.connect(dp, reader.elements, sl.i)
+                  (("ptr_slice", 32), ("idx_slice", 32), ("w_slice", ew))}
         walk = EdgeWalk(elem_width=ew, row_slots=id_slots, desc_slots=c.desc_depth)
         dp.submodules.walk = walk
-        for sl, port in zip(slices.values(), (walk.pointers, walk.weights)):
+        for (name, sl), reader, port in zip(slices.items(), (ptr_reader, idx_reader, w_reader),
+                                            (walk.pointers, walk.indices, walk.weights)):
+            dp.submodules[name] = sl
+            wiring.connect(dp, reader.elements, sl.i)
             wiring.connect(dp, sl.o, port)
-        wiring.connect(dp, idx_reader.elements, walk.indices)
         wiring.connect(dp, walk.rows, row_address.i)
         desc_pop = Signal()
         dp.d.comb += [walk.run.eq(running), walk.num_nodes.eq(num_nodes),
@@ -338,10 +340,14 @@ class AggregatorCore(UnitCore):
         ]
         m.d.comb += reduce.max.eq(reduce_op == ReduceOp.MAX)
         wiring.connect(dp, reduce.bank, drain.bank)
+        # a register slice on the write addresses: the drain's go (which releases the bank)
+        # starts from its ready flip-flop, not from the address FIFO's level compare
+        dp.submodules.aw_slice = aw_slice = StreamRegister(write_address_layout(aw))
+        wiring.connect(dp, drain.aw, aw_slice.i)
         dp.d.comb += [
-            write_port.address.w_en.eq(drain.aw.valid),
-            write_port.address.w_data.eq(drain.aw.payload),
-            drain.aw.ready.eq(write_port.address.w_rdy),
+            write_port.address.w_en.eq(aw_slice.o.valid),
+            write_port.address.w_data.eq(aw_slice.o.payload),
+            aw_slice.o.ready.eq(write_port.address.w_rdy),
             drain.beat_done.eq(write_port.beat), drain.launch.eq(launch),
             drain.row_beats.eq(row_beats), drain.row_last_beat.eq(row_last_beat),
             drain.last_mask.eq(check.last_mask),
@@ -352,7 +358,7 @@ class AggregatorCore(UnitCore):
                       write_port.beats.w_en.eq(output.o.valid)]
         m.d.comb += [output.shift.eq(cfg["shift"][:6]), output.mean.eq(reduce_op == ReduceOp.MEAN)]
         saturated_now = output.saturated
-        pipe_busy = drain.busy | output.busy
+        pipe_busy = drain.busy | output.busy | aw_slice.o.valid
 
         # ---- completion ----------------------------------------------------------------
         # each term is registered (the run ends a cycle later): once the run's work is done

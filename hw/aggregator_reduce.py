@@ -106,55 +106,68 @@ class Reduce(wiring.Component):
         dbank = Signal()                      # the bank the drain reads
         filled = Signal(2)                    # closed, waiting for / in the drain
         beat_no = Signal(range(self.max_beats))
+        beat_no1 = Signal(range(self.max_beats + 1), init=1)    # beat_no + 1, counted beside it
         first = Signal(init=1)                # the next beat is its node's first edge's
         bank_zero = Array(Signal(name=f"bank_zero{i}", reset_less=True) for i in range(2))
         bank_recip = Array(Signal(MEAN_RECIP_BITS + 1, name=f"bank_recip{i}", reset_less=True)
                            for i in range(2))
         row_pop, desc_pop = Signal(), Signal()
-        other_free = ~filled.bit_select(~bank, 1)
+        other_free = Signal(init=1)           # ~filled[~bank], a flip-flop set a cycle ahead
         # whether beat_no is a row's last, a flip-flop: each way beat_no can go is compared
         # a cycle ahead (no reset: it follows beat_no and the row length through CHECK)
         last_beat = Signal(reset_less=True)
         m.d.sync += last_beat.eq(Mux(row_pop, Mux(last_beat, self.row_last_beat == 0,
-                                                  beat_no + 1 == self.row_last_beat),
+                                                  beat_no1 == self.row_last_beat),
                                      beat_no == self.row_last_beat))
 
-        # the next cycle's `filled` and `dbank`, for the drain's ready register
+        # the next cycle's `filled` and `dbank`, and `other_free` set a cycle ahead
+        closing = Signal()                    # the accumulated bank closes
         filled_next, dbank_next = Signal(2), Signal()
-        m.d.comb += [filled_next.eq(filled), dbank_next.eq(dbank)]
-        m.d.sync += [filled.eq(filled_next), dbank.eq(dbank_next)]
+        m.d.comb += [filled_next.eq(filled | Mux(closing, Mux(bank, 0b10, 0b01), 0)),
+                     dbank_next.eq(dbank)]
+        # the accumulated bank is never filled (a bank closes only while the other is free),
+        # so after a close the other is not free, and otherwise it frees on its release
+        m.d.sync += [filled.eq(filled_next), dbank.eq(dbank_next), bank.eq(bank ^ closing),
+                     other_free.eq(~closing & (~filled.bit_select(~bank, 1) |
+                                               (self.bank.release & (dbank != bank))))]
 
-        def close_bank():
-            m.d.comb += filled_next.bit_select(bank, 1).eq(1)
-            return [bank.eq(~bank), first.eq(1),
-                    bank_zero[bank].eq(head.payload.desc.empty),
-                    bank_recip[bank].eq(head.payload.recip)]
-
-        with m.If(head.valid):
-            with m.If(head.payload.desc.empty):
-                with m.If(other_free):
-                    m.d.comb += desc_pop.eq(1)
-                    m.d.sync += close_bank()
-            with m.Elif(self.rows.valid & (~(last_beat & head.payload.desc.last) | other_free)):
-                m.d.comb += row_pop.eq(1)
-                m.d.sync += beat_no.eq(beat_no + 1)
-                with m.If(last_beat):
-                    m.d.comb += desc_pop.eq(1)
-                    m.d.sync += [beat_no.eq(0), first.eq(0)]
-                    with m.If(head.payload.desc.last):
-                        m.d.sync += close_bank()
+        # the three decisions, each a function of flip-flops only (none built from another:
+        # they fan out to the FIFO, the descriptor slice and the bank flags side by side)
+        desc = head.payload.desc
+        beat_in = head.valid & ~desc.empty & self.rows.valid
+        m.d.comb += [
+            row_pop.eq(beat_in & (~(last_beat & desc.last) | other_free)),
+            desc_pop.eq(head.valid & Mux(desc.empty, other_free, self.rows.valid & last_beat &
+                                         (~desc.last | other_free))),
+            closing.eq(head.valid & other_free &
+                       (desc.empty | (self.rows.valid & last_beat & desc.last))),
+        ]
+        with m.If(row_pop):
+            m.d.sync += [beat_no.eq(beat_no1), beat_no1.eq(beat_no1 + 1)]
+            with m.If(last_beat):
+                m.d.sync += [beat_no.eq(0), beat_no1.eq(1), first.eq(0)]
+        with m.If(closing):
+            m.d.sync += [first.eq(1), bank_zero[bank].eq(desc.empty),
+                         bank_recip[bank].eq(head.payload.recip)]
         m.d.comb += [self.rows.ready.eq(row_pop), head.ready.eq(desc_pop)]
 
         entry = index(beat_no, bank)
         s2_new = self._multiply_accumulate(m, acc, row_pop, entry, first, head.payload.desc.weight)
 
         # the drain side: a closed bank is ready once none of its products is in flight; a
-        # flip-flop, from the values its terms take next (the drain's go starts from it)
-        with m.If(self.bank.release):
+        # flip-flop, from the values its terms take next (the drain's go starts from it);
+        # the release (the drain's deepest decision) only chooses between the two banks
+        release = self.bank.release
+        with m.If(release):
             m.d.comb += [filled_next.bit_select(dbank, 1).eq(0), dbank_next.eq(~dbank)]
+        # (a bank closing with a row beat has that beat's product in flight: only a close by
+        # an empty descriptor can make its bank ready at once)
         ready = Signal()
-        m.d.sync += ready.eq(filled_next.bit_select(dbank_next, 1) &
-                             ~self._in_flight_next.bit_select(dbank_next, 1))
+        closing_empty = head.valid & desc.empty & other_free
+        ready_of = [~self._in_pipe.bit_select(b, 1) &
+                    (filled.bit_select(b, 1) | (closing_empty & (bank == b)))
+                    for b in (dbank, ~dbank)]
+        m.d.sync += ready.eq(Mux(release, ready_of[1], ready_of[0]))
         drain_read = acc.read_port(domain="comb")
         m.d.comb += [
             self.bank.ready.eq(ready),
@@ -165,8 +178,8 @@ class Reduce(wiring.Component):
         return m
 
     def _multiply_accumulate(self, m, acc, valid, entry, first, weight):
-        """The product pipeline and the accumulate stage; sets :attr:`_in_flight_next` (per bank:
-        a product of it is in p1, p2 or s2) and drives ``busy``."""
+        """The product pipeline and the accumulate stage; sets :attr:`_in_pipe` (per bank: a
+        product of it will be in p2 or s2) and drives ``busy``."""
         lanes, ew, acc_w = self.lanes, self.ew, self.acc_w
         depth = len(entry)
 
@@ -212,12 +225,12 @@ class Reduce(wiring.Component):
             m.d.comb += new.word_select(lane, acc_w).eq(value)
         m.d.comb += [write.addr.eq(s2_index), write.data.eq(new), write.en.eq(s2_valid)]
 
-        # per bank, whether a product of it will be in p1, p2 or s2 next cycle
-        self._in_flight_next = Signal(2)
+        # per bank, whether a product of it will be in p2 or s2 next cycle (the one entering
+        # p1 is the caller's to know)
+        self._in_pipe = Signal(2)
         bank_bit = depth - 1
         for b in range(2):
-            m.d.comb += self._in_flight_next[b].eq(
-                (valid & (entry[bank_bit] == b)) | (p1_valid & (p1_index[bank_bit] == b)) |
-                (p2_valid & (p2_index[bank_bit] == b)))
+            m.d.comb += self._in_pipe[b].eq((p1_valid & (p1_index[bank_bit] == b)) |
+                                            (p2_valid & (p2_index[bank_bit] == b)))
         m.d.comb += self.busy.eq(p1_valid | p2_valid | s2_valid)
         return new
