@@ -335,7 +335,7 @@ def test_stream_register_keeps_order_and_rate(p_valid, p_ready):
 
 # ---------------------------------------------------------------- edge walk
 from gnnweave.golden.aggregate import effective_indptr  # noqa: E402
-from gnnweave.hw.aggregator_walk import EdgeWalk  # noqa: E402
+from gnnweave.hw.aggregator_walk import EdgeWalk, PointerClamp  # noqa: E402
 
 
 def _walk_oracle(indptr, indices, weights, n):
@@ -415,6 +415,51 @@ def test_edge_walk_follows_the_clamped_pointers(seed):
     assert descs == want_descs
     assert flags["edges"] == len(want_rows) and flags["rejected"] == want_rejected
     assert bool(flags["bad"]) == want_bad
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pointer_clamp_gives_the_golden_bounds_and_flags(seed):
+    """Every node's clamped end and flags against the golden model's effective pointers,
+    with pointers offered and taken at random; one node's bounds at least every two
+    cycles while both sides keep up."""
+    rng = np.random.default_rng(100 + seed)
+    n, e = int(rng.integers(1, 30)), int(rng.integers(0, 20))
+    indptr = [int(v) for v in rng.integers(0, e + 4, size=n + 1)]
+    if seed == 0:
+        indptr = sorted(min(v, e) for v in indptr)
+        indptr[0] = 0
+    want, _ = effective_indptr(np.array(indptr), n, e)
+    dut = PointerClamp()
+    got, taken_at = [], []
+
+    async def bench(ctx):
+        ctx.set(dut.num_edges, e)
+        ctx.set(dut.run, 1)
+        queue = list(indptr)
+        for t in range(20 * (n + 1) + 20):
+            ctx.set(dut.i.valid, bool(queue) and (seed == 0 or rng.random() < 0.8))
+            ctx.set(dut.i.payload, queue[0] if queue else 0)
+            ctx.set(dut.o.ready, seed == 0 or rng.random() < 0.6)
+            if ctx.get(dut.i.valid) and ctx.get(dut.i.ready):
+                queue.pop(0)
+            if ctx.get(dut.o.valid) and ctx.get(dut.o.ready):
+                node = ctx.get(dut.o.payload)
+                got.append({f: int(getattr(node, f)) for f in
+                            ("end", "empty", "single", "end_is_last", "end_before_last",
+                             "bad", "not_end")})
+                taken_at.append(t)
+            await ctx.tick()
+
+    _run(dut, bench)
+    assert [g["end"] for g in got] == [int(v) for v in want]
+    prev = [0] + [int(v) for v in want[:-1]]
+    for v, g in enumerate(got):
+        assert g["empty"] == (want[v] == prev[v]) and g["single"] == (want[v] == prev[v] + 1)
+        assert g["end_is_last"] == (want[v] == e) and g["end_before_last"] == (want[v] == e - 1)
+        outside = indptr[v] != 0 if v == 0 else not prev[v] <= indptr[v] <= e
+        assert g["bad"] == outside and g["not_end"] == (indptr[v] != e)
+    if seed == 0:       # always offered and taken: a node every two cycles
+        assert np.all(np.diff(taken_at) == 2)
 
 
 # ---------------------------------------------------------------- row gather
