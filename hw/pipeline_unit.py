@@ -330,7 +330,7 @@ class _RunSizes:
             m.d.comb += [check.base.eq(cfg[f"{b}_addr"]), check.size.eq(cfg[f"{b}_size"]),
                          check.stride.eq(cfg[f"{b}_stride"]),
                          check.rows.eq(sel_d_in if b == "w" else n_rows.product)]
-        phase = Signal(range(6))
+        phase = Signal(range(7))
         first = [n, *mb.values()]
         second = [n_rows, *last.values()]
         m.d.comb += [n.a.eq(steps), n.b.eq(mbs)]
@@ -356,7 +356,9 @@ class _RunSizes:
                 m.d.sync += phase.eq(4)
         with m.Elif(phase == 4):       # the derived sizes below and the check are registers
             m.d.sync += phase.eq(5)
-        with m.Elif((phase == 5) & self.filled):
+        with m.Elif(phase == 5):       # (the check in two register stages)
+            m.d.sync += phase.eq(6)
+        with m.Elif((phase == 6) & self.filled):
             m.d.comb += self.ready.eq(1)
             m.d.sync += [phase.eq(0), self.started.eq(0)]
         self.n_total = n.product
@@ -506,11 +508,12 @@ class PipelineUnitCore(UnitCore):
             return (cols * elem_bytes + align) >> beat_bits
 
         stopped = Signal()        # a fault was found: from the next cycle nothing proceeds
-        running = Signal()        # RUN state, no fault: traffic may proceed
-        train_run = Signal()
-        m.d.comb += [running.eq(run.running & ~stopped), train_run.eq(running & is_train)]
-        first = Signal()          # first RUN cycle
-        m.d.comb += first.eq(run.first)
+        # the run's phase as registers of the unit, each set a cycle ahead from what moves
+        # the run control (its outputs decode its state; they feed hundreds of loads here)
+        checking = Signal()       # CHECK (== run.checking)
+        running = Signal()        # RUN, no fault: traffic may proceed (run.running & ~stopped)
+        train_run = Signal()      # running & is_train
+        first = Signal()          # first RUN cycle (== run.first)
 
         # ---- stream unpacking: beats -> row segments of `lanes` elements ------------------
         def unpack(reader, port, cols, name):
@@ -778,10 +781,15 @@ class PipelineUnitCore(UnitCore):
                              s("dw_shift") > 63, s("lr") >> 16 != 0, s("wd") >> 16 != 0, s("mu") >> 16 != 0]
             if i + 1 < K:
                 train_checks.append(s("d_out") != cfg[f"s{i + 1}_d_in"])
-        # every check from registers, into a register: evaluated once the sizes are in
+        # every check from registers into a register of its own, their OR into err_config a
+        # cycle later (no compare in front of the OR tree): valid once the sizes are in
+        def registered(checks, name):
+            flags = Signal(len(checks), name=name)
+            m.d.sync += flags.eq(Cat(*checks))
+            return flags.any()
         err_config = Signal()
-        m.d.sync += err_config.eq((mode > 2) | (is_train & Cat(*train_checks).any()) |
-                                  (~is_train & Cat(*weights_checks).any()))
+        m.d.sync += err_config.eq((mode > 2) | (is_train & registered(train_checks, "train_checks")) |
+                                  (~is_train & registered(weights_checks, "weights_checks")))
 
         # ---- counters --------------------------------------------------------------------
         busy = run.busy
@@ -809,10 +817,9 @@ class PipelineUnitCore(UnitCore):
         m.d.comb += [
             run.start.eq(self.start), self.idle.eq(run.idle), self.done.eq(run.done),
             # the sizes take tens of cycles (bit-serial), the checks one more
-            sizes.start.eq(run.checking & ~sizes.started), check_done.eq(sizes.ready),
+            sizes.start.eq(checking & ~sizes.started), check_done.eq(sizes.ready),
             run.check_done.eq(check_done), run.check_error.eq(err_config),
-            clear.eq(run.checking),
-            pipe.start.eq(run.checking & check_done & ~err_config & is_train),
+            clear.eq(checking),
             run.stop.eq(stopped),
             run.finished.eq(Mux(is_train, pipe_finished, Mux(is_load, load_done, store_done))),
             run.drained.eq(write_queue.empty & write_port.idle & ~lg_w.pending & ~dx_w.pending),
@@ -821,6 +828,18 @@ class PipelineUnitCore(UnitCore):
             run.quiet.eq((read_port.outstanding == 0) & write_port.idle),
             pipe_reset.eq(run.abort_done & is_train),
         ]
+        # CHECK -> RUN next cycle; RUN ends by finishing or by a fault found now (stopped
+        # is set and run.running & ~stopped drops: the same cycle as with the decoded state)
+        enter_run = checking & check_done & ~err_config
+        stays = running & ~run.completing & ~(read_port.fault | fault_found)
+        m.d.sync += [checking.eq(run.accept | (checking & ~check_done)),
+                     running.eq(enter_run | stays), train_run.eq((enter_run | stays) & is_train),
+                     first.eq(enter_run)]
+        # the Pipeline starts from a register, in the first RUN cycle: no path runs from the
+        # sizes and the check into the stages' start decisions
+        pipe_start = Signal()
+        m.d.sync += pipe_start.eq(enter_run & is_train)
+        m.d.comb += pipe.start.eq(pipe_start)
         with m.If(run.accept):
             m.d.sync += [cfg[name].eq(sig) for name, sig in self.cfg.items()]
             m.d.sync += [status.eq(0), pipe_finished.eq(0), stopped.eq(0)]

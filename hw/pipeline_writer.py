@@ -10,7 +10,7 @@ row by row, beat by beat: consecutive addresses, which
 """
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -242,12 +242,18 @@ class CheckedWriteQueue(wiring.Component):
         out_layout = checked_out_layout(aw, self.bw)
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=out_layout.size, depth=self.depth)
         m.submodules.guard = guard = BufferGuard(aw, bpb)
-        credits = Signal(range(self.depth + 1), init=self.depth)
+        # the credits as a thermometer code (bit i: more than i credits), shifted by one
+        # per beat entering or leaving: ready and empty are flip-flops, and no adder sits
+        # behind the entering beat's valid
+        credits = Signal(self.depth, init=(1 << self.depth) - 1)
         enter = self.beats.valid & self.beats.ready
         leave = self.queued.valid & self.queued.ready
-        m.d.comb += self.beats.ready.eq(credits != 0)
-        m.d.sync += credits.eq(credits - enter + leave)
-        m.d.comb += self.empty.eq(credits == self.depth)
+        m.d.comb += self.beats.ready.eq(credits[0])
+        with m.If(enter & ~leave):
+            m.d.sync += credits.eq(credits[1:])
+        with m.Elif(leave & ~enter):
+            m.d.sync += credits.eq(Cat(1, credits[:-1]))
+        m.d.comb += self.empty.eq(credits[-1])
 
         def stage(name, layout):
             return (Signal(layout, name=f"{name}", reset_less=True), Signal(name=f"{name}_valid"))
