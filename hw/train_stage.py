@@ -88,15 +88,18 @@ class _FillTracker:
     def __init__(self, m, name, *, lanes: int, ib: int, rows_last, words_last, fire, row, col, last):
         lb = lanes.bit_length() - 1
         self.lb, self.L = lb, lanes
-        self.block = Signal(ib, name=f"{name}_block")
-        self.word = Signal(ib, name=f"{name}_word")
+        # block and word counts are indices over lanes: ib - lb bits (the compares with an
+        # index's high bits then have no bits of zeros)
+        pb = max(ib - lb, 1)
+        self.block = Signal(pb, name=f"{name}_block")
+        self.word = Signal(pb, name=f"{name}_word")
         self.row = Signal(lb + 1, name=f"{name}_row")
         self.disorder = Signal(name=f"{name}_disorder")
-        self.prev_block, self.prev_word = Signal(ib, name=f"{name}_prev_block"), Signal(ib, name=f"{name}_prev_word")
+        self.prev_block, self.prev_word = Signal(pb, name=f"{name}_prev_block"), Signal(pb, name=f"{name}_prev_word")
         self.prev_row, self.prev_ok = Signal(lb + 1, name=f"{name}_prev_row"), Signal(name=f"{name}_prev_ok")
-        self.unit_block, self.unit_word = Signal(ib, name=f"{name}_unit_block"), Signal(ib, name=f"{name}_unit_word")
+        self.unit_block, self.unit_word = Signal(pb, name=f"{name}_unit_block"), Signal(pb, name=f"{name}_unit_word")
         self.unit_ok = Signal(name=f"{name}_unit_ok")
-        self.block_m1, self.block_ok = Signal(ib, name=f"{name}_block_m1"), Signal(name=f"{name}_block_ok")
+        self.block_m1, self.block_ok = Signal(pb, name=f"{name}_block_m1"), Signal(name=f"{name}_block_ok")
         # ``rows_last`` / ``words_last``: the microbatch's rows - 1 and words per row - 1
         # (registers); the row index is a concatenation (row < lanes), so the checks are
         # equalities, no adds. The position moves on every segment and a segment out of
@@ -144,8 +147,11 @@ class _FillTracker:
             m.d.sync += [self.block_end.eq((self.row == lanes - 1) | (row_at == rows_last)),
                          self.words_end.eq(self.word == words_last)]
 
+    def _high(self, index):
+        return index[self.lb:] if self.lb else index
+
     def _split(self, row):
-        return row >> self.lb, (row[:self.lb] if self.lb else Const(0, 1))
+        return self._high(row), (row[:self.lb] if self.lb else Const(0, 1))
 
     @staticmethod
     def _past(position, at):
@@ -159,29 +165,29 @@ class _FillTracker:
 
     def has_block_word(self, row_start, col):
         """All rows of the block of ``row_start`` have the word of column ``col``."""
-        b, w = row_start >> self.lb, col >> self.lb
+        b, w = self._high(row_start), self._high(col)
         return ~self.disorder & self._past([self.word, self.block], [w, b])
 
     def has_next_block_word(self, row_start, col):
         """Also the word after that one (in the streaming order) is in."""
-        b, w = row_start >> self.lb, col >> self.lb
+        b, w = self._high(row_start), self._high(col)
         return ~self.disorder & self.unit_ok & self._past([self.unit_word, self.unit_block], [w, b])
 
     def has_row_word(self, row, col):
         """Row ``row`` has the word of column ``col``."""
-        (b, r), w = self._split(row), col >> self.lb
+        (b, r), w = self._split(row), self._high(col)
         return ~self.disorder & self._past([self.row, self.word, self.block], [r, w, b])
 
     def has_next_row_word(self, row, col):
         """Also the segment after that one (in the streaming order) is in."""
-        (b, r), w = self._split(row), col >> self.lb
+        (b, r), w = self._split(row), self._high(col)
         return ~self.disorder & self.prev_ok & self._past(
             [self.prev_row, self.prev_word, self.prev_block], [r, w, b])
 
     def has_row_word_next_block(self, row, col):
         """The row ``lanes`` rows below ``row`` (same position in the next block) has the
         word of column ``col``."""
-        (b, _), w = self._split(row), col >> self.lb
+        (b, _), w = self._split(row), self._high(col)
         return ~self.disorder & self.block_ok & self._past(
             [self.row, self.word, self.block_m1], [Const(0, 1), w, b])
 
@@ -683,27 +689,24 @@ class TrainStage(wiring.Component):
         word_end = (kk[:lb] == L - 1) if lb else Const(1, 1)
         zero = Const(0, ib)
 
-        # one register per op kind (the kinds are exclusive: only the running op's can be
-        # set), so none of them waits for the other kinds' compares
-        holds = {k: Signal(name=f"hold_{k}") for k in ("f", "dx", "dw")}
-
-        def ok(kind, cur, nxt):
-            return cur & (holds[kind] | nxt)
+        # ``cur & (hold | nxt)``: the read is in, and so is the next one unless held. The
+        # next read's segment lies past the current one's in the streaming order, so ``nxt``
+        # implies ``cur``: that is ``(cur & hold) | nxt``, with ``nxt`` off the AND
+        def ok(cur, nxt):
+            return (cur & hold) | nxt
         x_at = (rx_f == op_mb)
-        run_f = x_at & ok("f", x_fill.has_block_word(i0, kk), Mux(
-            word_end | depth_end["d_in"], x_fill.has_next_block_word(i0, kk), x_fill.has_block_word(i0, kk)))
-        run_dx = ok("dx", y_fill.has_block_word(i0, kk), Mux(
-            word_end | depth_end["d_out"], y_fill.has_next_block_word(i0, kk), y_fill.has_block_word(i0, kk)))
-        run_dw = ok("dw", y_fill.has_row_word(kk, j0), Mux(
+        f_cur, dx_cur = x_fill.has_block_word(i0, kk), y_fill.has_block_word(i0, kk)
+        run_f = x_at & Mux(word_end | depth_end["d_in"], ok(f_cur, x_fill.has_next_block_word(i0, kk)), f_cur)
+        run_dx = Mux(word_end | depth_end["d_out"], ok(dx_cur, y_fill.has_next_block_word(i0, kk)), dx_cur)
+        run_dw = ok(y_fill.has_row_word(kk, j0), Mux(
             word_end & ~depth_end["rows"], y_fill.has_row_word_next_block(kk, j0),
             y_fill.has_next_row_word(kk, j0)))
         starting = ph.flag["start"]
         ok_f = x_whole | Mux(starting, x_at & x_fill.has_block_word(zero, zero), run_f)
         ok_dx = y_whole | Mux(starting, y_fill.has_block_word(zero, zero), run_dx)
         ok_dw = y_whole | Mux(starting, y_fill.has_row_word(zero, zero), run_dw)
-        m.d.sync += [holds["f"].eq(in_f & ~ok_f), holds["dx"].eq(in_dx & ~ok_dx),
-                     holds["dw"].eq(in_dw & ~ok_dw)]
-        m.d.comb += [hold.eq(holds["f"] | holds["dx"] | holds["dw"]), core.hold.eq(hold)]
+        m.d.sync += hold.eq((in_f & ~ok_f) | (in_dx & ~ok_dx) | (in_dw & ~ok_dw))
+        m.d.comb += core.hold.eq(hold)
         held = hold & ph.flag["run"]        # counted as waiting
 
         # ---------------------------------------------------------------- sequencer
