@@ -680,12 +680,21 @@ class TrainStage(wiring.Component):
         # word until the depth step crosses a word (or the run's depth ends), then the next
         # the next row block. A START phase (the core does not step) needs its first read
         # (address 0) only; the choice comes last, so the compares start from registers.
-        x_whole = rx_f > op_mb
-        y_whole = rx_b_written > b_done
+        # Whether the op's microbatch is in whole (or is the one arriving) are registers, a
+        # cycle behind the counts: when a count moves on they lag on the safe side (the
+        # tracker has just been reset, so the partial checks say "not in" for that cycle),
+        # and the counters they compare with are steady from a cycle before the op starts
+        # (f_mb is op_mb during a forward; b_done moves at a backward's end only).
+        x_whole, y_whole, x_at = Signal(name="x_whole"), Signal(name="y_whole"), Signal(name="x_at")
+        m.d.sync += [x_whole.eq(rx_f > f_mb), y_whole.eq(rx_b_written > b_done), x_at.eq(rx_f == f_mb)]
         hold = Signal()
         kk = core.a_req.fixed           # the depth step (== b_req.fixed)
         i0, j0 = core.a_req.start, core.b_req.start
-        depth_end = {name: kk == last for name, last in dim_last.items()}
+        # the running op's depth - 1, a register loaded from the op flags (current from the
+        # op's first RUN cycle; START does not look at it): one compare with the depth step
+        op_depth_last = Signal(ib, name="op_depth_last", reset_less=True)
+        m.d.sync += op_depth_last.eq(Mux(in_f, dim_last["d_in"], Mux(in_dx, dim_last["d_out"], dim_last["rows"])))
+        at_depth_end = kk == op_depth_last
         word_end = (kk[:lb] == L - 1) if lb else Const(1, 1)
         zero = Const(0, ib)
 
@@ -694,12 +703,11 @@ class TrainStage(wiring.Component):
         # implies ``cur``: that is ``(cur & hold) | nxt``, with ``nxt`` off the AND
         def ok(cur, nxt):
             return (cur & hold) | nxt
-        x_at = (rx_f == op_mb)
         f_cur, dx_cur = x_fill.has_block_word(i0, kk), y_fill.has_block_word(i0, kk)
-        run_f = x_at & Mux(word_end | depth_end["d_in"], ok(f_cur, x_fill.has_next_block_word(i0, kk)), f_cur)
-        run_dx = Mux(word_end | depth_end["d_out"], ok(dx_cur, y_fill.has_next_block_word(i0, kk)), dx_cur)
+        run_f = x_at & Mux(word_end | at_depth_end, ok(f_cur, x_fill.has_next_block_word(i0, kk)), f_cur)
+        run_dx = Mux(word_end | at_depth_end, ok(dx_cur, y_fill.has_next_block_word(i0, kk)), dx_cur)
         run_dw = ok(y_fill.has_row_word(kk, j0), Mux(
-            word_end & ~depth_end["rows"], y_fill.has_row_word_next_block(kk, j0),
+            word_end & ~at_depth_end, y_fill.has_row_word_next_block(kk, j0),
             y_fill.has_next_row_word(kk, j0)))
         starting = ph.flag["start"]
         ok_f = x_whole | Mux(starting, x_at & x_fill.has_block_word(zero, zero), run_f)
