@@ -296,7 +296,7 @@ class _RunSizes:
     steps of the backward order (``inner_delta`` within a step, ``step_delta`` into the
     next), and per buffer an :class:`~.blocks.ExtentCheck` (:meth:`buffer_bad`). ``start``
     (held while ``~started``) begins; ``ready`` rises once every size and the registered
-    configuration check that reads them are valid (about 70 cycles)."""
+    configuration check that reads them are valid (about 75 cycles)."""
 
     def __init__(self, m: Module, cfg: dict, c, stages: int):
         aw = c.addr_width
@@ -339,20 +339,25 @@ class _RunSizes:
         m.d.comb += [n_rows.a.eq(n.product), n_rows.b.eq(rows)]
         m.d.comb += [x.a.eq(mb[b].product) for b, x in last.items()]
         m.d.comb += [x.b.eq(mbs - 1) for x in last.values()]
-        all_done = lambda ms: Cat(*(x.done for x in ms)).all()  # noqa: E731
+        # each phase ends a cycle after its parts are done, from a register (a part's done
+        # is a compare; the next phase's start reaches hundreds of enables): the register
+        # of a phase is set only in that phase, so a done left from before never counts
+        groups = {1: first, 2: second, 3: list(self.extent.values())}
+        done = {p: Signal(name=f"sizes_phase{p}_done") for p in groups}
+        m.d.sync += [done[p].eq((phase == p) & Cat(*(x.done for x in ms)).all()) for p, ms in groups.items()]
         with m.If(self.start):
             m.d.sync += [phase.eq(1), self.started.eq(1)]
             m.d.comb += [x.start.eq(1) for x in first]
         with m.Elif(phase == 1):
-            with m.If(all_done(first)):
+            with m.If(done[1]):
                 m.d.sync += phase.eq(2)
                 m.d.comb += [x.start.eq(1) for x in second]
         with m.Elif(phase == 2):
-            with m.If(all_done(second)):
+            with m.If(done[2]):
                 m.d.sync += phase.eq(3)
                 m.d.comb += [x.start.eq(1) for x in self.extent.values()]
         with m.Elif(phase == 3):
-            with m.If(all_done(self.extent.values())):
+            with m.If(done[3]):
                 m.d.sync += phase.eq(4)
         with m.Elif(phase == 4):       # the derived sizes below and the check are registers
             m.d.sync += phase.eq(5)
