@@ -212,10 +212,12 @@ _BUILDS = [
                        versions=5, bus_width=128, uram=True),
         about="Kria KV260: a 128-bit HP port, UltraRAM"),
     BuildConfig(
-        "ultra96v2", AggregatorParams(bus_width=128, max_feat_dim=256, reads_in_flight=128),
+        "ultra96v2", AggregatorParams(bus_width=128, max_feat_dim=256, reads_in_flight=64),
         # no UltraRAM: everything in block RAM
         MacArrayParams(rows=8, cols=8, max_dim=128, max_depth=128, bus_width=128),
-        PipelineParams(stages=2, lanes=4, max_in=64, max_out=64, max_rows=32, slots=8,
+        # the ZU3EG has 70,560 LUTs: with 4-lane stages and 128 reads in flight this build
+        # maps to about 73,800 (Yosys), so its stages have 2 lanes and 64 reads in flight
+        PipelineParams(stages=2, lanes=2, max_in=64, max_out=64, max_rows=32, slots=8,
                        versions=4, bus_width=128),
         about="Ultra96-V2: a 128-bit HP port, no UltraRAM"),
     BuildConfig(
