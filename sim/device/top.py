@@ -186,10 +186,6 @@ def sim_top_verilog(verilog_text: str, top: str = TOP) -> str:
     per clock edge (several times faster). The harness holds reset long enough for the
     extra cycle; nothing else changes timing.
 
-    Likewise ``s_axi_control_araddr`` (the register read multiplexer hangs on it) reaches
-    the core one cycle late: the harness's AXI4-Lite master presents the address a
-    cycle before ARVALID (control-port timing only; the memory side is unchanged).
-
     Each unit's reset (``unit_rst_n_<u>``) comes from a flip-flop of its own on the unit's
     clock, fed like the top's, and the control's bus side's (``ctl_rst_n``) from one on
     ``ctl_clk``: were it the top's, every unit's next-state logic would hang on an
@@ -206,16 +202,12 @@ def sim_top_verilog(verilog_text: str, top: str = TOP) -> str:
     for name in resets:
         regs += [f"  reg {name}_q = 1'b0;",
                  f"  always @(posedge {clocks[name]}) {name}_q <= ap_rst_n;"]
-    inner = {"ap_rst_n": "rst_n_q", "s_axi_control_araddr": "araddr_q",
-             **{name: f"{name}_q" for name in resets}}
+    inner = {"ap_rst_n": "rst_n_q", **{name: f"{name}_q" for name in resets}}
     conns = [f"    .{name}({inner.get(name, name)})" for _, _, name in ports]
     names = ", ".join(n for _, _, n in outer)
-    araddr_width = next(w for _, w, n in ports if n == "s_axi_control_araddr")
     return (f"module {SIM_TOP}({names});\n" + "\n".join(decls) + "\n"
             "  reg rst_n_q = 1'b0;\n"
             "  always @(posedge ap_clk) rst_n_q <= ap_rst_n;\n"
-            f"  reg {araddr_width} araddr_q = 0;\n"
-            "  always @(posedge ap_clk) araddr_q <= s_axi_control_araddr;\n"
             + "".join(r + "\n" for r in regs) +
             f"  {top} dut (\n" + ",\n".join(conns) + "\n  );\nendmodule\n")
 
