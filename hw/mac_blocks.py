@@ -47,15 +47,18 @@ class BlockLoader(wiring.Component):
     """Reads ``nrows`` rows of ``ncols`` int16 (``stride`` bytes apart, from ``base``) into
     the buffer bank ``bank``, element ``(r, c)`` of the block at ``(r, c)``.
 
-    ``start`` (one cycle) latches the job; ``done`` is high while no beat is outstanding
-    (a register: low in the cycle after ``start`` even for an empty job).
+    ``start`` (one cycle) latches the job into registers and nothing else: what follows
+    from it (the row's beats, the flags, the first count) is computed from those registers
+    in the next cycle, so the job's inputs reach no logic of the loader's own. ``done`` is
+    high while no beat is outstanding (a register: low in the cycle after ``start`` even
+    for an empty job).
     Rows are read in whole beats, in INCR bursts aligned to :func:`aligned_burst_beats`
     (the first burst of a row runs up to the next such boundary), so no burst crosses
     4 KiB and no burst length needs a subtract: the request leaves from registers, one
     burst a cycle inside a row, the first burst of the next row a cycle after the row
     before it. Beats come back in order (one ID per client) and each is written into the
-    buffer in the cycle it arrives (``wr_en`` one bit per bank, ``wr`` the buffer's write
-    layout), so R is never stalled.
+    buffer in the cycle after it arrives, from a register (``wr_en`` one bit per bank,
+    ``wr`` the buffer's write layout), so R is never stalled.
     """
 
     def __init__(self, *, addr_width: int, bus_width: int, max_burst: int, max_rows: int,
@@ -76,11 +79,20 @@ class BlockLoader(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        self._issue(m)
-        self._receive(m)
+        # the job, latched at start; `started` is the cycle after it (the job's registers
+        # hold it): the derived state is set up then
+        job = {"nrows": Signal.like(self.nrows, name="job_nrows", reset_less=True),
+               "ncols": Signal.like(self.ncols, name="job_ncols", reset_less=True)}
+        started = Signal(name="job_started")
+        m.d.sync += started.eq(self.start)
+        with m.If(self.start):
+            m.d.sync += [job["nrows"].eq(self.nrows), job["ncols"].eq(self.ncols)]
+        job["empty"] = (job["nrows"] == 0) | (job["ncols"] == 0)
+        self._issue(m, job, started)
+        self._receive(m, job, started)
         return m
 
-    def _issue(self, m):
+    def _issue(self, m, job, started):
         A, beat_bits, epb = self.burst, _log2(self.bytes_per_beat), self.elems_per_beat
         maxr = self.max_rows
         row_beats = Signal(range(maxr + 1), name="row_beats")
@@ -117,33 +129,39 @@ class BlockLoader(wiring.Component):
                              next_row.eq(next_row + stride), head_ok.eq(0)]
             with m.Else():
                 m.d.sync += valid.eq(0)
+        with m.If(started):          # (rows_left counts only while rows_any is high)
+            m.d.sync += [rows_left.eq(job["nrows"]), rows_any.eq(~job["empty"]), head_ok.eq(0),
+                         row_beats.eq((job["ncols"] + epb - 1) >> _log2(epb))]
         with m.If(self.start):
-            empty = (self.nrows == 0) | (self.ncols == 0)
             m.d.sync += [valid.eq(0), rest.eq(0), rest_any.eq(0), rest_long.eq(0),
-                         rows_left.eq(Mux(empty, 0, self.nrows)), rows_any.eq(~empty),
-                         next_row.eq(self.base), stride.eq(self.stride), head_ok.eq(0),
-                         row_beats.eq((self.ncols + epb - 1) >> _log2(epb))]
+                         rows_any.eq(0), next_row.eq(self.base), stride.eq(self.stride),
+                         head_ok.eq(0)]
 
-    def _receive(self, m):
+    def _receive(self, m, job, started):
         epb, maxr = self.elems_per_beat, self.max_rows
-        ncols = Signal(range(maxr + 1), reset_less=True)
+        ncols = job["ncols"]
         left = Signal(range(maxr + 1), name="recv_left")      # elements of the row from this beat
         count = Signal(range(epb + 1), name="recv_count")     # ... in this beat: min(left, epb)
         row = Signal(range(maxr + 1), name="recv_row")
         col = Signal(range(maxr + epb + 1), name="recv_col")
         rows_to_recv = Signal(range(maxr + 1), name="rows_to_recv")
         # rows_to_recv == 0 as a register, updated from registers only: on a start it is
-        # taken from the new count a cycle later (done stays low in that cycle)
+        # taken from the latched job a cycle later (done stays low in that cycle)
         done = Signal(init=1, name="recv_done")
-        started = Signal(name="recv_started")
         bank = Signal.like(self.bank)
+        # every beat is registered before it is written: the port's R decode reaches
+        # these registers only, and the buffer's write logic starts from flip-flops
+        beat_valid = Signal(name="recv_beat_valid")
+        beat_data = Signal(self.bus_width, name="recv_beat_data", reset_less=True)
+        wr_en = Signal(self.banks, name="recv_wr_en")
+        m.d.sync += [beat_valid.eq(self.response.valid), beat_data.eq(self.response.data)]
+        m.d.sync += [wr_en[index].eq(self.response.valid & (bank == index))
+                     for index in range(self.banks)]
         wr = self.wr
-        m.d.comb += [wr.row.eq(row), wr.col.eq(col), wr.count.eq(count)]
+        m.d.comb += [wr.row.eq(row), wr.col.eq(col), wr.count.eq(count), self.wr_en.eq(wr_en)]
         for lane in range(len(wr.data)):
-            m.d.comb += wr.data[lane].eq(self.response.data.word_select(lane, MAC_INPUT_WIDTH))
-        for index in range(self.banks):
-            m.d.comb += self.wr_en[index].eq(self.response.valid & (bank == index))
-        with m.If(self.response.valid):
+            m.d.comb += wr.data[lane].eq(beat_data.word_select(lane, MAC_INPUT_WIDTH))
+        with m.If(beat_valid):
             with m.If(left <= epb):          # the row's last beat
                 m.d.sync += [left.eq(ncols), count.eq(Mux(ncols < epb, ncols, epb)), col.eq(0),
                              row.eq(row + 1), rows_to_recv.eq(rows_to_recv - 1),
@@ -152,14 +170,11 @@ class BlockLoader(wiring.Component):
                 m.d.sync += [left.eq(left - epb), count.eq(Mux(left < 2 * epb, left - epb, epb)),
                              col.eq(col + epb)]
         m.d.comb += self.done.eq(done & ~started)
-        m.d.sync += started.eq(self.start)
-        with m.If(started):
-            m.d.sync += done.eq(rows_to_recv == 0)
+        with m.If(started):          # (no beat of the job can arrive before its first burst)
+            m.d.sync += [done.eq(job["empty"]), left.eq(ncols),
+                         count.eq(Mux(ncols < epb, ncols, epb)), rows_to_recv.eq(job["nrows"])]
         with m.If(self.start):
-            empty = (self.nrows == 0) | (self.ncols == 0)
-            m.d.sync += [ncols.eq(self.ncols), left.eq(self.ncols),
-                         count.eq(Mux(self.ncols < epb, self.ncols, epb)), row.eq(0), col.eq(0),
-                         bank.eq(self.bank), rows_to_recv.eq(Mux(empty, 0, self.nrows))]
+            m.d.sync += [row.eq(0), col.eq(0), bank.eq(self.bank)]
 
 
 class BlockWalker(wiring.Component):
