@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .axi import BOUNDARY_BYTES, SkidBuffer
@@ -264,16 +265,23 @@ class ResultWriter(wiring.Component):
     ``block_base + row * out_stride + col * 2``, its lanes shifted into place in the beat
     and WSTRB covering only its ``count`` elements.
 
-    Three registered stages, moving together: A the row offset (kept by adds: rows come
+    Three registered stages that never stall: A the row offset (kept by adds: rows come
     tile by tile, rows of a tile in order, so the next row is the previous + 1, the band's
     first row again, or row 0), the block base plus the column, the lanes and strobes; B
     the beat's address; C the buffer guard, ``out_lo <= addr <= out_hi`` (``out_hi`` the
     last beat-aligned address whose beat ends inside the buffer; ``out_room`` low: no beat
     fits). A beat outside is dropped and raises ``fault`` (held until ``restart``). The
-    segments enter and the beats leave through a :class:`~.axi.SkidBuffer` each, so
-    ``rows.ready`` leaves a register and ``beats.ready`` reaches only one; ``pending`` is
-    high while a segment is in the stages or the slices.
+    segments enter through a :class:`~.axi.SkidBuffer` (``rows.ready`` leaves a register)
+    and the beats leave through a FIFO of :data:`QUEUE` beats; a segment enters the stages
+    only against a credit (a slot of that FIFO, given back when its beat leaves it or is
+    dropped), so ``beats.ready`` reaches only the FIFO and the credit count, never the
+    stages' registers. ``pending`` is high while a segment is in the slice, the stages or
+    the FIFO.
     """
+
+    #: beats of the output FIFO, the credits: covers the three stages and the credit's
+    #: way back, so a sink that is always ready takes a beat every cycle
+    QUEUE = 8
 
     def __init__(self, *, rows: int, cols: int, index_bits: int, out_width: int,
                  addr_width: int, bus_width: int):
@@ -296,8 +304,8 @@ class ResultWriter(wiring.Component):
         epb = self.bus_width // MAC_INPUT_WIDTH
         beat_bits = _log2(bpb)
         elem_bytes = MAC_INPUT_WIDTH // 8
-        # the segments enter through a register slice too: the stages' stall reaches only
-        # its registers, not the core's output queue. Each takes the block base along as it
+        # the segments enter through a register slice: the credit reaches only its
+        # registers, not the core's output queue. Each takes the block base along as it
         # leaves the core (the base moves on once the block's last segment has left it)
         m.submodules.rows_slice = rows_in = SkidBuffer(data.StructLayout({
             "seg": self.rows.payload.shape(), "base": AX}))
@@ -307,12 +315,22 @@ class ResultWriter(wiring.Component):
         seg = rows_in.o.payload.seg
         va, vb, vc = Signal(name="wr_a_valid"), Signal(name="wr_b_valid"), Signal(name="wr_c_valid")
         inside_c = Signal(name="wr_c_inside", reset_less=True)
-        advance = Signal(name="wr_advance")
         fault = self.fault
-        m.submodules.slice = out = SkidBuffer(self.beats.payload.shape())
-        wiring.connect(m, out.o, wiring.flipped(self.beats))
-        m.d.comb += advance.eq(~vc | out.i.ready | ~inside_c | fault)
-        take = rows_in.o.valid & advance
+        m.submodules.queue = queue = SyncFIFOBuffered(width=len(self.beats.payload.as_value()),
+                                                      depth=self.QUEUE)
+        m.d.comb += [self.beats.valid.eq(queue.r_rdy), self.beats.payload.eq(queue.r_data),
+                     queue.r_en.eq(self.beats.ready)]
+        # credits: FIFO slots not yet promised to a segment; `credit` (a register) is
+        # credits after this cycle's take, pop and drop, non-zero
+        credits = Signal(range(self.QUEUE + 1), init=self.QUEUE, name="wr_credits")
+        credit = Signal(init=1, name="wr_credit")
+        idle = Signal(init=1, name="wr_idle")          # every credit back
+        keep_c = vc & inside_c & ~fault
+        take = rows_in.o.valid & credit
+        credits_next = (credits + (queue.r_rdy & self.beats.ready) + (vc & ~keep_c) - take)[
+            :len(credits)]
+        m.d.sync += [credits.eq(credits_next), credit.eq(credits_next != 0),
+                     idle.eq(credits_next == self.QUEUE)]
         # ---- A: row offset by adds, the block base plus the column, lanes and strobes
         row_off = Signal(AX, name="out_row_off", reset_less=True)
         band_row = Signal(len(seg.row), name="out_band_row", reset_less=True)
@@ -338,31 +356,26 @@ class ResultWriter(wiring.Component):
         a_row = Signal(AX, name="wr_a_row", reset_less=True)
         a_data = Signal(self.bus_width, name="wr_a_data", reset_less=True)
         a_strb = Signal(bpb, name="wr_a_strb", reset_less=True)
-        with m.If(advance):
-            m.d.sync += [va.eq(rows_in.o.valid), a_base.eq(rows_in.o.payload.base + col_bytes),
-                         a_row.eq(row_off_next),
-                         a_data.eq(lanes << (lane_off * MAC_INPUT_WIDTH)),
-                         a_strb.eq(strb_unit << (lane_off * elem_bytes))]
+        # the stages' data registers load every cycle (no enable): only the valid bits
+        # tell a beat from a bubble
+        m.d.sync += [va.eq(take), a_base.eq(rows_in.o.payload.base + col_bytes),
+                     a_row.eq(row_off_next),
+                     a_data.eq(lanes << (lane_off * MAC_INPUT_WIDTH)),
+                     a_strb.eq(strb_unit << (lane_off * elem_bytes))]
         # ---- B: the beat's address
         b_addr = Signal(AX, name="wr_b_addr", reset_less=True)
         b_data = Signal.like(a_data, name="wr_b_data")
         b_strb = Signal.like(a_strb, name="wr_b_strb")
-        with m.If(advance):
-            m.d.sync += [vb.eq(va), b_addr.eq(a_base + a_row), b_data.eq(a_data), b_strb.eq(a_strb)]
+        m.d.sync += [vb.eq(va), b_addr.eq(a_base + a_row), b_data.eq(a_data), b_strb.eq(a_strb)]
         # ---- C: inside the output buffer? (two compares of registers, side by side)
-        c_addr = Signal(self.addr_width, name="wr_c_addr", reset_less=True)
-        c_data = Signal.like(a_data, name="wr_c_data")
-        c_strb = Signal.like(a_strb, name="wr_c_strb")
-        with m.If(advance):
-            m.d.sync += [vc.eq(vb), c_addr.eq(b_addr[:self.addr_width]), c_data.eq(b_data),
-                         c_strb.eq(b_strb),
-                         inside_c.eq(self.out_room & (b_addr >= self.out_lo) & (b_addr <= self.out_hi))]
+        c_beat = Signal(self.beats.payload.shape(), name="wr_c_beat")
+        m.d.sync += [vc.eq(vb), c_beat.addr.eq(b_addr[:self.addr_width]), c_beat.data.eq(b_data),
+                     c_beat.strb.eq(b_strb),
+                     inside_c.eq(self.out_room & (b_addr >= self.out_lo) & (b_addr <= self.out_hi))]
         m.d.comb += [
-            rows_in.o.ready.eq(advance),
-            self.pending.eq(rows_in.o.valid | va | vb | vc | out.o.valid),
-            out.i.valid.eq(vc & inside_c & ~fault),
-            out.i.payload.addr.eq(c_addr), out.i.payload.data.eq(c_data),
-            out.i.payload.strb.eq(c_strb),
+            rows_in.o.ready.eq(credit),
+            self.pending.eq(rows_in.o.valid | ~idle),
+            queue.w_en.eq(keep_c), queue.w_data.eq(c_beat.as_value()),
         ]
         with m.If(self.restart):
             m.d.sync += fault.eq(0)
