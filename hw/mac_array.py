@@ -85,7 +85,10 @@ no burst length needs a subtract; the read port takes every request into a regis
 slice and checks it against its buffer on the way in. An output row's offset
 ``row * out_stride`` follows the core's row order by adds (next row, back to the band's
 first row, or row 0); the result goes through three registered stages (offset and
-lanes, address, buffer guard: two compares side by side) into the write port. The
+lanes, address, buffer guard: two compares side by side) that never stall (a segment
+enters against a credit of the writer's output FIFO) into the write port. A loader
+latches its job and sets up from the latch a cycle later, and writes every R beat into
+the buffer from a register, a cycle after it arrives. The
 run control is the shared :class:`~.blocks.RunControl`: its ``stop`` is the registered
 ADDR_FAULT bit and ``running`` the decode of its state register, which the block loops
 see through a register of their own (a cycle late; the read port stops a cycle after
@@ -613,6 +616,11 @@ class MacArrayCore(UnitCore):
                        ("swap_p", "last", "next_row", "next_col")}
         next_row = Signal.like(block_row, name="out_next_row", reset_less=True)
         next_col = Signal.like(block_base, name="out_next_col", reset_less=True)
+        # the next output block's base (and row) chosen a cycle later still, so the core's
+        # done only enables the two registers (their bases settle within three cycles of
+        # a step, long before the next block's end)
+        next_base = Signal.like(block_base, name="out_next_base", reset_less=True)
+        next_block_row = Signal.like(block_row, name="out_next_block_row", reset_less=True)
         dp.d.sync += [
             block_flags["swap_p"].eq(split_depth | (cw.last_k & cw.last_j)),
             block_flags["last"].eq(cw.last_k & cw.last),
@@ -620,6 +628,9 @@ class MacArrayCore(UnitCore):
             block_flags["next_col"].eq(cw.last_k),
             next_row.eq(block_row + (cfg["out_stride"] << (D.bit_length() - 1))),
             next_col.eq(block_base + D * ELEM_BYTES),
+            next_base.eq(Mux(block_flags["next_row"], next_row,
+                             Mux(block_flags["next_col"], next_col, block_base))),
+            next_block_row.eq(Mux(block_flags["next_row"], next_row, block_row)),
         ]
         with dp.FSM(name="compute"):
             with dp.State("PREFETCH"):            # the first block's bias
@@ -657,10 +668,7 @@ class MacArrayCore(UnitCore):
                     with dp.Else():
                         # a later depth block keeps the output block; otherwise the next
                         # block column, or the first column of the next block row
-                        with dp.If(block_flags["next_row"]):
-                            dp.d.sync += [block_row.eq(next_row), block_base.eq(next_row)]
-                        with dp.Elif(block_flags["next_col"]):
-                            dp.d.sync += block_base.eq(next_col)
+                        dp.d.sync += [block_row.eq(next_block_row), block_base.eq(next_base)]
                         dp.next = "WAIT"
             with dp.State("END"):
                 pass
