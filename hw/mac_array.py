@@ -571,6 +571,23 @@ class MacArrayCore(UnitCore):
             q_load.base.eq(q_base), q_load.stride.eq(cfg["q_stride"]),
             q_load.nrows.eq(Mux(is_dx, lw.bn, lw.bk)), q_load.ncols.eq(Mux(is_dx, lw.bk, lw.bn)),
         ]
+        # the bases of the step after the one loading, chosen while it loads (a later depth
+        # block, the next block column, or the first column of the next block row; the
+        # walker's flags settle three cycles after a step, a load's done comes two cycles
+        # after its start at the earliest): the loads' done only enables the registers
+        p_k_base, q_k_base, p_i_base, q_j_base = (Signal(aw + 34, name=f"{n}_next_base", reset_less=True)
+                                                  for n in ("p_k", "q_k", "p_i", "q_j"))
+        load_next = {name: Signal(aw + 34, name=f"load_next_{name}", reset_less=True)
+                     for name in ("p_base", "q_base", "p_row_base", "q_col_base")}
+        dp.d.sync += [
+            p_k_base.eq(p_base + steps["p_k"]), q_k_base.eq(q_base + steps["q_k"]),
+            p_i_base.eq(p_row_base + steps["p_i"]), q_j_base.eq(q_col_base + steps["q_j"]),
+            load_next["p_base"].eq(Mux(~lw.last_k, p_k_base, Mux(lw.last_j, p_i_base, p_row_base))),
+            load_next["q_base"].eq(Mux(~lw.last_k, q_k_base, Mux(lw.last_j, cfg["q_addr"], q_j_base))),
+            load_next["p_row_base"].eq(Mux(lw.last_k & lw.last_j, p_i_base, p_row_base)),
+            load_next["q_col_base"].eq(Mux(~lw.last_k, q_col_base,
+                                           Mux(lw.last_j, cfg["q_addr"], q_j_base))),
+        ]
         with dp.FSM(name="load"):
             with dp.State("START"):
                 with dp.If(running & ~all_loaded & (in_flight <= 1) & lw.ready):
@@ -585,15 +602,9 @@ class MacArrayCore(UnitCore):
                         dp.d.sync += l_par.eq(~l_par)
                     with dp.If(lw.last):
                         dp.d.sync += all_loaded.eq(1)
-                    with dp.Elif(~lw.last_k):
-                        dp.d.sync += [p_base.eq(p_base + steps["p_k"]), q_base.eq(q_base + steps["q_k"])]
-                    with dp.Elif(lw.last_j):
-                        next_p = p_row_base + steps["p_i"]
-                        dp.d.sync += [p_row_base.eq(next_p), p_base.eq(next_p),
-                                      q_col_base.eq(cfg["q_addr"]), q_base.eq(cfg["q_addr"])]
-                    with dp.Else():
-                        next_q = q_col_base + steps["q_j"]
-                        dp.d.sync += [p_base.eq(p_row_base), q_col_base.eq(next_q), q_base.eq(next_q)]
+                    dp.d.sync += [p_base.eq(load_next["p_base"]), q_base.eq(load_next["q_base"]),
+                                  p_row_base.eq(load_next["p_row_base"]),
+                                  q_col_base.eq(load_next["q_col_base"])]
                     dp.next = "START"
         m.d.comb += [parts["p_rbank"].eq(c_par), parts["q_rbank"].eq(cq_par)]
         # the bias of the block computed next: the first block's, then the one after the
@@ -632,6 +643,27 @@ class MacArrayCore(UnitCore):
                              Mux(block_flags["next_col"], next_col, block_base))),
             next_block_row.eq(Mux(block_flags["next_row"], next_row, block_row)),
         ]
+        # the RUN state as a flip-flop of its own: the block's end (it and the core's done)
+        # reaches the walker and the output bases from two registers, not the state's decode
+        in_run = Signal(name="compute_in_run")
+        block_end = Signal(name="compute_block_end")
+        dp.d.comb += block_end.eq(in_run & core.done)
+        with dp.If(start_core):
+            dp.d.sync += in_run.eq(1)
+        with dp.Elif(block_end):
+            dp.d.sync += in_run.eq(0)
+        with dp.If(block_end):
+            dp.d.comb += [comp_done.eq(1), cw.step.eq(1)]
+            dp.d.sync += cq_par.eq(~cq_par)
+            with dp.If(block_flags["swap_p"]):
+                dp.d.sync += c_par.eq(~c_par)
+            with dp.If(block_flags["last"]):
+                dp.d.sync += run["all_computed"].eq(1)
+            with dp.Else():
+                # a later depth block keeps the output block; otherwise the next block
+                # column, or the first column of the next block row
+                dp.d.sync += [block_row.eq(next_block_row), block_base.eq(next_base)]
+        m.d.comb += run["computing"].eq(in_run)
         with dp.FSM(name="compute"):
             with dp.State("PREFETCH"):            # the first block's bias
                 dp.d.comb += bias_first.eq(1)
@@ -655,20 +687,11 @@ class MacArrayCore(UnitCore):
                     # fetch the next block's bias while this one computes
                     dp.d.comb += bias_reader.start.eq(use_bias & ~cw.last_block)
                     dp.next = "RUN"
-            with dp.State("RUN"):
-                dp.d.comb += run["computing"].eq(1)
+            with dp.State("RUN"):                  # (the block's end: see in_run)
                 with dp.If(core.done):
-                    dp.d.comb += [comp_done.eq(1), cw.step.eq(1)]
-                    dp.d.sync += cq_par.eq(~cq_par)
-                    with dp.If(block_flags["swap_p"]):
-                        dp.d.sync += c_par.eq(~c_par)
                     with dp.If(block_flags["last"]):
-                        dp.d.sync += run["all_computed"].eq(1)
                         dp.next = "END"
                     with dp.Else():
-                        # a later depth block keeps the output block; otherwise the next
-                        # block column, or the first column of the next block row
-                        dp.d.sync += [block_row.eq(next_block_row), block_base.eq(next_base)]
                         dp.next = "WAIT"
             with dp.State("END"):
                 pass
