@@ -308,10 +308,28 @@ class ResultWriter(wiring.Component):
         # registers, not the core's output queue. Each takes the block base along as it
         # leaves the core (the base moves on once the block's last segment has left it)
         m.submodules.rows_slice = rows_in = SkidBuffer(data.StructLayout({
-            "seg": self.rows.payload.shape(), "base": AX}))
+            "seg": self.rows.payload.shape(), "base": AX,
+            "first": 1, "again": 1, "new_band": 1}))
         m.d.comb += [rows_in.i.valid.eq(self.rows.valid), self.rows.ready.eq(rows_in.i.ready),
                      rows_in.i.payload.seg.eq(self.rows.payload),
                      rows_in.i.payload.base.eq(self.block_base)]
+        # how a segment's row offset follows from the last one's, decided as it enters the
+        # slice (the segments enter in the order they leave, so the band is tracked there):
+        # the block's first segment (offset 0), the band's first row again (the band's
+        # offset), or the next row (the last offset plus the stride), which may begin a band
+        row_in = self.rows.payload.row
+        band_row = Signal(len(row_in), name="out_band_row", reset_less=True)
+        next_band = Signal(len(row_in) + 1, name="out_next_band", reset_less=True)
+        first_in = (row_in == 0) & (self.rows.payload.col == 0)
+        new_band_in = ~first_in & (row_in == next_band)
+        m.d.comb += [rows_in.i.payload.first.eq(first_in),
+                     rows_in.i.payload.again.eq(row_in == band_row),
+                     rows_in.i.payload.new_band.eq(new_band_in)]
+        with m.If(self.rows.valid & rows_in.i.ready):
+            with m.If(first_in):
+                m.d.sync += [band_row.eq(0), next_band.eq(self.tile_rows)]
+            with m.Elif(new_band_in):
+                m.d.sync += [band_row.eq(row_in), next_band.eq(next_band + self.tile_rows)]
         seg = rows_in.o.payload.seg
         va, vb, vc = Signal(name="wr_a_valid"), Signal(name="wr_b_valid"), Signal(name="wr_c_valid")
         inside_c = Signal(name="wr_c_inside", reset_less=True)
@@ -333,21 +351,15 @@ class ResultWriter(wiring.Component):
                      idle.eq(credits_next == self.QUEUE)]
         # ---- A: row offset by adds, the block base plus the column, lanes and strobes
         row_off = Signal(AX, name="out_row_off", reset_less=True)
-        band_row = Signal(len(seg.row), name="out_band_row", reset_less=True)
         band_off = Signal(AX, name="out_band_off", reset_less=True)
-        next_band = Signal(len(seg.row) + 1, name="out_next_band", reset_less=True)
-        first_of_block = (seg.row == 0) & (seg.col == 0)
-        again = seg.row == band_row
+        flags = rows_in.o.payload
         row_off_next = Signal(AX, name="out_row_off_next")
-        m.d.comb += row_off_next.eq(Mux(first_of_block, 0,
-                                        Mux(again, band_off, row_off + self.out_stride)))
+        m.d.comb += row_off_next.eq(Mux(flags.first, 0,
+                                        Mux(flags.again, band_off, row_off + self.out_stride)))
         with m.If(take):
             m.d.sync += row_off.eq(row_off_next)
-            with m.If(first_of_block):
-                m.d.sync += [band_row.eq(0), band_off.eq(0), next_band.eq(self.tile_rows)]
-            with m.Elif(seg.row == next_band):
-                m.d.sync += [band_row.eq(seg.row), band_off.eq(row_off_next),
-                             next_band.eq(next_band + self.tile_rows)]
+            with m.If(flags.first | flags.new_band):
+                m.d.sync += band_off.eq(row_off_next)
         col_bytes = Cat(Const(0, beat_bits), (seg.col * elem_bytes)[beat_bits:])
         lane_off = seg.col[:max(1, (epb - 1).bit_length())] if epb > 1 else Const(0, 1)
         lanes = Cat(*[seg.data[i] for i in range(self.cols)])
