@@ -259,8 +259,11 @@ class MacArrayCore(UnitCore):
                        psum_attrs={"ram_style": "ultra"} if c.psum_uram else None)
         lanes = max(core.lanes, c.elems_per_beat)
         # two banks per operand: the next block loads while the array computes this one
-        p_bufs = [SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes)) for _ in range(2)]
-        q_bufs = [SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes)) for _ in range(2)]
+        # (each written by a loader that gives the banks' mask from a register)
+        p_bufs = [SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes), bank_mask=True)
+                  for _ in range(2)]
+        q_bufs = [SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes), bank_mask=True)
+                  for _ in range(2)]
         read_port = ReadPort(self.bus, num_clients=3, registered_requests=True)  # 0 bias, 1 P, 2 Q
         # consecutive beats of an output row leave as one INCR burst
         write_port = WritePort(self.bus, beat_depth=16, address_depth=16, coalesce=True)
@@ -301,7 +304,8 @@ class MacArrayCore(UnitCore):
                 load.response.eq(read_port.responses[client]),
             ]
             for index, buf in enumerate(bufs):
-                dp.d.comb += [buf.wr_en.eq(load.wr_en[index]), buf.wr.eq(load.wr)]
+                dp.d.comb += [buf.wr_en.eq(load.wr_en[index]), buf.wr.eq(load.wr),
+                              buf.wr_mask.eq(load.wr_mask)]
         p_rbank, q_rbank = Signal(name="p_rbank"), Signal(name="q_rbank")   # fixed during a block
         for req, bufs, bank, data_in in ((core.a_req, parts["p_bufs"], p_rbank, core.a_data),
                                          (core.b_req, parts["q_bufs"], q_rbank, core.b_data)):

@@ -48,9 +48,10 @@ class BlockLoader(wiring.Component):
     """Reads ``nrows`` rows of ``ncols`` int16 (``stride`` bytes apart, from ``base``) into
     the buffer bank ``bank``, element ``(r, c)`` of the block at ``(r, c)``.
 
-    ``start`` (one cycle) latches the job into registers and nothing else: what follows
-    from it (the row's beats, the flags, the first count) is computed from those registers
-    in the next cycle, so the job's inputs reach no logic of the loader's own. ``done`` is
+    ``start`` (one cycle, only while ``done``) latches the job into registers and clears
+    ``done``, nothing else: what follows from it (the row's beats, the flags, the first
+    count) is set up from those registers in the next cycle, so neither ``start`` nor the
+    job's inputs reach any logic of the loader's own. ``done`` (a flip-flop) is
     high while no beat is outstanding (a register: low in the cycle after ``start`` even
     for an empty job).
     Rows are read in whole beats, in INCR bursts aligned to :func:`aligned_burst_beats`
@@ -58,8 +59,9 @@ class BlockLoader(wiring.Component):
     4 KiB and no burst length needs a subtract: the request leaves from registers, one
     burst a cycle inside a row, the first burst of the next row a cycle after the row
     before it. Beats come back in order (one ID per client) and each is written into the
-    buffer in the cycle after it arrives, from a register (``wr_en`` one bit per bank,
-    ``wr`` the buffer's write layout), so R is never stalled.
+    buffer in the cycle after it arrives, from registers (``wr_en`` one bit per bank,
+    ``wr`` the buffer's write layout, ``wr_mask`` the buffer lanes it writes, for a
+    :class:`~.mac.SkewedBuffer` with ``bank_mask``), so R is never stalled.
     """
 
     def __init__(self, *, addr_width: int, bus_width: int, max_burst: int, max_rows: int,
@@ -69,13 +71,14 @@ class BlockLoader(wiring.Component):
         self.elems_per_beat = bus_width // MAC_INPUT_WIDTH
         self.burst = aligned_burst_beats(max_burst, self.bytes_per_beat)
         self.banks = banks
+        self.lanes = data.Layout.cast(write_layout)["data"].shape.length
         super().__init__({
             "start": In(1), "base": In(addr_width), "stride": In(addr_width),
             "nrows": In(range(max_rows + 1)), "ncols": In(range(max_rows + 1)),
             "bank": In(range(max(2, banks))), "done": Out(1),
             "request": Out(stream.Signature(read_request_layout(addr_width))),
             "response": In(read_response_layout(bus_width)),
-            "wr_en": Out(banks), "wr": Out(write_layout),
+            "wr_en": Out(banks), "wr": Out(write_layout), "wr_mask": Out(self.lanes),
         })
 
     def elaborate(self, platform):
@@ -130,13 +133,14 @@ class BlockLoader(wiring.Component):
                              next_row.eq(next_row + stride), head_ok.eq(0)]
             with m.Else():
                 m.d.sync += valid.eq(0)
+        # (a job starts once the last one is done: its requests all issued, so the slot
+        # and the row's rest are already clear; they are cleared again a cycle later)
         with m.If(started):          # (rows_left counts only while rows_any is high)
-            m.d.sync += [rows_left.eq(job["nrows"]), rows_any.eq(~job["empty"]), head_ok.eq(0),
+            m.d.sync += [valid.eq(0), rest.eq(0), rest_any.eq(0), rest_long.eq(0),
+                         rows_left.eq(job["nrows"]), rows_any.eq(~job["empty"]), head_ok.eq(0),
                          row_beats.eq((job["ncols"] + epb - 1) >> _log2(epb))]
         with m.If(self.start):
-            m.d.sync += [valid.eq(0), rest.eq(0), rest_any.eq(0), rest_long.eq(0),
-                         rows_any.eq(0), next_row.eq(self.base), stride.eq(self.stride),
-                         head_ok.eq(0)]
+            m.d.sync += [next_row.eq(self.base), stride.eq(self.stride)]
 
     def _receive(self, m, job, started):
         epb, maxr = self.elems_per_beat, self.max_rows
@@ -146,36 +150,43 @@ class BlockLoader(wiring.Component):
         row = Signal(range(maxr + 1), name="recv_row")
         col = Signal(range(maxr + epb + 1), name="recv_col")
         rows_to_recv = Signal(range(maxr + 1), name="rows_to_recv")
-        # rows_to_recv == 0 as a register, updated from registers only: on a start it is
-        # taken from the latched job a cycle later (done stays low in that cycle)
+        # rows_to_recv == 0 as a register, updated from registers only: a start clears
+        # it, the latched job sets it a cycle later
         done = Signal(init=1, name="recv_done")
         bank = Signal.like(self.bank)
-        # every beat is registered before it is written: the port's R decode reaches
-        # these registers only, and the buffer's write logic starts from flip-flops
-        beat_valid = Signal(name="recv_beat_valid")
-        beat_data = Signal(self.bus_width, name="recv_beat_data", reset_less=True)
+        # every beat is written from a register a cycle after it arrives, with its place
+        # (row, column, count) and the banks it writes (the buffer's wr_mask), so the
+        # buffer's write logic starts from flip-flops and not from the port's R decode
+        wr, lanes = self.wr, self.lanes
+        lb = _log2(lanes)
         wr_en = Signal(self.banks, name="recv_wr_en")
-        m.d.sync += [beat_valid.eq(self.response.valid), beat_data.eq(self.response.data)]
+        wr_q = Signal.like(wr, name="recv_wr", reset_less=True)
+        mask = Signal(lanes, name="recv_wr_mask", reset_less=True)
+        last_beat = Signal(name="recv_last_beat")     # the job's last beat is in wr_q
         m.d.sync += [wr_en[index].eq(self.response.valid & (bank == index))
                      for index in range(self.banks)]
-        wr = self.wr
-        m.d.comb += [wr.row.eq(row), wr.col.eq(col), wr.count.eq(count), self.wr_en.eq(wr_en)]
-        for lane in range(len(wr.data)):
-            m.d.comb += wr.data[lane].eq(beat_data.word_select(lane, MAC_INPUT_WIDTH))
-        with m.If(beat_valid):
+        m.d.sync += [wr_q.row.eq(row), wr_q.col.eq(col), wr_q.count.eq(count),
+                     wr_q.data.as_value().eq(self.response.data[:len(wr_q.data.as_value())]),
+                     last_beat.eq(self.response.valid & (left <= epb) & (rows_to_recv == 1))]
+        # bank b takes lane (b - row) mod lanes (the column is a multiple of lanes)
+        m.d.sync += [mask[b].eq(((b - row[:lb])[:lb] if lb else Const(0, 1)) < count)
+                     for b in range(lanes)]
+        m.d.comb += [wr.eq(wr_q), self.wr_en.eq(wr_en), self.wr_mask.eq(mask)]
+        with m.If(last_beat):
+            m.d.sync += done.eq(1)
+        with m.If(self.response.valid):
             with m.If(left <= epb):          # the row's last beat
                 m.d.sync += [left.eq(ncols), count.eq(Mux(ncols < epb, ncols, epb)), col.eq(0),
-                             row.eq(row + 1), rows_to_recv.eq(rows_to_recv - 1),
-                             done.eq(rows_to_recv == 1)]
+                             row.eq(row + 1), rows_to_recv.eq(rows_to_recv - 1)]
             with m.Else():
                 m.d.sync += [left.eq(left - epb), count.eq(Mux(left < 2 * epb, left - epb, epb)),
                              col.eq(col + epb)]
-        m.d.comb += self.done.eq(done & ~started)
+        m.d.comb += self.done.eq(done)
         with m.If(started):          # (no beat of the job can arrive before its first burst)
-            m.d.sync += [done.eq(job["empty"]), left.eq(ncols),
+            m.d.sync += [done.eq(job["empty"]), left.eq(ncols), row.eq(0), col.eq(0),
                          count.eq(Mux(ncols < epb, ncols, epb)), rows_to_recv.eq(job["nrows"])]
         with m.If(self.start):
-            m.d.sync += [row.eq(0), col.eq(0), bank.eq(self.bank)]
+            m.d.sync += [done.eq(0), bank.eq(self.bank)]
 
 
 class BlockWalker(wiring.Component):

@@ -61,6 +61,9 @@ def test_block_loader_reads_every_row_in_aligned_bursts(nrows, ncols, base_beats
                 wr = ctx.get(dut.wr)
                 for lane in range(wr.count):
                     seen["writes"][(wr.row, wr.col + lane)] = wr.data[lane]
+                # the banks written: bank b holds lane (b - row) mod 8
+                assert ctx.get(dut.wr_mask) == sum(1 << b for b in range(8)
+                                                   if (b - wr.row) % 8 < wr.count)
             ready = rng.random() < 0.7
             ctx.set(dut.request.ready, ready)
             if ctx.get(dut.request.valid) and ready:
