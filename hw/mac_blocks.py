@@ -105,6 +105,8 @@ class BlockLoader(wiring.Component):
         valid = Signal(name="req_valid")
         addr = Signal(self.addr_width, name="req_addr", reset_less=True)
         beats = Signal(range(A + 1), name="req_beats", reset_less=True)
+        # beats - 1 beside it: the port's guard adds the length to the address at once
+        length = Signal(8, name="req_len", reset_less=True)
         rest = Signal(range(maxr + 1), name="row_rest")        # beats of the row after it
         # rest != 0 and rest > A, registers beside it (the request's choice starts from them)
         rest_any = Signal(name="row_rest_any")
@@ -119,14 +121,15 @@ class BlockLoader(wiring.Component):
         room = A - (next_row[beat_bits:beat_bits + _log2(A)] if A > 1 else 0)
         m.d.sync += [head.eq(Mux(row_beats <= room, row_beats, room)), head_ok.eq(1)]
         m.d.comb += [self.request.valid.eq(valid), self.request.payload.addr.eq(addr),
-                     self.request.payload.len.eq(beats - 1)]
+                     self.request.payload.len.eq(length)]
         with m.If(~valid | self.request.ready):
             with m.If(rest_any):
                 m.d.sync += [valid.eq(1), addr.eq(addr + (beats << beat_bits)),
-                             beats.eq(Mux(rest_long, A, rest)), rest.eq(Mux(rest_long, rest - A, 0)),
+                             beats.eq(Mux(rest_long, A, rest)), length.eq(Mux(rest_long, A, rest) - 1),
+                             rest.eq(Mux(rest_long, rest - A, 0)),
                              rest_any.eq(rest_long), rest_long.eq(rest > 2 * A)]
             with m.Elif(rows_any & head_ok):
-                m.d.sync += [valid.eq(1), addr.eq(next_row), beats.eq(head),
+                m.d.sync += [valid.eq(1), addr.eq(next_row), beats.eq(head), length.eq(head - 1),
                              rest.eq(row_beats - head), rest_any.eq(row_beats != head),
                              rest_long.eq(row_beats > head + A), rows_left.eq(rows_left - 1),
                              rows_any.eq(rows_left != 1),
