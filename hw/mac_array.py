@@ -668,13 +668,18 @@ class MacArrayCore(UnitCore):
                 # column, or the first column of the next block row
                 dp.d.sync += [block_row.eq(next_block_row), block_base.eq(next_base)]
         m.d.comb += run["computing"].eq(in_run)
+        # the bias reader starts a cycle after the loop decides it, from a register (its
+        # base and count are registers that hold until the compute walker steps; its done
+        # falls the cycle after its start, before the BIAS state can look at it)
+        bias_start = Signal(name="bias_start")
+        dp.d.sync += bias_reader.start.eq(bias_start)
         with dp.FSM(name="compute"):
             with dp.State("PREFETCH"):            # the first block's bias
                 dp.d.comb += bias_first.eq(1)
                 with dp.If(running & cw.ready):
                     dp.next = "PREFETCH_START"
             with dp.State("PREFETCH_START"):      # (its base and count registered)
-                dp.d.comb += [bias_first.eq(1), bias_reader.start.eq(use_bias)]
+                dp.d.comb += [bias_first.eq(1), bias_start.eq(use_bias)]
                 dp.next = "WAIT"
             with dp.State("WAIT"):
                 with dp.If(running & (ready_blocks != 0) & cw.ready):
@@ -689,7 +694,7 @@ class MacArrayCore(UnitCore):
                 with dp.If(running & parts["bias_done"]):
                     dp.d.comb += [start_core.eq(1), comp_start.eq(1)]
                     # fetch the next block's bias while this one computes
-                    dp.d.comb += bias_reader.start.eq(use_bias & ~cw.last_block)
+                    dp.d.comb += bias_start.eq(use_bias & ~cw.last_block)
                     dp.next = "RUN"
             with dp.State("RUN"):                  # (the block's end: see in_run)
                 with dp.If(core.done):
