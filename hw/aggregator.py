@@ -217,8 +217,7 @@ class AggregatorCore(UnitCore):
         row_fifo = fifo.SyncFIFOBuffered(width=c.bus_width, depth=c.reads_in_flight)
         row_address = RowAddress(addr_width=aw, bytes_per_beat=bpb, max_beats=maxb)
         id_slots = row_address.latency + 4
-        # registered flags: the gather's pop (from its issue decision) reaches no level
-        # compare, only the FIFO's read enable and counters
+        # registered flags: the pop reaches no level compare
         row_ids = RegisteredFIFO(row_bursts_layout(aw, maxb), id_slots)
         desc_layout = descriptor_layout(ew)
         # without `mean` the descriptors skip the divider (and its latency)
@@ -292,7 +291,11 @@ class AggregatorCore(UnitCore):
             row_fifo.w_en.eq(read_port.responses[3].valid),
             row_fifo.w_data.eq(read_port.responses[3].data),
         ]
-        wiring.connect(dp, row_ids.r, gather.bursts)
+        # a register slice between them: the gather's load (its issue decision) enables its
+        # own burst registers and the slice's, not also the FIFO's read and counters
+        dp.submodules.bursts_slice = bursts_slice = StreamRegister(row_bursts_layout(aw, maxb))
+        wiring.connect(dp, row_ids.r, bursts_slice.i)
+        wiring.connect(dp, bursts_slice.o, gather.bursts)
         wiring.connect(dp, gather.request, read_port.requests[3])
 
         # ---- edge walk: a row index and a descriptor per valid edge -----------------------
