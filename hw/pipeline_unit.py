@@ -521,17 +521,29 @@ class PipelineUnitCore(UnitCore):
         first = Signal()          # first RUN cycle (== run.first)
 
         # ---- stream unpacking: beats -> row segments of `lanes` elements ------------------
-        def unpack(reader, port, cols, name):
+        # the microbatch's rows as registers of its width (rows <= max_rows once checked)
+        rows_bits = max(c.max_rows.bit_length(), 1)
+        rows_m1 = Signal(rows_bits, reset_less=True)
+        rows_one = Signal(reset_less=True)
+        m.d.sync += [rows_m1.eq(rows[:rows_bits] - 1), rows_one.eq(rows == 1)]
+
+        def unpack(reader, port, cols, max_cols, name):
             # the row position as registers stepped per segment: the segment's column, the
-            # elements left in its row, whether its row is the microbatch's last
+            # elements left in its row, the rows after it (counted down: no compare with the
+            # configured rows), whether its row is the microbatch's last
             r = Signal(16, name=f"{name}_row")
+            after = Signal(rows_bits, name=f"{name}_rows_after")
             b_j = Signal(range(spb), name=f"{name}_seg")
-            col = Signal(32, name=f"{name}_col")
-            left = Signal(32, name=f"{name}_left")
+            col = Signal(range(max_cols + 1), name=f"{name}_col")
+            left = Signal(range(max_cols + 1), name=f"{name}_left")
             last_row = Signal(name=f"{name}_last_row")
             row_end = Signal(name=f"{name}_row_end")       # left <= lanes
+            cols_w = Signal(range(max_cols + 1), name=f"{name}_cols", reset_less=True)
+            one_seg = Signal(name=f"{name}_one_seg", reset_less=True)   # cols <= lanes
+            m.d.sync += [cols_w.eq(cols[:len(cols_w)]), one_seg.eq(cols <= L)]
             with dp.If(first):
-                dp.d.sync += [left.eq(cols), last_row.eq(rows == 1), row_end.eq(cols <= L)]
+                dp.d.sync += [left.eq(cols_w), last_row.eq(rows_one), after.eq(rows_m1),
+                              row_end.eq(one_seg)]
             seg = reader.beats.r_data.word_select(b_j, L * MAC_INPUT_WIDTH)
             pl = port.payload
             dp.d.comb += [
@@ -545,14 +557,16 @@ class PipelineUnitCore(UnitCore):
                               row_end.eq(left <= 2 * L)]
                 with dp.If(row_end):
                     dp.d.comb += reader.pop.eq(1)
-                    dp.d.sync += [b_j.eq(0), col.eq(0), left.eq(cols), row_end.eq(cols <= L),
-                                  r.eq(Mux(last_row, 0, r + 1)),
-                                  last_row.eq(Mux(last_row, rows == 1, r + 2 == rows))]
+                    dp.d.sync += [b_j.eq(0), col.eq(0), left.eq(cols_w), row_end.eq(one_seg)]
+                    with dp.If(last_row):
+                        dp.d.sync += [r.eq(0), after.eq(rows_m1), last_row.eq(rows_one)]
+                    with dp.Else():
+                        dp.d.sync += [r.eq(r + 1), after.eq(after - 1), last_row.eq(after == 1)]
                 with dp.Elif(b_j == spb - 1):
                     dp.d.comb += reader.pop.eq(1)
 
-        unpack(a_reader, pipe.act_in, d_first, "act")
-        unpack(g_reader, pipe.grad_in, d_last, "grad")
+        unpack(a_reader, pipe.act_in, d_first, c.max_in, "act")
+        unpack(g_reader, pipe.grad_in, d_last, c.max_out, "grad")
 
         # inputs: one job over all N * rows rows
         m.d.comb += [a_reader.base.eq(cfg["act_addr"]), a_reader.stride.eq(cfg["act_stride"]),
@@ -831,8 +845,10 @@ class PipelineUnitCore(UnitCore):
             # nothing new is issued; once the traffic in flight is in, the Pipeline (which
             # may wait for data that will never come) is reset
             run.quiet.eq((read_port.outstanding == 0) & write_port.idle),
-            pipe_reset.eq(run.abort_done & is_train),
         ]
+        # the Pipeline's reset is a register (it reaches every flip-flop of the stages):
+        # high in the FINISH cycle after the abort, so the next run finds it reset
+        m.d.sync += pipe_reset.eq(run.abort_done & is_train)
         # CHECK -> RUN next cycle; RUN ends by finishing or by a fault found now (stopped
         # is set and run.running & ~stopped drops: the same cycle as with the decoded state)
         enter_run = checking & check_done & ~err_config
@@ -853,6 +869,11 @@ class PipelineUnitCore(UnitCore):
             m.d.sync += status.eq(Status.CONFIG_ERROR)
 
         m.submodules.datapath = ResetInserter(clear)(dp)
+        # the registered phase beside the run control's, for the simulation that checks
+        # them against each other cycle by cycle
+        self.probes = dict(run=run, checking=checking, running=running, train_run=train_run,
+                           first=first, stopped=stopped, is_train=is_train, pipe_reset=pipe_reset,
+                           cfg=cfg)
         return m
 
 
