@@ -206,8 +206,12 @@ class RowReader(Elaboratable):
     ``max_burst`` beats that never cross 4 KiB. Room in the FIFO is reserved when a burst
     is issued, so R is never back-pressured. ``start`` (one cycle) latches a job; ``issued``
     is high once every burst of it went out (a new job may start while its beats are still
-    in the FIFO). The consumer reads ``beats.r_data`` while ``beats.r_rdy`` and pulses
-    ``pop``.
+    in the FIFO). The consumer reads ``data`` while ``valid`` and pulses ``pop``.
+
+    ``data`` is the head of a two-beat buffer behind the FIFO, which moves a beat over
+    whenever its second entry is free (a register): the consumer's ``pop`` reaches only
+    that buffer, not the FIFO's level or the credits, and a beat can still be taken every
+    cycle.
 
     A burst is decided in one cycle (its length and whether it ends the row, into
     registers) and requested in the next, so a burst leaves at most every other cycle: no
@@ -227,11 +231,29 @@ class RowReader(Elaboratable):
         self.nrows = Signal(40)
         self.row_beats = Signal(16)
         self.pop = Signal()
+        self.valid = Signal()
+        self.data = Signal(bus_width)
         self.issued = Signal()
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.beats = beats = self.beats
+        # the output buffer: head (what the consumer sees) and spare; a beat leaves the FIFO
+        # while the spare is free, so the FIFO's read depends on registers only
+        head, spare = Signal(self.bus_width, reset_less=True), Signal(self.bus_width, reset_less=True)
+        has_head, has_spare = Signal(), Signal()
+        fetch = Signal()
+        m.d.comb += [fetch.eq(beats.r_rdy & ~has_spare), beats.r_en.eq(fetch),
+                     self.valid.eq(has_head), self.data.eq(head)]
+        with m.If(self.pop | ~has_head):
+            m.d.sync += head.eq(Mux(has_spare, spare, beats.r_data))
+        with m.If(~has_spare):
+            m.d.sync += spare.eq(beats.r_data)
+        with m.If(has_head):
+            m.d.sync += [has_head.eq(~self.pop | has_spare | fetch),
+                         has_spare.eq(Mux(has_spare, ~self.pop, fetch & ~self.pop))]
+        with m.Else():
+            m.d.sync += has_head.eq(fetch)
         aw, bpb, mb = self.addr_width, self.bus_width // 8, self.max_burst
         beat_bits = bpb.bit_length() - 1
         page_beats = BOUNDARY_BYTES // bpb
@@ -275,9 +297,8 @@ class RowReader(Elaboratable):
                 # a burst that reaches the boundary starts the next page
                 m.d.sync += [addr.eq(addr + (burst << beat_bits)), remain.eq(remain - burst),
                              to_page.eq(Mux(to_page == burst, page_beats, to_page - burst))]
-        m.d.sync += credits.eq(credits - Mux(fire, burst, 0) + self.pop)
-        m.d.comb += [beats.w_en.eq(self.response.valid), beats.w_data.eq(self.response.data),
-                     beats.r_en.eq(self.pop)]
+        m.d.sync += credits.eq(credits - Mux(fire, burst, 0) + fetch)
+        m.d.comb += [beats.w_en.eq(self.response.valid), beats.w_data.eq(self.response.data)]
         with m.If(self.start):
             m.d.sync += [addr.eq(self.base), next_row.eq(self.base + self.stride),
                          stride.eq(self.stride), row_beats.eq(self.row_beats),
@@ -544,10 +565,10 @@ class PipelineUnitCore(UnitCore):
             with dp.If(first):
                 dp.d.sync += [left.eq(cols_w), last_row.eq(rows_one), after.eq(rows_m1),
                               row_end.eq(one_seg)]
-            seg = reader.beats.r_data.word_select(b_j, L * MAC_INPUT_WIDTH)
+            seg = reader.data.word_select(b_j, L * MAC_INPUT_WIDTH)
             pl = port.payload
             dp.d.comb += [
-                port.valid.eq(reader.beats.r_rdy & train_run),
+                port.valid.eq(reader.valid & train_run),
                 pl.row.eq(r), pl.col.eq(col), pl.count.eq(Mux(row_end, left, L)),
                 pl.data.as_value().eq(seg), pl.relu_mask.eq(0),
                 pl.last.eq(row_end & last_row),
@@ -605,14 +626,15 @@ class PipelineUnitCore(UnitCore):
         g_may = Signal()
         dp.d.sync += [g_recent.eq(Cat(g_reader.start, g_recent[0])),
                       g_may.eq(g_mb < self.cfg["grads_ready"])]   # live: the host raises it
-        g_free = train_run & ~first & ~g_recent.any() & g_reader.issued & (g_jobs_left != 0)
+        g_jobs_any = Signal()     # g_jobs_left != 0, a register
+        g_free = train_run & ~first & ~g_recent.any() & g_reader.issued & g_jobs_any
         dp.d.comb += [g_reader.start.eq(g_free & g_may)]
         m.d.comb += [g_reader.base.eq(g_job_base), g_reader.stride.eq(cfg["grad_stride"]),
                      g_reader.nrows.eq(rows), g_reader.row_beats.eq(row_beats(d_last, ELEM_BYTES))]
         with dp.If(first):
-            dp.d.sync += g_jobs_left.eq(n_total)
+            dp.d.sync += [g_jobs_left.eq(n_total), g_jobs_any.eq(n_total != 0)]
         with dp.Elif(g_reader.start):
-            dp.d.sync += g_jobs_left.eq(g_jobs_left - 1)
+            dp.d.sync += [g_jobs_left.eq(g_jobs_left - 1), g_jobs_any.eq(g_jobs_left != 1)]
         grad_wait = Signal()
         m.d.comb += grad_wait.eq(g_free & ~g_may)
 
@@ -633,9 +655,9 @@ class PipelineUnitCore(UnitCore):
         with dp.If(first):
             dp.d.sync += [lw_left.eq(sel_d_out), lw_row_end.eq(out_one_word), lw_done.eq(sel_d_in == 0)]
         load_valid = Signal()
-        dp.d.comb += load_valid.eq(running & is_load & w_reader.beats.r_rdy)
+        dp.d.comb += load_valid.eq(running & is_load & w_reader.valid)
         load_word = Signal(L * 32)
-        raw = w_reader.beats.r_data.word_select(lw_j, L * 32) if wpb > 1 else w_reader.beats.r_data[:L * 32]
+        raw = w_reader.data.word_select(lw_j, L * 32) if wpb > 1 else w_reader.data[:L * 32]
         for lane in range(L):
             keep = lw_left > lane
             dp.d.comb += load_word.word_select(lane, 32).eq(Mux(keep, raw.word_select(lane, 32), 0))
@@ -742,7 +764,8 @@ class PipelineUnitCore(UnitCore):
         # push back (the run stops a cycle later)
         head = write_queue.queued
         write_fault = Signal()
-        can_push = write_port.address.w_rdy & write_port.beats.w_rdy & markers.room
+        # flip-flops only (the port's queues' own w_rdy compare their levels)
+        can_push = write_port.room & markers.room
         live = head.valid & ~write_fault & ~stopped
         push = Signal()
         fault_found = Signal()
