@@ -323,6 +323,7 @@ class _RunSizes:
         aw = c.addr_width
         self.start, self.started, self.ready = Signal(), Signal(), Signal()
         self.filled = Signal()    # the row offset tables are written
+        self.filled_q = Signal(name="sizes_filled_q")   # the same, a cycle later
         mbs, steps, rows = cfg["microbatches"][:8], cfg["steps"][:16], cfg["rows"][:13]
         sel = cfg["stage"]
         # the selected stage's input dimension, registered (the configuration is steady
@@ -384,7 +385,7 @@ class _RunSizes:
             m.d.sync += phase.eq(5)
         with m.Elif(phase == 5):       # (the check in two register stages)
             m.d.sync += phase.eq(6)
-        with m.Elif((phase == 6) & self.filled):
+        with m.Elif((phase == 6) & self.filled_q):
             m.d.comb += self.ready.eq(1)
             m.d.sync += [phase.eq(0), self.started.eq(0)]
         self.n_total = n.product
@@ -407,6 +408,9 @@ class _RunSizes:
         m.d.sync += fill_rows.eq(Mux(cfg["rows"] > c.max_rows, c.max_rows, cfg["rows"]))
         filled = self.filled
         m.d.comb += filled.eq(fill_row >= fill_rows)
+        # the same, a cycle later, for ready (which ends CHECK): no compare in front of the
+        # run control (the tables fill in `rows` cycles, the phases take longer)
+        m.d.sync += self.filled_q.eq(filled)
         for b in ("logits", "dx"):
             table = Memory(shape=aw + 13, depth=c.max_rows, init=[])
             m.submodules[f"{b}_row_offsets"] = table
@@ -658,15 +662,22 @@ class PipelineUnitCore(UnitCore):
         dp.d.comb += load_valid.eq(running & is_load & w_reader.valid)
         load_word = Signal(L * 32)
         raw = w_reader.data.word_select(lw_j, L * 32) if wpb > 1 else w_reader.data[:L * 32]
+        # the word's lanes inside the row (lw_left > lane), registers set a word ahead
+        lw_keep = Signal(L)
+        out_keep = Signal(L, reset_less=True)       # a row's first word: sel_d_out > lane
+        m.d.sync += out_keep.eq(Cat(*(sel_d_out > lane for lane in range(L))))
         for lane in range(L):
-            keep = lw_left > lane
-            dp.d.comb += load_word.word_select(lane, 32).eq(Mux(keep, raw.word_select(lane, 32), 0))
+            dp.d.comb += load_word.word_select(lane, 32).eq(Mux(lw_keep[lane], raw.word_select(lane, 32), 0))
+        with dp.If(first):
+            dp.d.sync += lw_keep.eq(out_keep)
         with dp.If(load_valid):
-            dp.d.sync += [lw_word.eq(lw_word + 1), lw_left.eq(lw_left - L), lw_row_end.eq(lw_left <= 2 * L)]
+            dp.d.sync += [lw_word.eq(lw_word + 1), lw_left.eq(lw_left - L), lw_row_end.eq(lw_left <= 2 * L),
+                          lw_keep.eq(Cat(*(lw_left > lane + L for lane in range(L))))]
             with dp.If(lw_row_end):
                 dp.d.comb += w_reader.pop.eq(1)
                 dp.d.sync += [lw_j.eq(0), lw_word.eq(0), lw_left.eq(sel_d_out), lw_row.eq(lw_row + 1),
-                              lw_row_end.eq(out_one_word), lw_done.eq(lw_row == sel_d_in_m1)]
+                              lw_row_end.eq(out_one_word), lw_done.eq(lw_row == sel_d_in_m1),
+                              lw_keep.eq(out_keep)]
             with dp.Elif(lw_j == wpb - 1):
                 dp.d.comb += w_reader.pop.eq(1)
                 dp.d.sync += lw_j.eq(0)
@@ -677,6 +688,7 @@ class PipelineUnitCore(UnitCore):
         # ---- weight store: master words -> single-beat writes ------------------------------
         sw_row, sw_word = Signal(16), Signal(16)
         sw_left = Signal(16)       # elements of the row from this word on
+        sw_keep = Signal(L)        # sw_left > lane, registers set a word ahead
         sw_settled = Signal()      # w_rd_data holds the word at (sw_row, sw_word)
         sw_row_addr = Signal(aw + 16)
         sw_row_end = Signal()      # sw_left <= L: the word is its row's last
@@ -684,7 +696,8 @@ class PipelineUnitCore(UnitCore):
         store_valid = Signal()
         dp.d.comb += store_valid.eq(running & is_store & sw_settled & ~store_done)
         with dp.If(first):
-            dp.d.sync += [sw_left.eq(sel_d_out), sw_row_end.eq(out_one_word), store_done.eq(sel_d_in == 0)]
+            dp.d.sync += [sw_left.eq(sel_d_out), sw_row_end.eq(out_one_word), store_done.eq(sel_d_in == 0),
+                          sw_keep.eq(out_keep)]
 
         w_row = Mux(is_load, lw_row, sw_row)
         w_word = Mux(is_load, lw_word, sw_word)
@@ -739,14 +752,17 @@ class PipelineUnitCore(UnitCore):
         dp.d.comb += word_bytes.eq(sw_word * (L * MASTER_BYTES))
         st_off = word_bytes[:beat_bits]
         # the word's elements in the row: lanes below sw_left
-        st_strb = Cat(*[Mux(sw_left > lane, Const((1 << MASTER_BYTES) - 1, MASTER_BYTES), 0)
+        st_strb = Cat(*[Mux(sw_keep[lane], Const((1 << MASTER_BYTES) - 1, MASTER_BYTES), 0)
                         for lane in range(L)]) << st_off
         st_data = rd_word << (st_off * 8)
-        with dp.If(take_lg):
+        # the beat's fields are chosen by the writers' valid flags alone (flip-flops; the
+        # queue takes the fields only with entry.valid), so its ready, a credit count, is
+        # not in front of the hundreds of loads the choice reaches
+        with dp.If(lg_w.beats.valid):
             dp.d.comb += [ep.base.eq(lg_base), ep.row_offset.eq(sizes.row_offset(dp, "logits", lg_pl.row)),
                           ep.beat_offset.eq(lg_pl.beat << beat_bits), ep.data.eq(lg_pl.data),
                           ep.strb.eq(lg_pl.strb), ep.mark.eq(lg_pl.last), *buffer("logits")]
-        with dp.Elif(take_dx):
+        with dp.Elif(dx_w.beats.valid):
             dp.d.comb += [ep.base.eq(dx_base), ep.row_offset.eq(sizes.row_offset(dp, "dx", dx_pl.row)),
                           ep.beat_offset.eq(dx_pl.beat << beat_bits), ep.data.eq(dx_pl.data),
                           ep.strb.eq(dx_pl.strb), *buffer("dx")]
@@ -790,11 +806,13 @@ class PipelineUnitCore(UnitCore):
                 dp.d.sync += sw_settled.eq(1)
             with dp.Elif(take_st):
                 dp.d.sync += [sw_settled.eq(0), sw_word.eq(sw_word + 1), sw_left.eq(sw_left - L),
-                              sw_row_end.eq(sw_left <= 2 * L)]
+                              sw_row_end.eq(sw_left <= 2 * L),
+                              sw_keep.eq(Cat(*(sw_left > lane + L for lane in range(L))))]
                 with dp.If(sw_row_end):
                     dp.d.sync += [sw_word.eq(0), sw_left.eq(sel_d_out), sw_row.eq(sw_row + 1),
                                   sw_row_addr.eq(sw_row_addr + cfg["w_stride"]),
-                                  sw_row_end.eq(out_one_word), store_done.eq(sw_row == sel_d_in_m1)]
+                                  sw_row_end.eq(out_one_word), store_done.eq(sw_row == sel_d_in_m1),
+                                  sw_keep.eq(out_keep)]
 
         # write responses: in order (one ID), each for the burst of the AW before it; a
         # microbatch's logits are in once the responses cover the beats up to its last
