@@ -6,7 +6,7 @@
 Microarchitecture (one AXI4 manager port, reads and writes in flight at once); each box
 is a component of its own (``hw/aggregator_*.py``), wired with ``connect()``::
 
-    indptr ─┐ ElementReader x3  register   EdgeWalk ──> RowAddress ──> row ids ──> RowGather
+    indptr ─┐ MetaReader x3     register   EdgeWalk ──> RowAddress ──> row ids ──> RowGather
     indices ├─ (INCR bursts,  ──> slices ──>    │        (DSP tiles)                (bursts)
     weights ┘   credits)                        └─> descriptors ─> ReciprocalPipe      │
                                                                       │             row FIFO
@@ -58,7 +58,8 @@ from .aggregator_output import OutputStage
 from .aggregator_reduce import Reduce
 from .aggregator_walk import EdgeWalk, descriptor_layout
 from .axi import BusParams, UnitCore
-from .blocks import ElementReader, EventCounters, RunControl, StreamRegister
+from .aggregator_reader import MetaReader
+from .blocks import EventCounters, RegisteredFIFO, RunControl, StreamRegister
 from .dma import ReadPort, WritePort, read_request_layout, write_address_layout
 from gnnweave.contract import AGGREGATOR_CONFIG_REGISTERS as CONFIG_REGISTERS  # noqa: F401
 from gnnweave.contract import AGGREGATOR_STATUS_REGISTERS as STATUS_REGISTERS  # noqa: F401
@@ -147,8 +148,10 @@ class ReciprocalPipe(wiring.Component):
         in_payload = Signal(self.layout, reset_less=True)
         m.d.sync += [in_valid.eq(self.i.valid), in_payload.eq(self.i.payload)]
         count = in_payload.count
-        numerator = Signal(34)
-        m.d.comb += numerator.eq((1 << MEAN_RECIP_BITS) + (count >> 1))
+        # the numerator's adder before the input register: the first stage's compare and
+        # subtract start from its flip-flops
+        numerator = Signal(34, reset_less=True)
+        m.d.sync += numerator.eq((1 << MEAN_RECIP_BITS) + (self.i.payload.count >> 1))
         valid, payload, rem, num, quo, div = (in_valid, in_payload,
                                               numerator >> qbits, numerator, Const(0, qbits),
                                               count)
@@ -206,19 +209,21 @@ class AggregatorCore(UnitCore):
         # logic and the guard's adders out of the arbitration (the ECP5 critical path)
         read_port = ReadPort(self.bus, num_clients=4, registered_requests=True)
         write_port = WritePort(self.bus, beat_depth=W_BEATS, address_depth=4)
+        # the shared ElementReader with its unpacker's control flattened (MetaReader)
         ptr_reader, idx_reader, w_reader = (
-            ElementReader(addr_width=aw, data_width=c.bus_width, elem_width=width,
+            MetaReader(addr_width=aw, data_width=c.bus_width, elem_width=width,
                           fifo_beats=c.meta_fifo_beats, max_burst=c.meta_burst_beats)
             for width in (32, 32, ew))
         row_fifo = fifo.SyncFIFOBuffered(width=c.bus_width, depth=c.reads_in_flight)
         row_address = RowAddress(addr_width=aw, bytes_per_beat=bpb, max_beats=maxb)
         id_slots = row_address.latency + 4
-        row_ids = fifo.SyncFIFOBuffered(width=row_bursts_layout(aw, maxb).size, depth=id_slots)
+        # registered flags: the pop reaches no level compare
+        row_ids = RegisteredFIFO(row_bursts_layout(aw, maxb), id_slots)
         desc_layout = descriptor_layout(ew)
         # without `mean` the descriptors skip the divider (and its latency)
         recip_pipe = ReciprocalPipe(desc_layout) if "mean" in c.reduce_ops else None
         desc_full_layout = reciprocal_layout(desc_layout)
-        desc_fifo = fifo.SyncFIFOBuffered(width=desc_full_layout.size, depth=c.desc_depth)
+        desc_fifo = RegisteredFIFO(desc_full_layout, c.desc_depth)
         for name, sub in [("read_port", read_port), ("write_port", write_port),
                           ("ptr_reader", ptr_reader), ("idx_reader", idx_reader),
                           ("w_reader", w_reader), ("row_fifo", row_fifo), ("row_ids", row_ids),
@@ -281,12 +286,16 @@ class AggregatorCore(UnitCore):
         dp.d.comb += [
             row_address.base.eq(cfg["feat_addr"]), row_address.stride.eq(cfg["feat_stride"]),
             row_address.row_beats.eq(row_beats),
-            row_ids.w_en.eq(row_address.o.valid), row_ids.w_data.eq(row_address.o.payload),
-            gather.bursts.valid.eq(row_ids.r_rdy), gather.bursts.payload.eq(row_ids.r_data),
-            row_ids.r_en.eq(gather.bursts.ready), gather.freed.eq(row_pop),
+            row_ids.w.valid.eq(row_address.o.valid), row_ids.w.payload.eq(row_address.o.payload),
+            gather.freed.eq(row_pop),
             row_fifo.w_en.eq(read_port.responses[3].valid),
             row_fifo.w_data.eq(read_port.responses[3].data),
         ]
+        # a register slice between them: the gather's load (its issue decision) enables its
+        # own burst registers and the slice's, not also the FIFO's read and counters
+        dp.submodules.bursts_slice = bursts_slice = StreamRegister(row_bursts_layout(aw, maxb))
+        wiring.connect(dp, row_ids.r, bursts_slice.i)
+        wiring.connect(dp, bursts_slice.o, gather.bursts)
         wiring.connect(dp, gather.request, read_port.requests[3])
 
         # ---- edge walk: a row index and a descriptor per valid edge -----------------------
@@ -307,7 +316,8 @@ class AggregatorCore(UnitCore):
         desc_pop = Signal()
         dp.d.comb += [walk.run.eq(running), walk.num_nodes.eq(num_nodes),
                       walk.num_edges.eq(num_edges), walk.use_weights.eq(use_weights),
-                      walk.row_done.eq(row_ids.r_en), walk.desc_done.eq(desc_pop)]
+                      walk.row_done.eq(row_ids.r.valid & row_ids.r.ready),
+                      walk.desc_done.eq(desc_pop)]
         edge_pulse, rejected_pulse, bad_indptr = walk.edge, walk.rejected, walk.bad_indptr
         if recip_pipe is not None:
             wiring.connect(dp, walk.descriptors, recip_pipe.i)
@@ -316,7 +326,7 @@ class AggregatorCore(UnitCore):
             described = stream.Signature(desc_full_layout, always_ready=True).create()
             dp.d.comb += [described.valid.eq(walk.descriptors.valid),
                           described.payload.desc.eq(walk.descriptors.payload)]
-        dp.d.comb += [desc_fifo.w_en.eq(described.valid), desc_fifo.w_data.eq(described.payload)]
+        dp.d.comb += [desc_fifo.w.valid.eq(described.valid), desc_fifo.w.payload.eq(described.payload)]
 
         # ---- reduce: products accumulated per node into two banks; drain: a closed bank
         # beat by beat, one AW per burst, into the output stage
@@ -333,9 +343,10 @@ class AggregatorCore(UnitCore):
         dp.d.comb += [
             reduce.rows.valid.eq(row_fifo.r_rdy), reduce.rows.payload.eq(row_fifo.r_data),
             row_fifo.r_en.eq(reduce.rows.ready), row_pop.eq(row_fifo.r_en),
-            reduce.descriptors.valid.eq(desc_fifo.r_rdy),
-            reduce.descriptors.payload.eq(desc_fifo.r_data),
-            desc_fifo.r_en.eq(reduce.descriptors.ready & desc_fifo.r_rdy), desc_pop.eq(desc_fifo.r_en),
+            reduce.descriptors.valid.eq(desc_fifo.r.valid),
+            reduce.descriptors.payload.eq(desc_fifo.r.payload),
+            desc_fifo.r.ready.eq(reduce.descriptors.ready),
+            desc_pop.eq(desc_fifo.r.valid & desc_fifo.r.ready),
             reduce.row_last_beat.eq(row_last_beat),
         ]
         m.d.comb += reduce.max.eq(reduce_op == ReduceOp.MAX)
@@ -383,12 +394,14 @@ class AggregatorCore(UnitCore):
         # behind the run, so it is not taken in the run's first cycle
         m.submodules.run = run = RunControl(drain=False, hold_first=True)
         busy = run.busy
+        # the run's first cycle and its running state from flip-flops (a cycle late): they
+        # fan out to the readers, the drain and the walk, never the state decode itself
+        m.d.sync += [launch.eq(run.first), running.eq(run.running)]
         m.d.comb += [
             run.start.eq(self.start), run.check_done.eq(check.done),
             run.check_error.eq(check.error), run.stop.eq(read_port.fault),
             run.finished.eq(drained), run.quiet.eq(in_flight_done & quiet["bank"]),
             check.start.eq(run.accept), clear.eq(run.checking),
-            launch.eq(run.first), running.eq(run.running),
             self.idle.eq(run.idle), self.done.eq(run.done),
         ]
         bus = self.bus

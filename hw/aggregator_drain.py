@@ -3,8 +3,9 @@ stage, with one write address per burst of its output row (a row crosses at most
 4 KiB boundary, so it is one or two bursts).
 
 Output-row addresses move by the row stride (no multiply) and each row's burst split is
-worked out a row ahead; whether a beat is its row's last or starts a burst is a
-flip-flop set a cycle ahead, so the drain's go signal is two LUTs from flip-flops.
+worked out a row ahead, into one of two slots; whether a beat is its row's last or
+starts a burst is a flip-flop set a cycle ahead, so the drain's go signal is one LUT from
+flip-flops, and it enables no wide register.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ class Drain(wiring.Component):
         base, stride: ``out_addr`` and ``out_stride`` (bytes), fixed for a run.
         row_beats, row_last_beat, last_mask: beats per row, that minus one, valid lanes of
             a row's last beat; fixed for a run.
-        nodes: output rows drained so far in this run.
+        nodes: output rows drained so far in this run (a cycle after each row's last beat).
         busy: a beat is between the bank and the output stage.
 
     Args:
@@ -62,25 +63,45 @@ class Drain(wiring.Component):
         d_beat1 = Signal(range(maxb + 1), init=1)   # d_beat + 1, counted beside it
         d_first = Signal(init=1)                      # d_beat == 0
         credits = Signal(range(self.credits + 1), init=self.credits)
-        # a row's bursts, computed a row ahead: next_row_addr is the row after the one
-        # being drained
-        next_row_addr, out_row_addr, second_addr = Signal(aw), Signal(aw), Signal(aw)
-        first_len, first_len_m1, second_len_m1 = (Signal(range(maxb + 1)), Signal(range(maxb)),
-                                                  Signal(range(maxb)))
-        advance = Signal()      # the next row becomes the one being drained
-        launched = Signal()     # the run's second cycle: the first row is set up
-        m.d.sync += launched.eq(self.launch)
-        with m.If(self.launch):
-            m.d.sync += next_row_addr.eq(self.base)
+        # two rows' bursts in two slots: `which` holds the row being drained, the other the
+        # row after it. A slot is refilled a cycle after its row is left (from registers:
+        # the drain's deepest decision only flips `which`, it enables no wide register);
+        # the row after the next one is `next_row_addr`
+        next_row_addr = Signal(aw, name="next_row_addr")
+        slot_addr = [Signal(aw, name=f"slot{k}_addr", reset_less=True) for k in range(2)]
+        slot_len = [Signal(range(maxb + 1), name=f"slot{k}_len", reset_less=True) for k in range(2)]
+        slot_len_m1 = [Signal(range(maxb), name=f"slot{k}_len_m1", reset_less=True)
+                       for k in range(2)]
+        which = Signal()
+        out_row_addr, first_len, first_len_m1 = (Signal(aw, name="out_row_addr"),
+                                                 Signal(range(maxb + 1), name="first_len"),
+                                                 Signal(range(maxb), name="first_len_m1"))
+        m.d.comb += [out_row_addr.eq(Mux(which, slot_addr[1], slot_addr[0])),
+                     first_len.eq(Mux(which, slot_len[1], slot_len[0])),
+                     first_len_m1.eq(Mux(which, slot_len_m1[1], slot_len_m1[0]))]
+        second_addr, second_len_m1 = Signal(aw, name="second_addr"), Signal(range(maxb))
+        advance = Signal()      # the drained row's last beat goes: the other slot is next
+        advanced = Signal()     # the cycle after: refill the slot just left
+        launched, launched2 = Signal(), Signal()   # the run's second and third cycles
+        m.d.sync += [launched.eq(self.launch), launched2.eq(launched), advanced.eq(advance)]
         # beats to the boundary minus one, for a beat-aligned address: no carry chain
         to_b_m1 = ~next_row_addr[beat_bits:12]
         crosses = to_b_m1 < row_last_beat
-        with m.If(advance):
-            m.d.sync += [
-                out_row_addr.eq(next_row_addr), next_row_addr.eq(next_row_addr + self.stride),
-                first_len_m1.eq(Mux(crosses, to_b_m1, row_last_beat)),
-                first_len.eq(Mux(crosses, to_b_m1 + 1, row_beats)),
-            ]
+        # the first row fills `which` in the run's second cycle, the second row the other
+        # slot in its third; later rows fill the slot their predecessor-but-one left
+        fill = launched | launched2 | advanced
+        fill_slot = Mux(launched, which, ~which)
+        with m.If(self.launch):
+            m.d.sync += next_row_addr.eq(self.base)
+        with m.Elif(fill):
+            m.d.sync += next_row_addr.eq(next_row_addr + self.stride)
+        for k in range(2):
+            with m.If(fill & (fill_slot == k)):
+                m.d.sync += [
+                    slot_addr[k].eq(next_row_addr),
+                    slot_len_m1[k].eq(Mux(crosses, to_b_m1, row_last_beat)),
+                    slot_len[k].eq(Mux(crosses, to_b_m1 + 1, row_beats)),
+                ]
         m.d.sync += [second_addr.eq(out_row_addr + (first_len << beat_bits)),
                      second_len_m1.eq(row_last_beat - first_len)]
 
@@ -97,14 +118,14 @@ class Drain(wiring.Component):
             needs_aw.eq(Mux(go, d_last | ends_first, d_first | (d_beat == first_len))),
         ]
         m.d.comb += [
-            # the first row's address is set up in the cycle after launch
+            # the first row's bursts are in their slot from the run's third cycle
             go.eq(self.bank.ready & ~launched & has_credit & (~needs_aw | self.aw.ready)),
-            advance.eq(launched | (go & d_last)),
+            advance.eq(go & d_last),
             self.aw.valid.eq(self.bank.ready & ~launched & has_credit & needs_aw),
             self.aw.payload.addr.eq(Mux(d_first, out_row_addr, second_addr)),
             self.aw.payload.len.eq(Mux(d_first, first_len_m1, second_len_m1)),
             self.bank.beat.eq(d_beat),
-            self.bank.release.eq(go & d_last),
+            self.bank.release.eq(advance),
         ]
         m.d.sync += [credits.eq(Mux(go & ~self.beat_done, credits - 1,
                                     Mux(~go & self.beat_done, credits + 1, credits))),
@@ -113,8 +134,10 @@ class Drain(wiring.Component):
         with m.If(go):
             m.d.sync += [d_beat.eq(d_beat1), d_beat1.eq(d_beat1 + 1), d_first.eq(0)]
             with m.If(d_last):
-                m.d.sync += [d_beat.eq(0), d_beat1.eq(1), d_first.eq(1),
-                             self.nodes.eq(self.nodes + 1)]
+                m.d.sync += [d_beat.eq(0), d_beat1.eq(1), d_first.eq(1), which.eq(~which)]
+        # rows drained, a cycle late (the count's adder is not behind the go)
+        with m.If(advanced):
+            m.d.sync += self.nodes.eq(self.nodes + 1)
 
         # the beat leaves from registers; they load every cycle (no enable to fan out), and
         # o.valid qualifies them

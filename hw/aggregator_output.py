@@ -70,7 +70,7 @@ class OutputStage(wiring.Component):
             constants: a beat may enter from the second cycle after it is set).
         mean: 1 for the ``mean`` reduction (only with ``mean=True``), fixed for a run
             (registered likewise).
-        saturated: output elements of one beat that saturated (registered, one cycle
+        saturated: output elements of one beat that saturated (registered, two cycles
             after the beat leaves on ``o``; 0 when none).
         busy: a beat or its count is still in the pipeline.
     """
@@ -138,12 +138,17 @@ class OutputStage(wiring.Component):
                                          for k in range(lanes)])),
             self.o.payload.last.eq(side["last"]),
         ]
-        # a beat's saturation count: a registered popcount, which the counter adds next cycle
+        # a beat's saturation count: the lanes' flags registered, then their popcount (the
+        # flags' gating and the adder tree do not share a cycle), which the counter adds
+        # next cycle
+        flagged = Signal(lanes, reset_less=True)
+        flagged_valid = Signal()
         count = Signal(range(lanes + 1), reset_less=True)
         counted = Signal()
-        m.d.sync += [count.eq(sum(saturated)), counted.eq(chain.valid)]
+        m.d.sync += [flagged.eq(saturated), flagged_valid.eq(chain.valid),
+                     count.eq(sum(flagged)), counted.eq(flagged_valid)]
         m.d.comb += [self.saturated.eq(Mux(counted, count, 0)),
-                     self.busy.eq(Cat(self.i.valid, *chain.valids, counted).any())]
+                     self.busy.eq(Cat(self.i.valid, *chain.valids, flagged_valid, counted).any())]
         return m
 
     def _saturate(self, chain, name, value, width, out_width, side):

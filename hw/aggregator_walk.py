@@ -188,14 +188,19 @@ class EdgeWalk(wiring.Component):
         last_node = self._last_node(m, num_nodes, close)
 
         consume = Signal()
-        m.d.comb += [consume.eq(edge_ready & ((in_skip & ~at_target) |
+        # an edge taken in EDGES, from the flip-flops alone rather than through `consume`
+        # (which enables the position counters): the row's valid, the credits and the
+        # descriptor start here (in_skip and s_edges are never both set)
+        edge_go = Signal()
+        m.d.comb += [edge_go.eq(edge_ready & s_edges & row_room & can_emit),
+                     consume.eq(edge_ready & ((in_skip & ~at_target) |
                                               (s_edges & row_room & can_emit))),
                      edge_in.ready.eq(consume),
                      self.rows.payload.eq(edge_in.payload.index),
                      self.done.eq(s_done)]
         load = (s_first & self.run | s_next) & ptr.valid    # a node's bounds taken
         skip_end, tail_end = s_skip & at_target, s_tail & at_target
-        last_edge = s_edges & consume & at_last
+        last_edge = edge_go & at_last
         to_tail = (skip_end & no_nodes) | (close & last_node)
         m.d.comb += ptr.ready.eq(load)
         next_first = s_first & ~load
@@ -224,7 +229,7 @@ class EdgeWalk(wiring.Component):
             m.d.sync += [target.eq(num_edges), at_target.eq(target_is_last),
                          at_last.eq(target_before_last)]
 
-        with m.If(s_edges & consume):
+        with m.If(edge_go):
             with m.If(index_ok):
                 m.d.comb += [self.rows.valid.eq(1), self.edge.eq(1), emit.eq(held)]
                 m.d.sync += [held.eq(1), held_weight.eq(edge_in.payload.weight.as_signed()),

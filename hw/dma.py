@@ -280,9 +280,8 @@ class ReadPort(Elaboratable):
         ar_valid = Signal()
         ar_fire = bus.arvalid & bus.arready
         ar_free = self.enable & (~ar_valid | ar_fire)
-        granted = [ready & ~Cat(*[r for r, _ in heads[:i]]).any() if i else ready
-                   for i, (ready, _) in enumerate(heads)]
-        wins = granted
+        wins = [ready & ~Cat(*[r for r, _ in heads[:i]]).any() if i else ready
+                for i, (ready, _) in enumerate(heads)]
         takes = [w & ar_free for w in wins]
         take = Cat(*takes).any()
         m.d.comb += [

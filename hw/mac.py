@@ -100,7 +100,10 @@ class SkewedBuffer(Elaboratable):
     """A matrix of up to ``rows x cols`` elements in ``lanes`` skewed banks (see module doc).
 
     Write port (one row segment per cycle): ``wr_en`` and ``wr`` (:func:`buffer_write_layout`).
-    ``col`` must be a multiple of ``lanes`` and the segment must not wrap.
+    ``col`` must be a multiple of ``lanes`` and the segment must not wrap. With
+    ``bank_mask=True`` the writer also gives ``wr_mask``, bit ``b`` set when bank ``b`` is
+    written (``(b - row) mod lanes < count``), so a writer that has it in a register spares
+    the banks' write enables that compare.
     Read port (result :attr:`read_latency` cycles after the request: the banks' read, their
     output register, then the lane rotation in a register of its own; held while ``rd_en``
     is low; ``registered_request=True`` registers the request first, one cycle more, so a
@@ -114,9 +117,10 @@ class SkewedBuffer(Elaboratable):
     READ_LATENCY = 3
 
     def __init__(self, *, lanes: int, rows: int, cols: int, width: int = MAC_INPUT_WIDTH,
-                 registered_request: bool = False):
+                 registered_request: bool = False, bank_mask: bool = False):
         self.lanes, self.rows, self.cols, self.width = lanes, rows, cols, width
         self.registered_request = registered_request
+        self.bank_mask = bank_mask
         #: cycles from a read request to its lanes on ``rd_data``
         self.read_latency = self.READ_LATENCY + int(registered_request)
         self.lane_bits = _log2_exact("lanes", lanes)
@@ -129,6 +133,8 @@ class SkewedBuffer(Elaboratable):
         self.index_bits = index_bits
         self.wr_en = Signal()
         self.wr = Signal(buffer_write_layout(lanes, self.row_bits, index_bits, width))
+        if bank_mask:
+            self.wr_mask = Signal(lanes)
         self.rd_en = Signal()
         self.rd_fixed = Signal(index_bits)
         self.rd_start = Signal(index_bits)
@@ -187,7 +193,7 @@ class SkewedBuffer(Elaboratable):
             m.d.comb += [
                 wp.addr.eq(Cat(((self.wr.col >> lb) + 0)[:self.word_bits], self.wr.row[:self.row_bits])),
                 wp.data.eq(self.wr.data[lane_w]),
-                wp.en.eq(self.wr_en & (lane_w < self.wr.count)),
+                wp.en.eq(self.wr_en & (self.wr_mask[b] if self.bank_mask else lane_w < self.wr.count)),
             ]
             # read: bank b serves lane l = (b - start - fixed) mod L, the element at
             # along = start + l, the one index in [start, start + L) that is (b - fixed) mod

@@ -85,7 +85,10 @@ no burst length needs a subtract; the read port takes every request into a regis
 slice and checks it against its buffer on the way in. An output row's offset
 ``row * out_stride`` follows the core's row order by adds (next row, back to the band's
 first row, or row 0); the result goes through three registered stages (offset and
-lanes, address, buffer guard: two compares side by side) into the write port. The
+lanes, address, buffer guard: two compares side by side) that never stall (a segment
+enters against a credit of the writer's output FIFO) into the write port. A loader
+latches its job and sets up from the latch a cycle later, and writes every R beat into
+the buffer from a register, a cycle after it arrives. The
 run control is the shared :class:`~.blocks.RunControl`: its ``stop`` is the registered
 ADDR_FAULT bit and ``running`` the decode of its state register, which the block loops
 see through a register of their own (a cycle late; the read port stops a cycle after
@@ -256,8 +259,11 @@ class MacArrayCore(UnitCore):
                        psum_attrs={"ram_style": "ultra"} if c.psum_uram else None)
         lanes = max(core.lanes, c.elems_per_beat)
         # two banks per operand: the next block loads while the array computes this one
-        p_bufs = [SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes)) for _ in range(2)]
-        q_bufs = [SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes)) for _ in range(2)]
+        # (each written by a loader that gives the banks' mask from a register)
+        p_bufs = [SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes), bank_mask=True)
+                  for _ in range(2)]
+        q_bufs = [SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes), bank_mask=True)
+                  for _ in range(2)]
         read_port = ReadPort(self.bus, num_clients=3, registered_requests=True)  # 0 bias, 1 P, 2 Q
         # consecutive beats of an output row leave as one INCR burst
         write_port = WritePort(self.bus, beat_depth=16, address_depth=16, coalesce=True)
@@ -298,7 +304,8 @@ class MacArrayCore(UnitCore):
                 load.response.eq(read_port.responses[client]),
             ]
             for index, buf in enumerate(bufs):
-                dp.d.comb += [buf.wr_en.eq(load.wr_en[index]), buf.wr.eq(load.wr)]
+                dp.d.comb += [buf.wr_en.eq(load.wr_en[index]), buf.wr.eq(load.wr),
+                              buf.wr_mask.eq(load.wr_mask)]
         p_rbank, q_rbank = Signal(name="p_rbank"), Signal(name="q_rbank")   # fixed during a block
         for req, bufs, bank, data_in in ((core.a_req, parts["p_bufs"], p_rbank, core.a_data),
                                          (core.b_req, parts["q_bufs"], q_rbank, core.b_data)):
@@ -568,6 +575,23 @@ class MacArrayCore(UnitCore):
             q_load.base.eq(q_base), q_load.stride.eq(cfg["q_stride"]),
             q_load.nrows.eq(Mux(is_dx, lw.bn, lw.bk)), q_load.ncols.eq(Mux(is_dx, lw.bk, lw.bn)),
         ]
+        # the bases of the step after the one loading, chosen while it loads (a later depth
+        # block, the next block column, or the first column of the next block row; the
+        # walker's flags settle three cycles after a step, a load's done comes two cycles
+        # after its start at the earliest): the loads' done only enables the registers
+        p_k_base, q_k_base, p_i_base, q_j_base = (Signal(aw + 34, name=f"{n}_next_base", reset_less=True)
+                                                  for n in ("p_k", "q_k", "p_i", "q_j"))
+        load_next = {name: Signal(aw + 34, name=f"load_next_{name}", reset_less=True)
+                     for name in ("p_base", "q_base", "p_row_base", "q_col_base")}
+        dp.d.sync += [
+            p_k_base.eq(p_base + steps["p_k"]), q_k_base.eq(q_base + steps["q_k"]),
+            p_i_base.eq(p_row_base + steps["p_i"]), q_j_base.eq(q_col_base + steps["q_j"]),
+            load_next["p_base"].eq(Mux(~lw.last_k, p_k_base, Mux(lw.last_j, p_i_base, p_row_base))),
+            load_next["q_base"].eq(Mux(~lw.last_k, q_k_base, Mux(lw.last_j, cfg["q_addr"], q_j_base))),
+            load_next["p_row_base"].eq(Mux(lw.last_k & lw.last_j, p_i_base, p_row_base)),
+            load_next["q_col_base"].eq(Mux(~lw.last_k, q_col_base,
+                                           Mux(lw.last_j, cfg["q_addr"], q_j_base))),
+        ]
         with dp.FSM(name="load"):
             with dp.State("START"):
                 with dp.If(running & ~all_loaded & (in_flight <= 1) & lw.ready):
@@ -582,15 +606,9 @@ class MacArrayCore(UnitCore):
                         dp.d.sync += l_par.eq(~l_par)
                     with dp.If(lw.last):
                         dp.d.sync += all_loaded.eq(1)
-                    with dp.Elif(~lw.last_k):
-                        dp.d.sync += [p_base.eq(p_base + steps["p_k"]), q_base.eq(q_base + steps["q_k"])]
-                    with dp.Elif(lw.last_j):
-                        next_p = p_row_base + steps["p_i"]
-                        dp.d.sync += [p_row_base.eq(next_p), p_base.eq(next_p),
-                                      q_col_base.eq(cfg["q_addr"]), q_base.eq(cfg["q_addr"])]
-                    with dp.Else():
-                        next_q = q_col_base + steps["q_j"]
-                        dp.d.sync += [p_base.eq(p_row_base), q_col_base.eq(next_q), q_base.eq(next_q)]
+                    dp.d.sync += [p_base.eq(load_next["p_base"]), q_base.eq(load_next["q_base"]),
+                                  p_row_base.eq(load_next["p_row_base"]),
+                                  q_col_base.eq(load_next["q_col_base"])]
                     dp.next = "START"
         m.d.comb += [parts["p_rbank"].eq(c_par), parts["q_rbank"].eq(cq_par)]
         # the bias of the block computed next: the first block's, then the one after the
@@ -613,6 +631,11 @@ class MacArrayCore(UnitCore):
                        ("swap_p", "last", "next_row", "next_col")}
         next_row = Signal.like(block_row, name="out_next_row", reset_less=True)
         next_col = Signal.like(block_base, name="out_next_col", reset_less=True)
+        # the next output block's base (and row) chosen a cycle later still, so the core's
+        # done only enables the two registers (their bases settle within three cycles of
+        # a step, long before the next block's end)
+        next_base = Signal.like(block_base, name="out_next_base", reset_less=True)
+        next_block_row = Signal.like(block_row, name="out_next_block_row", reset_less=True)
         dp.d.sync += [
             block_flags["swap_p"].eq(split_depth | (cw.last_k & cw.last_j)),
             block_flags["last"].eq(cw.last_k & cw.last),
@@ -620,14 +643,43 @@ class MacArrayCore(UnitCore):
             block_flags["next_col"].eq(cw.last_k),
             next_row.eq(block_row + (cfg["out_stride"] << (D.bit_length() - 1))),
             next_col.eq(block_base + D * ELEM_BYTES),
+            next_base.eq(Mux(block_flags["next_row"], next_row,
+                             Mux(block_flags["next_col"], next_col, block_base))),
+            next_block_row.eq(Mux(block_flags["next_row"], next_row, block_row)),
         ]
+        # the RUN state as a flip-flop of its own: the block's end (it and the core's done)
+        # reaches the walker and the output bases from two registers, not the state's decode
+        in_run = Signal(name="compute_in_run")
+        block_end = Signal(name="compute_block_end")
+        dp.d.comb += block_end.eq(in_run & core.done)
+        with dp.If(start_core):
+            dp.d.sync += in_run.eq(1)
+        with dp.Elif(block_end):
+            dp.d.sync += in_run.eq(0)
+        with dp.If(block_end):
+            dp.d.comb += [comp_done.eq(1), cw.step.eq(1)]
+            dp.d.sync += cq_par.eq(~cq_par)
+            with dp.If(block_flags["swap_p"]):
+                dp.d.sync += c_par.eq(~c_par)
+            with dp.If(block_flags["last"]):
+                dp.d.sync += run["all_computed"].eq(1)
+            with dp.Else():
+                # a later depth block keeps the output block; otherwise the next block
+                # column, or the first column of the next block row
+                dp.d.sync += [block_row.eq(next_block_row), block_base.eq(next_base)]
+        m.d.comb += run["computing"].eq(in_run)
+        # the bias reader starts a cycle after the loop decides it, from a register (its
+        # base and count are registers that hold until the compute walker steps; its done
+        # falls the cycle after its start, before the BIAS state can look at it)
+        bias_start = Signal(name="bias_start")
+        dp.d.sync += bias_reader.start.eq(bias_start)
         with dp.FSM(name="compute"):
             with dp.State("PREFETCH"):            # the first block's bias
                 dp.d.comb += bias_first.eq(1)
                 with dp.If(running & cw.ready):
                     dp.next = "PREFETCH_START"
             with dp.State("PREFETCH_START"):      # (its base and count registered)
-                dp.d.comb += [bias_first.eq(1), bias_reader.start.eq(use_bias)]
+                dp.d.comb += [bias_first.eq(1), bias_start.eq(use_bias)]
                 dp.next = "WAIT"
             with dp.State("WAIT"):
                 with dp.If(running & (ready_blocks != 0) & cw.ready):
@@ -642,25 +694,13 @@ class MacArrayCore(UnitCore):
                 with dp.If(running & parts["bias_done"]):
                     dp.d.comb += [start_core.eq(1), comp_start.eq(1)]
                     # fetch the next block's bias while this one computes
-                    dp.d.comb += bias_reader.start.eq(use_bias & ~cw.last_block)
+                    dp.d.comb += bias_start.eq(use_bias & ~cw.last_block)
                     dp.next = "RUN"
-            with dp.State("RUN"):
-                dp.d.comb += run["computing"].eq(1)
+            with dp.State("RUN"):                  # (the block's end: see in_run)
                 with dp.If(core.done):
-                    dp.d.comb += [comp_done.eq(1), cw.step.eq(1)]
-                    dp.d.sync += cq_par.eq(~cq_par)
-                    with dp.If(block_flags["swap_p"]):
-                        dp.d.sync += c_par.eq(~c_par)
                     with dp.If(block_flags["last"]):
-                        dp.d.sync += run["all_computed"].eq(1)
                         dp.next = "END"
                     with dp.Else():
-                        # a later depth block keeps the output block; otherwise the next
-                        # block column, or the first column of the next block row
-                        with dp.If(block_flags["next_row"]):
-                            dp.d.sync += [block_row.eq(next_row), block_base.eq(next_row)]
-                        with dp.Elif(block_flags["next_col"]):
-                            dp.d.sync += block_base.eq(next_col)
                         dp.next = "WAIT"
             with dp.State("END"):
                 pass

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .axi import BOUNDARY_BYTES, SkidBuffer
@@ -47,15 +48,20 @@ class BlockLoader(wiring.Component):
     """Reads ``nrows`` rows of ``ncols`` int16 (``stride`` bytes apart, from ``base``) into
     the buffer bank ``bank``, element ``(r, c)`` of the block at ``(r, c)``.
 
-    ``start`` (one cycle) latches the job; ``done`` is high while no beat is outstanding
-    (a register: low in the cycle after ``start`` even for an empty job).
+    ``start`` (one cycle, only while ``done``) latches the job into registers and clears
+    ``done``, nothing else: what follows from it (the row's beats, the flags, the first
+    count) is set up from those registers in the next cycle, so neither ``start`` nor the
+    job's inputs reach any logic of the loader's own. ``done`` (a flip-flop) is
+    high while no beat is outstanding (a register: low in the cycle after ``start`` even
+    for an empty job).
     Rows are read in whole beats, in INCR bursts aligned to :func:`aligned_burst_beats`
     (the first burst of a row runs up to the next such boundary), so no burst crosses
     4 KiB and no burst length needs a subtract: the request leaves from registers, one
     burst a cycle inside a row, the first burst of the next row a cycle after the row
     before it. Beats come back in order (one ID per client) and each is written into the
-    buffer in the cycle it arrives (``wr_en`` one bit per bank, ``wr`` the buffer's write
-    layout), so R is never stalled.
+    buffer in the cycle after it arrives, from registers (``wr_en`` one bit per bank,
+    ``wr`` the buffer's write layout, ``wr_mask`` the buffer lanes it writes, for a
+    :class:`~.mac.SkewedBuffer` with ``bank_mask``), so R is never stalled.
     """
 
     def __init__(self, *, addr_width: int, bus_width: int, max_burst: int, max_rows: int,
@@ -65,22 +71,32 @@ class BlockLoader(wiring.Component):
         self.elems_per_beat = bus_width // MAC_INPUT_WIDTH
         self.burst = aligned_burst_beats(max_burst, self.bytes_per_beat)
         self.banks = banks
+        self.lanes = data.Layout.cast(write_layout)["data"].shape.length
         super().__init__({
             "start": In(1), "base": In(addr_width), "stride": In(addr_width),
             "nrows": In(range(max_rows + 1)), "ncols": In(range(max_rows + 1)),
             "bank": In(range(max(2, banks))), "done": Out(1),
             "request": Out(stream.Signature(read_request_layout(addr_width))),
             "response": In(read_response_layout(bus_width)),
-            "wr_en": Out(banks), "wr": Out(write_layout),
+            "wr_en": Out(banks), "wr": Out(write_layout), "wr_mask": Out(self.lanes),
         })
 
     def elaborate(self, platform):
         m = Module()
-        self._issue(m)
-        self._receive(m)
+        # the job, latched at start; `started` is the cycle after it (the job's registers
+        # hold it): the derived state is set up then
+        job = {"nrows": Signal.like(self.nrows, name="job_nrows", reset_less=True),
+               "ncols": Signal.like(self.ncols, name="job_ncols", reset_less=True)}
+        started = Signal(name="job_started")
+        m.d.sync += started.eq(self.start)
+        with m.If(self.start):
+            m.d.sync += [job["nrows"].eq(self.nrows), job["ncols"].eq(self.ncols)]
+        job["empty"] = (job["nrows"] == 0) | (job["ncols"] == 0)
+        self._issue(m, job, started)
+        self._receive(m, job, started)
         return m
 
-    def _issue(self, m):
+    def _issue(self, m, job, started):
         A, beat_bits, epb = self.burst, _log2(self.bytes_per_beat), self.elems_per_beat
         maxr = self.max_rows
         row_beats = Signal(range(maxr + 1), name="row_beats")
@@ -89,6 +105,8 @@ class BlockLoader(wiring.Component):
         valid = Signal(name="req_valid")
         addr = Signal(self.addr_width, name="req_addr", reset_less=True)
         beats = Signal(range(A + 1), name="req_beats", reset_less=True)
+        # beats - 1 beside it: the port's guard adds the length to the address at once
+        length = Signal(8, name="req_len", reset_less=True)
         rest = Signal(range(maxr + 1), name="row_rest")        # beats of the row after it
         # rest != 0 and rest > A, registers beside it (the request's choice starts from them)
         rest_any = Signal(name="row_rest_any")
@@ -103,63 +121,75 @@ class BlockLoader(wiring.Component):
         room = A - (next_row[beat_bits:beat_bits + _log2(A)] if A > 1 else 0)
         m.d.sync += [head.eq(Mux(row_beats <= room, row_beats, room)), head_ok.eq(1)]
         m.d.comb += [self.request.valid.eq(valid), self.request.payload.addr.eq(addr),
-                     self.request.payload.len.eq(beats - 1)]
+                     self.request.payload.len.eq(length)]
         with m.If(~valid | self.request.ready):
             with m.If(rest_any):
                 m.d.sync += [valid.eq(1), addr.eq(addr + (beats << beat_bits)),
-                             beats.eq(Mux(rest_long, A, rest)), rest.eq(Mux(rest_long, rest - A, 0)),
+                             beats.eq(Mux(rest_long, A, rest)), length.eq(Mux(rest_long, A, rest) - 1),
+                             rest.eq(Mux(rest_long, rest - A, 0)),
                              rest_any.eq(rest_long), rest_long.eq(rest > 2 * A)]
             with m.Elif(rows_any & head_ok):
-                m.d.sync += [valid.eq(1), addr.eq(next_row), beats.eq(head),
+                m.d.sync += [valid.eq(1), addr.eq(next_row), beats.eq(head), length.eq(head - 1),
                              rest.eq(row_beats - head), rest_any.eq(row_beats != head),
                              rest_long.eq(row_beats > head + A), rows_left.eq(rows_left - 1),
                              rows_any.eq(rows_left != 1),
                              next_row.eq(next_row + stride), head_ok.eq(0)]
             with m.Else():
                 m.d.sync += valid.eq(0)
-        with m.If(self.start):
-            empty = (self.nrows == 0) | (self.ncols == 0)
+        # (a job starts once the last one is done: its requests all issued, so the slot
+        # and the row's rest are already clear; they are cleared again a cycle later)
+        with m.If(started):          # (rows_left counts only while rows_any is high)
             m.d.sync += [valid.eq(0), rest.eq(0), rest_any.eq(0), rest_long.eq(0),
-                         rows_left.eq(Mux(empty, 0, self.nrows)), rows_any.eq(~empty),
-                         next_row.eq(self.base), stride.eq(self.stride), head_ok.eq(0),
-                         row_beats.eq((self.ncols + epb - 1) >> _log2(epb))]
+                         rows_left.eq(job["nrows"]), rows_any.eq(~job["empty"]), head_ok.eq(0),
+                         row_beats.eq((job["ncols"] + epb - 1) >> _log2(epb))]
+        with m.If(self.start):
+            m.d.sync += [next_row.eq(self.base), stride.eq(self.stride)]
 
-    def _receive(self, m):
+    def _receive(self, m, job, started):
         epb, maxr = self.elems_per_beat, self.max_rows
-        ncols = Signal(range(maxr + 1), reset_less=True)
+        ncols = job["ncols"]
         left = Signal(range(maxr + 1), name="recv_left")      # elements of the row from this beat
         count = Signal(range(epb + 1), name="recv_count")     # ... in this beat: min(left, epb)
         row = Signal(range(maxr + 1), name="recv_row")
         col = Signal(range(maxr + epb + 1), name="recv_col")
         rows_to_recv = Signal(range(maxr + 1), name="rows_to_recv")
-        # rows_to_recv == 0 as a register, updated from registers only: on a start it is
-        # taken from the new count a cycle later (done stays low in that cycle)
+        # rows_to_recv == 0 as a register, updated from registers only: a start clears
+        # it, the latched job sets it a cycle later
         done = Signal(init=1, name="recv_done")
-        started = Signal(name="recv_started")
         bank = Signal.like(self.bank)
-        wr = self.wr
-        m.d.comb += [wr.row.eq(row), wr.col.eq(col), wr.count.eq(count)]
-        for lane in range(len(wr.data)):
-            m.d.comb += wr.data[lane].eq(self.response.data.word_select(lane, MAC_INPUT_WIDTH))
-        for index in range(self.banks):
-            m.d.comb += self.wr_en[index].eq(self.response.valid & (bank == index))
+        # every beat is written from a register a cycle after it arrives, with its place
+        # (row, column, count) and the banks it writes (the buffer's wr_mask), so the
+        # buffer's write logic starts from flip-flops and not from the port's R decode
+        wr, lanes = self.wr, self.lanes
+        lb = _log2(lanes)
+        wr_en = Signal(self.banks, name="recv_wr_en")
+        wr_q = Signal.like(wr, name="recv_wr", reset_less=True)
+        mask = Signal(lanes, name="recv_wr_mask", reset_less=True)
+        last_beat = Signal(name="recv_last_beat")     # the job's last beat is in wr_q
+        m.d.sync += [wr_en[index].eq(self.response.valid & (bank == index))
+                     for index in range(self.banks)]
+        m.d.sync += [wr_q.row.eq(row), wr_q.col.eq(col), wr_q.count.eq(count),
+                     wr_q.data.as_value().eq(self.response.data[:len(wr_q.data.as_value())]),
+                     last_beat.eq(self.response.valid & (left <= epb) & (rows_to_recv == 1))]
+        # bank b takes lane (b - row) mod lanes (the column is a multiple of lanes)
+        m.d.sync += [mask[b].eq(((b - row[:lb])[:lb] if lb else Const(0, 1)) < count)
+                     for b in range(lanes)]
+        m.d.comb += [wr.eq(wr_q), self.wr_en.eq(wr_en), self.wr_mask.eq(mask)]
+        with m.If(last_beat):
+            m.d.sync += done.eq(1)
         with m.If(self.response.valid):
             with m.If(left <= epb):          # the row's last beat
                 m.d.sync += [left.eq(ncols), count.eq(Mux(ncols < epb, ncols, epb)), col.eq(0),
-                             row.eq(row + 1), rows_to_recv.eq(rows_to_recv - 1),
-                             done.eq(rows_to_recv == 1)]
+                             row.eq(row + 1), rows_to_recv.eq(rows_to_recv - 1)]
             with m.Else():
                 m.d.sync += [left.eq(left - epb), count.eq(Mux(left < 2 * epb, left - epb, epb)),
                              col.eq(col + epb)]
-        m.d.comb += self.done.eq(done & ~started)
-        m.d.sync += started.eq(self.start)
-        with m.If(started):
-            m.d.sync += done.eq(rows_to_recv == 0)
+        m.d.comb += self.done.eq(done)
+        with m.If(started):          # (no beat of the job can arrive before its first burst)
+            m.d.sync += [done.eq(job["empty"]), left.eq(ncols), row.eq(0), col.eq(0),
+                         count.eq(Mux(ncols < epb, ncols, epb)), rows_to_recv.eq(job["nrows"])]
         with m.If(self.start):
-            empty = (self.nrows == 0) | (self.ncols == 0)
-            m.d.sync += [ncols.eq(self.ncols), left.eq(self.ncols),
-                         count.eq(Mux(self.ncols < epb, self.ncols, epb)), row.eq(0), col.eq(0),
-                         bank.eq(self.bank), rows_to_recv.eq(Mux(empty, 0, self.nrows))]
+            m.d.sync += [done.eq(0), bank.eq(self.bank)]
 
 
 class BlockWalker(wiring.Component):
@@ -249,16 +279,23 @@ class ResultWriter(wiring.Component):
     ``block_base + row * out_stride + col * 2``, its lanes shifted into place in the beat
     and WSTRB covering only its ``count`` elements.
 
-    Three registered stages, moving together: A the row offset (kept by adds: rows come
+    Three registered stages that never stall: A the row offset (kept by adds: rows come
     tile by tile, rows of a tile in order, so the next row is the previous + 1, the band's
     first row again, or row 0), the block base plus the column, the lanes and strobes; B
     the beat's address; C the buffer guard, ``out_lo <= addr <= out_hi`` (``out_hi`` the
     last beat-aligned address whose beat ends inside the buffer; ``out_room`` low: no beat
     fits). A beat outside is dropped and raises ``fault`` (held until ``restart``). The
-    segments enter and the beats leave through a :class:`~.axi.SkidBuffer` each, so
-    ``rows.ready`` leaves a register and ``beats.ready`` reaches only one; ``pending`` is
-    high while a segment is in the stages or the slices.
+    segments enter through a :class:`~.axi.SkidBuffer` (``rows.ready`` leaves a register)
+    and the beats leave through a FIFO of :data:`QUEUE` beats; a segment enters the stages
+    only against a credit (a slot of that FIFO, given back when its beat leaves it or is
+    dropped), so ``beats.ready`` reaches only the FIFO and the credit count, never the
+    stages' registers. ``pending`` is high while a segment is in the slice, the stages or
+    the FIFO.
     """
+
+    #: beats of the output FIFO, the credits: covers the three stages and the credit's
+    #: way back, so a sink that is always ready takes a beat every cycle
+    QUEUE = 8
 
     def __init__(self, *, rows: int, cols: int, index_bits: int, out_width: int,
                  addr_width: int, bus_width: int):
@@ -281,40 +318,62 @@ class ResultWriter(wiring.Component):
         epb = self.bus_width // MAC_INPUT_WIDTH
         beat_bits = _log2(bpb)
         elem_bytes = MAC_INPUT_WIDTH // 8
-        # the segments enter through a register slice too: the stages' stall reaches only
-        # its registers, not the core's output queue. Each takes the block base along as it
+        # the segments enter through a register slice: the credit reaches only its
+        # registers, not the core's output queue. Each takes the block base along as it
         # leaves the core (the base moves on once the block's last segment has left it)
         m.submodules.rows_slice = rows_in = SkidBuffer(data.StructLayout({
-            "seg": self.rows.payload.shape(), "base": AX}))
+            "seg": self.rows.payload.shape(), "base": AX,
+            "first": 1, "again": 1, "new_band": 1}))
         m.d.comb += [rows_in.i.valid.eq(self.rows.valid), self.rows.ready.eq(rows_in.i.ready),
                      rows_in.i.payload.seg.eq(self.rows.payload),
                      rows_in.i.payload.base.eq(self.block_base)]
+        # how a segment's row offset follows from the last one's, decided as it enters the
+        # slice (the segments enter in the order they leave, so the band is tracked there):
+        # the block's first segment (offset 0), the band's first row again (the band's
+        # offset), or the next row (the last offset plus the stride), which may begin a band
+        row_in = self.rows.payload.row
+        band_row = Signal(len(row_in), name="out_band_row", reset_less=True)
+        next_band = Signal(len(row_in) + 1, name="out_next_band", reset_less=True)
+        first_in = (row_in == 0) & (self.rows.payload.col == 0)
+        new_band_in = ~first_in & (row_in == next_band)
+        m.d.comb += [rows_in.i.payload.first.eq(first_in),
+                     rows_in.i.payload.again.eq(row_in == band_row),
+                     rows_in.i.payload.new_band.eq(new_band_in)]
+        with m.If(self.rows.valid & rows_in.i.ready):
+            with m.If(first_in):
+                m.d.sync += [band_row.eq(0), next_band.eq(self.tile_rows)]
+            with m.Elif(new_band_in):
+                m.d.sync += [band_row.eq(row_in), next_band.eq(next_band + self.tile_rows)]
         seg = rows_in.o.payload.seg
         va, vb, vc = Signal(name="wr_a_valid"), Signal(name="wr_b_valid"), Signal(name="wr_c_valid")
         inside_c = Signal(name="wr_c_inside", reset_less=True)
-        advance = Signal(name="wr_advance")
         fault = self.fault
-        m.submodules.slice = out = SkidBuffer(self.beats.payload.shape())
-        wiring.connect(m, out.o, wiring.flipped(self.beats))
-        m.d.comb += advance.eq(~vc | out.i.ready | ~inside_c | fault)
-        take = rows_in.o.valid & advance
+        m.submodules.queue = queue = SyncFIFOBuffered(width=len(self.beats.payload.as_value()),
+                                                      depth=self.QUEUE)
+        m.d.comb += [self.beats.valid.eq(queue.r_rdy), self.beats.payload.eq(queue.r_data),
+                     queue.r_en.eq(self.beats.ready)]
+        # credits: FIFO slots not yet promised to a segment; `credit` (a register) is
+        # credits after this cycle's take, pop and drop, non-zero
+        credits = Signal(range(self.QUEUE + 1), init=self.QUEUE, name="wr_credits")
+        credit = Signal(init=1, name="wr_credit")
+        idle = Signal(init=1, name="wr_idle")          # every credit back
+        keep_c = vc & inside_c & ~fault
+        take = rows_in.o.valid & credit
+        credits_next = (credits + (queue.r_rdy & self.beats.ready) + (vc & ~keep_c) - take)[
+            :len(credits)]
+        m.d.sync += [credits.eq(credits_next), credit.eq(credits_next != 0),
+                     idle.eq(credits_next == self.QUEUE)]
         # ---- A: row offset by adds, the block base plus the column, lanes and strobes
         row_off = Signal(AX, name="out_row_off", reset_less=True)
-        band_row = Signal(len(seg.row), name="out_band_row", reset_less=True)
         band_off = Signal(AX, name="out_band_off", reset_less=True)
-        next_band = Signal(len(seg.row) + 1, name="out_next_band", reset_less=True)
-        first_of_block = (seg.row == 0) & (seg.col == 0)
-        again = seg.row == band_row
+        flags = rows_in.o.payload
         row_off_next = Signal(AX, name="out_row_off_next")
-        m.d.comb += row_off_next.eq(Mux(first_of_block, 0,
-                                        Mux(again, band_off, row_off + self.out_stride)))
+        m.d.comb += row_off_next.eq(Mux(flags.first, 0,
+                                        Mux(flags.again, band_off, row_off + self.out_stride)))
         with m.If(take):
             m.d.sync += row_off.eq(row_off_next)
-            with m.If(first_of_block):
-                m.d.sync += [band_row.eq(0), band_off.eq(0), next_band.eq(self.tile_rows)]
-            with m.Elif(seg.row == next_band):
-                m.d.sync += [band_row.eq(seg.row), band_off.eq(row_off_next),
-                             next_band.eq(next_band + self.tile_rows)]
+            with m.If(flags.first | flags.new_band):
+                m.d.sync += band_off.eq(row_off_next)
         col_bytes = Cat(Const(0, beat_bits), (seg.col * elem_bytes)[beat_bits:])
         lane_off = seg.col[:max(1, (epb - 1).bit_length())] if epb > 1 else Const(0, 1)
         lanes = Cat(*[seg.data[i] for i in range(self.cols)])
@@ -323,31 +382,26 @@ class ResultWriter(wiring.Component):
         a_row = Signal(AX, name="wr_a_row", reset_less=True)
         a_data = Signal(self.bus_width, name="wr_a_data", reset_less=True)
         a_strb = Signal(bpb, name="wr_a_strb", reset_less=True)
-        with m.If(advance):
-            m.d.sync += [va.eq(rows_in.o.valid), a_base.eq(rows_in.o.payload.base + col_bytes),
-                         a_row.eq(row_off_next),
-                         a_data.eq(lanes << (lane_off * MAC_INPUT_WIDTH)),
-                         a_strb.eq(strb_unit << (lane_off * elem_bytes))]
+        # the stages' data registers load every cycle (no enable): only the valid bits
+        # tell a beat from a bubble
+        m.d.sync += [va.eq(take), a_base.eq(rows_in.o.payload.base + col_bytes),
+                     a_row.eq(row_off_next),
+                     a_data.eq(lanes << (lane_off * MAC_INPUT_WIDTH)),
+                     a_strb.eq(strb_unit << (lane_off * elem_bytes))]
         # ---- B: the beat's address
         b_addr = Signal(AX, name="wr_b_addr", reset_less=True)
         b_data = Signal.like(a_data, name="wr_b_data")
         b_strb = Signal.like(a_strb, name="wr_b_strb")
-        with m.If(advance):
-            m.d.sync += [vb.eq(va), b_addr.eq(a_base + a_row), b_data.eq(a_data), b_strb.eq(a_strb)]
+        m.d.sync += [vb.eq(va), b_addr.eq(a_base + a_row), b_data.eq(a_data), b_strb.eq(a_strb)]
         # ---- C: inside the output buffer? (two compares of registers, side by side)
-        c_addr = Signal(self.addr_width, name="wr_c_addr", reset_less=True)
-        c_data = Signal.like(a_data, name="wr_c_data")
-        c_strb = Signal.like(a_strb, name="wr_c_strb")
-        with m.If(advance):
-            m.d.sync += [vc.eq(vb), c_addr.eq(b_addr[:self.addr_width]), c_data.eq(b_data),
-                         c_strb.eq(b_strb),
-                         inside_c.eq(self.out_room & (b_addr >= self.out_lo) & (b_addr <= self.out_hi))]
+        c_beat = Signal(self.beats.payload.shape(), name="wr_c_beat")
+        m.d.sync += [vc.eq(vb), c_beat.addr.eq(b_addr[:self.addr_width]), c_beat.data.eq(b_data),
+                     c_beat.strb.eq(b_strb),
+                     inside_c.eq(self.out_room & (b_addr >= self.out_lo) & (b_addr <= self.out_hi))]
         m.d.comb += [
-            rows_in.o.ready.eq(advance),
-            self.pending.eq(rows_in.o.valid | va | vb | vc | out.o.valid),
-            out.i.valid.eq(vc & inside_c & ~fault),
-            out.i.payload.addr.eq(c_addr), out.i.payload.data.eq(c_data),
-            out.i.payload.strb.eq(c_strb),
+            rows_in.o.ready.eq(credit),
+            self.pending.eq(rows_in.o.valid | ~idle),
+            queue.w_en.eq(keep_c), queue.w_data.eq(c_beat.as_value()),
         ]
         with m.If(self.restart):
             m.d.sync += fault.eq(0)

@@ -206,8 +206,12 @@ class RowReader(Elaboratable):
     ``max_burst`` beats that never cross 4 KiB. Room in the FIFO is reserved when a burst
     is issued, so R is never back-pressured. ``start`` (one cycle) latches a job; ``issued``
     is high once every burst of it went out (a new job may start while its beats are still
-    in the FIFO). The consumer reads ``beats.r_data`` while ``beats.r_rdy`` and pulses
-    ``pop``.
+    in the FIFO). The consumer reads ``data`` while ``valid`` and pulses ``pop``.
+
+    ``data`` is the head of a two-beat buffer behind the FIFO, which moves a beat over
+    whenever its second entry is free (a register): the consumer's ``pop`` reaches only
+    that buffer, not the FIFO's level or the credits, and a beat can still be taken every
+    cycle.
 
     A burst is decided in one cycle (its length and whether it ends the row, into
     registers) and requested in the next, so a burst leaves at most every other cycle: no
@@ -227,11 +231,29 @@ class RowReader(Elaboratable):
         self.nrows = Signal(40)
         self.row_beats = Signal(16)
         self.pop = Signal()
+        self.valid = Signal()
+        self.data = Signal(bus_width)
         self.issued = Signal()
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.beats = beats = self.beats
+        # the output buffer: head (what the consumer sees) and spare; a beat leaves the FIFO
+        # while the spare is free, so the FIFO's read depends on registers only
+        head, spare = Signal(self.bus_width, reset_less=True), Signal(self.bus_width, reset_less=True)
+        has_head, has_spare = Signal(), Signal()
+        fetch = Signal()
+        m.d.comb += [fetch.eq(beats.r_rdy & ~has_spare), beats.r_en.eq(fetch),
+                     self.valid.eq(has_head), self.data.eq(head)]
+        with m.If(self.pop | ~has_head):
+            m.d.sync += head.eq(Mux(has_spare, spare, beats.r_data))
+        with m.If(~has_spare):
+            m.d.sync += spare.eq(beats.r_data)
+        with m.If(has_head):
+            m.d.sync += [has_head.eq(~self.pop | has_spare | fetch),
+                         has_spare.eq(Mux(has_spare, ~self.pop, fetch & ~self.pop))]
+        with m.Else():
+            m.d.sync += has_head.eq(fetch)
         aw, bpb, mb = self.addr_width, self.bus_width // 8, self.max_burst
         beat_bits = bpb.bit_length() - 1
         page_beats = BOUNDARY_BYTES // bpb
@@ -275,9 +297,8 @@ class RowReader(Elaboratable):
                 # a burst that reaches the boundary starts the next page
                 m.d.sync += [addr.eq(addr + (burst << beat_bits)), remain.eq(remain - burst),
                              to_page.eq(Mux(to_page == burst, page_beats, to_page - burst))]
-        m.d.sync += credits.eq(credits - Mux(fire, burst, 0) + self.pop)
-        m.d.comb += [beats.w_en.eq(self.response.valid), beats.w_data.eq(self.response.data),
-                     beats.r_en.eq(self.pop)]
+        m.d.sync += credits.eq(credits - Mux(fire, burst, 0) + fetch)
+        m.d.comb += [beats.w_en.eq(self.response.valid), beats.w_data.eq(self.response.data)]
         with m.If(self.start):
             m.d.sync += [addr.eq(self.base), next_row.eq(self.base + self.stride),
                          stride.eq(self.stride), row_beats.eq(self.row_beats),
@@ -302,6 +323,7 @@ class _RunSizes:
         aw = c.addr_width
         self.start, self.started, self.ready = Signal(), Signal(), Signal()
         self.filled = Signal()    # the row offset tables are written
+        self.filled_q = Signal(name="sizes_filled_q")   # the same, a cycle later
         mbs, steps, rows = cfg["microbatches"][:8], cfg["steps"][:16], cfg["rows"][:13]
         sel = cfg["stage"]
         # the selected stage's input dimension, registered (the configuration is steady
@@ -363,7 +385,7 @@ class _RunSizes:
             m.d.sync += phase.eq(5)
         with m.Elif(phase == 5):       # (the check in two register stages)
             m.d.sync += phase.eq(6)
-        with m.Elif((phase == 6) & self.filled):
+        with m.Elif((phase == 6) & self.filled_q):
             m.d.comb += self.ready.eq(1)
             m.d.sync += [phase.eq(0), self.started.eq(0)]
         self.n_total = n.product
@@ -386,6 +408,9 @@ class _RunSizes:
         m.d.sync += fill_rows.eq(Mux(cfg["rows"] > c.max_rows, c.max_rows, cfg["rows"]))
         filled = self.filled
         m.d.comb += filled.eq(fill_row >= fill_rows)
+        # the same, a cycle later, for ready (which ends CHECK): no compare in front of the
+        # run control (the tables fill in `rows` cycles, the phases take longer)
+        m.d.sync += self.filled_q.eq(filled)
         for b in ("logits", "dx"):
             table = Memory(shape=aw + 13, depth=c.max_rows, init=[])
             m.submodules[f"{b}_row_offsets"] = table
@@ -521,21 +546,33 @@ class PipelineUnitCore(UnitCore):
         first = Signal()          # first RUN cycle (== run.first)
 
         # ---- stream unpacking: beats -> row segments of `lanes` elements ------------------
-        def unpack(reader, port, cols, name):
+        # the microbatch's rows as registers of its width (rows <= max_rows once checked)
+        rows_bits = max(c.max_rows.bit_length(), 1)
+        rows_m1 = Signal(rows_bits, reset_less=True)
+        rows_one = Signal(reset_less=True)
+        m.d.sync += [rows_m1.eq(rows[:rows_bits] - 1), rows_one.eq(rows == 1)]
+
+        def unpack(reader, port, cols, max_cols, name):
             # the row position as registers stepped per segment: the segment's column, the
-            # elements left in its row, whether its row is the microbatch's last
+            # elements left in its row, the rows after it (counted down: no compare with the
+            # configured rows), whether its row is the microbatch's last
             r = Signal(16, name=f"{name}_row")
+            after = Signal(rows_bits, name=f"{name}_rows_after")
             b_j = Signal(range(spb), name=f"{name}_seg")
-            col = Signal(32, name=f"{name}_col")
-            left = Signal(32, name=f"{name}_left")
+            col = Signal(range(max_cols + 1), name=f"{name}_col")
+            left = Signal(range(max_cols + 1), name=f"{name}_left")
             last_row = Signal(name=f"{name}_last_row")
             row_end = Signal(name=f"{name}_row_end")       # left <= lanes
+            cols_w = Signal(range(max_cols + 1), name=f"{name}_cols", reset_less=True)
+            one_seg = Signal(name=f"{name}_one_seg", reset_less=True)   # cols <= lanes
+            m.d.sync += [cols_w.eq(cols[:len(cols_w)]), one_seg.eq(cols <= L)]
             with dp.If(first):
-                dp.d.sync += [left.eq(cols), last_row.eq(rows == 1), row_end.eq(cols <= L)]
-            seg = reader.beats.r_data.word_select(b_j, L * MAC_INPUT_WIDTH)
+                dp.d.sync += [left.eq(cols_w), last_row.eq(rows_one), after.eq(rows_m1),
+                              row_end.eq(one_seg)]
+            seg = reader.data.word_select(b_j, L * MAC_INPUT_WIDTH)
             pl = port.payload
             dp.d.comb += [
-                port.valid.eq(reader.beats.r_rdy & train_run),
+                port.valid.eq(reader.valid & train_run),
                 pl.row.eq(r), pl.col.eq(col), pl.count.eq(Mux(row_end, left, L)),
                 pl.data.as_value().eq(seg), pl.relu_mask.eq(0),
                 pl.last.eq(row_end & last_row),
@@ -545,14 +582,16 @@ class PipelineUnitCore(UnitCore):
                               row_end.eq(left <= 2 * L)]
                 with dp.If(row_end):
                     dp.d.comb += reader.pop.eq(1)
-                    dp.d.sync += [b_j.eq(0), col.eq(0), left.eq(cols), row_end.eq(cols <= L),
-                                  r.eq(Mux(last_row, 0, r + 1)),
-                                  last_row.eq(Mux(last_row, rows == 1, r + 2 == rows))]
+                    dp.d.sync += [b_j.eq(0), col.eq(0), left.eq(cols_w), row_end.eq(one_seg)]
+                    with dp.If(last_row):
+                        dp.d.sync += [r.eq(0), after.eq(rows_m1), last_row.eq(rows_one)]
+                    with dp.Else():
+                        dp.d.sync += [r.eq(r + 1), after.eq(after - 1), last_row.eq(after == 1)]
                 with dp.Elif(b_j == spb - 1):
                     dp.d.comb += reader.pop.eq(1)
 
-        unpack(a_reader, pipe.act_in, d_first, "act")
-        unpack(g_reader, pipe.grad_in, d_last, "grad")
+        unpack(a_reader, pipe.act_in, d_first, c.max_in, "act")
+        unpack(g_reader, pipe.grad_in, d_last, c.max_out, "grad")
 
         # inputs: one job over all N * rows rows
         m.d.comb += [a_reader.base.eq(cfg["act_addr"]), a_reader.stride.eq(cfg["act_stride"]),
@@ -591,14 +630,15 @@ class PipelineUnitCore(UnitCore):
         g_may = Signal()
         dp.d.sync += [g_recent.eq(Cat(g_reader.start, g_recent[0])),
                       g_may.eq(g_mb < self.cfg["grads_ready"])]   # live: the host raises it
-        g_free = train_run & ~first & ~g_recent.any() & g_reader.issued & (g_jobs_left != 0)
+        g_jobs_any = Signal()     # g_jobs_left != 0, a register
+        g_free = train_run & ~first & ~g_recent.any() & g_reader.issued & g_jobs_any
         dp.d.comb += [g_reader.start.eq(g_free & g_may)]
         m.d.comb += [g_reader.base.eq(g_job_base), g_reader.stride.eq(cfg["grad_stride"]),
                      g_reader.nrows.eq(rows), g_reader.row_beats.eq(row_beats(d_last, ELEM_BYTES))]
         with dp.If(first):
-            dp.d.sync += g_jobs_left.eq(n_total)
+            dp.d.sync += [g_jobs_left.eq(n_total), g_jobs_any.eq(n_total != 0)]
         with dp.Elif(g_reader.start):
-            dp.d.sync += g_jobs_left.eq(g_jobs_left - 1)
+            dp.d.sync += [g_jobs_left.eq(g_jobs_left - 1), g_jobs_any.eq(g_jobs_left != 1)]
         grad_wait = Signal()
         m.d.comb += grad_wait.eq(g_free & ~g_may)
 
@@ -619,18 +659,25 @@ class PipelineUnitCore(UnitCore):
         with dp.If(first):
             dp.d.sync += [lw_left.eq(sel_d_out), lw_row_end.eq(out_one_word), lw_done.eq(sel_d_in == 0)]
         load_valid = Signal()
-        dp.d.comb += load_valid.eq(running & is_load & w_reader.beats.r_rdy)
+        dp.d.comb += load_valid.eq(running & is_load & w_reader.valid)
         load_word = Signal(L * 32)
-        raw = w_reader.beats.r_data.word_select(lw_j, L * 32) if wpb > 1 else w_reader.beats.r_data[:L * 32]
+        raw = w_reader.data.word_select(lw_j, L * 32) if wpb > 1 else w_reader.data[:L * 32]
+        # the word's lanes inside the row (lw_left > lane), registers set a word ahead
+        lw_keep = Signal(L)
+        out_keep = Signal(L, reset_less=True)       # a row's first word: sel_d_out > lane
+        m.d.sync += out_keep.eq(Cat(*(sel_d_out > lane for lane in range(L))))
         for lane in range(L):
-            keep = lw_left > lane
-            dp.d.comb += load_word.word_select(lane, 32).eq(Mux(keep, raw.word_select(lane, 32), 0))
+            dp.d.comb += load_word.word_select(lane, 32).eq(Mux(lw_keep[lane], raw.word_select(lane, 32), 0))
+        with dp.If(first):
+            dp.d.sync += lw_keep.eq(out_keep)
         with dp.If(load_valid):
-            dp.d.sync += [lw_word.eq(lw_word + 1), lw_left.eq(lw_left - L), lw_row_end.eq(lw_left <= 2 * L)]
+            dp.d.sync += [lw_word.eq(lw_word + 1), lw_left.eq(lw_left - L), lw_row_end.eq(lw_left <= 2 * L),
+                          lw_keep.eq(Cat(*(lw_left > lane + L for lane in range(L))))]
             with dp.If(lw_row_end):
                 dp.d.comb += w_reader.pop.eq(1)
                 dp.d.sync += [lw_j.eq(0), lw_word.eq(0), lw_left.eq(sel_d_out), lw_row.eq(lw_row + 1),
-                              lw_row_end.eq(out_one_word), lw_done.eq(lw_row == sel_d_in_m1)]
+                              lw_row_end.eq(out_one_word), lw_done.eq(lw_row == sel_d_in_m1),
+                              lw_keep.eq(out_keep)]
             with dp.Elif(lw_j == wpb - 1):
                 dp.d.comb += w_reader.pop.eq(1)
                 dp.d.sync += lw_j.eq(0)
@@ -641,6 +688,7 @@ class PipelineUnitCore(UnitCore):
         # ---- weight store: master words -> single-beat writes ------------------------------
         sw_row, sw_word = Signal(16), Signal(16)
         sw_left = Signal(16)       # elements of the row from this word on
+        sw_keep = Signal(L)        # sw_left > lane, registers set a word ahead
         sw_settled = Signal()      # w_rd_data holds the word at (sw_row, sw_word)
         sw_row_addr = Signal(aw + 16)
         sw_row_end = Signal()      # sw_left <= L: the word is its row's last
@@ -648,7 +696,8 @@ class PipelineUnitCore(UnitCore):
         store_valid = Signal()
         dp.d.comb += store_valid.eq(running & is_store & sw_settled & ~store_done)
         with dp.If(first):
-            dp.d.sync += [sw_left.eq(sel_d_out), sw_row_end.eq(out_one_word), store_done.eq(sel_d_in == 0)]
+            dp.d.sync += [sw_left.eq(sel_d_out), sw_row_end.eq(out_one_word), store_done.eq(sel_d_in == 0),
+                          sw_keep.eq(out_keep)]
 
         w_row = Mux(is_load, lw_row, sw_row)
         w_word = Mux(is_load, lw_word, sw_word)
@@ -703,14 +752,17 @@ class PipelineUnitCore(UnitCore):
         dp.d.comb += word_bytes.eq(sw_word * (L * MASTER_BYTES))
         st_off = word_bytes[:beat_bits]
         # the word's elements in the row: lanes below sw_left
-        st_strb = Cat(*[Mux(sw_left > lane, Const((1 << MASTER_BYTES) - 1, MASTER_BYTES), 0)
+        st_strb = Cat(*[Mux(sw_keep[lane], Const((1 << MASTER_BYTES) - 1, MASTER_BYTES), 0)
                         for lane in range(L)]) << st_off
         st_data = rd_word << (st_off * 8)
-        with dp.If(take_lg):
+        # the beat's fields are chosen by the writers' valid flags alone (flip-flops; the
+        # queue takes the fields only with entry.valid), so its ready, a credit count, is
+        # not in front of the hundreds of loads the choice reaches
+        with dp.If(lg_w.beats.valid):
             dp.d.comb += [ep.base.eq(lg_base), ep.row_offset.eq(sizes.row_offset(dp, "logits", lg_pl.row)),
                           ep.beat_offset.eq(lg_pl.beat << beat_bits), ep.data.eq(lg_pl.data),
                           ep.strb.eq(lg_pl.strb), ep.mark.eq(lg_pl.last), *buffer("logits")]
-        with dp.Elif(take_dx):
+        with dp.Elif(dx_w.beats.valid):
             dp.d.comb += [ep.base.eq(dx_base), ep.row_offset.eq(sizes.row_offset(dp, "dx", dx_pl.row)),
                           ep.beat_offset.eq(dx_pl.beat << beat_bits), ep.data.eq(dx_pl.data),
                           ep.strb.eq(dx_pl.strb), *buffer("dx")]
@@ -728,7 +780,8 @@ class PipelineUnitCore(UnitCore):
         # push back (the run stops a cycle later)
         head = write_queue.queued
         write_fault = Signal()
-        can_push = write_port.address.w_rdy & write_port.beats.w_rdy & markers.room
+        # flip-flops only (the port's queues' own w_rdy compare their levels)
+        can_push = write_port.room & markers.room
         live = head.valid & ~write_fault & ~stopped
         push = Signal()
         fault_found = Signal()
@@ -753,11 +806,13 @@ class PipelineUnitCore(UnitCore):
                 dp.d.sync += sw_settled.eq(1)
             with dp.Elif(take_st):
                 dp.d.sync += [sw_settled.eq(0), sw_word.eq(sw_word + 1), sw_left.eq(sw_left - L),
-                              sw_row_end.eq(sw_left <= 2 * L)]
+                              sw_row_end.eq(sw_left <= 2 * L),
+                              sw_keep.eq(Cat(*(sw_left > lane + L for lane in range(L))))]
                 with dp.If(sw_row_end):
                     dp.d.sync += [sw_word.eq(0), sw_left.eq(sel_d_out), sw_row.eq(sw_row + 1),
                                   sw_row_addr.eq(sw_row_addr + cfg["w_stride"]),
-                                  sw_row_end.eq(out_one_word), store_done.eq(sw_row == sel_d_in_m1)]
+                                  sw_row_end.eq(out_one_word), store_done.eq(sw_row == sel_d_in_m1),
+                                  sw_keep.eq(out_keep)]
 
         # write responses: in order (one ID), each for the burst of the AW before it; a
         # microbatch's logits are in once the responses cover the beats up to its last
@@ -831,8 +886,10 @@ class PipelineUnitCore(UnitCore):
             # nothing new is issued; once the traffic in flight is in, the Pipeline (which
             # may wait for data that will never come) is reset
             run.quiet.eq((read_port.outstanding == 0) & write_port.idle),
-            pipe_reset.eq(run.abort_done & is_train),
         ]
+        # the Pipeline's reset is a register (it reaches every flip-flop of the stages):
+        # high in the FINISH cycle after the abort, so the next run finds it reset
+        m.d.sync += pipe_reset.eq(run.abort_done & is_train)
         # CHECK -> RUN next cycle; RUN ends by finishing or by a fault found now (stopped
         # is set and run.running & ~stopped drops: the same cycle as with the decoded state)
         enter_run = checking & check_done & ~err_config
@@ -853,6 +910,11 @@ class PipelineUnitCore(UnitCore):
             m.d.sync += status.eq(Status.CONFIG_ERROR)
 
         m.submodules.datapath = ResetInserter(clear)(dp)
+        # the registered phase beside the run control's, for the simulation that checks
+        # them against each other cycle by cycle
+        self.probes = dict(run=run, checking=checking, running=running, train_run=train_run,
+                           first=first, stopped=stopped, is_train=is_train, pipe_reset=pipe_reset,
+                           cfg=cfg)
         return m
 
 

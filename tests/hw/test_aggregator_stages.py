@@ -115,6 +115,8 @@ def test_output_stage_narrows_like_the_golden_model(mean):
             got.append(([(out.data >> (EW * k)) & 0xFFFF for k in range(LANES)],
                         out.strb, out.last))
             await ctx.tick()
+            assert ctx.get(dut.busy) and ctx.get(dut.saturated) == 0
+            await ctx.tick()        # the count two cycles after its beat
             counts.append(ctx.get(dut.saturated))
             await ctx.tick()
             assert not ctx.get(dut.busy) and ctx.get(dut.saturated) == 0
@@ -139,7 +141,7 @@ def test_output_stage_takes_a_beat_every_cycle():
         ctx.set(dut.mean, 1)
         ctx.set(dut.shift, shift)
         await ctx.tick()
-        for t in range(len(beats) + dut.latency + 1):
+        for t in range(len(beats) + dut.latency + 2):
             if t < len(beats):
                 acc, _, degree, mask, last = beats[t]
                 ctx.set(dut.i.payload, {

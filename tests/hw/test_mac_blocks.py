@@ -52,7 +52,18 @@ def test_block_loader_reads_every_row_in_aligned_bursts(nrows, ncols, base_beats
         await ctx.tick()
         ctx.set(dut.start, 0)
         pending = []          # (ready cycle, beat address) in request order
+        beats = writes = 0
         for cycle in range(3000):
+            # each beat is written a cycle after it arrives, from registers
+            if ctx.get(dut.wr_en):
+                assert ctx.get(dut.wr_en) == 0b10
+                writes += 1
+                wr = ctx.get(dut.wr)
+                for lane in range(wr.count):
+                    seen["writes"][(wr.row, wr.col + lane)] = wr.data[lane]
+                # the banks written: bank b holds lane (b - row) mod 8
+                assert ctx.get(dut.wr_mask) == sum(1 << b for b in range(8)
+                                                   if (b - wr.row) % 8 < wr.count)
             ready = rng.random() < 0.7
             ctx.set(dut.request.ready, ready)
             if ctx.get(dut.request.valid) and ready:
@@ -66,15 +77,10 @@ def test_block_loader_reads_every_row_in_aligned_bursts(nrows, ncols, base_beats
                 ctx.set(dut.response, {"valid": 1, "data": word, "last": 0})
             else:
                 ctx.set(dut.response, {"valid": 0, "data": 0, "last": 0})
-            if beat:
-                assert ctx.get(dut.wr_en) == 0b10
-                wr = ctx.get(dut.wr)
-                for lane in range(wr.count):
-                    seen["writes"][(wr.row, wr.col + lane)] = wr.data[lane]
-            else:
-                assert ctx.get(dut.wr_en) == 0
+            beats += bool(beat)
             await ctx.tick()
             if ctx.get(dut.done) and not pending and seen["done_at"] is None:
+                assert writes == beats and not ctx.get(dut.wr_en)
                 seen["done_at"] = cycle
                 break
 
