@@ -6,7 +6,7 @@
 Microarchitecture (one AXI4 manager port, reads and writes in flight at once); each box
 is a component of its own (``hw/aggregator_*.py``), wired with ``connect()``::
 
-    indptr ─┐ MetaReader x3     register   EdgeWalk ──> RowAddress ──> row ids ──> RowGather
+    indptr ─┐ ElementReader x3  register   EdgeWalk ──> RowAddress ──> row ids ──> RowGather
     indices ├─ (INCR bursts,  ──> slices ──>    │        (DSP tiles)                (bursts)
     weights ┘   credits)                        └─> descriptors ─> ReciprocalPipe      │
                                                                       │             row FIFO
@@ -58,8 +58,7 @@ from .aggregator_output import OutputStage
 from .aggregator_reduce import Reduce
 from .aggregator_walk import EdgeWalk, descriptor_layout
 from .axi import BusParams, UnitCore
-from .aggregator_reader import MetaReader
-from .blocks import EventCounters, RegisteredFIFO, RunControl, StreamRegister
+from .blocks import ElementReader, EventCounters, RegisteredFIFO, RunControl, StreamRegister
 from .dma import ReadPort, WritePort, read_request_layout, write_address_layout
 from gnnweave.contract import AGGREGATOR_CONFIG_REGISTERS as CONFIG_REGISTERS  # noqa: F401
 from gnnweave.contract import AGGREGATOR_STATUS_REGISTERS as STATUS_REGISTERS  # noqa: F401
@@ -209,9 +208,8 @@ class AggregatorCore(UnitCore):
         # logic and the guard's adders out of the arbitration (the ECP5 critical path)
         read_port = ReadPort(self.bus, num_clients=4, registered_requests=True)
         write_port = WritePort(self.bus, beat_depth=W_BEATS, address_depth=4)
-        # the shared ElementReader with its unpacker's control flattened (MetaReader)
         ptr_reader, idx_reader, w_reader = (
-            MetaReader(addr_width=aw, data_width=c.bus_width, elem_width=width,
+            ElementReader(addr_width=aw, data_width=c.bus_width, elem_width=width,
                           fifo_beats=c.meta_fifo_beats, max_burst=c.meta_burst_beats)
             for width in (32, 32, ew))
         row_fifo = fifo.SyncFIFOBuffered(width=c.bus_width, depth=c.reads_in_flight)

@@ -540,56 +540,61 @@ class ElementReader(wiring.Component):
         """The current beat in a register, one element a cycle from it, and the next beat in
         a second register: the FIFO is popped whenever that one is free (a flip-flop), never
         from the consumer's ready. ``elements.valid`` is the current beat's flip-flop (the
-        run's beats hold exactly its elements: its last element frees the last beat) and
-        the beat's end (last element of the beat or of the run) is a flip-flop set from the
-        next states of the flags it combines, so the consumer's ready is one LUT from every
-        register enable."""
+        run's beats hold exactly its elements: its last element frees the last beat). Every
+        compare is a flag kept a cycle ahead (``elems_left == 2``, ``sel == per_beat - 2``),
+        the beat's end and the two beat valids are written as the few-input functions they
+        are, and the beat registers' enable is a signal of its own, so no decision shares
+        the nets that enable a whole beat of registers."""
         cur_valid, nxt_valid = Signal(), Signal()
         cur, nxt = Signal(self.dw, reset_less=True), Signal(self.dw, reset_less=True)
         sel = Signal(range(per_beat))
-        sel_last = Signal(init=per_beat == 1)            # sel == per_beat - 1
         elems_left = Signal(32)
         has_elems, last_elem = Signal(), Signal()        # elems_left != 0, == 1
-        at_end = Signal()                                # sel_last | last_elem
-        take = cur_valid & self.elements.ready
-        beat_done = take & at_end
-        frees = beat_done | ~cur_valid                   # cur takes the next beat
+        left_is2 = Signal()                              # elems_left == 2
+        left_is3 = Signal()                              # elems_left == 3
+        sel_before_last = Signal(init=per_beat == 2)     # sel == per_beat - 2
+        at_end = Signal()                                # sel == per_beat - 1 | last_elem
+        one_per_beat = int(per_beat == 1)
+        ready = self.elements.ready
+        take = cur_valid & ready
+        # cur takes the next beat: free, or its end taken (not built from `take`)
+        frees = Signal()
         m.d.comb += [
+            frees.eq(~cur_valid | (ready & at_end)),
             self.elements.valid.eq(cur_valid),
             self.elements.payload.eq(cur.word_select(sel, self.ew)),
             fifo_out.ready.eq(~nxt_valid),
             self.done.eq(~has_elems),
         ]
-        # nxt matters only while valid: it samples the FIFO's output whenever it is not
         with m.If(~nxt_valid):
             m.d.sync += nxt.eq(fifo_out.payload)
         with m.If(frees):
             m.d.sync += cur.eq(Mux(nxt_valid, nxt, fifo_out.payload))
-        # nxt_valid implies cur_valid: a freed cur takes nxt if valid, else the FIFO's output
-        cur_valid_next = Mux(frees, nxt_valid | fifo_out.valid, cur_valid)
-        m.d.sync += [cur_valid.eq(cur_valid_next),
-                     nxt_valid.eq(~frees & (nxt_valid | fifo_out.valid))]
-        has_next, last_next = Signal(), Signal()
-        sel_last_next = Signal()
-        m.d.comb += [has_next.eq(has_elems), last_next.eq(last_elem), sel_last_next.eq(sel_last)]
-        with m.If(take):
-            m.d.comb += [has_next.eq(~last_elem), last_next.eq(elems_left == 2)]
-            m.d.sync += elems_left.eq(elems_left - 1)
-            with m.If(beat_done):
-                m.d.sync += sel.eq(0)
-                m.d.comb += sel_last_next.eq(per_beat == 1)
-            with m.Else():
-                m.d.sync += sel.eq(sel + 1)
-                m.d.comb += sel_last_next.eq(sel == per_beat - 2)
-        # the count's flags are set in the cycle after start, from the loaded count (start
-        # fans out widely; no element arrives that early: a beat is a request and a
-        # response away), so no compare of count follows start
+        # the valids from their inputs (cur_valid, ready, at_end, nxt_valid, the FIFO's valid)
+        ends = ready & at_end
+        m.d.sync += [
+            cur_valid.eq(Mux(cur_valid, ~ends | nxt_valid | fifo_out.valid,
+                             nxt_valid | fifo_out.valid)),
+            nxt_valid.eq(cur_valid & ~ends & (nxt_valid | fifo_out.valid)),
+        ]
         loading = Signal()
         m.d.sync += loading.eq(self.start)
         with m.If(self.start):
-            m.d.sync += [elems_left.eq(self.count), sel.eq(0)]
-            m.d.comb += sel_last_next.eq(per_beat == 1)
-        with m.If(loading):
-            m.d.comb += [has_next.eq(elems_left != 0), last_next.eq(elems_left == 1)]
-        m.d.sync += [has_elems.eq(has_next), last_elem.eq(last_next), sel_last.eq(sel_last_next),
-                     at_end.eq(sel_last_next | last_next)]
+            m.d.sync += [elems_left.eq(self.count), sel.eq(0),
+                         sel_before_last.eq(per_beat == 2),
+                         at_end.eq(one_per_beat | last_elem)]
+        with m.Elif(loading):
+            # the count's flags from the loaded count (no element arrives this early)
+            m.d.sync += [has_elems.eq(elems_left != 0), last_elem.eq(elems_left == 1),
+                         left_is2.eq(elems_left == 2), left_is3.eq(elems_left == 3),
+                         at_end.eq(one_per_beat | (elems_left == 1))]
+        with m.Elif(take):
+            m.d.sync += [elems_left.eq(elems_left - 1),
+                         has_elems.eq(~last_elem), last_elem.eq(left_is2),
+                         left_is2.eq(left_is3), left_is3.eq(elems_left == 4)]
+            with m.If(at_end):
+                m.d.sync += [sel.eq(0), sel_before_last.eq(per_beat == 2),
+                             at_end.eq(one_per_beat | left_is2)]
+            with m.Else():
+                m.d.sync += [sel.eq(sel + 1), sel_before_last.eq(sel == per_beat - 3),
+                             at_end.eq(sel_before_last | left_is2)]

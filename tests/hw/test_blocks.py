@@ -392,52 +392,65 @@ def test_registered_fifo_depth_is_checked():
 
 # --------------------------------------------------------------------------- ElementReader
 
-@pytest.mark.parametrize("elem_width,count,fifo_beats,max_burst,seed", [
-    (32, 37, 8, 4, 0), (16, 200, 32, 16, 1), (8, 5, 4, 4, 2), (32, 0, 8, 8, 3), (16, 1, 8, 2, 4),
+@pytest.mark.parametrize("elem_width,counts,fifo_beats,max_burst,seed", [
+    (32, [37], 8, 4, 0), (16, [200], 32, 16, 1), (8, [5], 4, 4, 2), (32, [0], 8, 8, 3),
+    (16, [1], 8, 2, 4),
+    # several runs back to back: each start reloads the count's flags
+    (32, [37, 0, 5], 8, 4, 5), (16, [200, 1, 9], 32, 16, 6), (8, [5, 33], 4, 4, 7),
+    (16, [2, 3, 16, 17], 8, 2, 8), (128, [3, 1, 4], 8, 4, 9), (64, [7, 2], 8, 8, 10),
 ])
-def test_element_reader_streams_the_buffer_and_never_overfills(elem_width, count, fifo_beats,
+def test_element_reader_streams_the_buffer_and_never_overfills(elem_width, counts, fifo_beats,
                                                                max_burst, seed):
     rng = random.Random(seed)
     dw, bpb = 128, 16
-    base = 4096 - 3 * bpb                   # the run crosses a 4 KiB page early
-    memory = {base + i * bpb: rng.getrandbits(dw) for i in range(count * elem_width // dw + 2)}
+    base = 4096 - 3 * bpb                   # every run crosses a 4 KiB page early
+    memory = {base + i * bpb: rng.getrandbits(dw)
+              for i in range(max(counts) * elem_width // dw + 2)}
     per_beat = dw // elem_width
-    want = [(memory[base + (k // per_beat) * bpb] >> (elem_width * (k % per_beat)))
-            & ((1 << elem_width) - 1) for k in range(count)]
     dut = ElementReader(addr_width=32, data_width=dw, elem_width=elem_width,
                         fifo_beats=fifo_beats, max_burst=max_burst)
-    got, bursts, pending = [], [], deque()
+    runs = []                               # (elements, bursts) of each run
 
     async def bench(ctx):
-        ctx.set(dut.base, base)
-        ctx.set(dut.count, count)
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
-        for t in range(3000):
-            ctx.set(dut.request.ready, rng.random() < 0.6)
-            # long stalls fill the FIFO: a beat without room would be lost (and the
-            # elements wrong)
-            ctx.set(dut.elements.ready, t % 200 > 60 and rng.random() < 0.7)
-            beat = pending and pending[0][0] <= t and rng.random() < 0.8
-            ctx.set(dut.response.valid, bool(beat))
-            if beat:
-                _, addr = pending.popleft()
-                ctx.set(dut.response.data, memory[addr])
-            if ctx.get(dut.request.valid) and ctx.get(dut.request.ready):
-                addr, n = ctx.get(dut.request.payload.addr), ctx.get(dut.request.payload.len) + 1
-                bursts.append((addr, n))
-                when = t + rng.randrange(2, 12)
-                pending.extend((when, addr + i * bpb) for i in range(n))
-            if ctx.get(dut.elements.valid) and ctx.get(dut.elements.ready):
-                got.append(ctx.get(dut.elements.payload))
-            if ctx.get(dut.done) and not pending and t > 20:
-                break
+        for count in counts:
+            got, bursts, pending = [], [], deque()
+            ctx.set(dut.base, base)
+            ctx.set(dut.count, count)
+            ctx.set(dut.start, 1)
             await ctx.tick()
+            ctx.set(dut.start, 0)
+            for t in range(3000):
+                ctx.set(dut.request.ready, rng.random() < 0.6)
+                # long stalls fill the FIFO: a beat without room would be lost (and the
+                # elements wrong)
+                ctx.set(dut.elements.ready, t % 200 > 60 and rng.random() < 0.7)
+                beat = pending and pending[0][0] <= t and rng.random() < 0.8
+                ctx.set(dut.response.valid, bool(beat))
+                if beat:
+                    _, addr = pending.popleft()
+                    ctx.set(dut.response.data, memory[addr])
+                if ctx.get(dut.request.valid) and ctx.get(dut.request.ready):
+                    addr = ctx.get(dut.request.payload.addr)
+                    n = ctx.get(dut.request.payload.len) + 1
+                    bursts.append((addr, n))
+                    when = t + rng.randrange(2, 12)
+                    pending.extend((when, addr + i * bpb) for i in range(n))
+                if ctx.get(dut.elements.valid) and ctx.get(dut.elements.ready):
+                    got.append(ctx.get(dut.elements.payload))
+                if ctx.get(dut.done) and not pending and t > 20:
+                    break
+                await ctx.tick()
+            runs.append((got, bursts))
+            for _ in range(3):
+                await ctx.tick()
 
     simulate(dut, bench)
-    assert got == want
-    beats = -(-count * elem_width // dw)
-    issued = [a + i * bpb for a, n in bursts for i in range(n)]
-    assert issued == [base + i * bpb for i in range(beats)]
-    assert all(n <= max_burst and (a % 4096) + n * bpb <= 4096 for a, n in bursts)
+    assert len(runs) == len(counts)
+    for count, (got, bursts) in zip(counts, runs):
+        want = [(memory[base + (k // per_beat) * bpb] >> (elem_width * (k % per_beat)))
+                & ((1 << elem_width) - 1) for k in range(count)]
+        assert got == want, count
+        beats = -(-count * elem_width // dw)
+        issued = [a + i * bpb for a, n in bursts for i in range(n)]
+        assert issued == [base + i * bpb for i in range(beats)], count
+        assert all(n <= max_burst and (a % 4096) + n * bpb <= 4096 for a, n in bursts)
