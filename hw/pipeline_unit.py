@@ -477,7 +477,9 @@ class PipelineUnitCore(UnitCore):
                      is_store.eq(mode == PipelineMode.STORE_WEIGHTS.value),
                      is_train.eq(mode == PipelineMode.TRAIN.value)]
         sched = cfg["schedule"]
-        gpipe = sched == 0
+        # a register too (the 32-bit compare selected the backward order's steps)
+        gpipe = Signal()
+        m.d.sync += gpipe.eq(sched == 0)
         mbs, steps, rows = cfg["microbatches"], cfg["steps"], cfg["rows"]
         # the run's sizes, computed in CHECK by bit-serial multipliers (see _RunSizes)
         sizes = _RunSizes(m, cfg, c, K)
