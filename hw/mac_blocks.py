@@ -335,7 +335,8 @@ class ResultWriter(wiring.Component):
         band_row = Signal(len(row_in), name="out_band_row", reset_less=True)
         next_band = Signal(len(row_in) + 1, name="out_next_band", reset_less=True)
         first_in = (row_in == 0) & (self.rows.payload.col == 0)
-        new_band_in = ~first_in & (row_in == next_band)
+        # (next_band is tile_rows or more, so the block's first segment never matches it)
+        new_band_in = row_in == next_band
         m.d.comb += [rows_in.i.payload.first.eq(first_in),
                      rows_in.i.payload.again.eq(row_in == band_row),
                      rows_in.i.payload.new_band.eq(new_band_in)]
