@@ -72,7 +72,7 @@ class CpuExecutor(Executor):
         if sp.issparse(x):
             y = np.asarray(x.astype(np.float32) @ w.astype(np.float32), dtype=np.float32)
         else:
-            y = np.asarray(x, dtype=np.float32) @ np.asarray(w, dtype=np.float32)
+            y = _row_stable_matmul(np.asarray(x, dtype=np.float32), np.asarray(w, dtype=np.float32))
         if b is not None:
             y += np.asarray(b, dtype=np.float32)
         if relu:
@@ -86,7 +86,7 @@ class CpuExecutor(Executor):
         w = np.asarray(w, dtype=np.float32)
         if dy.ndim != 2 or w.ndim != 2 or dy.shape[1] != w.shape[1]:
             raise ValueError(f"dense_input_grad: dy shape {dy.shape} does not match w shape {w.shape}")
-        dx = dy @ w.T
+        dx = _row_stable_matmul(dy, w.T)
         return OpResult(dx, time.perf_counter() - t0, None, dy.nbytes + w.nbytes, dx.nbytes,
                         "dense_input_grad", self.name)
 
@@ -99,3 +99,12 @@ class CpuExecutor(Executor):
         dw = np.asarray(x.T @ dy, dtype=np.float32)
         return OpResult(dw, time.perf_counter() - t0, None, operand_nbytes(x) + dy.nbytes, dw.nbytes,
                         "dense_weight_grad", self.name)
+
+
+def _row_stable_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` in float32 where each row of the result depends on its own row of ``a``
+    only. OpenBLAS' float32 GEMM kernels on some CPUs round a row differently by how many
+    rows share the call and by their alignment, so a transform done in row chunks (overlap,
+    mini-batches) would not match the whole one bit for bit; einsum's own loop sums every
+    row in one order."""
+    return np.einsum("ik,kj->ij", a, b, optimize=False)
