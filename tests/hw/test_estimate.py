@@ -7,6 +7,7 @@ DSP48E1; a signed 27x18 product fits one DSP48E2's 27x18 multiplier but needs tw
 compiles the wasm (about 1.5 min here; cached under ~/.cache/YoWASP).
 """
 import json
+import random
 
 import pytest
 from amaranth.back import rtlil
@@ -296,11 +297,31 @@ def test_ecp5_timing_limit_before_placement_gives_no_figure():
         est_mod.ecp5_timing("", "x", pnr_limit_s=0)
 
 
+class Tangle(wiring.Component):
+    """``count`` flip-flops, each the XOR of three others picked at random: about one LUT4 per
+    flip-flop and nets that cross the whole design, so placement is slow for its size."""
+
+    def __init__(self, count):
+        self.count = count
+        super().__init__({"q": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        rng = random.Random(1)
+        bits = Signal(self.count)
+        for i in range(self.count):
+            a, b, c = (rng.randrange(self.count) for _ in range(3))
+            m.d.sync += bits[i].eq(bits[a] ^ bits[b] ^ ~bits[c])
+        m.d.comb += self.q.eq(bits[0])
+        return m
+
+
 @needs_ecp5
 def test_ecp5_timing_cpu_limit_stops_nextpnr():
-    # one second of CPU time is not enough for nextpnr to load the LFE5U-85F and place:
-    # the run stops by its own CPU time, whatever the machine's load
-    t = est_mod.ecp5_timing(est_mod.component_rtlil(Counter16(), "counter16"), "counter16",
+    # nextpnr needs about 25 CPU s for 2000 tangled flip-flops on the LFE5U-85F (a 16-bit
+    # counter needs 1 to 3, too close to 1 on a fast machine): the run stops by its own CPU
+    # time, whatever the machine's load
+    t = est_mod.ecp5_timing(est_mod.component_rtlil(Tangle(2000), "tangle"), "tangle",
                             pnr_cpu_limit_s=1)
     assert t["fmax_mhz"] is None and t["stage"] is None
     assert t["stopped"].startswith("nextpnr stopped at its 1 CPU s limit during ")
