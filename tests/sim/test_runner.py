@@ -326,6 +326,30 @@ def test_build_is_cached_by_content(toy_build, toy_source, tmp_path):
     assert key != first.key
 
 
+def test_generated_verilog_is_cached_unless_the_gateware_changed_since_loading(
+        tmp_path, monkeypatch):
+    import gnnweave.hw
+    from gnnweave.sim import runner
+    calls = []
+
+    def write(out_dir, debug_names):
+        calls.append(out_dir)
+        (out_dir / "top.v").write_text("module top; endmodule\n")
+        return out_dir / "top.v"
+
+    # the sources are older than the process's copy: generated once, then taken from the cache
+    monkeypatch.setattr(gnnweave.hw, "LOADED_AT", time.time() + 3600)
+    first = runner.cached_verilog("top", write, out_root=tmp_path)
+    assert runner.cached_verilog("top", write, out_root=tmp_path) == first and len(calls) == 1
+    # a source newer than the loaded gateware: this process's Verilog goes to a folder of its
+    # own, so a later process with the new code cannot pick up the stale text
+    monkeypatch.setattr(gnnweave.hw, "LOADED_AT", 0.0)
+    with pytest.warns(UserWarning, match=r"hw/.*\.py changed after this process loaded"):
+        stale = runner.cached_verilog("top", write, out_root=tmp_path)
+    assert len(calls) == 2 and stale != first
+    assert stale.parent.name.endswith(f"-pid{os.getpid()}")
+
+
 def test_bad_verilog_reports_the_log(tmp_path):
     from gnnweave.sim import runner
     bad = tmp_path / "bad.v"
