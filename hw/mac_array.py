@@ -381,6 +381,9 @@ class MacArrayCore(UnitCore):
             write_port.address.w_data.eq(aw_payload), write_port.address.w_en.eq(push),
             write_port.beats.w_data.eq(w_payload), write_port.beats.w_en.eq(push),
         ]
+        # the writer's fault is held until the next run's accept: the datapath's reset
+        # comes a cycle into CHECK, where the status already takes faults
+        dp.d.comb += writer.restart.eq(run["accept"])
         m.d.comb += run["write_fault"].eq(writer.fault)
         parts["block_base"], parts["block_row"] = block_base, block_row
 
@@ -673,7 +676,7 @@ class MacArrayCore(UnitCore):
         # falls the cycle after its start, before the BIAS state can look at it)
         bias_start = Signal(name="bias_start")
         dp.d.sync += bias_reader.start.eq(bias_start)
-        with dp.FSM(name="compute"):
+        with dp.FSM(name="compute") as compute:
             with dp.State("PREFETCH"):            # the first block's bias
                 dp.d.comb += bias_first.eq(1)
                 with dp.If(running & cw.ready):
@@ -709,6 +712,10 @@ class MacArrayCore(UnitCore):
             dp.d.sync += [p_base.eq(cfg["p_addr"]), p_row_base.eq(cfg["p_addr"]),
                           q_base.eq(cfg["q_addr"]), q_col_base.eq(cfg["q_addr"]),
                           block_base.eq(cfg["out_addr"]), block_row.eq(cfg["out_addr"])]
+        # the RUN flip-flop beside the state it shadows, for the simulation that checks
+        # them against each other cycle by cycle
+        self.probes = dict(in_run=in_run, run_state=compute.ongoing("RUN"), cfg=cfg,
+                           block_end=block_end)
 
 
 class MacArrayTop(UnitTop):
