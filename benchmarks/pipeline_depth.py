@@ -109,32 +109,9 @@ def measure(kind: str, config_name: str, keep: Path | None = None) -> dict:
         stat = json.loads((work / "stat.json").read_text())
     from gnnweave.hw.flow.depth import longest_paths
     res = {"config": config_name, "part": kind, "resources": resources(stat),
-           "depth": name_paths(net, top, longest_paths(net, top, skip=1 if kind == "unit" else 0))}
+           "depth": longest_paths(net, top, skip=1 if kind == "unit" else 0)}
     res["seconds"] = round(time.monotonic() - t0, 1)
     return res
-
-
-def _net_name(module: dict, cell: str | None) -> str | None:
-    """The signal a path's start or end cell drives (flattened cells are named ``$auto$..``:
-    the net says which register it is)."""
-    c = module["cells"].get(cell) if cell else None
-    if c is None:
-        return None
-    bits = [b for port in ("Q", "DOUTADOUT", "DOUT", "P", "O") for b in c["connections"].get(port, [])]
-    for name, net in module["netnames"].items():
-        if not name.startswith("$") and any(b in net["bits"] for b in bits):
-            return name
-    return None
-
-
-def name_paths(net: dict, top: str, depth: dict) -> dict:
-    """Add ``from_net`` / ``to_net`` (the registers' signal names) to every unit's path."""
-    module = net["modules"][top]
-    for figures in depth.values():
-        if "from" in figures:
-            figures["from_net"] = _net_name(module, figures["from"])
-            figures["to_net"] = _net_name(module, figures["to"])
-    return depth
 
 
 def main(argv=None) -> int:

@@ -530,6 +530,35 @@ def _longest_paths(netlist: dict, top: str | None = None, *, unit_depth: int = 1
             return ends
         return []
 
+    def arrival_at(cell, port, bit):
+        """Arrival of ``bit`` at ``cell``'s input ``port`` (as :func:`comb` weighs it)."""
+        src = source(bit)
+        if src is None:
+            return None
+        d = src[0] + edge_delay(bit, cell, g.kind[cell], port)
+        if g.kind[cell] == "carry":
+            d += (m["carry_link_per_4_bits"] * (2 if cells[cell]["type"] == "CARRY8" else 1)
+                  if port in ("CI", "CIN") and _from_carry(bit) else m["carry_entry"])
+        return d
+
+    def trace(end):
+        """The bits along the latest path into fabric endpoint ``end``, last first: at each
+        combinational cell the input that arrives last, back to a sequential cell."""
+        bits, cell = [], end
+        while True:
+            dirs = cells[cell].get("port_directions", {})
+            inputs = [(arrival_at(cell, p, b), b) for p, bs in cells[cell]["connections"].items()
+                      if dirs.get(p) != "output" and not (cell == end and p == "C")
+                      for b in bs if not isinstance(b, str)]
+            inputs = [(d, b) for d, b in inputs if d is not None]
+            if not inputs:
+                return bits
+            bit = max(inputs, key=lambda x: x[0])[1]
+            bits.append(bit)
+            cell = g.driver[bit][0]
+            if g.kind[cell] not in ("lut", "muxf", "carry", "buf") or len(bits) > 64:
+                return bits
+
     units: dict = {}
     packed_per_unit = Counter()
     for cell in sorted(cells):
@@ -544,8 +573,54 @@ def _longest_paths(netlist: dict, top: str | None = None, *, unit_depth: int = 1
             total = delay + m["clock_uncertainty"]
             if unit not in units or total > units[unit][0]:
                 units[unit] = (total, counts, origin, cell)
-    return {u: _figures(*units[u], packed_per_unit[u]) for u in sorted(units)} | (
-        {"(uncounted cells)": dict(g.unknown)} if g.unknown else {})
+    names = _bit_names(netlist["modules"][top])
+    result = {}
+    for u in sorted(units):
+        figures = _figures(*units[u], packed_per_unit[u])
+        end = units[u][3]
+        if names:
+            # fabric flip-flop ends only: a DSP's own stages have no nets to name
+            path = trace(end)[::-1] if g.kind[end] == "ff" and end not in role else []
+            figures.update(_path_names(names, path, figures["from"], end, g))
+        result[u] = figures
+    return result | ({"(uncounted cells)": dict(g.unknown)} if g.unknown else {})
+
+
+def _bit_names(module: dict) -> dict:
+    """``{bit: "signal[i]"}`` for the netlist's named signals (Yosys' own ``$`` names and
+    hidden names left out: they say nothing of the design)."""
+    names, rank = {}, {}
+    for name, net in module.get("netnames", {}).items():
+        if name.startswith("$") or net.get("hide_name"):
+            continue
+        bits = net["bits"]
+        # of a bit's names, one the design gave (Amaranth names the anonymous `$signal`),
+        # the deepest in the hierarchy (the unit's own, not a port it reaches), the shortest
+        key = ("$" in name, -name.count("."), len(name), name)
+        for i, b in enumerate(bits):
+            if not isinstance(b, str) and (b not in rank or key < rank[b]):
+                rank[b] = key
+                names[b] = name if len(bits) == 1 else f"{name}[{i}]"
+    return names
+
+
+def _path_names(names: dict, path: list, origin: str | None, end: str, g) -> dict:
+    """``from_net`` / ``to_net`` (the signals the start and end registers drive) and
+    ``through`` (the named signals along the path, in order, each once)."""
+    def driven(cell):
+        c = g.cells.get(cell) if cell else None
+        if c is None:
+            return None
+        dirs = c.get("port_directions", {})
+        outs = [b for p, bs in c["connections"].items() if dirs.get(p) == "output" for b in bs]
+        return next((names[b] for b in outs if b in names), None)
+
+    through = []
+    for b in path[1:]:            # the first bit is the start register's own
+        n = names.get(b)
+        if n is not None and n not in through:
+            through.append(n)
+    return {"from_net": driven(origin), "to_net": driven(end), "through": through}
 
 
 def _add(t, delay, kind=None):

@@ -857,6 +857,10 @@ def format_table(est: dict) -> str:
                              f"~{d['est_fmax_mhz']:g} MHz"
                              + (f" ({d['dsp_packed_ffs']} FFs as DSP registers)"
                                 if d.get("dsp_packed_ffs") else ""))
+                if d.get("from_net") or d.get("to_net"):
+                    names = [d.get("from_net") or d["from"], *d.get("through", []),
+                             d.get("to_net") or d["to"]]
+                    lines.append(f"    {' -> '.join(names)}")
     t = est.get("timing") or {}
     if "units" in t:
         lines.append(f"{t['label']}, {t['scope']}, on {t['device']} (target "

@@ -77,6 +77,25 @@ def test_luts_in_series_count_levels_and_delay():
     assert res["u"]["from"] == "\\u.a" and res["u"]["to"] == "\\u.q"
 
 
+def test_the_worst_path_names_its_registers_and_the_signals_it_passes():
+    n = _Net()
+    a, b, c = (n.ff(f"\\u.{r}", n.bit()) for r in "abc")
+    x = n.lut("\\u.l1", a)
+    y = n.lut("\\u.l2", x, b)           # b and c join later: the path from a is the longest
+    z = n.lut("\\u.l3", y, c)
+    q = n.bit()
+    n.cell("\\u.q", "FDRE", {"D": [z], "C": ["0"], "CE": [c], "R": ["0"]}, {"Q": [q]})
+    net = n.netlist()
+    net["modules"]["t"]["netnames"] = {
+        "u.reg_a": {"bits": [a]}, "u.reg_b": {"bits": [b]}, "u.x": {"bits": [x]},
+        "$auto$hidden": {"bits": [y]}, "u.sum": {"bits": [z, "0"]}, "result": {"bits": [q]},
+        "u.result": {"bits": [q]}}
+    res = longest_paths(net)["u"]
+    assert res["lut_levels"] == 3 and res["from"] == "\\u.a"
+    assert res["from_net"] == "u.reg_a" and res["to_net"] == "u.result"
+    assert res["through"] == ["u.x", "u.sum[0]"]         # the $ name of l2's output left out
+
+
 def test_carry_chain_links_pay_no_net():
     n = _Net()
     a = n.ff("\\u.a", n.bit())
@@ -204,7 +223,7 @@ class _Adder(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        ra, rb = Signal(self.width), Signal(self.width)
+        ra, rb = Signal(self.width, name="ra"), Signal(self.width, name="rb")
         m.d.sync += [ra.eq(self.a), rb.eq(self.b), self.s.eq(ra + rb)]
         return m
 
@@ -327,3 +346,8 @@ def test_component_depth_of_known_designs():
     assert res["and6"]["lut_levels"] == 1 and res["and6"]["carry_cells"] == 0
     assert res["adder"]["est_fmax_mhz"] < res["and6"]["est_fmax_mhz"]
     assert set(res) == {"adder", "and6"}
+    # the registers named as in the design: the sum's carry chain starts at an operand
+    # register and ends at the sum (its most significant bits: the end of the chain)
+    assert res["adder"]["from_net"].startswith(("top.adder.ra[", "top.adder.rb["))
+    assert res["adder"]["to_net"].startswith("top.adder.s[")
+    assert res["and6"]["from_net"].startswith("top.and6.ra[") and res["and6"]["to_net"] == "top.and6.y"
