@@ -514,7 +514,7 @@ class PipelineUnitCore(UnitCore):
         # ---- datapath (reset at the start of every run) ----------------------------------
         dp = Module()
         # 0 weights, 1 grad, 2 act; each client's guard in stages of its own
-        read_port = ReadPort(self.bus, num_clients=3, registered_requests=True)
+        read_port = ReadPort(self.bus, num_clients=3, registered_requests=True, zero_flag=True)
         # single beats in, INCR bursts out (consecutive beats joined, up to max_burst)
         write_port = WritePort(self.bus, beat_depth=16, address_depth=16,
                                coalesce=c.max_burst >= 2, max_burst=max(c.max_burst, 2))
@@ -887,7 +887,7 @@ class PipelineUnitCore(UnitCore):
             run.drained.eq(write_queue.empty & write_port.idle & ~lg_w.pending & ~dx_w.pending),
             # nothing new is issued; once the traffic in flight is in, the Pipeline (which
             # may wait for data that will never come) is reset
-            run.quiet.eq((read_port.outstanding == 0) & write_port.idle),
+            run.quiet.eq(read_port.no_outstanding & write_port.idle),
         ]
         # the Pipeline's reset is a register (it reaches every flip-flop of the stages):
         # high in the FINISH cycle after the abort, so the next run finds it reset
