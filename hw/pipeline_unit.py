@@ -268,24 +268,35 @@ class RowReader(Elaboratable):
         last_row = Signal()                          # the row being requested is the last
         decided = Signal()                           # burst, row_end hold the next burst
         burst = Signal(range(mb + 1), reset_less=True)
+        burst_len = Signal(8, reset_less=True)       # burst - 1 (AxLEN)
         row_end = Signal(reset_less=True)
         credits = Signal(range(self.fifo_beats + 1), init=self.fifo_beats)
+        # credits >= burst, a register: from the decision's credits, then the count of the
+        # cycle before (credits only grow while a decided burst waits, so it is never
+        # early); the request's valid is one LUT from flip-flops
+        enough = Signal()
 
         # the decision: min(remain, to_page, max_burst), its compares side by side
         page_short = to_page < mb
         capped = Mux(page_short, to_page, mb)
         remain_shorter = Mux(page_short, remain <= to_page, remain <= mb)
+        fire = Signal()
         with m.If(active & ~decided):
             m.d.sync += [decided.eq(1), burst.eq(Mux(remain_shorter, remain, capped)),
-                         row_end.eq(remain_shorter), last_row.eq(rows_left == 1)]
+                         burst_len.eq(Mux(remain_shorter, remain - 1, capped - 1)),
+                         row_end.eq(remain_shorter), last_row.eq(rows_left == 1),
+                         enough.eq(Mux(remain_shorter, credits >= remain,
+                                       Mux(page_short, credits >= to_page, credits >= mb)))]
+        with m.Elif(decided):
+            m.d.sync += enough.eq(~fire & (credits >= burst))
 
         m.d.comb += [
-            self.request.valid.eq(active & decided & (credits >= burst)),
+            self.request.valid.eq(active & decided & enough),
             self.request.payload.addr.eq(addr),
-            self.request.payload.len.eq(burst - 1),
+            self.request.payload.len.eq(burst_len),
             self.issued.eq(~active),
         ]
-        fire = self.request.valid & self.request.ready
+        m.d.comb += fire.eq(self.request.valid & self.request.ready)
         next_page = (BOUNDARY_BYTES - next_row[:12]) >> beat_bits
         with m.If(fire):
             m.d.sync += decided.eq(0)
@@ -385,9 +396,11 @@ class _RunSizes:
             m.d.sync += phase.eq(5)
         with m.Elif(phase == 5):       # (the check in two register stages)
             m.d.sync += phase.eq(6)
-        with m.Elif((phase == 6) & self.filled_q):
-            m.d.comb += self.ready.eq(1)
+        with m.Elif(self.ready):
             m.d.sync += [phase.eq(0), self.started.eq(0)]
+        # ready from registers only, not behind start (which is low from phase 1 on: start
+        # is held while ~started, and started is set with the phase)
+        m.d.comb += self.ready.eq((phase == 6) & self.filled_q)
         self.n_total = n.product
         self.n_rows = n_rows.product
         self.mb_bytes = {b: x.product for b, x in mb.items()}
@@ -537,7 +550,11 @@ class PipelineUnitCore(UnitCore):
                          read_port.guard_size[i].eq(cfg[f"{buf}_size"])]
 
         def row_beats(cols, elem_bytes):
-            return (cols * elem_bytes + align) >> beat_bits
+            # a register (the configuration is steady from start; a job starts in RUN): no
+            # adder in front of a reader's start
+            beats = Signal(16, reset_less=True)
+            m.d.sync += beats.eq((cols * elem_bytes + align) >> beat_bits)
+            return beats
 
         stopped = Signal()        # a fault was found: from the next cycle nothing proceeds
         # the run's phase as registers of the unit, each set a cycle ahead from what moves

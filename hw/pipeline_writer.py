@@ -213,7 +213,8 @@ class CheckedWriteQueue(wiring.Component):
     of :class:`~.blocks.BufferGuard` for one beat) and then waits in a
     ``depth``-entry FIFO. ``beats.ready`` is a credit count (one per FIFO entry) that a
     beat takes as it enters and gets back as it leaves the FIFO, so the stages never
-    stall and no ready path runs through them. ``empty``: no beat is in a stage or the
+    stall and no ready path runs through them; ``beats.ready`` is one LUT from
+    flip-flops and nothing in the queue depends on ``beats.valid`` but the first stage. ``empty``: no beat is in a stage or the
     FIFO.
 
     Args:
@@ -243,23 +244,27 @@ class CheckedWriteQueue(wiring.Component):
         out_layout = checked_out_layout(aw, self.bw)
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=out_layout.size, depth=self.depth)
         # the credits as a thermometer code (bit i: more than i credits), shifted by one
-        # per beat entering or leaving: ready and empty are flip-flops, and no adder sits
-        # behind the entering beat's valid
+        # per beat leaving and, a cycle late, per beat entering (the first stage's valid):
+        # the count is one high while that beat is in the first stage, which ready and empty
+        # take into account. No adder sits behind the entering beat's valid, and the
+        # credits do not depend on it (it is decided deep in the client's logic)
         credits = Signal(self.depth, init=(1 << self.depth) - 1)
         enter = self.beats.valid & self.beats.ready
         leave = self.queued.valid & self.queued.ready
-        m.d.comb += self.beats.ready.eq(credits[0])
-        with m.If(enter & ~leave):
+        s1_valid = Signal(name="wq_operands_valid")
+        m.d.comb += self.beats.ready.eq(Mux(s1_valid, credits[1], credits[0]))
+        with m.If(s1_valid & ~leave):
             m.d.sync += credits.eq(credits[1:])
-        with m.Elif(leave & ~enter):
+        with m.Elif(leave & ~s1_valid):
             m.d.sync += credits.eq(Cat(1, credits[:-1]))
-        m.d.comb += self.empty.eq(credits[-1])
+        m.d.comb += self.empty.eq(credits[-1] & ~s1_valid)
 
-        def stage(name, layout):
-            return (Signal(layout, name=f"{name}", reset_less=True), Signal(name=f"{name}_valid"))
+        def stage(name, layout, valid=None):
+            return (Signal(layout, name=f"{name}", reset_less=True),
+                    Signal(name=f"{name}_valid") if valid is None else valid)
 
         carry = {"data": self.bw, "strb": bpb, "mark": 1, "buf_base": aw}
-        s1, v1 = stage("wq_operands", checked_beat_layout(aw, self.ow, self.bw))
+        s1, v1 = stage("wq_operands", checked_beat_layout(aw, self.ow, self.bw), s1_valid)
         s2, v2 = stage("wq_partial", data.StructLayout({"addr": aw, "beat_offset": self.ow,
                                                         "limit": aw + 1, **carry}))
         # `last`: the highest start of a beat inside the buffer, `limit - bpb`, with its
