@@ -73,12 +73,13 @@ beat; ``max_in``/``max_out``/``max_rows``/``slots`` powers of two; ``slots >= st
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal
-from amaranth.lib import enum, fifo
+from amaranth.lib import enum, fifo, wiring
 from amaranth.lib.memory import Memory
 
-from .axi import BOUNDARY_BYTES, UnitCore, unit_bus
+from .axi import BOUNDARY_BYTES, SkidBuffer, UnitCore, unit_bus
 from .blocks import ExtentCheck, RunControl
 from .dma import ReadPort, WritePort
 from .pipeline_writer import BandWriter, CheckedWriteQueue, WriteCompletion
@@ -745,7 +746,13 @@ class PipelineUnitCore(UnitCore):
             dp.d.comb += [w.rows.eq(rows), w.cols.eq(cols),
                           w.segments.payload.eq(port.payload), w.segments.valid.eq(port.valid & train_run),
                           port.ready.eq(w.segments.ready & train_run)]
-            return w
+            # its beats pass a register slice: the writer's bank logic sees a flip-flop as
+            # ready, not the choice among the writers and the queue's credits
+            out = SkidBuffer(w.beats.payload.shape())
+            dp.submodules[f"{name}_beats"] = out
+            wiring.connect(dp, w.beats, out.i)
+            # a beat in the slice is pending too (its skid entry only when the main one is)
+            return SimpleNamespace(beats=out.o, pending=w.pending | out.o.valid)
 
         lg_w = band_writer(pipe.act_out, d_last, "logits")
         dx_w = band_writer(pipe.grad_out, d_first, "dx")
