@@ -651,7 +651,11 @@ class PipelineUnitCore(UnitCore):
         dp.d.sync += [g_recent.eq(Cat(g_reader.start, g_recent[0])),
                       g_may.eq(g_mb < self.cfg["grads_ready"])]   # live: the host raises it
         g_jobs_any = Signal()     # g_jobs_left != 0, a register
-        g_free = train_run & ~first & ~g_recent.any() & g_reader.issued & g_jobs_any
+        # the reader's issued flag a cycle late: it falls only at a start, which g_recent
+        # covers for two cycles, so the copy is never high while the reader is active
+        g_issued = Signal()
+        dp.d.sync += g_issued.eq(g_reader.issued)
+        g_free = train_run & ~first & ~g_recent.any() & g_issued & g_jobs_any
         dp.d.comb += [g_reader.start.eq(g_free & g_may)]
         m.d.comb += [g_reader.base.eq(g_job_base), g_reader.stride.eq(cfg["grad_stride"]),
                      g_reader.nrows.eq(rows), g_reader.row_beats.eq(row_beats(d_last, ELEM_BYTES))]

@@ -167,10 +167,15 @@ class WriteCompletion(wiring.Component):
         bursts = fifo.SyncFIFO(width=9, depth=self.track)        # beats of each burst on AW
         marks = fifo.SyncFIFOBuffered(width=32, depth=self.marks)  # beats pushed at each mark
         m.submodules.bursts, m.submodules.marks = bursts, marks
+        # the pushes are counted a cycle late, from registers: the client's push (decided
+        # deep in its logic) reaches no counter or FIFO level. A beat's response comes
+        # cycles after its push, so the count is ahead of the acknowledgements as before
+        push, mark = Signal(name="push_q"), Signal(name="mark_q")
+        m.d.sync += [push.eq(self.push), mark.eq(self.mark)]
         m.d.comb += [bursts.w_en.eq(self.aw_fire), bursts.w_data.eq(self.aw_len + 1),
                      bursts.r_en.eq(self.b_fire),
-                     marks.w_en.eq(self.push & self.mark), marks.w_data.eq(pushed + 1)]
-        m.d.sync += pushed.eq(pushed + self.push)
+                     marks.w_en.eq(push & mark), marks.w_data.eq(pushed + 1)]
+        m.d.sync += pushed.eq(pushed + push)
         with m.If(self.b_fire):
             m.d.sync += acked.eq(acked + bursts.r_data)
         # acked >= mark, in modular arithmetic (the counters are never 2**31 apart), as a
@@ -181,9 +186,10 @@ class WriteCompletion(wiring.Component):
                      head_seen.eq(marks.r_rdy & ~self.completed)]
         m.d.comb += [self.completed.eq(marks.r_rdy & covered & head_seen),
                      marks.r_en.eq(self.completed)]
-        # room as a register, one beat short of full: it lags a push by a cycle
-        m.d.sync += self.room.eq((marks.level < self.marks - 1) &
-                                 ((pushed - acked)[:32] < self.track - 1))
+        # room as a register, two beats short of full: it lags a push by two cycles (the
+        # push's register, then its own)
+        m.d.sync += self.room.eq((marks.level < self.marks - 2) &
+                                 ((pushed - acked)[:32] < self.track - 2))
         return m
 
 
