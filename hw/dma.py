@@ -86,16 +86,20 @@ class ReadPort(Elaboratable):
     a client's logic into the arbitration or back: one request per cycle per client, each
     waiting a few cycles longer. In that mode the guard's limits are registered, so a
     guard must be set three cycles before its client requests.
+
+    With ``zero_flag``, ``no_outstanding`` is ``outstanding == 0`` kept as a flip-flop.
     """
 
     #: requests per client between its ready and the arbiter (registered mode): the queue
     #: holds them all, and covers the six cycles from a request to its credit's return
     QUEUE_DEPTH = 6
 
-    def __init__(self, bus, num_clients: int, *, registered_requests: bool = False):
+    def __init__(self, bus, num_clients: int, *, registered_requests: bool = False,
+                 zero_flag: bool = False):
         self.bus = bus
         self.num_clients = num_clients
         self.registered_requests = registered_requests
+        self.zero_flag = zero_flag
         aw = len(bus.araddr)
         dw = len(bus.rdata)
         self.bytes_per_beat = dw // 8
@@ -110,6 +114,10 @@ class ReadPort(Elaboratable):
         self.resp_error = Signal()          # pulse: an R beat came back with SLVERR/DECERR
         self.beat = Signal()                # pulse: one R beat accepted
         self.outstanding = Signal(32)       # beats requested and not yet returned
+        if zero_flag:
+            #: ``outstanding == 0`` as a flip-flop, updated with the count (no 32-bit
+            #: compare behind a client's "nothing in flight" logic)
+            self.no_outstanding = Signal(init=1)
         #: no burst in the AR register and no beat of a sent one still to come: counted
         #: from the AR handshake (no grant logic behind it); a burst granted in this cycle
         #: shows from the next
@@ -159,10 +167,16 @@ class ReadPort(Elaboratable):
             wins, heads, ar_free = take[1:]
             base = self.outstanding - r_fire
             sums = [self.outstanding + Mux(r_fire, head.len, head.beats) for head in heads]
-            m.d.sync += self.outstanding.eq(Mux(ar_free & Cat(*wins).any(),
-                                                _one_hot_select(wins, sums), base))
+            granted = ar_free & Cat(*wins).any()
+            m.d.sync += self.outstanding.eq(Mux(granted, _one_hot_select(wins, sums), base))
         else:
+            granted = take != 0
             m.d.sync += self.outstanding.eq(self.outstanding + (take - r_fire))
+        if self.zero_flag:
+            # a grant adds at least one beat more than an R beat can take away; without
+            # one, the count reaches zero from zero (no beat) or from one (its last beat)
+            m.d.sync += self.no_outstanding.eq(
+                ~granted & Mux(r_fire, self.outstanding == 1, self.no_outstanding))
         return m
 
     def _arbiter(self, m, valids, addrs, lens):

@@ -73,12 +73,13 @@ beat; ``max_in``/``max_out``/``max_rows``/``slots`` powers of two; ``slots >= st
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal
-from amaranth.lib import enum, fifo
+from amaranth.lib import enum, fifo, wiring
 from amaranth.lib.memory import Memory
 
-from .axi import BOUNDARY_BYTES, UnitCore, unit_bus
+from .axi import BOUNDARY_BYTES, SkidBuffer, UnitCore, unit_bus
 from .blocks import ExtentCheck, RunControl
 from .dma import ReadPort, WritePort
 from .pipeline_writer import BandWriter, CheckedWriteQueue, WriteCompletion
@@ -268,24 +269,35 @@ class RowReader(Elaboratable):
         last_row = Signal()                          # the row being requested is the last
         decided = Signal()                           # burst, row_end hold the next burst
         burst = Signal(range(mb + 1), reset_less=True)
+        burst_len = Signal(8, reset_less=True)       # burst - 1 (AxLEN)
         row_end = Signal(reset_less=True)
         credits = Signal(range(self.fifo_beats + 1), init=self.fifo_beats)
+        # credits >= burst, a register: from the decision's credits, then the count of the
+        # cycle before (credits only grow while a decided burst waits, so it is never
+        # early); the request's valid is one LUT from flip-flops
+        enough = Signal()
 
         # the decision: min(remain, to_page, max_burst), its compares side by side
         page_short = to_page < mb
         capped = Mux(page_short, to_page, mb)
         remain_shorter = Mux(page_short, remain <= to_page, remain <= mb)
+        fire = Signal()
         with m.If(active & ~decided):
             m.d.sync += [decided.eq(1), burst.eq(Mux(remain_shorter, remain, capped)),
-                         row_end.eq(remain_shorter), last_row.eq(rows_left == 1)]
+                         burst_len.eq(Mux(remain_shorter, remain - 1, capped - 1)),
+                         row_end.eq(remain_shorter), last_row.eq(rows_left == 1),
+                         enough.eq(Mux(remain_shorter, credits >= remain,
+                                       Mux(page_short, credits >= to_page, credits >= mb)))]
+        with m.Elif(decided):
+            m.d.sync += enough.eq(~fire & (credits >= burst))
 
         m.d.comb += [
-            self.request.valid.eq(active & decided & (credits >= burst)),
+            self.request.valid.eq(active & decided & enough),
             self.request.payload.addr.eq(addr),
-            self.request.payload.len.eq(burst - 1),
+            self.request.payload.len.eq(burst_len),
             self.issued.eq(~active),
         ]
-        fire = self.request.valid & self.request.ready
+        m.d.comb += fire.eq(self.request.valid & self.request.ready)
         next_page = (BOUNDARY_BYTES - next_row[:12]) >> beat_bits
         with m.If(fire):
             m.d.sync += decided.eq(0)
@@ -385,9 +397,11 @@ class _RunSizes:
             m.d.sync += phase.eq(5)
         with m.Elif(phase == 5):       # (the check in two register stages)
             m.d.sync += phase.eq(6)
-        with m.Elif((phase == 6) & self.filled_q):
-            m.d.comb += self.ready.eq(1)
+        with m.Elif(self.ready):
             m.d.sync += [phase.eq(0), self.started.eq(0)]
+        # ready from registers only, not behind start (which is low from phase 1 on: start
+        # is held while ~started, and started is set with the phase)
+        m.d.comb += self.ready.eq((phase == 6) & self.filled_q)
         self.n_total = n.product
         self.n_rows = n_rows.product
         self.mb_bytes = {b: x.product for b, x in mb.items()}
@@ -514,7 +528,7 @@ class PipelineUnitCore(UnitCore):
         # ---- datapath (reset at the start of every run) ----------------------------------
         dp = Module()
         # 0 weights, 1 grad, 2 act; each client's guard in stages of its own
-        read_port = ReadPort(self.bus, num_clients=3, registered_requests=True)
+        read_port = ReadPort(self.bus, num_clients=3, registered_requests=True, zero_flag=True)
         # single beats in, INCR bursts out (consecutive beats joined, up to max_burst)
         write_port = WritePort(self.bus, beat_depth=16, address_depth=16,
                                coalesce=c.max_burst >= 2, max_burst=max(c.max_burst, 2))
@@ -537,7 +551,11 @@ class PipelineUnitCore(UnitCore):
                          read_port.guard_size[i].eq(cfg[f"{buf}_size"])]
 
         def row_beats(cols, elem_bytes):
-            return (cols * elem_bytes + align) >> beat_bits
+            # a register (the configuration is steady from start; a job starts in RUN): no
+            # adder in front of a reader's start
+            beats = Signal(16, reset_less=True)
+            m.d.sync += beats.eq((cols * elem_bytes + align) >> beat_bits)
+            return beats
 
         stopped = Signal()        # a fault was found: from the next cycle nothing proceeds
         # the run's phase as registers of the unit, each set a cycle ahead from what moves
@@ -633,7 +651,11 @@ class PipelineUnitCore(UnitCore):
         dp.d.sync += [g_recent.eq(Cat(g_reader.start, g_recent[0])),
                       g_may.eq(g_mb < self.cfg["grads_ready"])]   # live: the host raises it
         g_jobs_any = Signal()     # g_jobs_left != 0, a register
-        g_free = train_run & ~first & ~g_recent.any() & g_reader.issued & g_jobs_any
+        # the reader's issued flag a cycle late: it falls only at a start, which g_recent
+        # covers for two cycles, so the copy is never high while the reader is active
+        g_issued = Signal()
+        dp.d.sync += g_issued.eq(g_reader.issued)
+        g_free = train_run & ~first & ~g_recent.any() & g_issued & g_jobs_any
         dp.d.comb += [g_reader.start.eq(g_free & g_may)]
         m.d.comb += [g_reader.base.eq(g_job_base), g_reader.stride.eq(cfg["grad_stride"]),
                      g_reader.nrows.eq(rows), g_reader.row_beats.eq(row_beats(d_last, ELEM_BYTES))]
@@ -728,7 +750,13 @@ class PipelineUnitCore(UnitCore):
             dp.d.comb += [w.rows.eq(rows), w.cols.eq(cols),
                           w.segments.payload.eq(port.payload), w.segments.valid.eq(port.valid & train_run),
                           port.ready.eq(w.segments.ready & train_run)]
-            return w
+            # its beats pass a register slice: the writer's bank logic sees a flip-flop as
+            # ready, not the choice among the writers and the queue's credits
+            out = SkidBuffer(w.beats.payload.shape())
+            dp.submodules[f"{name}_beats"] = out
+            wiring.connect(dp, w.beats, out.i)
+            # a beat in the slice is pending too (its skid entry only when the main one is)
+            return SimpleNamespace(beats=out.o, pending=w.pending | out.o.valid)
 
         lg_w = band_writer(pipe.act_out, d_last, "logits")
         dx_w = band_writer(pipe.grad_out, d_first, "dx")
@@ -887,7 +915,7 @@ class PipelineUnitCore(UnitCore):
             run.drained.eq(write_queue.empty & write_port.idle & ~lg_w.pending & ~dx_w.pending),
             # nothing new is issued; once the traffic in flight is in, the Pipeline (which
             # may wait for data that will never come) is reset
-            run.quiet.eq((read_port.outstanding == 0) & write_port.idle),
+            run.quiet.eq(read_port.no_outstanding & write_port.idle),
         ]
         # the Pipeline's reset is a register (it reaches every flip-flop of the stages):
         # high in the FINISH cycle after the abort, so the next run finds it reset

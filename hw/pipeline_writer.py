@@ -167,10 +167,15 @@ class WriteCompletion(wiring.Component):
         bursts = fifo.SyncFIFO(width=9, depth=self.track)        # beats of each burst on AW
         marks = fifo.SyncFIFOBuffered(width=32, depth=self.marks)  # beats pushed at each mark
         m.submodules.bursts, m.submodules.marks = bursts, marks
+        # the pushes are counted a cycle late, from registers: the client's push (decided
+        # deep in its logic) reaches no counter or FIFO level. A beat's response comes
+        # cycles after its push, so the count is ahead of the acknowledgements as before
+        push, mark = Signal(name="push_q"), Signal(name="mark_q")
+        m.d.sync += [push.eq(self.push), mark.eq(self.mark)]
         m.d.comb += [bursts.w_en.eq(self.aw_fire), bursts.w_data.eq(self.aw_len + 1),
                      bursts.r_en.eq(self.b_fire),
-                     marks.w_en.eq(self.push & self.mark), marks.w_data.eq(pushed + 1)]
-        m.d.sync += pushed.eq(pushed + self.push)
+                     marks.w_en.eq(push & mark), marks.w_data.eq(pushed + 1)]
+        m.d.sync += pushed.eq(pushed + push)
         with m.If(self.b_fire):
             m.d.sync += acked.eq(acked + bursts.r_data)
         # acked >= mark, in modular arithmetic (the counters are never 2**31 apart), as a
@@ -181,9 +186,10 @@ class WriteCompletion(wiring.Component):
                      head_seen.eq(marks.r_rdy & ~self.completed)]
         m.d.comb += [self.completed.eq(marks.r_rdy & covered & head_seen),
                      marks.r_en.eq(self.completed)]
-        # room as a register, one beat short of full: it lags a push by a cycle
-        m.d.sync += self.room.eq((marks.level < self.marks - 1) &
-                                 ((pushed - acked)[:32] < self.track - 1))
+        # room as a register, two beats short of full: it lags a push by two cycles (the
+        # push's register, then its own)
+        m.d.sync += self.room.eq((marks.level < self.marks - 2) &
+                                 ((pushed - acked)[:32] < self.track - 2))
         return m
 
 
@@ -208,11 +214,13 @@ class CheckedWriteQueue(wiring.Component):
     into a queue whose head a client pushes to a :class:`~.dma.WritePort` only when its
     registered verdict ``inside`` holds.
 
-    A beat passes four register stages (its operands; ``base + row_offset``; ``+
-    beat_offset``; the :class:`~.blocks.BufferGuard` verdict) and then waits in a
+    A beat passes four register stages (its operands; ``base + row_offset`` and the
+    buffer's end; ``+ beat_offset`` and the last beat start the buffer allows; the verdict
+    of :class:`~.blocks.BufferGuard` for one beat) and then waits in a
     ``depth``-entry FIFO. ``beats.ready`` is a credit count (one per FIFO entry) that a
     beat takes as it enters and gets back as it leaves the FIFO, so the stages never
-    stall and no ready path runs through them. ``empty``: no beat is in a stage or the
+    stall and no ready path runs through them; ``beats.ready`` is one LUT from
+    flip-flops and nothing in the queue depends on ``beats.valid`` but the first stage. ``empty``: no beat is in a stage or the
     FIFO.
 
     Args:
@@ -236,42 +244,53 @@ class CheckedWriteQueue(wiring.Component):
 
     def elaborate(self, platform):
         from amaranth.lib import fifo
-        from .blocks import BufferGuard
+        from .axi import BOUNDARY_BYTES
         m = Module()
         aw, bpb = self.aw, self.bw // 8
         out_layout = checked_out_layout(aw, self.bw)
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=out_layout.size, depth=self.depth)
-        m.submodules.guard = guard = BufferGuard(aw, bpb)
         # the credits as a thermometer code (bit i: more than i credits), shifted by one
-        # per beat entering or leaving: ready and empty are flip-flops, and no adder sits
-        # behind the entering beat's valid
+        # per beat leaving and, a cycle late, per beat entering (the first stage's valid):
+        # the count is one high while that beat is in the first stage, which ready and empty
+        # take into account. No adder sits behind the entering beat's valid, and the
+        # credits do not depend on it (it is decided deep in the client's logic)
         credits = Signal(self.depth, init=(1 << self.depth) - 1)
         enter = self.beats.valid & self.beats.ready
         leave = self.queued.valid & self.queued.ready
-        m.d.comb += self.beats.ready.eq(credits[0])
-        with m.If(enter & ~leave):
+        s1_valid = Signal(name="wq_operands_valid")
+        m.d.comb += self.beats.ready.eq(Mux(s1_valid, credits[1], credits[0]))
+        with m.If(s1_valid & ~leave):
             m.d.sync += credits.eq(credits[1:])
-        with m.Elif(leave & ~enter):
+        with m.Elif(leave & ~s1_valid):
             m.d.sync += credits.eq(Cat(1, credits[:-1]))
-        m.d.comb += self.empty.eq(credits[-1])
+        m.d.comb += self.empty.eq(credits[-1] & ~s1_valid)
 
-        def stage(name, layout):
-            return (Signal(layout, name=f"{name}", reset_less=True), Signal(name=f"{name}_valid"))
+        def stage(name, layout, valid=None):
+            return (Signal(layout, name=f"{name}", reset_less=True),
+                    Signal(name=f"{name}_valid") if valid is None else valid)
 
-        carry = {"data": self.bw, "strb": bpb, "mark": 1, "buf_base": aw, "buf_size": aw}
-        s1, v1 = stage("wq_operands", checked_beat_layout(aw, self.ow, self.bw))
-        s2, v2 = stage("wq_partial", data.StructLayout({"addr": aw, "beat_offset": self.ow, **carry}))
-        s3, v3 = stage("wq_address", data.StructLayout({"addr": aw, **carry}))
+        carry = {"data": self.bw, "strb": bpb, "mark": 1, "buf_base": aw}
+        s1, v1 = stage("wq_operands", checked_beat_layout(aw, self.ow, self.bw), s1_valid)
+        s2, v2 = stage("wq_partial", data.StructLayout({"addr": aw, "beat_offset": self.ow,
+                                                        "limit": aw + 1, **carry}))
+        # `last`: the highest start of a beat inside the buffer, `limit - bpb`, with its
+        # borrow on top (set: no beat fits); precomputed beside the address sum, so the
+        # verdict is two compares side by side, not a sum and a compare in series
+        s3, v3 = stage("wq_address", data.StructLayout({"addr": aw, "last": aw + 2, **carry}))
         s4, v4 = stage("wq_checked", out_layout)
         m.d.sync += [v1.eq(enter), v2.eq(v1), v3.eq(v2), v4.eq(v3), s1.eq(self.beats.payload)]
         m.d.sync += [getattr(s2, k).eq(getattr(s1, k)) for k in carry]
-        m.d.sync += [s2.addr.eq(s1.base + s1.row_offset), s2.beat_offset.eq(s1.beat_offset)]
+        m.d.sync += [s2.addr.eq(s1.base + s1.row_offset), s2.beat_offset.eq(s1.beat_offset),
+                     s2.limit.eq(s1.buf_base + s1.buf_size)]
         m.d.sync += [getattr(s3, k).eq(getattr(s2, k)) for k in carry]
-        m.d.sync += s3.addr.eq(s2.addr + s2.beat_offset)
-        m.d.comb += [guard.addr.eq(s3.addr), guard.len.eq(0), guard.base.eq(s3.buf_base),
-                     guard.size.eq(s3.buf_size)]
+        m.d.sync += [s3.addr.eq(s2.addr + s2.beat_offset), s3.last.eq(s2.limit - bpb)]
+        # inside [buf_base, buf_base + buf_size) and within one 4 KiB page (as
+        # blocks.BufferGuard with len 0): addr + bpb <= limit is addr <= last, no borrow
+        fits = ~s3.last[aw + 1] & (s3.addr <= s3.last[:aw + 1])
+        crosses = s3.addr[:12] > BOUNDARY_BYTES - bpb
         m.d.sync += [s4.addr.eq(s3.addr), s4.data.eq(s3.data), s4.strb.eq(s3.strb),
-                     s4.mark.eq(s3.mark), s4.inside.eq(guard.inside)]
+                     s4.mark.eq(s3.mark),
+                     s4.inside.eq((s3.addr >= s3.buf_base) & fits & ~crosses)]
         m.d.comb += [queue.w_en.eq(v4), queue.w_data.eq(s4),
                      self.queued.valid.eq(queue.r_rdy), self.queued.payload.eq(queue.r_data),
                      queue.r_en.eq(self.queued.ready)]

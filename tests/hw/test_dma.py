@@ -24,9 +24,10 @@ STREAMS = [(4096 - 5 * BPB, 32, 150), (2 * 4096 + 3 * BPB, 16, 77)]
 
 
 class Readers(Elaboratable):
-    def __init__(self, registered: bool):
+    def __init__(self, registered: bool, zero_flag: bool = False):
         self.bus = AXI4Signature(addr_width=32, data_width=DATA_WIDTH, id_width=2).create()
-        self.port = ReadPort(self.bus, num_clients=len(STREAMS), registered_requests=registered)
+        self.port = ReadPort(self.bus, num_clients=len(STREAMS), registered_requests=registered,
+                             zero_flag=zero_flag)
         self.readers = [StreamReader(addr_width=32, data_width=DATA_WIDTH, elem_width=ew,
                                      fifo_beats=8, max_burst=4) for _, ew, _ in STREAMS]
 
@@ -41,10 +42,11 @@ class Readers(Elaboratable):
         return m
 
 
-def _run_readers(registered: bool, seed: int, *, shrink_guard: int = 0, cycles: int = 6000):
+def _run_readers(registered: bool, seed: int, *, shrink_guard: int = 0, cycles: int = 6000,
+                 zero_flag: bool = False):
     rng = np.random.default_rng(seed)
     memory = rng.integers(0, 256, size=MEM_BYTES, dtype=np.uint8)
-    dut = Readers(registered)
+    dut = Readers(registered, zero_flag)
     bus, port = dut.bus, dut.port
     guards = []
     for base, ew, count in STREAMS:
@@ -53,7 +55,7 @@ def _run_readers(registered: bool, seed: int, *, shrink_guard: int = 0, cycles: 
     guards[-1] = (guards[-1][0], guards[-1][1] - shrink_guard)
     got = [[] for _ in STREAMS]
     bursts = [[] for _ in STREAMS]
-    log = {"faults": 0, "done": False}
+    log = {"faults": 0, "done": False, "zero_cycles": 0, "zero_rises": 0}
 
     async def bench(ctx):
         for i, (base, size) in enumerate(guards):
@@ -102,6 +104,12 @@ def _run_readers(registered: bool, seed: int, *, shrink_guard: int = 0, cycles: 
                 else:
                     held = ar
             log["faults"] += ctx.get(port.fault)
+            if zero_flag:
+                zero = ctx.get(port.outstanding) == 0
+                assert ctx.get(port.no_outstanding) == zero, f"cycle {cycle}: zero flag"
+                log["zero_rises"] += zero and not log.get("was_zero", True)
+                log["zero_cycles"] += zero
+                log["was_zero"] = zero
             for i, reader in enumerate(dut.readers):
                 if ctx.get(reader.elements.valid) and ctx.get(reader.elements.ready):
                     got[i].append(ctx.get(reader.elements.payload))
@@ -132,6 +140,16 @@ def test_stream_readers_deliver_memory_under_backpressure(registered, seed):
             addr += beats * BPB
         assert addr == base + -(-count * ew // 8 // BPB) * BPB
     assert any(b[0] % 4096 == 0 for b in bursts[0])   # the boundary split happened
+
+
+@pytest.mark.parametrize("registered", [False, True])
+@pytest.mark.parametrize("seed", [4, 5])
+def test_zero_flag_is_outstanding_zero_every_cycle(registered, seed):
+    """``no_outstanding`` (``zero_flag``) equals ``outstanding == 0`` in every cycle, through
+    grants, R beats and both at once; the count drains to zero more than once in the run."""
+    memory, got, bursts, log = _run_readers(registered, seed, zero_flag=True)
+    assert log["done"] and log["faults"] == 0
+    assert log["zero_rises"] >= 2
 
 
 @pytest.mark.parametrize("registered", [False, True])

@@ -160,32 +160,24 @@ def test_write_completion_follows_the_responses():
         assert done[k] <= b_at + 3 + k, (k, beat)   # and soon after (one completion a cycle)
 
 
-def test_checked_write_queue_addresses_and_verdicts():
-    """Random beats (address parts, buffer bounds) in under random back-pressure on the
-    queue's head: every beat comes out once, in order, with its address summed and its
-    buffer verdict the oracle's; the queue never takes more beats than it has room for."""
+def guard_oracle(addr, buf_base, buf_size, bpb=BUS // 8):
+    """The beat lies in ``[buf_base, buf_base + buf_size)`` and within one 4 KiB page."""
+    return buf_base <= addr and addr + bpb <= buf_base + buf_size and addr % 4096 + bpb <= 4096
+
+
+def run_checked_queue(beats, *, aw, ow, depth=4, offer_p=0.8, take_p=0.5, seed=6):
+    """Offers ``beats`` (dicts of the payload's fields) to a CheckedWriteQueue under random
+    back-pressure; returns the beats that came out and the cycles they left in."""
     from gnnweave.hw.pipeline_writer import CheckedWriteQueue
-    aw, ow = 40, 24
-    dut = CheckedWriteQueue(addr_width=aw, offset_width=ow, bus_width=BUS, depth=4)
-    rng = np.random.default_rng(6)
-    n = 150
-    beats = []
-    for i in range(n):
-        base = int(rng.integers(0, 1 << 30)) & ~15
-        row, beat = int(rng.integers(0, 1 << 16)) & ~15, int(rng.integers(0, 64)) * 16
-        addr = base + row + beat
-        buf_base = addr - int(rng.integers(-2, 3)) * 16
-        buf_size = int(rng.integers(0, 4)) * 16
-        beats.append(dict(base=base, row=row, beat=beat, data=int(rng.integers(0, 1 << 62)),
-                          strb=int(rng.integers(0, 1 << 16)), mark=i % 3 == 0, buf_base=max(buf_base, 0),
-                          buf_size=buf_size, addr=addr,
-                          inside=max(buf_base, 0) <= addr and addr + 16 <= max(buf_base, 0) + buf_size))
-    out = []
+    dut = CheckedWriteQueue(addr_width=aw, offset_width=ow, bus_width=BUS, depth=depth)
+    rng = np.random.default_rng(seed)
+    n = len(beats)
+    out, cycles = [], []
 
     async def bench(ctx):
         i, cycle = 0, 0
-        while len(out) < n and cycle < 20 * n:
-            offer = i < n and rng.random() < 0.8
+        while len(out) < n and cycle < 20 * n + 50:
+            offer = i < n and rng.random() < offer_p
             ctx.set(dut.beats.valid, int(offer))
             if offer:
                 b = beats[i]
@@ -193,13 +185,14 @@ def test_checked_write_queue_addresses_and_verdicts():
                              ("data", b["data"]), ("strb", b["strb"]), ("mark", int(b["mark"])),
                              ("buf_base", b["buf_base"]), ("buf_size", b["buf_size"])):
                     ctx.set(getattr(dut.beats.payload, k), v)
-            take = rng.random() < 0.5
+            take = rng.random() < take_p
             ctx.set(dut.queued.ready, int(take))
             if offer and ctx.get(dut.beats.ready):
                 i += 1
             if take and ctx.get(dut.queued.valid):
                 p = dut.queued.payload
                 out.append({k: ctx.get(getattr(p, k)) for k in ("addr", "data", "strb", "mark", "inside")})
+                cycles.append(cycle)
             await ctx.tick()
             cycle += 1
         for _ in range(8):
@@ -213,8 +206,84 @@ def test_checked_write_queue_addresses_and_verdicts():
     assert len(out) == n
     for b, o in zip(beats, out):
         assert (o["addr"], o["data"], o["strb"], o["mark"], o["inside"]) == \
-            (b["addr"], b["data"], b["strb"], int(b["mark"]), int(b["inside"]))
+            (b["addr"], b["data"], b["strb"], int(b["mark"]), int(b["inside"])), b
+    return out, cycles
+
+
+def checked_beat(rng, base, row, beat, buf_base, buf_size, i=0):
+    addr = base + row + beat
+    return dict(base=base, row=row, beat=beat, data=int(rng.integers(0, 1 << 62)),
+                strb=int(rng.integers(0, 1 << 16)), mark=i % 3 == 0, buf_base=buf_base,
+                buf_size=buf_size, addr=addr, inside=guard_oracle(addr, buf_base, buf_size))
+
+
+def test_checked_write_queue_addresses_and_verdicts():
+    """Random beats (address parts, buffer bounds) in under random back-pressure on the
+    queue's head: every beat comes out once, in order, with its address summed and its
+    buffer verdict the oracle's; the queue never takes more beats than it has room for."""
+    aw, ow = 40, 24
+    rng = np.random.default_rng(6)
+    n = 150
+    beats = []
+    for i in range(n):
+        base = int(rng.integers(0, 1 << 30)) & ~15
+        row, beat = int(rng.integers(0, 1 << 16)) & ~15, int(rng.integers(0, 64)) * 16
+        addr = base + row + beat
+        buf_base = max(addr - int(rng.integers(-2, 3)) * 16, 0)
+        buf_size = int(rng.integers(0, 4)) * 16
+        beats.append(checked_beat(rng, base, row, beat, buf_base, buf_size, i))
+    run_checked_queue(beats, aw=aw, ow=ow)
     assert sum(b["inside"] for b in beats) not in (0, n)     # both verdicts were exercised
+
+
+def test_checked_write_queue_refuses_every_beat_outside():
+    """Beats at and around every edge of their buffer (one byte before or after its start
+    and end, buffers shorter than a beat or empty, buffers ending at the top of the
+    address space, unaligned beats crossing a 4 KiB page) and in the upper address bits
+    (buffers that differ from the beat only there): the verdict is the oracle's for each,
+    so no beat outside its buffer is ever let through."""
+    aw, ow = 40, 24
+    top = 1 << aw
+    rng = np.random.default_rng(11)
+    beats = []
+
+    def add(addr, buf_base, buf_size):
+        base = addr & ~((1 << 20) - 1)
+        rest = addr - base
+        row, beat = rest & ~0xFFF, rest & 0xFFF
+        beats.append(checked_beat(rng, base, row, beat, buf_base, buf_size, len(beats)))
+
+    for addr in (0, 16, 4096 - 16, 4096, 0x1234_5670, top - 4096, top - 32, top - 16):
+        for d_base in (-16, -1, 0, 1, 16):
+            for d_end in (-17, -16, -1, 0, 1, 16):
+                buf_base = addr + d_base
+                buf_size = addr + 16 + d_end - buf_base
+                if 0 <= buf_base < top and 0 <= buf_size < top:
+                    add(addr, buf_base, buf_size)
+    for addr in (0, 8, 16, 4096 * 5):
+        for size in (0, 1, 8, 15, 16, 17):
+            add(addr, addr, size)
+    for addr in (4096 - 8, 4096 * 3 - 1, 4096 * 7 - 15, 4096 * 9 + 1):    # unaligned
+        add(addr, addr - 64, 256)
+    for k in range(40):            # buffers that differ from the beat in high bits only
+        addr = int(rng.integers(0, top - 4096)) & ~15
+        flip = 1 << int(rng.integers(20, aw))
+        buf_base = addr ^ flip if k % 2 else addr
+        add(addr, buf_base, 16 if k % 2 else int(rng.integers(0, 32)) * 16)
+    assert any(b["inside"] for b in beats) and not all(b["inside"] for b in beats)
+    run_checked_queue(beats, aw=aw, ow=ow, depth=8)
+
+
+def test_checked_write_queue_full_rate():
+    """Offered every cycle and drained every cycle, the queue takes and gives one beat
+    per cycle (initiation interval 1) after the four stages and the FIFO's latency."""
+    from gnnweave.hw.pipeline_writer import CheckedWriteQueue
+    rng = np.random.default_rng(3)
+    beats = [checked_beat(rng, 1 << 20, 0, 16 * i, 1 << 20, 1 << 16, i) for i in range(64)]
+    out, cycles = run_checked_queue(beats, aw=40, ow=24, depth=8, offer_p=1.0, take_p=1.0)
+    first = cycles[0]
+    assert cycles == list(range(first, first + len(beats)))
+    assert first == CheckedWriteQueue.STAGES + 2
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
