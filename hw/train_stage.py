@@ -85,19 +85,23 @@ class _FillTracker:
     one segment back, ``unit_*`` the ``(block, word)`` one word back (each valid once the
     position moved past it); ``block_m1`` is ``block - 1`` (valid for ``block >= 1``)."""
 
-    def __init__(self, m, name, *, lanes: int, ib: int, rows_last, words_last, fire, row, col, last):
+    def __init__(self, m, name, *, lanes: int, blocks: int, words: int, rows_last, words_last,
+                 fire, row, col, last):
         lb = lanes.bit_length() - 1
         self.lb, self.L = lb, lanes
-        # block and word counts are indices over lanes: ib - lb bits (the compares with an
-        # index's high bits then have no bits of zeros)
-        pb = max(ib - lb, 1)
+        # block and word counts as narrow as the capacity allows (``blocks`` row blocks,
+        # ``words`` words per row; the block one bit wider, as a core's tile row index passes
+        # the last block once its walk ends): the compares with the core's request indices
+        # (cut to these widths) are short. ``word`` never passes ``words - 1``.
+        pb = max((blocks - 1).bit_length(), 0) + 1
+        pw = max((words - 1).bit_length(), 1)
         self.block = Signal(pb, name=f"{name}_block")
-        self.word = Signal(pb, name=f"{name}_word")
+        self.word = Signal(pw, name=f"{name}_word")
         self.row = Signal(lb + 1, name=f"{name}_row")
         self.disorder = Signal(name=f"{name}_disorder")
-        self.prev_block, self.prev_word = Signal(pb, name=f"{name}_prev_block"), Signal(pb, name=f"{name}_prev_word")
+        self.prev_block, self.prev_word = Signal(pb, name=f"{name}_prev_block"), Signal(pw, name=f"{name}_prev_word")
         self.prev_row, self.prev_ok = Signal(lb + 1, name=f"{name}_prev_row"), Signal(name=f"{name}_prev_ok")
-        self.unit_block, self.unit_word = Signal(pb, name=f"{name}_unit_block"), Signal(pb, name=f"{name}_unit_word")
+        self.unit_block, self.unit_word = Signal(pb, name=f"{name}_unit_block"), Signal(pw, name=f"{name}_unit_word")
         self.unit_ok = Signal(name=f"{name}_unit_ok")
         self.block_m1, self.block_ok = Signal(pb, name=f"{name}_block_m1"), Signal(name=f"{name}_block_ok")
         # ``rows_last`` / ``words_last``: the microbatch's rows - 1 and words per row - 1
@@ -147,47 +151,50 @@ class _FillTracker:
             m.d.sync += [self.block_end.eq((self.row == lanes - 1) | (row_at == rows_last)),
                          self.words_end.eq(self.word == words_last)]
 
-    def _high(self, index):
-        return index[self.lb:] if self.lb else index
+    def _high(self, index, field):
+        """``index // lanes`` cut to ``field``'s width (it fits while the core walks)."""
+        return (index[self.lb:] if self.lb else index)[:len(field)]
 
     def _split(self, row):
-        return self._high(row), (row[:self.lb] if self.lb else Const(0, 1))
+        return self._high(row, self.block), (row[:self.lb] if self.lb else Const(0, 1))
 
     @staticmethod
     def _past(position, at):
         """``position`` is past ``at`` in the streaming order: both lists of fields, least
-        significant first (e.g. row, word, block), compared as one number (a carry chain,
-        not a tree of per-field compares)."""
+        significant first (e.g. row, word, block), compared as one number: the borrow of
+        ``at - position``, so it maps to a carry chain (a ``>`` of a few fields becomes a
+        tree of LUTs, as deep as the rest of ``hold``'s logic)."""
         def widened(a, p):
             assert len(a) <= len(p)
             return Cat(a, Const(0, len(p) - len(a))) if len(a) < len(p) else a
-        return Cat(*position) > Cat(*(widened(a, p) for a, p in zip(at, position)))
+        pos = Cat(*position)
+        return (Cat(*(widened(a, p) for a, p in zip(at, position))) - pos)[len(pos)]
 
     def has_block_word(self, row_start, col):
         """All rows of the block of ``row_start`` have the word of column ``col``."""
-        b, w = self._high(row_start), self._high(col)
+        b, w = self._high(row_start, self.block), self._high(col, self.word)
         return ~self.disorder & self._past([self.word, self.block], [w, b])
 
     def has_next_block_word(self, row_start, col):
         """Also the word after that one (in the streaming order) is in."""
-        b, w = self._high(row_start), self._high(col)
+        b, w = self._high(row_start, self.block), self._high(col, self.word)
         return ~self.disorder & self.unit_ok & self._past([self.unit_word, self.unit_block], [w, b])
 
     def has_row_word(self, row, col):
         """Row ``row`` has the word of column ``col``."""
-        (b, r), w = self._split(row), self._high(col)
+        (b, r), w = self._split(row), self._high(col, self.word)
         return ~self.disorder & self._past([self.row, self.word, self.block], [r, w, b])
 
     def has_next_row_word(self, row, col):
         """Also the segment after that one (in the streaming order) is in."""
-        (b, r), w = self._split(row), self._high(col)
+        (b, r), w = self._split(row), self._high(col, self.word)
         return ~self.disorder & self.prev_ok & self._past(
             [self.prev_row, self.prev_word, self.prev_block], [r, w, b])
 
     def has_row_word_next_block(self, row, col):
         """The row ``lanes`` rows below ``row`` (same position in the next block) has the
         word of column ``col``."""
-        (b, _), w = self._split(row), self._high(col)
+        (b, _), w = self._split(row), self._high(col, self.word)
         return ~self.disorder & self.block_ok & self._past(
             [self.row, self.word, self.block_m1], [Const(0, 1), w, b])
 
@@ -280,7 +287,7 @@ class TrainStage(wiring.Component):
         # the operand buffers register the routed requests (the core's step index reaches
         # three buffers through the op's routing muxes): one cycle more read latency
         self.core = MacCore(rows=lanes, cols=lanes, max_dim=big, max_depth=big, operand_hold=True,
-                            read_latency=SkewedBuffer.READ_LATENCY + 1)
+                            depth_flags=True, read_latency=SkewedBuffer.READ_LATENCY + 1)
         ib = self.core.index_bits
         self.index_bits = ib
         seg = output_layout(lanes, ib, 16)
@@ -414,7 +421,7 @@ class TrainStage(wiring.Component):
         with m.If(rx_last):
             m.d.sync += [rx_f.eq(rx_f + 1), rx_f_next.eq(rx_f_next + 1)]
         # how far microbatch rx_f has arrived (the first stage's forward streams on it)
-        x_fill = _FillTracker(m, "x_fill", lanes=L, ib=ib, rows_last=dim_last["rows"],
+        x_fill = _FillTracker(m, "x_fill", lanes=L, blocks=-(-RM // L), words=DI // L, rows_last=dim_last["rows"],
                               words_last=in_words_last, fire=self.act_in.valid & rx_row_ok,
                               row=act.row, col=act.col, last=act.last)
 
@@ -483,7 +490,7 @@ class TrainStage(wiring.Component):
         m.d.sync += [rx_b_accepted.eq(rx_b), rx_b_written.eq(rx_b_accepted)]
         # how far dY microbatch rx_b_written has been written (the last stage's backward
         # streams on it)
-        y_fill = _FillTracker(m, "y_fill", lanes=L, ib=ib, rows_last=dim_last["rows"],
+        y_fill = _FillTracker(m, "y_fill", lanes=L, blocks=-(-RM // L), words=DO // L, rows_last=dim_last["rows"],
                               words_last=words_last, fire=y_wr_en,
                               row=y_row, col=y_wr.col, last=y_last)
 
@@ -690,12 +697,9 @@ class TrainStage(wiring.Component):
         hold = Signal()
         kk = core.a_req.fixed           # the depth step (== b_req.fixed)
         i0, j0 = core.a_req.start, core.b_req.start
-        # the running op's depth - 1, a register loaded from the op flags (current from the
-        # op's first RUN cycle; START does not look at it): one compare with the depth step
-        op_depth_last = Signal(ib, name="op_depth_last", reset_less=True)
-        m.d.sync += op_depth_last.eq(Mux(in_f, dim_last["d_in"], Mux(in_dx, dim_last["d_out"], dim_last["rows"])))
-        at_depth_end = kk == op_depth_last
-        word_end = (kk[:lb] == L - 1) if lb else Const(1, 1)
+        # whether the depth step is the run's last / ends a word: the core's registers (current
+        # from the op's first RUN cycle; START does not look at them), no compare of kk here
+        at_depth_end, word_end = core.depth_last, core.depth_word_end
         zero = Const(0, ib)
 
         # ``cur & (hold | nxt)``: the read is in, and so is the next one unless held. The
