@@ -238,6 +238,14 @@ class _PhaseRegister:
     def go(self, phase: int):
         self.m.d.comb += [self._into[phase].eq(1), self._leave[self._current].eq(1)]
 
+    def into(self, phase: int):
+        """A move into ``phase`` this cycle."""
+        return self._into[phase]
+
+    def leaves(self, phase: int):
+        """``phase`` moves this cycle."""
+        return self._leave[phase]
+
     def finish(self):
         m = self.m
         for p, now in enumerate(self.now):
@@ -873,15 +881,19 @@ class TrainStage(wiring.Component):
                              u_row_end.eq(d_in_last == 0)]
             with m.Else():
                 m.d.sync += b_done.eq(b_done_next)
+        # the walk steps while U_RUN is the phase and no gradient-sum write is in flight:
+        # ``u_issue`` is that AND as a register, set from both terms' next values (the
+        # walk's counters then start from one flip-flop, not from the phase and dw_busy)
+        m.d.sync += u_issue.eq((ph.into(Phase.U_RUN) | (now[Phase.U_RUN] & ~ph.leaves(Phase.U_RUN))) &
+                               ~(dw_fire | dw_q1))
+        with m.If(u_issue):
+            m.d.sync += [u_word.eq(u_word + 1), u_word_end.eq(u_word == u_words_last_m1)]
+            with m.If(u_word_end):
+                m.d.sync += [u_word.eq(0), u_row.eq(u_row + 1), u_word_end.eq(words_last == 0),
+                             u_row_end.eq(u_row == u_rows_last_m1)]
         with ph.block(Phase.U_RUN):
-            m.d.comb += u_issue.eq(~dw_busy)
-            with m.If(~dw_busy):
-                m.d.sync += [u_word.eq(u_word + 1), u_word_end.eq(u_word == u_words_last_m1)]
-                with m.If(u_word_end):
-                    m.d.sync += [u_word.eq(0), u_row.eq(u_row + 1), u_word_end.eq(words_last == 0),
-                                 u_row_end.eq(u_row == u_rows_last_m1)]
-                    with m.If(u_row_end):
-                        go(Phase.U_DRAIN)
+            with m.If(u_issue & u_word_end & u_row_end):
+                go(Phase.U_DRAIN)
         with ph.block(Phase.U_DRAIN):
             # once the last word is written (and counted) the new version becomes current
             with m.If(~sgd.busy & ~u_q):      # u_q: a word entering the SGD pipeline now
