@@ -536,12 +536,15 @@ class MacCore(wiring.Component):
             # kk's low bits reach lanes - 1 one step ahead (kk only moves at start and fire)
             lb = self.lanes.bit_length() - 1
             word_end = Signal(name="kk_word_end", init=self.lanes == 1)
+            # a copy of last_k: the caller's logic adds no load to the sequencer's flag
+            depth_last = Signal(name="kk_last")
             with m.If(starting):
-                m.d.sync += word_end.eq(self.lanes == 1)
+                m.d.sync += [word_end.eq(self.lanes == 1), depth_last.eq(self.k == 1)]
             with m.Elif(fire):
-                m.d.sync += word_end.eq(Mux(last_k, self.lanes == 1,
-                                            (kk[:lb] == self.lanes - 2) if lb else 1))
-            m.d.comb += [self.depth_last.eq(last_k), self.depth_word_end.eq(word_end)]
+                m.d.sync += [word_end.eq(Mux(last_k, self.lanes == 1,
+                                             (kk[:lb] == self.lanes - 2) if lb else 1)),
+                             depth_last.eq(Mux(last_k, k_one, k_rem == 1))]
+            m.d.comb += [self.depth_last.eq(depth_last), self.depth_word_end.eq(word_end)]
         is_dw = run["mode"] == MacMode.DW
         is_dx = run["mode"] == MacMode.DX
         # reads are harmless: a step not issued is a bubble, its operands are never used

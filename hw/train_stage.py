@@ -116,29 +116,45 @@ class _FillTracker:
         # limits are steady while segments arrive; without a segment the flags are
         # recomputed from the position, so they follow a new configuration)
         self.block_end, self.words_end = Signal(name=f"{name}_block_end"), Signal(name=f"{name}_words_end")
-        rows_last_m1 = Signal(len(rows_last), name=f"{name}_rows_last_m1", reset_less=True)
-        blocks_last_m1 = Signal(len(rows_last), name=f"{name}_blocks_last_m1", reset_less=True)
-        words_last_m1 = Signal(len(words_last), name=f"{name}_words_last_m1", reset_less=True)
+        # the limits cut to the position's widths (a configuration within the capacity
+        # fits), the copies minus one a bit wider (-1 matches no position): short compares
+        rows_last, words_last = rows_last[:lb + pb], words_last[:pw]
+        blocks_last = rows_last[lb:]
+        blocks_last_m1 = Signal(pb + 1, name=f"{name}_blocks_last_m1", reset_less=True)
+        words_last_m1 = Signal(pw + 1, name=f"{name}_words_last_m1", reset_less=True)
         first_end = Signal(name=f"{name}_first_end", reset_less=True)      # a block of one row
         words_one = Signal(name=f"{name}_words_one", reset_less=True)      # one word per row
         low_zero = (rows_last[:lb] == 0) if lb else Const(1, 1)
         row_next_end = (self.row == lanes - 2) if lanes > 1 else Const(1, 1)
-        m.d.sync += [rows_last_m1.eq(rows_last - 1), blocks_last_m1.eq((rows_last >> lb) - 1),
+        # ``in_last``: the position's block is the microbatch's last (a register, moved with
+        # the block), so the checks against the last row look at the row's low bits only:
+        # the row the block ends at is ``rows_last``'s low bits in the last block, and the
+        # one before it (``low_m1``) there too unless the block has one row (then
+        # ``block_end`` is already set)
+        in_last = Signal(name=f"{name}_in_last_block")
+        blocks_one = Signal(name=f"{name}_blocks_one", reset_less=True)
+        low_m1 = Signal(max(lb, 1), name=f"{name}_rows_low_m1", reset_less=True)
+        m.d.sync += [blocks_last_m1.eq(blocks_last - 1), blocks_one.eq(blocks_last == 0),
                      words_last_m1.eq(words_last - 1), first_end.eq((lanes == 1) | (rows_last == 0)),
-                     words_one.eq(words_last == 0)]
-        at_block_row0 = (lanes == 1) | (low_zero & (Cat(Const(0, lb), self.block) == rows_last))
-        next_block_row0 = (lanes == 1) | (low_zero & (self.block == blocks_last_m1))
+                     words_one.eq(words_last == 0), low_m1.eq(rows_last[:lb] - 1 if lb else 0)]
+        row_low = self.row[:lb] if lb else Const(0, 1)
+        at_last_row = in_last & ((row_low == rows_last[:lb]) if lb else Const(1, 1))
+        before_last_row = ~low_zero & in_last & (row_low == low_m1)
+        next_last = self.block == blocks_last_m1        # the block after this one is the last
+        at_block_row0 = (lanes == 1) | (low_zero & in_last)
+        next_block_row0 = (lanes == 1) | (low_zero & next_last)
         with m.If(fire):
             with m.If(last):
                 m.d.sync += [self.block.eq(0), self.word.eq(0), self.row.eq(0), self.disorder.eq(0),
                              self.prev_ok.eq(0), self.unit_ok.eq(0), self.block_ok.eq(0),
-                             self.block_end.eq(first_end), self.words_end.eq(words_one)]
+                             self.block_end.eq(first_end), self.words_end.eq(words_one),
+                             in_last.eq(blocks_one)]
             with m.Else():
                 with m.If(~expected):
                     m.d.sync += self.disorder.eq(1)
                 m.d.sync += [self.row.eq(self.row + 1), self.prev_ok.eq(1), self.prev_block.eq(self.block),
                              self.prev_word.eq(self.word), self.prev_row.eq(self.row),
-                             self.block_end.eq(row_next_end | (row_at == rows_last_m1))]
+                             self.block_end.eq(row_next_end | before_last_row)]
                 with m.If(self.block_end):
                     m.d.sync += [self.row.eq(0), self.word.eq(self.word + 1), self.unit_ok.eq(1),
                                  self.unit_block.eq(self.block), self.unit_word.eq(self.word),
@@ -146,10 +162,13 @@ class _FillTracker:
                     with m.If(self.words_end):
                         m.d.sync += [self.word.eq(0), self.block.eq(self.block + 1),
                                      self.block_m1.eq(self.block), self.block_ok.eq(1),
-                                     self.block_end.eq(next_block_row0), self.words_end.eq(words_one)]
+                                     self.block_end.eq(next_block_row0), self.words_end.eq(words_one),
+                                     in_last.eq(next_last)]
         with m.Else():
-            m.d.sync += [self.block_end.eq((self.row == lanes - 1) | (row_at == rows_last)),
-                         self.words_end.eq(self.word == words_last)]
+            # (in_last follows a new configuration a cycle before block_end does)
+            m.d.sync += [self.block_end.eq((self.row == lanes - 1) | at_last_row),
+                         self.words_end.eq(self.word == words_last),
+                         in_last.eq(self.block == blocks_last)]
 
     def _high(self, index, field):
         """``index // lanes`` cut to ``field``'s width (it fits while the core walks)."""
@@ -473,11 +492,14 @@ class TrainStage(wiring.Component):
         # mbs - 1), a register kept current for the count the receiver has after each one
         rx_b_wrap = Signal(name="rx_b_wrap")
         mbs_m1, mbs_m2 = (Signal(8, name=f"mbs_m{i}", reset_less=True) for i in (1, 2))
+        # a synchronous step's count stays below microbatches (8 bits); an asynchronous one
+        # grows on, but the flag is off then: the compares need its low bits only
+        rx_b_loc_low = rx_b_loc[:len(mbs_m1)]
         m.d.sync += [mbs_m1.eq(mbs - 1), mbs_m2.eq(mbs - 2),
-                     rx_b_wrap.eq(~is_async & (rx_b_loc == mbs_m1))]
+                     rx_b_wrap.eq(~is_async & (rx_b_loc_low == mbs_m1))]
         with m.If(g_fire & gp.last):
             m.d.sync += [rx_b.eq(rx_b + 1), rx_b_next.eq(rx_b_next + 1), rx_b_loc.eq(rx_b_loc + 1),
-                         rx_b_wrap.eq(~is_async & (rx_b_loc == mbs_m2))]
+                         rx_b_wrap.eq(~is_async & (rx_b_loc_low == mbs_m2))]
             with m.If(rx_b_wrap):
                 m.d.sync += [rx_b_loc.eq(0), rx_b_base.eq(rx_b_base + mbs),
                              rx_b_wrap.eq(~is_async & (mbs_m1 == 0))]

@@ -22,6 +22,12 @@ COUNTS = ("busy_cycles", "fwd_cycles", "bwd_cycles", "upd_cycles", "wait_cycles"
     # the host's streams idle on random cycles
     ("1f1b-flush", 2, 8, 8, 6, True, 0.35, 555,
      [(554, 120, 242, 37, 136), (489, 124, 240, 37, 69)]),
+    # a last row block of one row (5 rows) and a single short block (3 rows): the fill
+    # trackers' block ends come from the last block's low row bits
+    ("1f1b-flush", 2, 8, 5, 21, True, 0.3, 506,
+     [(505, 114, 210, 37, 125), (445, 114, 210, 37, 65)]),
+    ("1f1b-flush", 2, 4, 3, 22, False, 0.1, 333,
+     [(332, 62, 124, 25, 102), (267, 62, 124, 25, 37)]),
 ])
 def test_stage_cycle_counts(schedule, mbs, dim, rows, seed, dx_first, gaps, want_cycles, want):
     fmt = BENCH_FORMAT
