@@ -332,8 +332,9 @@ class MacCore(wiring.Component):
 
     def __init__(self, *, rows: int = 4, cols: int = 4, max_dim: int = 256, max_depth: int = 256,
                  out_width: int = 16, bias_width: int = 32, partial_sums: bool = False,
-                 operand_hold: bool = False, depth_flags: bool = False, max_total_depth: int = MAX_TOTAL_DEPTH,
-                 psum_attrs: dict | None = None, read_latency: int = SkewedBuffer.READ_LATENCY):
+                 operand_hold: bool = False, max_total_depth: int = MAX_TOTAL_DEPTH,
+                 psum_attrs: dict | None = None, read_latency: int = SkewedBuffer.READ_LATENCY,
+                 depth_flags: bool = False):
         if not 1 <= rows <= 64 or not 1 <= cols <= 64:
             raise ValueError(f"rows/cols must be in 1..64, got {rows}x{cols}")
         if not max_depth <= max_total_depth <= self.MAX_TOTAL_DEPTH:
@@ -536,15 +537,12 @@ class MacCore(wiring.Component):
             # kk's low bits reach lanes - 1 one step ahead (kk only moves at start and fire)
             lb = self.lanes.bit_length() - 1
             word_end = Signal(name="kk_word_end", init=self.lanes == 1)
-            # a copy of last_k: the caller's logic adds no load to the sequencer's flag
-            depth_last = Signal(name="kk_last")
             with m.If(starting):
-                m.d.sync += [word_end.eq(self.lanes == 1), depth_last.eq(self.k == 1)]
+                m.d.sync += word_end.eq(self.lanes == 1)
             with m.Elif(fire):
-                m.d.sync += [word_end.eq(Mux(last_k, self.lanes == 1,
-                                             (kk[:lb] == self.lanes - 2) if lb else 1)),
-                             depth_last.eq(Mux(last_k, k_one, k_rem == 1))]
-            m.d.comb += [self.depth_last.eq(depth_last), self.depth_word_end.eq(word_end)]
+                m.d.sync += word_end.eq(Mux(last_k, self.lanes == 1,
+                                            (kk[:lb] == self.lanes - 2) if lb else 1))
+            m.d.comb += [self.depth_last.eq(last_k), self.depth_word_end.eq(word_end)]
         is_dw = run["mode"] == MacMode.DW
         is_dx = run["mode"] == MacMode.DX
         # reads are harmless: a step not issued is a bubble, its operands are never used

@@ -143,31 +143,37 @@ class _FillTracker:
         next_last = self.block == blocks_last_m1        # the block after this one is the last
         at_block_row0 = (lanes == 1) | (low_zero & in_last)
         next_block_row0 = (lanes == 1) | (low_zero & next_last)
+        # block_end's next value: its candidates are nets of their own (kept), so the
+        # segment's handshake and the position's flags only choose among them (a mux of
+        # two levels behind ``fire``, not a tree ABC rebuilds around the compares)
+        cand = {k: Signal(name=f"{name}_block_end_{k}", attrs={"keep": 1})
+                for k in ("row", "block", "idle")}
+        m.d.comb += [cand["row"].eq(row_next_end | before_last_row),
+                     cand["block"].eq(Mux(self.words_end, next_block_row0, at_block_row0)),
+                     cand["idle"].eq((self.row == lanes - 1) | at_last_row)]
+        on_segment = Mux(last, first_end, Mux(self.block_end, cand["block"], cand["row"]))
+        m.d.sync += self.block_end.eq(Mux(fire, on_segment, cand["idle"]))
         with m.If(fire):
             with m.If(last):
                 m.d.sync += [self.block.eq(0), self.word.eq(0), self.row.eq(0), self.disorder.eq(0),
                              self.prev_ok.eq(0), self.unit_ok.eq(0), self.block_ok.eq(0),
-                             self.block_end.eq(first_end), self.words_end.eq(words_one),
-                             in_last.eq(blocks_one)]
+                             self.words_end.eq(words_one), in_last.eq(blocks_one)]
             with m.Else():
                 with m.If(~expected):
                     m.d.sync += self.disorder.eq(1)
                 m.d.sync += [self.row.eq(self.row + 1), self.prev_ok.eq(1), self.prev_block.eq(self.block),
-                             self.prev_word.eq(self.word), self.prev_row.eq(self.row),
-                             self.block_end.eq(row_next_end | before_last_row)]
+                             self.prev_word.eq(self.word), self.prev_row.eq(self.row)]
                 with m.If(self.block_end):
                     m.d.sync += [self.row.eq(0), self.word.eq(self.word + 1), self.unit_ok.eq(1),
                                  self.unit_block.eq(self.block), self.unit_word.eq(self.word),
-                                 self.block_end.eq(at_block_row0), self.words_end.eq(self.word == words_last_m1)]
+                                 self.words_end.eq(self.word == words_last_m1)]
                     with m.If(self.words_end):
                         m.d.sync += [self.word.eq(0), self.block.eq(self.block + 1),
                                      self.block_m1.eq(self.block), self.block_ok.eq(1),
-                                     self.block_end.eq(next_block_row0), self.words_end.eq(words_one),
-                                     in_last.eq(next_last)]
+                                     self.words_end.eq(words_one), in_last.eq(next_last)]
         with m.Else():
             # (in_last follows a new configuration a cycle before block_end does)
-            m.d.sync += [self.block_end.eq((self.row == lanes - 1) | at_last_row),
-                         self.words_end.eq(self.word == words_last),
+            m.d.sync += [self.words_end.eq(self.word == words_last),
                          in_last.eq(self.block == blocks_last)]
 
     def _high(self, index, field):
@@ -495,14 +501,18 @@ class TrainStage(wiring.Component):
         # a synchronous step's count stays below microbatches (8 bits); an asynchronous one
         # grows on, but the flag is off then: the compares need its low bits only
         rx_b_loc_low = rx_b_loc[:len(mbs_m1)]
-        m.d.sync += [mbs_m1.eq(mbs - 1), mbs_m2.eq(mbs - 2),
-                     rx_b_wrap.eq(~is_async & (rx_b_loc_low == mbs_m1))]
+        m.d.sync += [mbs_m1.eq(mbs - 1), mbs_m2.eq(mbs - 2)]
+        # its next value after a last segment / without one: nets of their own (kept), so
+        # the handshake only chooses between them
+        wrap_on_last = Signal(name="rx_b_wrap_on_last", attrs={"keep": 1})
+        wrap_idle = Signal(name="rx_b_wrap_idle", attrs={"keep": 1})
+        m.d.comb += [wrap_on_last.eq(~is_async & Mux(rx_b_wrap, mbs_m1 == 0, rx_b_loc_low == mbs_m2)),
+                     wrap_idle.eq(~is_async & (rx_b_loc_low == mbs_m1))]
+        m.d.sync += rx_b_wrap.eq(Mux(g_fire & gp.last, wrap_on_last, wrap_idle))
         with m.If(g_fire & gp.last):
-            m.d.sync += [rx_b.eq(rx_b + 1), rx_b_next.eq(rx_b_next + 1), rx_b_loc.eq(rx_b_loc + 1),
-                         rx_b_wrap.eq(~is_async & (rx_b_loc_low == mbs_m2))]
+            m.d.sync += [rx_b.eq(rx_b + 1), rx_b_next.eq(rx_b_next + 1), rx_b_loc.eq(rx_b_loc + 1)]
             with m.If(rx_b_wrap):
-                m.d.sync += [rx_b_loc.eq(0), rx_b_base.eq(rx_b_base + mbs),
-                             rx_b_wrap.eq(~is_async & (mbs_m1 == 0))]
+                m.d.sync += [rx_b_loc.eq(0), rx_b_base.eq(rx_b_base + mbs)]
         # stage 3: write the masked segment, from registers (the mask memory's read data
         # reaches no further than them)
         masked = [Mux(~cfg.relu | mask_rp.data[l], g_pl_q.data[l], 0) for l in range(L)]
@@ -592,10 +602,12 @@ class TrainStage(wiring.Component):
         m.d.comb += [self.act_out.valid.eq(core.out.valid & in_f),
                      self.grad_out.valid.eq(core.out.valid & in_dx)]
         # (the core's output is valid in RUN phases only: its ready reads their one-hot
-        # registers, which fan out far less than the op flags)
+        # registers, which fan out far less than the op flags. Outside F_RUN and DX_RUN it
+        # is high, which no valid output meets but DW's: a function of four inputs, which
+        # the core's output FIFO folds into its fetch LUT)
         now = ph.now
-        m.d.comb += core.out.ready.eq((now[Phase.F_RUN] & self.act_out.ready) |
-                                      (now[Phase.DX_RUN] & self.grad_out.ready) | now[Phase.DW_RUN])
+        m.d.comb += core.out.ready.eq((self.act_out.ready | ~now[Phase.F_RUN]) &
+                                      (self.grad_out.ready | ~now[Phase.DX_RUN]))
         # F: stash the ReLU mask of every accepted output segment
         m.d.comb += [mask_wp.addr.eq(mask_addr(op_slot, out.row, out.col)),
                      mask_wp.data.eq(out.relu_mask),
