@@ -495,20 +495,24 @@ class TrainStage(wiring.Component):
         m.d.sync += g_ok.eq(running & ~ph.flag["setup"] &
                             Mux(g_fire & gp.last, rx_b_next < g_lim, rx_b < g_lim))
         # ``rx_b_wrap``: the next dY completes a synchronous step's microbatches (rx_b_loc ==
-        # mbs - 1), a register kept current for the count the receiver has after each one
+        # mbs - 1), a register kept current for the count the receiver has after each one.
+        # It is set from ``rx_b_left`` (mbs - 1 - rx_b_loc, counted down; loaded in SETUP,
+        # before any dY, and at each wrap): compared with 0 and 1, which differ in the low
+        # bit only, so the handshake chooses at the end, not in front of a compare of the
+        # count with two limits (a tree ABC built behind the handshake's enables)
         rx_b_wrap = Signal(name="rx_b_wrap")
-        mbs_m1, mbs_m2 = (Signal(8, name=f"mbs_m{i}", reset_less=True) for i in (1, 2))
-        # a synchronous step's count stays below microbatches (8 bits); an asynchronous one
-        # grows on, but the flag is off then: the compares need its low bits only
-        rx_b_loc_low = rx_b_loc[:len(mbs_m1)]
-        m.d.sync += [mbs_m1.eq(mbs - 1), mbs_m2.eq(mbs - 2)]
-        # its next value after a last segment / without one: nets of their own (kept), so
-        # the handshake only chooses between them
-        wrap_on_last = Signal(name="rx_b_wrap_on_last", attrs={"keep": 1})
-        wrap_idle = Signal(name="rx_b_wrap_idle", attrs={"keep": 1})
-        m.d.comb += [wrap_on_last.eq(~is_async & Mux(rx_b_wrap, mbs_m1 == 0, rx_b_loc_low == mbs_m2)),
-                     wrap_idle.eq(~is_async & (rx_b_loc_low == mbs_m1))]
-        m.d.sync += rx_b_wrap.eq(Mux(g_fire & gp.last, wrap_on_last, wrap_idle))
+        mbs_m1 = Signal(8, name="mbs_m1", reset_less=True)
+        mbs_one = Signal(name="mbs_one", reset_less=True)      # one microbatch per step
+        rx_b_left = Signal(8, name="rx_b_left", reset_less=True)
+        m.d.sync += [mbs_m1.eq(mbs - 1), mbs_one.eq(mbs == 1)]
+        left_high_zero = rx_b_left[1:] == 0
+        m.d.sync += rx_b_wrap.eq(~is_async & Mux(g_fire & gp.last,
+                                                 Mux(rx_b_wrap, mbs_one, left_high_zero & rx_b_left[0]),
+                                                 left_high_zero & ~rx_b_left[0]))
+        with m.If(ph.flag["setup"]):
+            m.d.sync += rx_b_left.eq(mbs_m1)
+        with m.Elif(g_fire & gp.last):
+            m.d.sync += rx_b_left.eq(Mux(rx_b_wrap, mbs_m1, rx_b_left - 1))
         with m.If(g_fire & gp.last):
             m.d.sync += [rx_b.eq(rx_b + 1), rx_b_next.eq(rx_b_next + 1), rx_b_loc.eq(rx_b_loc + 1)]
             with m.If(rx_b_wrap):
