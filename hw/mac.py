@@ -319,6 +319,12 @@ class MacCore(wiring.Component):
     it is high the sequencer issues no step (a bubble), so a caller whose operands are
     still arriving can start a run early and hold it until the data at the requested
     address (``a_req`` / ``b_req``) is in.
+
+    ``depth_flags=True`` (opt-in; off, the core is unchanged) adds two outputs about the
+    requested depth index (``a_req.fixed``), both registers: ``depth_last`` (it is the
+    run's last, ``k - 1``, once the run started) and ``depth_word_end`` (it ends a word of
+    ``lanes`` indices), so a caller deciding ``hold`` from the request needs no compare
+    of the index.
     """
 
     #: Default total depth (sum over split runs) a partial-sum core's store holds exactly.
@@ -327,7 +333,8 @@ class MacCore(wiring.Component):
     def __init__(self, *, rows: int = 4, cols: int = 4, max_dim: int = 256, max_depth: int = 256,
                  out_width: int = 16, bias_width: int = 32, partial_sums: bool = False,
                  operand_hold: bool = False, max_total_depth: int = MAX_TOTAL_DEPTH,
-                 psum_attrs: dict | None = None, read_latency: int = SkewedBuffer.READ_LATENCY):
+                 psum_attrs: dict | None = None, read_latency: int = SkewedBuffer.READ_LATENCY,
+                 depth_flags: bool = False):
         if not 1 <= rows <= 64 or not 1 <= cols <= 64:
             raise ValueError(f"rows/cols must be in 1..64, got {rows}x{cols}")
         if not max_depth <= max_total_depth <= self.MAX_TOTAL_DEPTH:
@@ -338,6 +345,7 @@ class MacCore(wiring.Component):
         self.index_bits = max(max_dim, max_depth).bit_length() + 1
         self.partial_sums = partial_sums
         self.operand_hold = operand_hold
+        self.depth_flags = depth_flags
         if read_latency < 1:
             raise ValueError(f"MacCore read_latency must be >= 1 cycle, got {read_latency}")
         #: cycles from a step's operand requests to their data on ``a_data`` / ``b_data``
@@ -361,6 +369,8 @@ class MacCore(wiring.Component):
         partial = {"acc_init": In(1), "acc_keep": In(1)} if partial_sums else {}
         if operand_hold:
             partial["hold"] = In(1)
+        if depth_flags:
+            partial |= {"depth_last": Out(1), "depth_word_end": Out(1)}
         super().__init__(partial | {
             "start": In(1), "busy": Out(1), "done": Out(1),
             "mode": In(MacMode), "m": In(ib), "n": In(ib), "k": In(ib),
@@ -523,6 +533,16 @@ class MacCore(wiring.Component):
                                  rows_t.eq(i_rows)]
                     with m.If(last_i):
                         m.d.sync += run["issuing"].eq(0)
+        if self.depth_flags:
+            # kk's low bits reach lanes - 1 one step ahead (kk only moves at start and fire)
+            lb = self.lanes.bit_length() - 1
+            word_end = Signal(name="kk_word_end", init=self.lanes == 1)
+            with m.If(starting):
+                m.d.sync += word_end.eq(self.lanes == 1)
+            with m.Elif(fire):
+                m.d.sync += word_end.eq(Mux(last_k, self.lanes == 1,
+                                            (kk[:lb] == self.lanes - 2) if lb else 1))
+            m.d.comb += [self.depth_last.eq(last_k), self.depth_word_end.eq(word_end)]
         is_dw = run["mode"] == MacMode.DW
         is_dx = run["mode"] == MacMode.DX
         # reads are harmless: a step not issued is a bubble, its operands are never used

@@ -85,19 +85,23 @@ class _FillTracker:
     one segment back, ``unit_*`` the ``(block, word)`` one word back (each valid once the
     position moved past it); ``block_m1`` is ``block - 1`` (valid for ``block >= 1``)."""
 
-    def __init__(self, m, name, *, lanes: int, ib: int, rows_last, words_last, fire, row, col, last):
+    def __init__(self, m, name, *, lanes: int, blocks: int, words: int, rows_last, words_last,
+                 fire, row, col, last):
         lb = lanes.bit_length() - 1
         self.lb, self.L = lb, lanes
-        # block and word counts are indices over lanes: ib - lb bits (the compares with an
-        # index's high bits then have no bits of zeros)
-        pb = max(ib - lb, 1)
+        # block and word counts as narrow as the capacity allows (``blocks`` row blocks,
+        # ``words`` words per row; the block one bit wider, as a core's tile row index passes
+        # the last block once its walk ends): the compares with the core's request indices
+        # (cut to these widths) are short. ``word`` never passes ``words - 1``.
+        pb = max((blocks - 1).bit_length(), 0) + 1
+        pw = max((words - 1).bit_length(), 1)
         self.block = Signal(pb, name=f"{name}_block")
-        self.word = Signal(pb, name=f"{name}_word")
+        self.word = Signal(pw, name=f"{name}_word")
         self.row = Signal(lb + 1, name=f"{name}_row")
         self.disorder = Signal(name=f"{name}_disorder")
-        self.prev_block, self.prev_word = Signal(pb, name=f"{name}_prev_block"), Signal(pb, name=f"{name}_prev_word")
+        self.prev_block, self.prev_word = Signal(pb, name=f"{name}_prev_block"), Signal(pw, name=f"{name}_prev_word")
         self.prev_row, self.prev_ok = Signal(lb + 1, name=f"{name}_prev_row"), Signal(name=f"{name}_prev_ok")
-        self.unit_block, self.unit_word = Signal(pb, name=f"{name}_unit_block"), Signal(pb, name=f"{name}_unit_word")
+        self.unit_block, self.unit_word = Signal(pb, name=f"{name}_unit_block"), Signal(pw, name=f"{name}_unit_word")
         self.unit_ok = Signal(name=f"{name}_unit_ok")
         self.block_m1, self.block_ok = Signal(pb, name=f"{name}_block_m1"), Signal(name=f"{name}_block_ok")
         # ``rows_last`` / ``words_last``: the microbatch's rows - 1 and words per row - 1
@@ -112,82 +116,110 @@ class _FillTracker:
         # limits are steady while segments arrive; without a segment the flags are
         # recomputed from the position, so they follow a new configuration)
         self.block_end, self.words_end = Signal(name=f"{name}_block_end"), Signal(name=f"{name}_words_end")
-        rows_last_m1 = Signal(len(rows_last), name=f"{name}_rows_last_m1", reset_less=True)
-        blocks_last_m1 = Signal(len(rows_last), name=f"{name}_blocks_last_m1", reset_less=True)
-        words_last_m1 = Signal(len(words_last), name=f"{name}_words_last_m1", reset_less=True)
+        # the limits cut to the position's widths (a configuration within the capacity
+        # fits), the copies minus one a bit wider (-1 matches no position): short compares
+        rows_last, words_last = rows_last[:lb + pb], words_last[:pw]
+        blocks_last = rows_last[lb:]
+        blocks_last_m1 = Signal(pb + 1, name=f"{name}_blocks_last_m1", reset_less=True)
+        words_last_m1 = Signal(pw + 1, name=f"{name}_words_last_m1", reset_less=True)
         first_end = Signal(name=f"{name}_first_end", reset_less=True)      # a block of one row
         words_one = Signal(name=f"{name}_words_one", reset_less=True)      # one word per row
         low_zero = (rows_last[:lb] == 0) if lb else Const(1, 1)
         row_next_end = (self.row == lanes - 2) if lanes > 1 else Const(1, 1)
-        m.d.sync += [rows_last_m1.eq(rows_last - 1), blocks_last_m1.eq((rows_last >> lb) - 1),
+        # ``in_last``: the position's block is the microbatch's last (a register, moved with
+        # the block), so the checks against the last row look at the row's low bits only:
+        # the row the block ends at is ``rows_last``'s low bits in the last block, and the
+        # one before it (``low_m1``) there too unless the block has one row (then
+        # ``block_end`` is already set)
+        in_last = Signal(name=f"{name}_in_last_block")
+        blocks_one = Signal(name=f"{name}_blocks_one", reset_less=True)
+        low_m1 = Signal(max(lb, 1), name=f"{name}_rows_low_m1", reset_less=True)
+        m.d.sync += [blocks_last_m1.eq(blocks_last - 1), blocks_one.eq(blocks_last == 0),
                      words_last_m1.eq(words_last - 1), first_end.eq((lanes == 1) | (rows_last == 0)),
-                     words_one.eq(words_last == 0)]
-        at_block_row0 = (lanes == 1) | (low_zero & (Cat(Const(0, lb), self.block) == rows_last))
-        next_block_row0 = (lanes == 1) | (low_zero & (self.block == blocks_last_m1))
+                     words_one.eq(words_last == 0), low_m1.eq(rows_last[:lb] - 1 if lb else 0)]
+        row_low = self.row[:lb] if lb else Const(0, 1)
+        at_last_row = in_last & ((row_low == rows_last[:lb]) if lb else Const(1, 1))
+        before_last_row = ~low_zero & in_last & (row_low == low_m1)
+        next_last = self.block == blocks_last_m1        # the block after this one is the last
+        at_block_row0 = (lanes == 1) | (low_zero & in_last)
+        next_block_row0 = (lanes == 1) | (low_zero & next_last)
+        # block_end's next value: its candidates are nets of their own (kept), so the
+        # segment's handshake and the position's flags only choose among them (a mux of
+        # two levels behind ``fire``, not a tree ABC rebuilds around the compares)
+        cand = {k: Signal(name=f"{name}_block_end_{k}", attrs={"keep": 1})
+                for k in ("row", "block", "idle")}
+        m.d.comb += [cand["row"].eq(row_next_end | before_last_row),
+                     cand["block"].eq(Mux(self.words_end, next_block_row0, at_block_row0)),
+                     cand["idle"].eq((self.row == lanes - 1) | at_last_row)]
+        on_segment = Mux(last, first_end, Mux(self.block_end, cand["block"], cand["row"]))
+        m.d.sync += self.block_end.eq(Mux(fire, on_segment, cand["idle"]))
         with m.If(fire):
             with m.If(last):
                 m.d.sync += [self.block.eq(0), self.word.eq(0), self.row.eq(0), self.disorder.eq(0),
                              self.prev_ok.eq(0), self.unit_ok.eq(0), self.block_ok.eq(0),
-                             self.block_end.eq(first_end), self.words_end.eq(words_one)]
+                             self.words_end.eq(words_one), in_last.eq(blocks_one)]
             with m.Else():
                 with m.If(~expected):
                     m.d.sync += self.disorder.eq(1)
                 m.d.sync += [self.row.eq(self.row + 1), self.prev_ok.eq(1), self.prev_block.eq(self.block),
-                             self.prev_word.eq(self.word), self.prev_row.eq(self.row),
-                             self.block_end.eq(row_next_end | (row_at == rows_last_m1))]
+                             self.prev_word.eq(self.word), self.prev_row.eq(self.row)]
                 with m.If(self.block_end):
                     m.d.sync += [self.row.eq(0), self.word.eq(self.word + 1), self.unit_ok.eq(1),
                                  self.unit_block.eq(self.block), self.unit_word.eq(self.word),
-                                 self.block_end.eq(at_block_row0), self.words_end.eq(self.word == words_last_m1)]
+                                 self.words_end.eq(self.word == words_last_m1)]
                     with m.If(self.words_end):
                         m.d.sync += [self.word.eq(0), self.block.eq(self.block + 1),
                                      self.block_m1.eq(self.block), self.block_ok.eq(1),
-                                     self.block_end.eq(next_block_row0), self.words_end.eq(words_one)]
+                                     self.words_end.eq(words_one), in_last.eq(next_last)]
         with m.Else():
-            m.d.sync += [self.block_end.eq((self.row == lanes - 1) | (row_at == rows_last)),
-                         self.words_end.eq(self.word == words_last)]
+            # (in_last follows a new configuration a cycle before block_end does)
+            m.d.sync += [self.words_end.eq(self.word == words_last),
+                         in_last.eq(self.block == blocks_last)]
 
-    def _high(self, index):
-        return index[self.lb:] if self.lb else index
+    def _high(self, index, field):
+        """``index // lanes`` cut to ``field``'s width (it fits while the core walks)."""
+        return (index[self.lb:] if self.lb else index)[:len(field)]
 
     def _split(self, row):
-        return self._high(row), (row[:self.lb] if self.lb else Const(0, 1))
+        return self._high(row, self.block), (row[:self.lb] if self.lb else Const(0, 1))
 
     @staticmethod
     def _past(position, at):
         """``position`` is past ``at`` in the streaming order: both lists of fields, least
-        significant first (e.g. row, word, block), compared as one number (a carry chain,
-        not a tree of per-field compares)."""
+        significant first (e.g. row, word, block), compared as one number: the borrow of
+        ``at - position``, so it maps to a carry chain (a ``>`` of a few fields becomes a
+        tree of LUTs, as deep as the rest of ``hold``'s logic)."""
         def widened(a, p):
             assert len(a) <= len(p)
             return Cat(a, Const(0, len(p) - len(a))) if len(a) < len(p) else a
-        return Cat(*position) > Cat(*(widened(a, p) for a, p in zip(at, position)))
+        pos = Cat(*position)
+        return (Cat(*(widened(a, p) for a, p in zip(at, position))) - pos)[len(pos)]
 
     def has_block_word(self, row_start, col):
         """All rows of the block of ``row_start`` have the word of column ``col``."""
-        b, w = self._high(row_start), self._high(col)
+        b, w = self._high(row_start, self.block), self._high(col, self.word)
         return ~self.disorder & self._past([self.word, self.block], [w, b])
 
     def has_next_block_word(self, row_start, col):
         """Also the word after that one (in the streaming order) is in."""
-        b, w = self._high(row_start), self._high(col)
+        b, w = self._high(row_start, self.block), self._high(col, self.word)
         return ~self.disorder & self.unit_ok & self._past([self.unit_word, self.unit_block], [w, b])
 
     def has_row_word(self, row, col):
         """Row ``row`` has the word of column ``col``."""
-        (b, r), w = self._split(row), self._high(col)
+        (b, r), w = self._split(row), self._high(col, self.word)
         return ~self.disorder & self._past([self.row, self.word, self.block], [r, w, b])
 
     def has_next_row_word(self, row, col):
         """Also the segment after that one (in the streaming order) is in."""
-        (b, r), w = self._split(row), self._high(col)
+        (b, r), w = self._split(row), self._high(col, self.word)
         return ~self.disorder & self.prev_ok & self._past(
             [self.prev_row, self.prev_word, self.prev_block], [r, w, b])
 
     def has_row_word_next_block(self, row, col):
         """The row ``lanes`` rows below ``row`` (same position in the next block) has the
         word of column ``col``."""
-        (b, _), w = self._split(row), self._high(col)
+        (b, _), w = self._split(row), self._high(col, self.word)
         return ~self.disorder & self.block_ok & self._past(
             [self.row, self.word, self.block_m1], [Const(0, 1), w, b])
 
@@ -230,6 +262,14 @@ class _PhaseRegister:
 
     def go(self, phase: int):
         self.m.d.comb += [self._into[phase].eq(1), self._leave[self._current].eq(1)]
+
+    def into(self, phase: int):
+        """A move into ``phase`` this cycle."""
+        return self._into[phase]
+
+    def leaves(self, phase: int):
+        """``phase`` moves this cycle."""
+        return self._leave[phase]
 
     def finish(self):
         m = self.m
@@ -280,7 +320,7 @@ class TrainStage(wiring.Component):
         # the operand buffers register the routed requests (the core's step index reaches
         # three buffers through the op's routing muxes): one cycle more read latency
         self.core = MacCore(rows=lanes, cols=lanes, max_dim=big, max_depth=big, operand_hold=True,
-                            read_latency=SkewedBuffer.READ_LATENCY + 1)
+                            depth_flags=True, read_latency=SkewedBuffer.READ_LATENCY + 1)
         ib = self.core.index_bits
         self.index_bits = ib
         seg = output_layout(lanes, ib, 16)
@@ -414,7 +454,7 @@ class TrainStage(wiring.Component):
         with m.If(rx_last):
             m.d.sync += [rx_f.eq(rx_f + 1), rx_f_next.eq(rx_f_next + 1)]
         # how far microbatch rx_f has arrived (the first stage's forward streams on it)
-        x_fill = _FillTracker(m, "x_fill", lanes=L, ib=ib, rows_last=dim_last["rows"],
+        x_fill = _FillTracker(m, "x_fill", lanes=L, blocks=-(-RM // L), words=DI // L, rows_last=dim_last["rows"],
                               words_last=in_words_last, fire=self.act_in.valid & rx_row_ok,
                               row=act.row, col=act.col, last=act.last)
 
@@ -455,17 +495,28 @@ class TrainStage(wiring.Component):
         m.d.sync += g_ok.eq(running & ~ph.flag["setup"] &
                             Mux(g_fire & gp.last, rx_b_next < g_lim, rx_b < g_lim))
         # ``rx_b_wrap``: the next dY completes a synchronous step's microbatches (rx_b_loc ==
-        # mbs - 1), a register kept current for the count the receiver has after each one
+        # mbs - 1), a register kept current for the count the receiver has after each one.
+        # It is set from ``rx_b_left`` (mbs - 1 - rx_b_loc, counted down; loaded in SETUP,
+        # before any dY, and at each wrap): compared with 0 and 1, which differ in the low
+        # bit only, so the handshake chooses at the end, not in front of a compare of the
+        # count with two limits (a tree ABC built behind the handshake's enables)
         rx_b_wrap = Signal(name="rx_b_wrap")
-        mbs_m1, mbs_m2 = (Signal(8, name=f"mbs_m{i}", reset_less=True) for i in (1, 2))
-        m.d.sync += [mbs_m1.eq(mbs - 1), mbs_m2.eq(mbs - 2),
-                     rx_b_wrap.eq(~is_async & (rx_b_loc == mbs_m1))]
+        mbs_m1 = Signal(8, name="mbs_m1", reset_less=True)
+        mbs_one = Signal(name="mbs_one", reset_less=True)      # one microbatch per step
+        rx_b_left = Signal(8, name="rx_b_left", reset_less=True)
+        m.d.sync += [mbs_m1.eq(mbs - 1), mbs_one.eq(mbs == 1)]
+        left_high_zero = rx_b_left[1:] == 0
+        m.d.sync += rx_b_wrap.eq(~is_async & Mux(g_fire & gp.last,
+                                                 Mux(rx_b_wrap, mbs_one, left_high_zero & rx_b_left[0]),
+                                                 left_high_zero & ~rx_b_left[0]))
+        with m.If(ph.flag["setup"]):
+            m.d.sync += rx_b_left.eq(mbs_m1)
+        with m.Elif(g_fire & gp.last):
+            m.d.sync += rx_b_left.eq(Mux(rx_b_wrap, mbs_m1, rx_b_left - 1))
         with m.If(g_fire & gp.last):
-            m.d.sync += [rx_b.eq(rx_b + 1), rx_b_next.eq(rx_b_next + 1), rx_b_loc.eq(rx_b_loc + 1),
-                         rx_b_wrap.eq(~is_async & (rx_b_loc == mbs_m2))]
+            m.d.sync += [rx_b.eq(rx_b + 1), rx_b_next.eq(rx_b_next + 1), rx_b_loc.eq(rx_b_loc + 1)]
             with m.If(rx_b_wrap):
-                m.d.sync += [rx_b_loc.eq(0), rx_b_base.eq(rx_b_base + mbs),
-                             rx_b_wrap.eq(~is_async & (mbs_m1 == 0))]
+                m.d.sync += [rx_b_loc.eq(0), rx_b_base.eq(rx_b_base + mbs)]
         # stage 3: write the masked segment, from registers (the mask memory's read data
         # reaches no further than them)
         masked = [Mux(~cfg.relu | mask_rp.data[l], g_pl_q.data[l], 0) for l in range(L)]
@@ -483,7 +534,7 @@ class TrainStage(wiring.Component):
         m.d.sync += [rx_b_accepted.eq(rx_b), rx_b_written.eq(rx_b_accepted)]
         # how far dY microbatch rx_b_written has been written (the last stage's backward
         # streams on it)
-        y_fill = _FillTracker(m, "y_fill", lanes=L, ib=ib, rows_last=dim_last["rows"],
+        y_fill = _FillTracker(m, "y_fill", lanes=L, blocks=-(-RM // L), words=DO // L, rows_last=dim_last["rows"],
                               words_last=words_last, fire=y_wr_en,
                               row=y_row, col=y_wr.col, last=y_last)
 
@@ -555,10 +606,12 @@ class TrainStage(wiring.Component):
         m.d.comb += [self.act_out.valid.eq(core.out.valid & in_f),
                      self.grad_out.valid.eq(core.out.valid & in_dx)]
         # (the core's output is valid in RUN phases only: its ready reads their one-hot
-        # registers, which fan out far less than the op flags)
+        # registers, which fan out far less than the op flags. Outside F_RUN and DX_RUN it
+        # is high, which no valid output meets but DW's: a function of four inputs, which
+        # the core's output FIFO folds into its fetch LUT)
         now = ph.now
-        m.d.comb += core.out.ready.eq((now[Phase.F_RUN] & self.act_out.ready) |
-                                      (now[Phase.DX_RUN] & self.grad_out.ready) | now[Phase.DW_RUN])
+        m.d.comb += core.out.ready.eq((self.act_out.ready | ~now[Phase.F_RUN]) &
+                                      (self.grad_out.ready | ~now[Phase.DX_RUN]))
         # F: stash the ReLU mask of every accepted output segment
         m.d.comb += [mask_wp.addr.eq(mask_addr(op_slot, out.row, out.col)),
                      mask_wp.data.eq(out.relu_mask),
@@ -690,12 +743,9 @@ class TrainStage(wiring.Component):
         hold = Signal()
         kk = core.a_req.fixed           # the depth step (== b_req.fixed)
         i0, j0 = core.a_req.start, core.b_req.start
-        # the running op's depth - 1, a register loaded from the op flags (current from the
-        # op's first RUN cycle; START does not look at it): one compare with the depth step
-        op_depth_last = Signal(ib, name="op_depth_last", reset_less=True)
-        m.d.sync += op_depth_last.eq(Mux(in_f, dim_last["d_in"], Mux(in_dx, dim_last["d_out"], dim_last["rows"])))
-        at_depth_end = kk == op_depth_last
-        word_end = (kk[:lb] == L - 1) if lb else Const(1, 1)
+        # whether the depth step is the run's last / ends a word: the core's registers (current
+        # from the op's first RUN cycle; START does not look at them), no compare of kk here
+        at_depth_end, word_end = core.depth_last, core.depth_word_end
         zero = Const(0, ib)
 
         # ``cur & (hold | nxt)``: the read is in, and so is the next one unless held. The
@@ -869,15 +919,19 @@ class TrainStage(wiring.Component):
                              u_row_end.eq(d_in_last == 0)]
             with m.Else():
                 m.d.sync += b_done.eq(b_done_next)
+        # the walk steps while U_RUN is the phase and no gradient-sum write is in flight:
+        # ``u_issue`` is that AND as a register, set from both terms' next values (the
+        # walk's counters then start from one flip-flop, not from the phase and dw_busy)
+        m.d.sync += u_issue.eq((ph.into(Phase.U_RUN) | (now[Phase.U_RUN] & ~ph.leaves(Phase.U_RUN))) &
+                               ~(dw_fire | dw_q1))
+        with m.If(u_issue):
+            m.d.sync += [u_word.eq(u_word + 1), u_word_end.eq(u_word == u_words_last_m1)]
+            with m.If(u_word_end):
+                m.d.sync += [u_word.eq(0), u_row.eq(u_row + 1), u_word_end.eq(words_last == 0),
+                             u_row_end.eq(u_row == u_rows_last_m1)]
         with ph.block(Phase.U_RUN):
-            m.d.comb += u_issue.eq(~dw_busy)
-            with m.If(~dw_busy):
-                m.d.sync += [u_word.eq(u_word + 1), u_word_end.eq(u_word == u_words_last_m1)]
-                with m.If(u_word_end):
-                    m.d.sync += [u_word.eq(0), u_row.eq(u_row + 1), u_word_end.eq(words_last == 0),
-                                 u_row_end.eq(u_row == u_rows_last_m1)]
-                    with m.If(u_row_end):
-                        go(Phase.U_DRAIN)
+            with m.If(u_issue & u_word_end & u_row_end):
+                go(Phase.U_DRAIN)
         with ph.block(Phase.U_DRAIN):
             # once the last word is written (and counted) the new version becomes current
             with m.If(~sgd.busy & ~u_q):      # u_q: a word entering the SGD pipeline now
