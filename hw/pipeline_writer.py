@@ -85,8 +85,10 @@ class BandWriter(wiring.Component):
         fill = Signal()
         full = [Signal(name=f"band{b}_full") for b in (0, 1)]
         band_row0 = [Signal(self.index_bits, name=f"band{b}_row0", reset_less=True) for b in (0, 1)]
-        band_rows = [Signal(range(L + 1), name=f"band{b}_rows", reset_less=True) for b in (0, 1)]
         band_last = [Signal(name=f"band{b}_last", reset_less=True) for b in (0, 1)]
+        # each bank's last row index within its band (its rows - 1), so the drain's "last
+        # row" is an equality of registers per bank, no adder behind the bank flags
+        band_rlast = [Signal(range(L), name=f"band{b}_rlast", reset_less=True) for b in (0, 1)]
         fill_full = Mux(fill, full[1], full[0])
         take = self.segments.valid & ~fill_full
         m.d.comb += self.segments.ready.eq(~fill_full)
@@ -101,7 +103,7 @@ class BandWriter(wiring.Component):
             m.d.sync += fill.eq(~fill)
             for b in (0, 1):
                 with m.If(fill == b):
-                    m.d.sync += [band_row0[b].eq(seg.row - in_row), band_rows[b].eq(in_row + 1),
+                    m.d.sync += [band_row0[b].eq(seg.row - in_row), band_rlast[b].eq(in_row),
                                  band_last[b].eq(seg.last)]
 
         # ---- drain: bank `out` row r, beat k -> the output register (the read latency)
@@ -116,25 +118,28 @@ class BandWriter(wiring.Component):
         meta_strb = Signal(bpb, name="band_beat_strb", reset_less=True)
         meta_last = Signal(name="band_beat_last", reset_less=True)
         row_end = k == beats_last
-        cur_rows = Mux(out, band_rows[1], band_rows[0])
-        band_done = row_end & (r + 1 == cur_rows)
+        band_done = row_end & Mux(out, r == band_rlast[1], r == band_rlast[0])
         m.d.comb += [rp.addr.eq((out * L + r) * RB + k), rp.en.eq(advance)]
+        # a beat steps the position; every next value is chosen from registers alone, so
+        # the sink's ready (late, through `advance`) only enables it
+        step = Signal(name="band_step")
+        m.d.comb += step.eq(advance & have)
         with m.If(advance):
             m.d.sync += valid.eq(have)
-            with m.If(have):
-                m.d.sync += [meta_row.eq(Mux(out, band_row0[1], band_row0[0]) + r), meta_beat.eq(k),
-                             meta_strb.eq(Mux(row_end, strb_last, (1 << bpb) - 1)),
-                             meta_last.eq(band_done & Mux(out, band_last[1], band_last[0])),
-                             k.eq(k + 1)]
-                with m.If(row_end):
-                    m.d.sync += [k.eq(0), r.eq(r + 1)]
-                    with m.If(band_done):
-                        m.d.sync += [r.eq(0), out.eq(~out)]
-        band_out = advance & have & band_done
+        with m.If(step):
+            m.d.sync += [meta_row.eq(Mux(out, band_row0[1], band_row0[0]) + r), meta_beat.eq(k),
+                         meta_strb.eq(Mux(row_end, strb_last, (1 << bpb) - 1)),
+                         meta_last.eq(band_done & Mux(out, band_last[1], band_last[0])),
+                         k.eq(Mux(row_end, 0, k + 1)),
+                         r.eq(Mux(band_done, 0, Mux(row_end, r + 1, r))),
+                         out.eq(out ^ band_done)]
         for b in (0, 1):
             # a bank is set when its band is in and cleared when it left (never both at once:
-            # the one filled is not full, the one leaving is)
-            m.d.sync += full[b].eq((full[b] | (band_in & (fill == b))) & ~(band_out & (out == b)))
+            # the one filled is not full, the one leaving is); whether bank b's last beat is
+            # up comes from registers alone, `advance` (the sink's ready) joins last
+            last_beat = Signal(name=f"band{b}_last_beat")
+            m.d.comb += last_beat.eq(full[b] & (out == b) & band_done)
+            m.d.sync += full[b].eq((full[b] | (band_in & (fill == b))) & ~(advance & last_beat))
         m.d.comb += [self.beats.valid.eq(valid), pl.row.eq(meta_row), pl.beat.eq(meta_beat),
                      pl.data.eq(rp.data), pl.strb.eq(meta_strb), pl.last.eq(meta_last),
                      self.pending.eq(valid | full[0] | full[1])]
