@@ -717,6 +717,10 @@ class PipelineUnitCore(UnitCore):
         sw_row_addr = Signal(aw + 16)
         sw_row_end = Signal()      # sw_left <= L: the word is its row's last
         store_done = Signal()      # sw_row == sel_d_in
+        # sw_row == sel_d_in_m1 from a register: a row's last word is taken at least two
+        # cycles after its row stepped (a take clears sw_settled), so a cycle late is in time
+        sw_last_row = Signal()
+        dp.d.sync += sw_last_row.eq(sw_row == sel_d_in_m1)
         store_valid = Signal()
         dp.d.comb += store_valid.eq(running & is_store & sw_settled & ~store_done)
         with dp.If(first):
@@ -841,7 +845,7 @@ class PipelineUnitCore(UnitCore):
                 with dp.If(sw_row_end):
                     dp.d.sync += [sw_word.eq(0), sw_left.eq(sel_d_out), sw_row.eq(sw_row + 1),
                                   sw_row_addr.eq(sw_row_addr + cfg["w_stride"]),
-                                  sw_row_end.eq(out_one_word), store_done.eq(sw_row == sel_d_in_m1),
+                                  sw_row_end.eq(out_one_word), store_done.eq(sw_last_row),
                                   sw_keep.eq(out_keep)]
 
         # write responses: in order (one ID), each for the burst of the AW before it; a
