@@ -5,12 +5,12 @@ and depth blocks, of a run aborted by a write outside its buffer while a block c
 of the run after that (Amaranth simulation of a small MacArray with an AXI memory of zeros)."""
 from __future__ import annotations
 
-from collections import deque
-
 from amaranth.sim import Simulator
 
 from gnnweave.hw.mac_array import MacArrayConfig, MacArrayCore, Status
 from gnnweave.sim.mac_array_bench import MacJob
+
+from .zero_memory_sim import zero_memory
 
 CONFIG = MacArrayConfig(max_dim=16, max_depth=16)
 
@@ -25,30 +25,6 @@ def test_run_flip_flop_matches_the_compute_state():
     sim = Simulator(dut)               # elaborates the core: its probes exist from here
     bus, p = dut.bus, dut.probes
     seen = {"cycles": 0, "run_cycles": 0, "blocks": 0}
-
-    async def memory(ctx):
-        """Reads answer zeros, one beat a cycle; writes answer OKAY once AW and WLAST are in."""
-        reads, aws = deque(), 0
-        wlasts = responded = 0
-        for sig in (bus.arready, bus.awready, bus.wready):
-            ctx.set(sig, 1)
-        async for _, _, arvalid, arlen, arid, rvalid, rready, awvalid, wvalid, wlast, bvalid, bready in \
-                ctx.tick().sample(bus.arvalid, bus.arlen, bus.arid, bus.rvalid, bus.rready, bus.awvalid,
-                                  bus.wvalid, bus.wlast, bus.bvalid, bus.bready):
-            if arvalid:
-                reads.append([arid, arlen + 1])
-            if rvalid and rready:
-                reads[0][1] -= 1
-                if reads[0][1] == 0:
-                    reads.popleft()
-            aws += awvalid
-            wlasts += wvalid and wlast
-            responded += bvalid and bready
-            ctx.set(bus.rvalid, bool(reads))
-            if reads:
-                ctx.set(bus.rid, reads[0][0])
-                ctx.set(bus.rlast, reads[0][1] == 1)
-            ctx.set(bus.bvalid, min(aws, wlasts) > responded)
 
     async def compare(ctx):
         async for _, _, in_run, run_state, block_end in ctx.tick().sample(
@@ -91,7 +67,7 @@ def test_run_flip_flop_matches_the_compute_state():
         assert seen["blocks"] == aborted_at + 12
 
     sim.add_clock(1e-8)
-    sim.add_process(memory)
+    sim.add_process(zero_memory(bus))
     sim.add_process(compare)
     sim.add_testbench(bench)
     sim.run()

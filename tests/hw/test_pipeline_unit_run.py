@@ -5,12 +5,12 @@ outside its buffer; the Pipeline's reset after that abort lands in FINISH, befor
 run can start (Amaranth simulation of a one-stage unit with a small AXI memory)."""
 from __future__ import annotations
 
-from collections import deque
-
 from amaranth.sim import Simulator
 
 from gnnweave.hw.blocks import RunState
 from gnnweave.hw.pipeline_unit import PipelineUnitConfig, PipelineUnitCore
+
+from .zero_memory_sim import zero_memory
 
 CONFIG = PipelineUnitConfig(stages=1, lanes=2, bus_width=64, addr_width=32, max_in=4, max_out=4,
                             max_rows=2, slots=1, versions=3, max_burst=2, fifo_beats=4)
@@ -34,30 +34,6 @@ def test_registered_run_phase_matches_the_run_control():
     bus = dut.bus
     p = dut.probes if hasattr(dut, "probes") else None
     seen = {"states": set(), "resets": [], "cycles": 0}
-
-    async def memory(ctx):
-        """Reads answer zeros, one beat a cycle; writes answer OKAY once AW and WLAST are in."""
-        reads, aws = deque(), 0
-        wlasts = responded = 0
-        for sig in (bus.arready, bus.awready, bus.wready):
-            ctx.set(sig, 1)
-        async for _, _, arvalid, arlen, arid, rvalid, rready, awvalid, wvalid, wlast, bvalid, bready in \
-                ctx.tick().sample(bus.arvalid, bus.arlen, bus.arid, bus.rvalid, bus.rready, bus.awvalid,
-                                  bus.wvalid, bus.wlast, bus.bvalid, bus.bready):
-            if arvalid:
-                reads.append([arid, arlen + 1])
-            if rvalid and rready:
-                reads[0][1] -= 1
-                if reads[0][1] == 0:
-                    reads.popleft()
-            aws += awvalid
-            wlasts += wvalid and wlast
-            responded += bvalid and bready
-            ctx.set(bus.rvalid, bool(reads))
-            if reads:
-                ctx.set(bus.rid, reads[0][0])
-                ctx.set(bus.rlast, reads[0][1] == 1)
-            ctx.set(bus.bvalid, min(aws, wlasts) > responded)
 
     async def compare(ctx):
         run = p["run"]
@@ -108,7 +84,7 @@ def test_registered_run_phase_matches_the_run_control():
         assert seen["resets"] == [RunState.FINISH]
 
     assert p is not None
-    sim.add_process(memory)
+    sim.add_process(zero_memory(bus))
     sim.add_process(compare)
     sim.add_testbench(bench)
     sim.run()
