@@ -10,7 +10,7 @@ from amaranth.sim import Simulator
 from gnnweave.hw.mac_array import MacArrayConfig, MacArrayCore, Status
 from gnnweave.sim.mac_array_bench import MacJob
 
-from .zero_memory_sim import zero_memory
+from .unit_core_sim import run_job, zero_memory
 
 CONFIG = MacArrayConfig(max_dim=16, max_depth=16)
 
@@ -34,24 +34,15 @@ def test_run_flip_flop_matches_the_compute_state():
             seen["run_cycles"] += run_state
             seen["blocks"] += block_end
 
-    async def run(ctx, regs, *, shrink_out_at_block=None, timeout=40_000):
-        for name, value in regs.items():
-            ctx.set(dut.cfg[name], value)
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
+    async def run(ctx, regs, *, shrink_out_at_block=None):
         blocks = seen["blocks"]
-        for _ in range(timeout):
+
+        def shrink(ctx):
             if shrink_out_at_block is not None and seen["blocks"] - blocks == shrink_out_at_block:
                 # the write guard sees the output buffer shrink once the checks passed:
                 # the next block's writes are refused while later blocks compute
                 ctx.set(p["cfg"]["out_size"], 1)
-            if ctx.get(dut.done):
-                status = ctx.get(dut.stat["status"])
-                await ctx.tick()
-                return status
-            await ctx.tick()
-        raise AssertionError(f"no done within {timeout} cycles")
+        return await run_job(ctx, dut, regs, each_cycle=shrink, timeout=40_000)
 
     async def bench(ctx):
         await ctx.tick()

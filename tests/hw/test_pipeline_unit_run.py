@@ -10,7 +10,7 @@ from amaranth.sim import Simulator
 from gnnweave.hw.blocks import RunState
 from gnnweave.hw.pipeline_unit import PipelineUnitConfig, PipelineUnitCore
 
-from .zero_memory_sim import zero_memory
+from .unit_core_sim import run_job, zero_memory
 
 CONFIG = PipelineUnitConfig(stages=1, lanes=2, bus_width=64, addr_width=32, max_in=4, max_out=4,
                             max_rows=2, slots=1, versions=3, max_burst=2, fifo_beats=4)
@@ -52,22 +52,12 @@ def test_registered_run_phase_matches_the_run_control():
             if pipe_reset:
                 seen["resets"].append(RunState(state))
 
-    async def run(ctx, regs, *, poke_act_size=None, timeout=20_000):
-        for name, value in regs.items():
-            ctx.set(dut.cfg[name], value)
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
-        for _ in range(timeout):
+    async def run(ctx, regs, *, poke_act_size=None):
+        def shrink(ctx):
             if poke_act_size is not None and ctx.get(p["first"]):
                 # the read guard sees the buffer shrink once the checks passed
                 ctx.set(p["cfg"]["act_size"], poke_act_size)
-            if ctx.get(dut.done):
-                status = ctx.get(dut.stat["status"])
-                await ctx.tick()
-                return status
-            await ctx.tick()
-        raise AssertionError(f"no done within {timeout} cycles")
+        return await run_job(ctx, dut, regs, each_cycle=shrink)
 
     async def bench(ctx):
         await ctx.tick()

@@ -1,5 +1,5 @@
-"""An AXI4 memory of zeros for Amaranth simulations of a unit core: the run-control
-tests need only its handshakes, not its data."""
+"""Amaranth simulations of a unit core: an AXI4 memory of zeros (the run-control
+tests need only its handshakes, not its data) and one job run to its end."""
 from __future__ import annotations
 
 from collections import deque
@@ -33,3 +33,22 @@ def zero_memory(bus):
             ctx.set(bus.bvalid, min(aws, wlasts) > responded)
 
     return memory
+
+
+async def run_job(ctx, core, regs: dict, *, each_cycle=None, timeout: int = 20_000) -> int:
+    """Write ``regs`` to ``core.cfg``, pulse ``start`` and wait for ``done``; returns the
+    status register. ``each_cycle(ctx)`` runs every cycle of the wait (to poke the run)."""
+    for name, value in regs.items():
+        ctx.set(core.cfg[name], value)
+    ctx.set(core.start, 1)
+    await ctx.tick()
+    ctx.set(core.start, 0)
+    for _ in range(timeout):
+        if each_cycle is not None:
+            each_cycle(ctx)
+        if ctx.get(core.done):
+            status = ctx.get(core.stat["status"])
+            await ctx.tick()
+            return status
+        await ctx.tick()
+    raise AssertionError(f"no done within {timeout} cycles")
