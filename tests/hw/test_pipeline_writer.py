@@ -160,6 +160,62 @@ def test_write_completion_follows_the_responses():
         assert done[k] <= b_at + 3 + k, (k, beat)   # and soon after (one completion a cycle)
 
 
+@pytest.mark.parametrize("track,marks", [(8, 4), (16, 4), (6, 8)])
+def test_write_completion_room_holds_at_the_edge(track, marks):
+    """A client that pushes a marked beat on every cycle ``room`` allows, against a bus
+    that withholds its responses for long stretches: the beats waiting for a response never
+    exceed ``track`` nor the marks waiting ``marks`` (``room`` lags a push by two cycles,
+    so this is where an overflow would drop a burst length or a mark), and every mark
+    still completes, in order, after its response."""
+    from gnnweave.hw.pipeline_writer import WriteCompletion
+    dut = WriteCompletion(track=track, marks=marks)
+    rng = np.random.default_rng(track * marks)
+    n = 200
+    seen = {"unacked": 0, "waiting": 0, "completions": []}
+
+    async def bench(ctx):
+        pushed, acked, done, cycle = 0, 0, 0, 0
+        aws, bs = [], []          # beats pushed, AW not yet sent; cycles of AWs, B not yet in
+        while done < n and cycle < 100 * n:
+            push = pushed < n and bool(ctx.get(dut.room))
+            ctx.set(dut.push, int(push))
+            ctx.set(dut.mark, int(push))
+            if push:
+                aws.append(pushed)
+                pushed += 1
+            # every beat is a burst of its own; its AW soon after the push, its B (after the
+            # W beat) at least two cycles after the AW, and only in the bus's open windows
+            aw = bool(aws) and rng.random() < 0.8
+            ctx.set(dut.aw_fire, int(aw))
+            ctx.set(dut.aw_len, 0)
+            if aw:
+                aws.pop(0)
+                bs.append(cycle)
+            open_bus = (cycle // 37) % 3 == 2
+            b = bool(bs) and bs[0] <= cycle - 2 and open_bus and rng.random() < 0.6
+            ctx.set(dut.b_fire, int(b))
+            if b:
+                bs.pop(0)
+                acked += 1
+            if ctx.get(dut.completed):
+                assert done < acked, (done, acked)          # never before its response
+                done += 1
+                seen["completions"].append(cycle)
+            seen["unacked"] = max(seen["unacked"], pushed - acked)
+            seen["waiting"] = max(seen["waiting"], pushed - done)
+            await ctx.tick()
+            cycle += 1
+        seen["done"] = done
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen["done"] == n, seen
+    assert seen["waiting"] <= marks, seen["waiting"]
+    assert seen["unacked"] <= track, seen["unacked"]
+
+
 def guard_oracle(addr, buf_base, buf_size, bpb=BUS // 8):
     """The beat lies in ``[buf_base, buf_base + buf_size)`` and within one 4 KiB page."""
     return buf_base <= addr and addr + bpb <= buf_base + buf_size and addr % 4096 + bpb <= 4096
