@@ -32,8 +32,8 @@ A feature width over ``max_feat_dim`` runs as column chunks of at most ``max_fea
 
 The build parameters (exported from ``gnnweave/buildconfig.py`` into
 ``cyclemodel.json`` beside this module) and the fitted constants are data; refit after an
-RTL change with ``python -m gnnweave.host.cyclemodel fit`` (see :func:`main`), check with
-``python -m gnnweave.host.cyclemodel check``.
+RTL change with ``python -m gnnweave.host.cyclefit fit`` (and ``fit-mac``), check with
+``python -m gnnweave.host.cyclefit check``.
 
 Clock: seconds are ``cycles / clock_hz``; ``clock_hz`` is the clock the build's timing
 estimate says it reaches where the data file records one for the configuration, else the
@@ -54,9 +54,9 @@ FORMAT = "gnnweave-cyclemodel"
 FORMAT_VERSION = 1
 #: The configuration the ``fpga-sim`` executor builds (``driver.open_sim_accel``).
 DEFAULT_CONFIG = "small"
-#: Clock when no timing estimate of the build is recorded: the logic-depth estimate of the
-#: unpipelined Aggregator on UltraScale+ (about 1 DSP + 31 CARRY4 + 11 LUT levels on its
-#: longest register-to-register path, 90-110 MHz; docs/cycle-model.md).
+#: Clock when no timing estimate of the build is recorded: deliberately below every measured
+#: build (the pipelined units estimate 250 MHz or more on UltraScale+; docs/cycle-model.md),
+#: so an unmeasured FPGA is never made to look faster than it is.
 DEFAULT_CLOCK_MHZ = 100.0
 #: The simulated device's memory: read latency (cycles) and bursts it accepts at once.
 DEFAULT_LATENCY = 32
