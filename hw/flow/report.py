@@ -255,23 +255,38 @@ def section(results: list[dict]) -> str:
 def timing_table(timing: dict) -> str:
     """Markdown: one row per unit of a ``bench_timing`` result."""
     lines = ["| unit | build | figure | Fmax (MHz) | meets 100 MHz | nextpnr wall s | "
-             "nextpnr CPU s | why it stopped |", "|---|---|---|---|---|---|---|---|"]
+             "nextpnr CPU s | why it stopped | commit |", "|---|---|---|---|---|---|---|---|---|"]
     for unit, u in timing.get("units", {}).items():
         secs = u.get("seconds") or {}
         lines.append(f"| {unit} | `{u['config']}` | {u.get('stage') or 'none'} | "
                      f"{_n(u.get('fmax_mhz'))} | {_yes(u.get('meets_target'))} | "
                      f"{_n(secs.get('nextpnr'))} | {_n(secs.get('nextpnr_cpu'))} | "
-                     f"{u.get('stopped') or '-'} |")
+                     f"{u.get('stopped') or '-'} | {u.get('commit') or timing.get('commit', '?')} |")
     return "\n".join(lines)
+
+
+def merge_timing(kept: dict | None, added: dict, commit: str) -> dict:
+    """``added`` (a bench_timing result of the sources at ``commit``) over ``kept``: each of its
+    units replaces that unit's row, the others stay, and every row keeps the commit and the
+    load it was measured at (units are routed one at a time, often at different commits)."""
+    def stamped(timing, default_commit):
+        return {unit: {"commit": default_commit,
+                       "load_average_start": timing.get("load_average_start"), **u}
+                for unit, u in timing.get("units", {}).items()}
+    units = stamped(kept, kept.get("commit")) if kept else {}
+    units.update(stamped(added, commit))
+    merged = {k: v for k, v in added.items() if k not in ("units", "commit", "load_average_start",
+                                                          "load_average_end")}
+    merged["units"] = units
+    return merged
 
 
 def timing_section(timing: dict | None) -> str:
     if not timing:
         return "\n".join([TIMING_BEGIN, "No ECP5 figures kept yet (`--add-timing`).", TIMING_END])
     head = (f"From `benchmarks/data/ecp5_timing.json` (`python -m benchmarks.bench_timing`, "
-            f"commit {timing.get('commit', '?')}, {timing.get('device', '?')}, target "
-            f"{_n(timing.get('target_mhz'))} MHz, load average "
-            f"{_n(timing.get('load_average_start'))} at the start).")
+            f"{timing.get('device', '?')}, target {_n(timing.get('target_mhz'))} MHz; each "
+            f"unit routed alone, at the commit in its row).")
     return "\n".join([TIMING_BEGIN, head, "", timing_table(timing), TIMING_END])
 
 
@@ -309,8 +324,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--results", default=str(RESULTS.relative_to(REPO_ROOT)),
                         help="the measured rows (JSON), read and updated")
     parser.add_argument("--add-timing", metavar="FILE",
-                        help="keep this bench_timing.json (python -m benchmarks.bench_timing) "
-                             f"as {TIMING_NAME} beside --results")
+                        help="keep the units of this bench_timing.json (python -m "
+                             f"benchmarks.bench_timing) in {TIMING_NAME} beside --results, "
+                             "replacing those units' rows")
     parser.add_argument("--write", metavar="FILE",
                         help="replace the generated tables in FILE (docs/estimate.md)")
 
@@ -350,9 +366,10 @@ def run(args) -> int:
             raise InputError(f"--add-timing {args.add_timing}: {e}") from None
         if not isinstance(timing, dict) or "units" not in timing:
             raise InputError(f"--add-timing {args.add_timing}: not a bench_timing result")
-        if args.commit or not timing.get("commit"):
-            # a run outside a git checkout records no commit
-            timing["commit"] = args.commit or source_commit()
+        # a run outside a git checkout records no commit
+        commit = args.commit or timing.get("commit") or source_commit()
+        kept = json.loads(timing_path.read_text()) if timing_path.exists() else None
+        timing = merge_timing(kept, timing, commit)
         timing_path.parent.mkdir(parents=True, exist_ok=True)
         timing_path.write_text(json.dumps(timing, indent=1) + "\n")
     timing = json.loads(timing_path.read_text()) if timing_path.exists() else None
