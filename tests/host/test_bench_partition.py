@@ -40,8 +40,10 @@ def test_modelled_pair_figures_equal_the_devices_own_times(setup):
     # (as the driver submits a shard), a per-call cost the share model does not hold: its
     # prediction is off by that
     assert r["stealing"]["vs_predicted"] < 0.25
-    # the best row-range cut with the fitted models can be no worse than the split made
-    assert r["model_best_penalty"] <= r["rebalanced"]["vs_ideal"] + 1e-9
+    # the best row-range cut with the fitted models can be no worse than the split made, up
+    # to the fitted models' own error (judged by them, measured for the split made; the
+    # bound asserted above)
+    assert r["model_best_penalty"] <= r["rebalanced"]["vs_ideal"] + 5e-3
     assert 0 <= r["row_granular_penalty"] <= r["model_best_penalty"] + 1e-9
 
 
