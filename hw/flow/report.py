@@ -274,7 +274,8 @@ def merge_timing(kept: dict | None, added: dict, commit: str) -> dict:
                        "load_average_start": timing.get("load_average_start"), **u}
                 for unit, u in timing.get("units", {}).items()}
     units = stamped(kept, kept.get("commit")) if kept else {}
-    units.update(stamped(added, commit))
+    # the added units are of `commit`, whatever a copied row says
+    units.update({unit: dict(u, commit=commit) for unit, u in stamped(added, commit).items()})
     merged = {k: v for k, v in added.items() if k not in ("units", "commit", "load_average_start",
                                                           "load_average_end")}
     merged["units"] = units
