@@ -103,6 +103,16 @@ _DSP_OTHER_OUTPUTS = ("PCOUT", "ACOUT", "BCOUT", "CARRYCASCOUT", "CARRYOUT", "MU
                       "OVERFLOW", "UNDERFLOW", "PATTERNDETECT", "PATTERNBDETECT", "XOROUT")
 
 
+#: clocks (MHz) whose period each unit's ``slow_endpoints`` counts its endpoints against:
+#: the 250 MHz floor and the 300 MHz goal of the pipelined units
+ENDPOINT_CLOCKS_MHZ = (250, 300)
+#: what a unit's depth figures hold; in the estimate cache's key of a depth run, so entries
+#: from before a change are computed again (resource-only entries stay)
+DEPTH_FORMAT = 2
+#: how many of a unit's slowest paths ``slowest`` lists, each to a different signal
+SLOWEST_PATHS = 8
+
+
 class DepthError(ValueError):
     """The netlist cannot be analysed (a combinational loop, a malformed netlist)."""
 
@@ -559,7 +569,7 @@ def _longest_paths(netlist: dict, top: str | None = None, *, unit_depth: int = 1
             if g.kind[cell] not in ("lut", "muxf", "carry", "buf") or len(bits) > 64:
                 return bits
 
-    units: dict = {}
+    units: dict = {}           # unit -> [(total delay, counts, origin, end cell)], every endpoint
     packed_per_unit = Counter()
     for cell in sorted(cells):
         if g.kind[cell] not in ("ff", "srl", "lutram", "bram", "uram", "dsp"):
@@ -570,20 +580,52 @@ def _longest_paths(netlist: dict, top: str | None = None, *, unit_depth: int = 1
         if cell in role:
             packed_per_unit[unit] += 1
         for delay, counts, origin in endpoints(cell):
-            total = delay + m["clock_uncertainty"]
-            if unit not in units or total > units[unit][0]:
-                units[unit] = (total, counts, origin, cell)
+            units.setdefault(unit, []).append((delay + m["clock_uncertainty"], counts, origin, cell))
     names = _bit_names(netlist["modules"][top])
-    result = {}
-    for u in sorted(units):
-        figures = _figures(*units[u], packed_per_unit[u])
-        end = units[u][3]
+
+    def named(end_path):
+        """Figures of one endpoint's path, with the signals it starts from, passes and ends in."""
+        total, counts, origin, end = end_path
+        figures = _figures(total, counts, origin, end)
         if names:
             # fabric flip-flop ends only: a DSP's own stages have no nets to name
-            path = trace(end)[::-1] if g.kind[end] == "ff" and end not in role else []
-            figures.update(_path_names(names, path, figures["from"], end, g))
-        result[u] = figures
+            bits = trace(end)[::-1] if g.kind[end] == "ff" and end not in role else []
+            figures.update(_path_names(names, bits, origin, end, g))
+        return figures
+
+    result = {}
+    for u in sorted(units):
+        ends = sorted(units[u], key=lambda e: (-e[0], e[3]))
+        result[u] = {**named(ends[0]), "dsp_packed_ffs": packed_per_unit[u],
+                     "slow_endpoints": _slow_endpoints(e[0] for e in ends),
+                     "slowest": _slowest(ends, named)}
     return result | ({"(uncounted cells)": dict(g.unknown)} if g.unknown else {})
+
+
+def _slow_endpoints(delays) -> dict:
+    """``{"MHz": endpoints whose path is longer than that clock's period}`` over
+    :data:`ENDPOINT_CLOCKS_MHZ` (the failing endpoints a timing report would count)."""
+    delays = list(delays)
+    return {str(f): sum(1 for d in delays if d > 1000.0 / f) for f in ENDPOINT_CLOCKS_MHZ}
+
+
+def _slowest(ends: list, named) -> list:
+    """The :data:`SLOWEST_PATHS` slowest paths of ``ends`` (sorted slowest first), each to a
+    different signal (a bus's bits are one signal): what a 300 MHz campaign works through
+    after the single worst path. Only paths over the slowest clock's period are named."""
+    out, seen = [], set()
+    for e in ends:
+        if len(out) == SLOWEST_PATHS or e[0] <= 1000.0 / max(ENDPOINT_CLOCKS_MHZ):
+            break
+        fig = named(e)
+        signal = re.sub(r"\[\d+\]$", "", fig.get("to_net") or e[3])
+        if signal in seen:
+            continue
+        seen.add(signal)
+        out.append({k: fig[k] for k in ("delay_ns", "est_fmax_mhz", "lut_levels", "carry_cells",
+                                          "dsp_in_path", "from", "to", "from_net", "to_net")
+                    if k in fig})
+    return out
 
 
 def _bit_names(module: dict) -> dict:

@@ -861,6 +861,7 @@ def format_table(est: dict) -> str:
                     names = [d.get("from_net") or d["from"], *d.get("through", []),
                              d.get("to_net") or d["to"]]
                     lines.append(f"    {' -> '.join(names)}")
+                lines.extend(_slow_paths_text(d))
     t = est.get("timing") or {}
     if "units" in t:
         lines.append(f"{t['label']}, {t['scope']}, on {t['device']} (target "
@@ -876,6 +877,19 @@ def format_table(est: dict) -> str:
     elif t:
         lines.append(f"{t.get('label', 'timing')}: {t.get('note', 'not run')}")
     return "\n".join(lines)
+
+
+def _slow_paths_text(d: dict) -> list[str]:
+    """The failing-endpoint counts and the next slowest paths of one unit's depth figures."""
+    slow = d.get("slow_endpoints")
+    if not slow:
+        return []
+    counts = ", ".join(f"{n} over {1000 / float(f):.2f} ns ({f} MHz)" for f, n in slow.items())
+    lines = [f"    endpoints: {counts}"]
+    for p in d.get("slowest", [])[1:]:
+        lines.append(f"    also {p['delay_ns']:g} ns: {p.get('from_net') or p['from']} -> "
+                     f"{p.get('to_net') or p['to']}")
+    return lines
 
 
 def _timing_text(t: dict) -> str:

@@ -27,7 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from .depth import NETLIST_COMMANDS, longest_paths
+from .depth import DEPTH_FORMAT, NETLIST_COMMANDS, SLOWEST_PATHS, longest_paths
 
 #: bumped when what a cache entry holds changes
 CACHE_FORMAT = 2
@@ -157,7 +157,14 @@ def _worst(paths: dict) -> dict | None:
     if not timed:
         return None
     worst = max(timed.values(), key=lambda v: v["delay_ns"])
-    return {**worst, "dsp_packed_ffs": sum(v.get("dsp_packed_ffs", 0) for v in timed.values())}
+    slow = {}
+    for v in timed.values():
+        for clock, n in v.get("slow_endpoints", {}).items():
+            slow[clock] = slow.get(clock, 0) + n
+    slowest = sorted((p for v in timed.values() for p in v.get("slowest", [])),
+                     key=lambda p: -p["delay_ns"])[:SLOWEST_PATHS]
+    return {**worst, "dsp_packed_ffs": sum(v.get("dsp_packed_ffs", 0) for v in timed.values()),
+            "slow_endpoints": slow, "slowest": slowest}
 
 
 def synth_units(design: str, top: str, units: dict[str, str], family: str, *, uram: bool,
@@ -180,7 +187,8 @@ def synth_units(design: str, top: str, units: dict[str, str], family: str, *, ur
     results, todo = {}, []
     for task in tasks:
         script = _script(task, family, uram, logic_depth)
-        key = cache_key(task, script + (f"; dsp_packing={dsp_packing}" if logic_depth else ""),
+        depth_opts = f"; dsp_packing={dsp_packing}; depth_format={DEPTH_FORMAT}"
+        key = cache_key(task, script + (depth_opts if logic_depth else ""),
                         yosys_version)
         hit = cache / f"{key}.json" if cache is not None else None
         if hit is not None and hit.exists():

@@ -96,6 +96,42 @@ def test_the_worst_path_names_its_registers_and_the_signals_it_passes():
     assert res["through"] == ["u.x", "u.sum[0]"]         # the $ name of l2's output left out
 
 
+def _chain(n, name, start, levels):
+    """``levels`` LUTs in series from ``start`` into a new register ``name``; its Q bit."""
+    x = start
+    for i in range(levels):
+        x = n.lut(f"{name}_l{i}", x)
+    return n.ff(name, x)
+
+
+def test_slow_endpoints_are_counted_per_clock_and_the_slowest_listed_per_signal():
+    n = _Net()
+    a = n.ff("\\u.a", n.bit())
+    m = DELAY_MODEL
+    # each register fed by its own chain: fan-out 1 everywhere but a's
+    # 7 LUTs: over 4 ns (slower than 250 MHz); 6: between 3.33 and 4 ns; 5: under 3.33 ns
+    wide = [_chain(n, f"\\u.w{i}", a, 7) for i in range(3)]        # one 3-bit signal
+    mid = [_chain(n, f"\\u.m{i}", a, 6) for i in range(2)]          # two 1-bit signals
+    fast = _chain(n, "\\u.f", a, 5)
+    net = n.netlist()
+    net["modules"]["t"]["netnames"] = {"u.reg_a": {"bits": [a]}, "u.wide": {"bits": wide},
+                                       "u.mid0": {"bits": [mid[0]]}, "u.mid1": {"bits": [mid[1]]},
+                                       "u.fast": {"bits": [fast]}}
+    res = longest_paths(net)["u"]
+    net_a = m["net"] + m["net_per_log2_fanout"] * math.log2(6)
+
+    def delay(levels):
+        return _fixed() + net_a + levels * m["lut"] + levels * m["net"]
+    assert delay(7) > 1000 / 250 > delay(6) > 1000 / 300 > delay(5)
+    assert res["slow_endpoints"] == {"250": 3, "300": 5}
+    # the 3-bit bus once, then each 6-LUT signal; nothing faster than 300 MHz
+    assert [p["to_net"] for p in res["slowest"]] == ["u.wide[0]", "u.mid0", "u.mid1"]
+    assert [p["lut_levels"] for p in res["slowest"]] == [7, 6, 6]
+    assert res["slowest"][0]["delay_ns"] == pytest.approx(delay(7), abs=0.01)
+    assert res["slowest"][0]["from_net"] == "u.reg_a"
+    assert res["to_net"] == "u.wide[0]" and res["lut_levels"] == 7
+
+
 def test_carry_chain_links_pay_no_net():
     n = _Net()
     a = n.ff("\\u.a", n.bit())
