@@ -108,7 +108,7 @@ _DSP_OTHER_OUTPUTS = ("PCOUT", "ACOUT", "BCOUT", "CARRYCASCOUT", "CARRYOUT", "MU
 ENDPOINT_CLOCKS_MHZ = (250, 300)
 #: what a unit's depth figures hold; in the estimate cache's key of a depth run, so entries
 #: from before a change are computed again (resource-only entries stay)
-DEPTH_FORMAT = 2
+DEPTH_FORMAT = 3
 #: how many of a unit's slowest paths ``slowest`` lists, each to a different signal
 SLOWEST_PATHS = 8
 
@@ -609,19 +609,26 @@ def _slow_endpoints(delays) -> dict:
     return {str(f): sum(1 for d in delays if d > 1000.0 / f) for f in ENDPOINT_CLOCKS_MHZ}
 
 
+def _structure(signal: str) -> str:
+    """What paths into copies of one piece of logic share: the signal's name with its
+    indices and numbered copies (a bus's bits, ``lane3``, ``stage1``, Yosys' ``$95``) left out."""
+    return re.sub(r"\d+", "#", re.sub(r"\$\d+", "", signal))
+
+
 def _slowest(ends: list, named) -> list:
     """The :data:`SLOWEST_PATHS` slowest paths of ``ends`` (sorted slowest first), each to a
-    different signal (a bus's bits are one signal): what a 300 MHz campaign works through
-    after the single worst path. Only paths over the slowest clock's period are named."""
+    different piece of logic (:func:`_structure`: a bus, or the copies of a lane or stage,
+    once): what a 300 MHz campaign works through after the single worst path. Only paths
+    over the slowest clock's period are named."""
     out, seen = [], set()
     for e in ends:
         if len(out) == SLOWEST_PATHS or e[0] <= 1000.0 / max(ENDPOINT_CLOCKS_MHZ):
             break
         fig = named(e)
-        signal = re.sub(r"\[\d+\]$", "", fig.get("to_net") or e[3])
-        if signal in seen:
+        structure = _structure(fig.get("to_net") or e[3])
+        if structure in seen:
             continue
-        seen.add(signal)
+        seen.add(structure)
         out.append({k: fig[k] for k in ("delay_ns", "est_fmax_mhz", "lut_levels", "carry_cells",
                                           "dsp_in_path", "from", "to", "from_net", "to_net")
                     if k in fig})

@@ -104,28 +104,31 @@ def _chain(n, name, start, levels):
     return n.ff(name, x)
 
 
-def test_slow_endpoints_are_counted_per_clock_and_the_slowest_listed_per_signal():
+def test_slow_endpoints_are_counted_per_clock_and_the_slowest_listed_once_per_structure():
     n = _Net()
     a = n.ff("\\u.a", n.bit())
     m = DELAY_MODEL
     # each register fed by its own chain: fan-out 1 everywhere but a's
     # 7 LUTs: over 4 ns (slower than 250 MHz); 6: between 3.33 and 4 ns; 5: under 3.33 ns
     wide = [_chain(n, f"\\u.w{i}", a, 7) for i in range(3)]        # one 3-bit signal
-    mid = [_chain(n, f"\\u.m{i}", a, 6) for i in range(2)]          # two 1-bit signals
+    mid = [_chain(n, f"\\u.m{i}", a, 6) for i in range(2)]          # two signals ...
+    copy = _chain(n, "\\u.m_copy", a, 6)                              # ... and a copy of one
     fast = _chain(n, "\\u.f", a, 5)
     net = n.netlist()
     net["modules"]["t"]["netnames"] = {"u.reg_a": {"bits": [a]}, "u.wide": {"bits": wide},
-                                       "u.mid0": {"bits": [mid[0]]}, "u.mid1": {"bits": [mid[1]]},
+                                       "u.lane1.mid_a": {"bits": [mid[0]]}, "u.mid_b": {"bits": [mid[1]]},
+                                       "u.lane7.mid_a": {"bits": [copy]},
                                        "u.fast": {"bits": [fast]}}
     res = longest_paths(net)["u"]
-    net_a = m["net"] + m["net_per_log2_fanout"] * math.log2(6)
+    net_a = m["net"] + m["net_per_log2_fanout"] * math.log2(7)
 
     def delay(levels):
         return _fixed() + net_a + levels * m["lut"] + levels * m["net"]
     assert delay(7) > 1000 / 250 > delay(6) > 1000 / 300 > delay(5)
-    assert res["slow_endpoints"] == {"250": 3, "300": 5}
-    # the 3-bit bus once, then each 6-LUT signal; nothing faster than 300 MHz
-    assert [p["to_net"] for p in res["slowest"]] == ["u.wide[0]", "u.mid0", "u.mid1"]
+    assert res["slow_endpoints"] == {"250": 3, "300": 6}
+    # the 3-bit bus once, then each 6-LUT signal, the lane copy with its original;
+    # nothing faster than 300 MHz
+    assert [p["to_net"] for p in res["slowest"]] == ["u.wide[0]", "u.lane1.mid_a", "u.mid_b"]
     assert [p["lut_levels"] for p in res["slowest"]] == [7, 6, 6]
     assert res["slowest"][0]["delay_ns"] == pytest.approx(delay(7), abs=0.01)
     assert res["slowest"][0]["from_net"] == "u.reg_a"
