@@ -169,8 +169,9 @@ class SkewedBuffer(Elaboratable):
         rot_r = Signal(max(lb, 1))
         m.d.comb += rot_r.eq((rd_start + rd_fixed)[:lb] if lb else 0)
         rot_r_q = Signal.like(rot_r, reset_less=True)
-        start_q = Signal.like(self.rd_start, reset_less=True)
-        extent_q = Signal.like(self.rd_extent, reset_less=True)
+        # extent - start, a cycle before the lanes compare it with their constant offsets
+        # (an add and a compare per lane would sit in series before the lane mux)
+        room_q = Signal(signed(len(self.rd_extent) + 1), reset_less=True)
         rd_en_q = Signal()
         m.d.sync += rd_en_q.eq(rd_en)
         # the request's lane fields, two cycles on: with the banks' output register
@@ -180,20 +181,24 @@ class SkewedBuffer(Elaboratable):
         with m.If(rd_en):
             m.d.sync += [rot_r_p.eq(rot_r), start_p.eq(rd_start), extent_p.eq(req["rd_extent"])]
         with m.If(rd_en_q):
-            m.d.sync += [rot_r_q.eq(rot_r_p), start_q.eq(start_p), extent_q.eq(extent_p)]
+            m.d.sync += [rot_r_q.eq(rot_r_p), room_q.eq(extent_p - start_p)]
         bank_data = []
         for b in range(L):
             mem = Memory(shape=signed(self.width), depth=depth, init=[])
             m.submodules[f"bank{b}"] = mem
             wp = mem.write_port()
             rp = mem.read_port()
-            # write: lane l lands in bank (row + col + l) mod L = (row + l) mod L (col aligned)
-            lane_w = Signal(max(lb, 1), name=f"wlane{b}")
-            m.d.comb += lane_w.eq((b - rot_w) if lb else 0)
+            # write: lane l lands in bank (row + col + l) mod L = (row + l) mod L (col aligned),
+            # so bank b takes lane (b - row) mod L: a mux on the row's low bits, each input
+            # the lane that row selects (no subtract before the mux)
+            lanes_w = [(b - r) % L for r in range(L)]
+            data_w = Array([self.wr.data[lane] for lane in lanes_w])[rot_w] if lb else self.wr.data[0]
+            in_count = (Array([self.wr.count > lane for lane in lanes_w])[rot_w] if lb
+                        else self.wr.count > 0)
             m.d.comb += [
                 wp.addr.eq(Cat(((self.wr.col >> lb) + 0)[:self.word_bits], self.wr.row[:self.row_bits])),
-                wp.data.eq(self.wr.data[lane_w]),
-                wp.en.eq(self.wr_en & (self.wr_mask[b] if self.bank_mask else lane_w < self.wr.count)),
+                wp.data.eq(data_w),
+                wp.en.eq(self.wr_en & (self.wr_mask[b] if self.bank_mask else in_count)),
             ]
             # read: bank b serves lane l = (b - start - fixed) mod L, the element at
             # along = start + l, the one index in [start, start + L) that is (b - fixed) mod
@@ -222,7 +227,7 @@ class SkewedBuffer(Elaboratable):
             bank_data.append(bank_q)
         banks = Array(bank_data)
         for l in range(L):
-            inside = (start_q + l) < extent_q
+            inside = room_q > l                     # start + l < extent
             src = Signal(max(lb, 1), name=f"src{l}")
             m.d.comb += src.eq((rot_r_q + l) if lb else 0)
             m.d.sync += self.rd_data[l].eq(Mux(inside, banks[src], 0))

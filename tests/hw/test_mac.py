@@ -69,3 +69,53 @@ def test_array_computes_on_while_the_sink_waits():
     assert np.array_equal(out, want.out)
     assert cnt["active_cycles"] == 4 * 20 and cnt["stall_cycles"] == 0
     assert cnt["busy_cycles"] > 300
+
+
+@pytest.mark.parametrize("registered", [False, True])
+def test_skewed_buffer_reads_zero_at_and_past_the_extent(registered):
+    """Every (start, extent, axis) of a filled 8 x 8 buffer, some segments rewritten in
+    part: lane ``l`` reads element ``start + l`` along the axis while it is below
+    ``extent``, else 0."""
+    from amaranth.sim import Simulator
+
+    from gnnweave.hw.mac import SkewedBuffer
+    lanes, dim = 4, 8
+    buf = SkewedBuffer(lanes=lanes, rows=dim, cols=dim, registered_request=registered)
+    matrix = np.arange(1, dim * dim + 1).reshape(dim, dim) * 3 - 100
+    partial = [(2, 4, 1), (5, 0, 3), (6, 4, 2)]
+    cases = [(rowwise, fixed, start, extent) for rowwise in (0, 1) for fixed in (0, 2, 5, 6)
+             for start in range(0, dim - lanes + 1) for extent in range(start, dim + 1)]
+    seen = []
+
+    async def bench(ctx):
+        for r in range(dim):
+            for c in range(0, dim, lanes):
+                ctx.set(buf.wr_en, 1)
+                ctx.set(buf.wr, {"row": r, "col": c, "count": lanes,
+                                 "data": [int(x) for x in matrix[r, c:c + lanes]]})
+                await ctx.tick()
+        # a partial segment writes its first `count` lanes only
+        for r, c, count in partial:
+            ctx.set(buf.wr, {"row": r, "col": c, "count": count, "data": [7777] * lanes})
+            await ctx.tick()
+        ctx.set(buf.wr_en, 0)
+        for rowwise, fixed, start, extent in cases:
+            ctx.set(buf.rd_en, 1)
+            for name, v in (("rd_rowwise", rowwise), ("rd_fixed", fixed), ("rd_start", start),
+                            ("rd_extent", extent)):
+                ctx.set(getattr(buf, name), v)
+            await ctx.tick()
+            ctx.set(buf.rd_en, 0)
+            await ctx.tick().repeat(buf.read_latency)
+            seen.append([ctx.get(buf.rd_data[l]) for l in range(lanes)])
+
+    sim = Simulator(buf)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    for r, c, count in partial:
+        matrix[r, c:c + count] = 7777
+    for (rowwise, fixed, start, extent), got in zip(cases, seen):
+        line = matrix[fixed] if rowwise else matrix[:, fixed]
+        want = [int(line[start + l]) if start + l < extent else 0 for l in range(lanes)]
+        assert got == want, (rowwise, fixed, start, extent)
