@@ -75,6 +75,10 @@ class OutputStage(wiring.Component):
         busy: a beat or its count is still in the pipeline.
     """
 
+    #: bits of an accumulator each first-stage OR of its dropped-bit flags covers (24 inputs:
+    #: two LUT levels; the second stage ORs the chunks)
+    ROUND_CHUNK = 12
+
     def __init__(self, *, lanes: int, acc_width: int, elem_width: int, mean: bool = True):
         self.lanes, self.acc_width, self.elem_width, self.has_mean = (
             lanes, acc_width, elem_width, mean)
@@ -104,20 +108,34 @@ class OutputStage(wiring.Component):
         shift = Signal(6, reset_less=True, attrs={"max_fanout": 64})
         mask, half = Signal(acc_w, reset_less=True), Signal(acc_w, reset_less=True)
         self._mean_sel = Signal(reset_less=True, attrs={"max_fanout": 64})
+        rounds = Signal(reset_less=True, attrs={"max_fanout": 64})    # 0 < shift < acc_w
         m.d.sync += [shift.eq(self.shift), self._mean_sel.eq(self.mean),
+                     rounds.eq((self.shift != 0) & (self.shift < acc_w)),
                      Cat(mask, half).eq(Cat(*rounding_constants(self.shift, acc_w)))]
 
-        # shift, in two stages of three mux levels: by the shift's multiple of 8, with how
-        # the dropped bits compare with one half, then by the rest
-        terms = [rounding_terms(a, shift, (mask, half)) for a in self._lanes(beat.acc, acc_w)]
-        r = chain.stage("shift", coarse=Cat(*[a >> Cat(Const(0, 3), shift[3:])
-                                              for a in self._lanes(beat.acc, acc_w)]),
-                        above=Cat(*[t[1] for t in terms]), tie=Cat(*[t[2] for t in terms]),
+        # shift, in two stages of three mux levels: by the shift's multiple of 8, then by
+        # the rest. Beside it, how the dropped bits compare with one half: the half bit
+        # (`top`) and whether any bit below it is set (`rest`) give above = top & rest and
+        # tie = top & ~rest; both are OR-reductions, in chunks at the first stage and of the
+        # chunks at the second (no compare chain)
+        accs = self._lanes(beat.acc, acc_w)
+        below_half = mask[1:]           # the dropped bits under the half bit
+        chunks = range(0, acc_w, self.ROUND_CHUNK)
+        top = Cat(*[(a.as_unsigned()[i:i + self.ROUND_CHUNK] & half[i:i + self.ROUND_CHUNK]).any()
+                    for a in accs for i in chunks])
+        rest = Cat(*[(a.as_unsigned()[i:i + self.ROUND_CHUNK]
+                      & below_half[i:i + self.ROUND_CHUNK]).any() for a in accs for i in chunks])
+        r = chain.stage("shift", coarse=Cat(*[a >> Cat(Const(0, 3), shift[3:]) for a in accs]),
+                        top=top, rest=rest,
                         mask=beat.mask, last=beat.last, zero=beat.zero, recip=beat.recip)
         side = {k: r[k] for k in ("mask", "last", "zero", "recip")}
         inside = shift < acc_w          # beyond the width the quotient rounds to 0
         kept = [Mux(inside, c >> shift[:3], 0) for c in self._lanes(r["coarse"], acc_w)]
-        r = chain.stage("align", kept=Cat(*kept), above=r["above"], tie=r["tie"], **side)
+        n = len(chunks)
+        tops = [rounds & r["top"][k * n:(k + 1) * n].any() for k in range(lanes)]
+        rests = [r["rest"][k * n:(k + 1) * n].any() for k in range(lanes)]
+        r = chain.stage("align", kept=Cat(*kept), above=Cat(*[t & s for t, s in zip(tops, rests)]),
+                        tie=Cat(*[t & ~s for t, s in zip(tops, rests)]), **side)
         side = {k: r[k] for k in side}
         # round: kept + round-up, one carry chain
         rounded = [(k + (r["above"][i] | (r["tie"][i] & k[0])))[:acc_w + 1]
