@@ -578,16 +578,22 @@ class ElementReader(wiring.Component):
             nxt_valid.eq(cur_valid & ~ends & (nxt_valid | fifo_out.valid)),
         ]
         loading = Signal()
-        m.d.sync += loading.eq(self.start)
+        # count < 4, taken every cycle: at `loading` it is the loaded count's, so the
+        # count's flags need its two low bits and this flip-flop, not a 32-bit compare
+        count_small = Signal()
+        m.d.sync += [loading.eq(self.start), count_small.eq(self.count[2:] == 0)]
         with m.If(self.start):
             m.d.sync += [elems_left.eq(self.count), sel.eq(0),
                          sel_before_last.eq(per_beat == 2),
                          at_end.eq(one_per_beat | last_elem)]
         with m.Elif(loading):
             # the count's flags from the loaded count (no element arrives this early)
-            m.d.sync += [has_elems.eq(elems_left != 0), last_elem.eq(elems_left == 1),
-                         left_is2.eq(elems_left == 2), left_is3.eq(elems_left == 3),
-                         at_end.eq(one_per_beat | (elems_left == 1))]
+            low = elems_left[:2]
+            m.d.sync += [has_elems.eq(~count_small | (low != 0)),
+                         last_elem.eq(count_small & (low == 1)),
+                         left_is2.eq(count_small & (low == 2)),
+                         left_is3.eq(count_small & (low == 3)),
+                         at_end.eq(one_per_beat | (count_small & (low == 1)))]
         with m.Elif(take):
             m.d.sync += [elems_left.eq(elems_left - 1),
                          has_elems.eq(~last_elem), last_elem.eq(left_is2),

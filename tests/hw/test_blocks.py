@@ -398,6 +398,8 @@ def test_registered_fifo_depth_is_checked():
     # several runs back to back: each start reloads the count's flags
     (32, [37, 0, 5], 8, 4, 5), (16, [200, 1, 9], 32, 16, 6), (8, [5, 33], 4, 4, 7),
     (16, [2, 3, 16, 17], 8, 2, 8), (128, [3, 1, 4], 8, 4, 9), (64, [7, 2], 8, 8, 10),
+    # counts over 4 whose low bits look like a short run's (1, 2, 3)
+    (16, [6, 11, 13, 5], 8, 4, 11), (32, [10, 7], 8, 2, 12),
 ])
 def test_element_reader_streams_the_buffer_and_never_overfills(elem_width, counts, fifo_beats,
                                                                max_burst, seed):
