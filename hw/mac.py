@@ -203,16 +203,17 @@ class SkewedBuffer(Elaboratable):
             # read: bank b serves lane l = (b - start - fixed) mod L, the element at
             # along = start + l, the one index in [start, start + L) that is (b - fixed) mod
             # L: its low bits are t = (b - fixed) mod L, its high ones start's plus one when
-            # t < start mod L (a compare of lb bits and an increment, no add chain)
+            # t < start mod L. t and that compare are tables of the low bits (LUTs, no
+            # subtract or compare chain before the banks' address), the increment beside them
             along = Signal(self.index_bits + 1, name=f"along{b}")
             if lb:
                 t = Signal(lb, name=f"rlow{b}")
-                m.d.comb += t.eq(b - rd_fixed[:lb])
-                if "start_hi_inc" in req:      # the increment from a register: a mux
-                    high = Mux(t < rd_start[:lb], req["start_hi_inc"], rd_start[lb:])
-                else:
-                    high = rd_start[lb:] + (t < rd_start[:lb])
-                m.d.comb += along.eq(Cat(t, high))
+                fixed_low, start_low = rd_fixed[:lb], rd_start[:lb]
+                m.d.comb += t.eq(Array([Const((b - f) % L, lb) for f in range(L)])[fixed_low])
+                wraps = Array([Const(int((b - f) % L < s_), 1) for f in range(L) for s_ in range(L)])[
+                    Cat(start_low, fixed_low)]
+                inc = req["start_hi_inc"] if "start_hi_inc" in req else rd_start[lb:] + 1
+                m.d.comb += along.eq(Cat(t, Mux(wraps, inc, rd_start[lb:])))
             else:
                 m.d.comb += along.eq(rd_start)
             row = Mux(req["rd_rowwise"], rd_fixed, along)
