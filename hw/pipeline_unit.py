@@ -420,8 +420,16 @@ class _RunSizes:
         fill_row = Signal(range(c.max_rows + 1))
         fill_rows = Signal(range(c.max_rows + 1), reset_less=True)
         m.d.sync += fill_rows.eq(Mux(cfg["rows"] > c.max_rows, c.max_rows, cfg["rows"]))
+        # filled (fill_row >= fill_rows) as a register, set a row ahead while the tables
+        # fill: its compare is not in front of the tables' write enables (the limit is
+        # steady from start; otherwise it follows the row count a cycle late)
         filled = self.filled
-        m.d.comb += filled.eq(fill_row >= fill_rows)
+        with m.If(self.start):
+            m.d.sync += filled.eq(fill_rows == 0)
+        with m.Elif(self.started & ~filled):
+            m.d.sync += filled.eq(fill_row + 1 >= fill_rows)
+        with m.Else():
+            m.d.sync += filled.eq(fill_row >= fill_rows)
         # the same, a cycle later, for ready (which ends CHECK): no compare in front of the
         # run control (the tables fill in `rows` cycles, the phases take longer)
         m.d.sync += self.filled_q.eq(filled)
