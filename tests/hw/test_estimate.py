@@ -502,3 +502,20 @@ def test_component_rtlil_accepts_view_ports():
     lines = est_mod.component_rtlil(_ViewPorts(), "views").splitlines()
     assert any(ln.split()[:4] == ["wire", "width", "2", "input"] and ln.endswith("\\mode") for ln in lines)
     assert any(ln.split()[:4] == ["wire", "width", "8", "output"] and ln.endswith("\\pair") for ln in lines)
+
+
+def test_text_report_lists_slow_endpoints_and_the_next_slowest_paths():
+    from gnnweave.hw.flow.estimate import format_table
+    worst = {"delay_ns": 3.97, "est_fmax_mhz": 251.9, "from": "a", "to": "q", "from_net": "u.a",
+             "to_net": "u.q"}
+    est = {"kinds": ("lut",), "units": {"u": {"lut": 10}}, "total": {"lut": 10},
+           "method": "m", "exact": [],
+           "depth": {"u": {**worst, "lut_levels": 3, "carry_cells": 2, "muxf": 0, "dsp_in_path": 0,
+                           "dsp_packed_ffs": 0, "through": [],
+                           "slow_endpoints": {"250": 0, "300": 17},
+                           "slowest": [worst, {"delay_ns": 3.5, "from": "b", "to": "r",
+                                               "from_net": "u.b", "to_net": "u.r"}]}}}
+    text = format_table(est)
+    assert "endpoints: 0 over 4.00 ns (250 MHz), 17 over 3.33 ns (300 MHz)" in text
+    # the worst path is printed once, above; the list goes on from the second
+    assert "also 3.5 ns: u.b -> u.r" in text and "also 3.97" not in text
