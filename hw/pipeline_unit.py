@@ -688,6 +688,10 @@ class PipelineUnitCore(UnitCore):
         sel_d_in_m1 = Signal(16, reset_less=True)
         m.d.sync += [out_one_word.eq(sel_d_out <= L), sel_d_in_m1.eq(sel_d_in[:16] - 1)]
         lw_row_end, lw_done = Signal(), Signal()
+        # the last row's compare, a net of its own (kept): the word's handshake only chooses
+        # whether lw_done takes it, instead of a tree ABC rebuilds around the compare
+        lw_last_row = Signal(name="lw_last_row", attrs={"keep": 1})
+        dp.d.comb += lw_last_row.eq(lw_row == sel_d_in_m1)
         with dp.If(first):
             dp.d.sync += [lw_left.eq(sel_d_out), lw_row_end.eq(out_one_word), lw_done.eq(sel_d_in == 0)]
         load_valid = Signal()
@@ -708,7 +712,7 @@ class PipelineUnitCore(UnitCore):
             with dp.If(lw_row_end):
                 dp.d.comb += w_reader.pop.eq(1)
                 dp.d.sync += [lw_j.eq(0), lw_word.eq(0), lw_left.eq(sel_d_out), lw_row.eq(lw_row + 1),
-                              lw_row_end.eq(out_one_word), lw_done.eq(lw_row == sel_d_in_m1),
+                              lw_row_end.eq(out_one_word), lw_done.eq(lw_last_row),
                               lw_keep.eq(out_keep)]
             with dp.Elif(lw_j == wpb - 1):
                 dp.d.comb += w_reader.pop.eq(1)
