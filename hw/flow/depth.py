@@ -109,7 +109,7 @@ ENDPOINT_CLOCKS_MHZ = (250, 300)
 #: what a unit's depth figures hold; in the estimate cache's key of a depth run, so entries
 #: from before a change are computed again (resource-only entries stay)
 DEPTH_FORMAT = 3
-#: how many of a unit's slowest paths ``slowest`` lists, each to a different signal
+#: how many of a unit's slowest paths ``slowest`` lists, each into different logic
 SLOWEST_PATHS = 8
 
 
@@ -619,7 +619,7 @@ def _slowest(ends: list, named) -> list:
     """The :data:`SLOWEST_PATHS` slowest paths of ``ends`` (sorted slowest first), each to a
     different piece of logic (:func:`_structure`: a bus, or the copies of a lane or stage,
     once): what a 300 MHz campaign works through after the single worst path. Only paths
-    over the slowest clock's period are named."""
+    longer than the fastest clock's period are listed."""
     out, seen = [], set()
     for e in ends:
         if len(out) == SLOWEST_PATHS or e[0] <= 1000.0 / max(ENDPOINT_CLOCKS_MHZ):
