@@ -5,6 +5,8 @@ import pytest
 from gnnweave.golden.mac import mac
 from gnnweave.sim.mac_bench import run_mac_rtl
 
+from .test_blocks import simulate
+
 
 def run_unit(rows, cols, mode, p_mat, q_mat, *, shift, relu=False, bias=None, bias_shift=0,
              ready_pattern=None, out_width=16):
@@ -76,8 +78,6 @@ def test_skewed_buffer_reads_zero_at_and_past_the_extent(registered):
     """Every (start, extent, axis) of a filled 8 x 8 buffer, some segments rewritten in
     part: lane ``l`` reads element ``start + l`` along the axis while it is below
     ``extent``, else 0."""
-    from amaranth.sim import Simulator
-
     from gnnweave.hw.mac import SkewedBuffer
     lanes, dim = 4, 8
     buf = SkewedBuffer(lanes=lanes, rows=dim, cols=dim, registered_request=registered)
@@ -109,10 +109,7 @@ def test_skewed_buffer_reads_zero_at_and_past_the_extent(registered):
             await ctx.tick().repeat(buf.read_latency)
             seen.append([ctx.get(buf.rd_data[l]) for l in range(lanes)])
 
-    sim = Simulator(buf)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(buf, bench)
     for r, c, count in partial:
         matrix[r, c:c + count] = 7777
     for (rowwise, fixed, start, extent), got in zip(cases, seen):
