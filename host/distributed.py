@@ -960,12 +960,16 @@ def run_distributed(config) -> dict:
     if unsupported:
         raise InputError(f"TrainConfig.{unsupported[0]}: not available over ranks "
                          f"(--nproc/--dist); see docs/distributed.md")
+    timeout_s = config.comm_timeout_s
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
+            or not 0 < timeout_s < float("inf"):
+        raise InputError(f"TrainConfig.comm_timeout_s = {timeout_s!r}: must be a positive "
+                         f"number of seconds")
     if config.dist:
-        comm = Comm.from_env(float(getattr(config, "comm_timeout_s", 60.0)),
-                             choose_backend(config))
+        comm = Comm.from_env(float(timeout_s), choose_backend(config))
         result = run_rank(config, comm)
     else:
-        result = launch([config], config.nproc)[0]
+        result = launch([config], config.nproc, timeout_s=float(timeout_s))[0]
     for r in result["seeds"]:
         r.pop("params", None)
     if config.out_dir is not None and int(os.environ.get("RANK", "0")) == 0:

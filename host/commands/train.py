@@ -130,6 +130,9 @@ def add_arguments(parser):
     d.add_argument("--dist-backend", default="auto", choices=["auto", "gloo", "nccl"],
                    help="torch.distributed backend: auto takes NCCL when every rank runs on "
                         "gpu devices and CUDA is there, else gloo")
+    d.add_argument("--comm-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="a collective that waits longer than this (a rank hung or unreachable) "
+                        "stops the run with an error")
     d.add_argument("--rank-invariant", action="store_true",
                    help="one process: counter-based dropout and exact bias sums, the bits that "
                         "any number of ranks gives")
@@ -168,7 +171,8 @@ def config_from_args(args) -> TrainConfig:
         rank_speeds=(a["rank_speeds"] if a["rank_speeds"] in (None, "auto") else
                      [float(v) for v in _ints_or_floats("rank-speeds", a["rank_speeds"])]),
         partition_method=a["partition_method"], digest_every=a["digest_every"],
-        rank_invariant=a["rank_invariant"], dist_backend=a["dist_backend"])
+        rank_invariant=a["rank_invariant"], dist_backend=a["dist_backend"],
+        comm_timeout_s=a["comm_timeout"])
 
 
 def run(args) -> int:

@@ -58,6 +58,7 @@ class TrainConfig:
     digest_every: int = 10               # epochs between cross-rank parameter digest checks
     rank_invariant: bool = False         # counter-based dropout and exact bias sums: the bits of any rank count
     dist_backend: str = "auto"           # auto | gloo | nccl (auto: NCCL when every rank is on gpu devices with CUDA)
+    comm_timeout_s: float = 60.0         # a collective waiting longer than this ends the run
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":

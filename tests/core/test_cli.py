@@ -48,6 +48,8 @@ def test_help_lists_the_commands():
     (["train", "--dataset", "sbm:60:2", "--hidden", "100000000"],
      "TrainConfig.hidden = 100000000: needs about"),
     (["train", "--dataset", "sbm:60:2", "--nproc", "0"], "TrainConfig.nproc = 0: must be >= 1"),
+    (["train", "--dataset", "sbm:60:2", "--nproc", "2", "--comm-timeout", "0"],
+     "TrainConfig.comm_timeout_s = 0.0: must be a positive number of seconds"),
     (["train", "--dataset", "sbm:60:2", "--batch-size", "8", "--prefetch", "-1"],
      "TrainConfig.prefetch = -1: must be >= 0"),
     (["train", "--dataset", "sbm:60:2", "--cost-model", "."], "is a folder, not a cost model"),
