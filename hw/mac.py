@@ -493,16 +493,23 @@ class MacCore(wiring.Component):
         m.d.sync += popped.eq(self.out.valid & self.out.ready)
         keep = run["acc_keep"]
         # a tile's last step may issue: the drain is spaced (gap) and has room for a whole
-        # tile (rows of the last band may be fewer: reserved exactly). A register, computed
-        # a cycle ahead from the credits of the cycle before, so it never counts on room a
-        # reservation still on its way into the counter takes.
+        # tile (rows of the last band may be fewer: reserved exactly). Computed a cycle
+        # ahead from the credits of the cycle before, so it never counts on room a
+        # reservation still on its way into the counter takes. Both outcomes are registers
+        # (after a tile's last step, else from the spacing and credits) and the last step
+        # chooses between them a cycle later: no compare lies behind the step that fires.
+        ok_after_last = Signal(name="drain_ok_after_last")
+        ok_otherwise = Signal(name="drain_ok_otherwise")
+        fired_last = Signal(name="drain_fired_last")
         tile_ok = Signal(name="drain_tile_ok")
+        m.d.comb += tile_ok.eq(Mux(fired_last, ok_after_last, ok_otherwise))
         hold = self.hold if self.operand_hold else Const(0, 1)
         fire = Signal(name="fire", attrs={"keep": 1})    # one LUT: kept as a net of its own
         m.d.comb += fire.eq(run["issuing"] & ~hold & (~last_k | tile_ok))
         fire_last = fire & last_k
-        m.d.sync += tile_ok.eq(Mux(fire_last, (R == 1) & keep,
-                                   (gap_zero | (gap == 1)) & (keep | ((credits >= R) & ~reserving))))
+        m.d.sync += [fired_last.eq(fire_last), ok_after_last.eq((R == 1) & keep),
+                     ok_otherwise.eq((gap_zero | (gap == 1))
+                                     & (keep | ((credits >= R) & ~reserving)))]
         m.d.sync += [reserving.eq(fire_last & ~keep), reserve.eq(rows_t),
                      credits.eq(credits - Mux(reserving, reserve, 0) + popped)]
         with m.If(fire_last):
@@ -520,7 +527,7 @@ class MacCore(wiring.Component):
             n_last, n_cols = self.n <= C, Mux(self.n <= C, self.n, C)
             m.d.sync += [i0.eq(0), j0.eq(0), kk.eq(0), tj.eq(0), tile.eq(0), gap.eq(0),
                          gap_zero.eq(1), credits.eq(self.out_depth), reserving.eq(0),
-                         tile_ok.eq(1),
+                         fired_last.eq(0), ok_otherwise.eq(1),
                          k_rem.eq(self.k - 1), m_left.eq(self.m), n_left.eq(self.n),
                          last_k.eq(self.k == 1), k_one.eq(self.k == 1), first.eq(1),
                          last_j.eq(n_last), cols_t.eq(n_cols), n_last0.eq(n_last), n_cols0.eq(n_cols),
