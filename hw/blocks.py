@@ -262,6 +262,9 @@ class ExtentCheck(wiring.Component):
         need = Signal(aw + 3, reset_less=True)
         phase = Signal(range(4))      # 0 idle/done, 1 multiplying, 2 adding, 3 comparing
         doubled = Cat(Const(0, 1), product) + Mux(multiplier[-1], self.stride, 0)
+        # the verdicts that need no product, registered while it is formed (the operands
+        # hold from start): the last phase compares the extent with the size, nothing more
+        some, bad_early = Signal(reset_less=True), Signal(reset_less=True)
         with m.If(self.start):
             m.d.sync += [product.eq(0), multiplier.eq(self.rows - 1), bits.eq(self.rw),
                          phase.eq(1), self.done.eq(0)]
@@ -274,12 +277,14 @@ class ExtentCheck(wiring.Component):
         with m.Elif(phase == 2):
             m.d.sync += [need.eq(product + self.row_bytes), phase.eq(3)]
         with m.Elif(phase == 3):
-            some = self.rows != 0
-            bad = ((self.base & align) != 0) | ((self.stride & align) != 0) \
-                | (some & (self.stride < self.row_bytes)) \
-                | (some & (need > self.size)) | ((self.base + self.size) >> aw != 0)
-            m.d.sync += [self.error.eq(bad), self.done.eq(1), phase.eq(0),
-                         self.extent.eq(Mux(some, need, 0))]
+            m.d.sync += [self.error.eq(bad_early | (some & (need > self.size))),
+                         self.done.eq(1), phase.eq(0), self.extent.eq(Mux(some, need, 0))]
+        with m.If(phase == 1):
+            rows_some = self.rows != 0
+            m.d.sync += [some.eq(rows_some),
+                         bad_early.eq(((self.base & align) != 0) | ((self.stride & align) != 0)
+                                      | (rows_some & (self.stride < self.row_bytes))
+                                      | ((self.base + self.size) >> aw != 0))]
         return m
 
 
