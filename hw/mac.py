@@ -495,19 +495,19 @@ class MacCore(wiring.Component):
         # a tile's last step may issue: the drain is spaced (gap) and has room for a whole
         # tile (rows of the last band may be fewer: reserved exactly). Computed a cycle
         # ahead from the credits of the cycle before, so it never counts on room a
-        # reservation still on its way into the counter takes. Both outcomes are registers
-        # (after a tile's last step, else from the spacing and credits) and the last step
-        # chooses between them a cycle later: no compare lies behind the step that fires.
-        ok_after_last = Signal(name="drain_ok_after_last")
+        # reservation still on its way into the counter takes. Right after a tile's last
+        # step only a one-row tile that keeps its sums may follow (keep holds for the run);
+        # otherwise the spacing and credits decide, a register: the last step chooses
+        # between the two a cycle later, so no compare lies behind the step that fires.
         ok_otherwise = Signal(name="drain_ok_otherwise")
         fired_last = Signal(name="drain_fired_last")
         tile_ok = Signal(name="drain_tile_ok")
-        m.d.comb += tile_ok.eq(Mux(fired_last, ok_after_last, ok_otherwise))
+        m.d.comb += tile_ok.eq(Mux(fired_last, (R == 1) & keep, ok_otherwise))
         hold = self.hold if self.operand_hold else Const(0, 1)
         fire = Signal(name="fire", attrs={"keep": 1})    # one LUT: kept as a net of its own
         m.d.comb += fire.eq(run["issuing"] & ~hold & (~last_k | tile_ok))
         fire_last = fire & last_k
-        m.d.sync += [fired_last.eq(fire_last), ok_after_last.eq((R == 1) & keep),
+        m.d.sync += [fired_last.eq(fire_last),
                      ok_otherwise.eq((gap_zero | (gap == 1))
                                      & (keep | ((credits >= R) & ~reserving)))]
         m.d.sync += [reserving.eq(fire_last & ~keep), reserve.eq(rows_t),
