@@ -168,6 +168,10 @@ def main(argv=None) -> int:
         return load_command(args.command_target).run(args)
     except GnnweaveError as exc:
         print(f"gnnweave {name}: error: {exc}", file=sys.stderr)
+        if exc.exit_at_once:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(2)
         return 2
     except KeyboardInterrupt:
         print("gnnweave: interrupted", file=sys.stderr)

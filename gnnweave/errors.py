@@ -8,6 +8,11 @@ a bug in gnnweave and keeps its traceback.
 class GnnweaveError(Exception):
     """A problem the user can fix; the message names the option, file, field or tool."""
 
+    #: the process holds native state that the interpreter's teardown cannot release (a
+    #: process group whose peer hangs): the command line leaves with ``os._exit`` after the
+    #: message instead of a normal exit
+    exit_at_once = False
+
 
 class InputError(GnnweaveError, ValueError):
     """A bad value given by the user (an option, a configuration field, a file's contents).

@@ -51,6 +51,9 @@ class DivergenceError(GnnweaveError, RuntimeError):
 class RankLost(GnnweaveError, RuntimeError):
     """A collective failed: another rank died, hung past the timeout, or left the group."""
 
+    # gloo's threads may still wait on the lost peer; tearing them down at exit can abort
+    exit_at_once = True
+
 
 def _collective(comm, what, fn):
     try:

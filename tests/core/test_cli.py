@@ -166,6 +166,20 @@ def test_a_reader_that_stops_early_is_not_a_bug():
     assert proc.returncode == 141 and proc.stderr == ""
 
 
+def test_a_lost_rank_leaves_without_interpreter_teardown():
+    # gloo's worker thread may still free the failed collective's tensors; a normal exit
+    # races it through interpreter finalisation (std::terminate); the error must leave at once
+    code = ("import atexit, sys; from gnnweave import cli; from gnnweave.host.commands import profile\n"
+            "from gnnweave.host.distributed import RankLost\n"
+            "atexit.register(lambda: print('finalised', file=sys.stderr))\n"
+            "def lost(args):\n    raise RankLost('rank 0 of 2: an all-reduce failed')\n"
+            "profile.run = lost\nsys.exit(cli.main(['profile', '--devices', 'cpu']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == "gnnweave profile: error: rank 0 of 2: an all-reduce failed\n"
+
+
 @pytest.mark.parametrize("args, needle", [
     (["profile", "--devices", "cpu", "--out", "{file}"], "--out {file}: is a file; give a folder"),
     (["train", "--dataset", "sbm:60:2", "--out", "{file}"], "--out {file}: is a file; give a folder"),
