@@ -181,7 +181,11 @@ class SkidBuffer(wiring.Component):
             with m.Else():
                 m.d.sync += [main.eq(self.i.payload), main_valid.eq(self.i.valid)]
         with m.Elif(self.i.valid & ~skid_valid):
-            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
+            m.d.sync += skid_valid.eq(1)
+        # an empty skid register takes every payload: its wide enable is one flip-flop,
+        # not the (late) o.ready of whatever reads the slice
+        with m.If(~skid_valid):
+            m.d.sync += skid.eq(self.i.payload)
         return m
 
 
