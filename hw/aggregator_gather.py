@@ -84,8 +84,9 @@ class RowAddress(wiring.Component):
 
 class RowGather(wiring.Component):
     """Issues each gathered row's one or two read bursts once the row buffer has room
-    for their beats: it holds ``slots`` beats of credit, one back per ``freed`` pulse, and
-    spends a burst's beats when the burst is issued (so R is never stalled).
+    for their beats: it holds ``slots`` beats of credit, one back a cycle after each
+    ``freed`` pulse, and spends a burst's beats when the burst is issued (so R is never
+    stalled).
 
     Ports:
         bursts: each row's bursts (:func:`row_bursts_layout`), in edge order.
@@ -116,33 +117,47 @@ class RowGather(wiring.Component):
         burst_addr, burst_len = Signal(self.aw, reset_less=True), Signal(beats)
         burst_len_m1 = Signal(8, reset_less=True)         # AxLEN, kept beside the length
         next_addr, next_len = Signal(self.aw, reset_less=True), Signal(beats)
+        next_len_m1 = Signal(8, reset_less=True)          # its AxLEN, ready before it issues
         # credits >= burst_len, a flip-flop: compared a cycle ahead on the values both
         # take next, so the issue and the row buffer's pop start from registers
         enough = Signal(init=1)
         last_burst = Signal(init=1, reset_less=True)       # next_len == 0, likewise
+        both_len = Signal(range(2 * self.max_beats + 1))  # burst_len + next_len, likewise
         m.d.comb += [out.i.valid.eq(busy & enough),
                      out.i.payload.addr.eq(burst_addr), out.i.payload.len.eq(burst_len_m1)]
         issue = out.i.valid & out.i.ready
-        credits_next = Signal.like(credits)
-        burst_len_next = Signal.like(burst_len)
-        m.d.comb += [credits_next.eq(credits - Mux(issue, burst_len, 0) + self.freed),
-                     burst_len_next.eq(burst_len)]
-        m.d.sync += [credits.eq(credits_next), burst_len.eq(burst_len_next),
-                     enough.eq(credits_next >= burst_len_next)]
         finishing = issue & last_burst
         load = self.bursts.valid & (~busy | finishing)
         m.d.comb += self.bursts.ready.eq(load)
+        row = self.bursts.payload
+
+        # the pop arrives late from the reduce; its credit waits a cycle in a flip-flop
+        # (only ever fewer beats counted free than there are)
+        freed = Signal()
+        m.d.sync += freed.eq(self.freed)
+        held = credits + freed
+        m.d.sync += credits.eq(held - Mux(issue, burst_len, 0))
+        # the next enough for each outcome of this cycle's issue and load, compared on
+        # registers alone; issue and load only pick one (credits_next >= the next burst's
+        # length, with the issued burst's length moved to the right-hand side)
+        enough_if = {
+            (0, 0): held >= burst_len,
+            (1, 0): held >= both_len,
+            (0, 1): held >= row.first_len,
+            (1, 1): held >= burst_len + row.first_len,
+        }
+        m.d.sync += enough.eq(Mux(load, Mux(issue, enough_if[1, 1], enough_if[0, 1]),
+                                  Mux(issue, enough_if[1, 0], enough_if[0, 0])))
         with m.If(issue):
-            m.d.comb += burst_len_next.eq(next_len)
-            m.d.sync += [burst_addr.eq(next_addr), burst_len_m1.eq(next_len - 1),
+            m.d.sync += [burst_addr.eq(next_addr), burst_len.eq(next_len),
+                         burst_len_m1.eq(next_len_m1), both_len.eq(next_len),
                          next_len.eq(0), last_burst.eq(1)]
             with m.If(finishing):
                 m.d.sync += busy.eq(0)
-        row = self.bursts.payload
         with m.If(load):
-            m.d.comb += burst_len_next.eq(row.first_len)
-            m.d.sync += [busy.eq(1), burst_addr.eq(row.first_addr),
+            m.d.sync += [busy.eq(1), burst_addr.eq(row.first_addr), burst_len.eq(row.first_len),
                          burst_len_m1.eq(row.first_len - 1),
+                         both_len.eq(row.first_len + row.second_len),
                          next_addr.eq(row.second_addr), next_len.eq(row.second_len),
-                         last_burst.eq(row.second_len == 0)]
+                         next_len_m1.eq(row.second_len - 1), last_burst.eq(row.second_len == 0)]
         return m
