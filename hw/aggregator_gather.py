@@ -126,7 +126,10 @@ class RowGather(wiring.Component):
         m.d.comb += [out.i.valid.eq(busy & enough),
                      out.i.payload.addr.eq(burst_addr), out.i.payload.len.eq(burst_len_m1)]
         issue = out.i.valid & out.i.ready
-        finishing = issue & last_burst
+        # busy & enough & last_burst, likewise: the row slice's load enable (wide) waits
+        # on one gate of flip-flops
+        may_finish = Signal()
+        finishing = may_finish & out.i.ready
         load = self.bursts.valid & (~busy | finishing)
         m.d.comb += self.bursts.ready.eq(load)
         row = self.bursts.payload
@@ -148,6 +151,12 @@ class RowGather(wiring.Component):
         }
         m.d.sync += enough.eq(Mux(load, Mux(issue, enough_if[1, 1], enough_if[0, 1]),
                                   Mux(issue, enough_if[1, 0], enough_if[0, 0])))
+        # busy and last_burst next: kept (0, 0); after an issue, busy only if it was not
+        # the last burst, then its last; after a load, the row's second is the last if empty
+        one_burst = row.second_len == 0
+        m.d.sync += may_finish.eq(Mux(
+            load, one_burst & Mux(issue, enough_if[1, 1], enough_if[0, 1]),
+            Mux(issue, ~last_burst & enough_if[1, 0], busy & last_burst & enough_if[0, 0])))
         with m.If(issue):
             m.d.sync += [burst_addr.eq(next_addr), burst_len.eq(next_len),
                          burst_len_m1.eq(next_len_m1), both_len.eq(next_len),
@@ -159,5 +168,5 @@ class RowGather(wiring.Component):
                          burst_len_m1.eq(row.first_len - 1),
                          both_len.eq(row.first_len + row.second_len),
                          next_addr.eq(row.second_addr), next_len.eq(row.second_len),
-                         next_len_m1.eq(row.second_len - 1), last_burst.eq(row.second_len == 0)]
+                         next_len_m1.eq(row.second_len - 1), last_burst.eq(one_burst)]
         return m
