@@ -9,8 +9,8 @@ class GnnweaveError(Exception):
     """A problem the user can fix; the message names the option, file, field or tool."""
 
     #: the process holds native state that the interpreter's teardown cannot release (a
-    #: process group whose peer hangs): the command line leaves with ``os._exit`` after the
-    #: message instead of a normal exit
+    #: process group after a failed collective): the command line leaves with ``os._exit``
+    #: after the message instead of a normal exit
     exit_at_once = False
 
 

@@ -51,7 +51,8 @@ class DivergenceError(GnnweaveError, RuntimeError):
 class RankLost(GnnweaveError, RuntimeError):
     """A collective failed: another rank died, hung past the timeout, or left the group."""
 
-    # gloo's threads may still wait on the lost peer; tearing them down at exit can abort
+    # gloo's worker thread may still be freeing the failed collective's tensors; an
+    # interpreter shutdown racing it aborts the process instead of exiting 2
     exit_at_once = True
 
 
