@@ -149,13 +149,14 @@ class RowGather(wiring.Component):
             (0, 1): held >= row.first_len,
             (1, 1): held >= burst_len + row.first_len,
         }
-        m.d.sync += enough.eq(Mux(load, Mux(issue, enough_if[1, 1], enough_if[0, 1]),
+        enough_if_load = Mux(issue, enough_if[1, 1], enough_if[0, 1])
+        m.d.sync += enough.eq(Mux(load, enough_if_load,
                                   Mux(issue, enough_if[1, 0], enough_if[0, 0])))
         # busy and last_burst next: kept (0, 0); after an issue, busy only if it was not
         # the last burst, then its last; after a load, the row's second is the last if empty
         one_burst = row.second_len == 0
         m.d.sync += may_finish.eq(Mux(
-            load, one_burst & Mux(issue, enough_if[1, 1], enough_if[0, 1]),
+            load, one_burst & enough_if_load,
             Mux(issue, ~last_burst & enough_if[1, 0], busy & last_burst & enough_if[0, 0])))
         with m.If(issue):
             m.d.sync += [burst_addr.eq(next_addr), burst_len.eq(next_len),
