@@ -41,21 +41,26 @@ def output_beat_layout(lanes: int, elem_width: int) -> data.StructLayout:
 
 
 class _Chain:
-    """Registers a beat's values stage by stage, its ``valid`` beside them."""
+    """Registers a beat's values stage by stage, its ``valid`` beside them.
+
+    A stage's values load only behind a valid beat (clock enables from the previous
+    stage's ``valid`` flip-flop, no logic): the hardware is the same, and a simulator
+    skips the stage's arithmetic while no beat passes."""
 
     def __init__(self, m: Module, valid):
         self.m, self.valid, self.valids = m, valid, []
 
     def stage(self, name: str, **values) -> dict:
-        valid = Signal(name=f"{name}_valid")
-        self.m.d.sync += valid.eq(self.valid)
-        self.valid = valid
-        self.valids.append(valid)
+        enable = self.valid
+        self.valid = Signal(name=f"{name}_valid", attrs={"max_fanout": 64})
+        self.m.d.sync += self.valid.eq(enable)
+        self.valids.append(self.valid)
         regs = {}
         for key, value in values.items():
             value = Value.cast(value)
             regs[key] = Signal(value.shape(), name=f"{name}_{key}", reset_less=True)
-            self.m.d.sync += regs[key].eq(value)
+            with self.m.If(enable):
+                self.m.d.sync += regs[key].eq(value)
         return regs
 
 
