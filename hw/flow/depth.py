@@ -215,7 +215,10 @@ class DspPacking:
     - an **input register**: every non-constant bit of a DSP's A, B, C or D port (whose
       ``*REG`` is 0) is the Q of an FDRE whose only loads are that port;
     - the **P register**: every loaded bit of P (``PREG`` 0, no cascade or flag output used)
-      feeds exactly one load, the D of an FDRE;
+      feeds exactly one load, the D of an FDRE or of a static shift register (SRL16E /
+      SRLC32E: Yosys makes one of a delay line of three or more registers; Vivado absorbs
+      the line's first register into PREG before it extracts shift registers, so the SRL
+      is one stage shorter and its input path starts at P);
 
     and the flip-flops of one group share clock, clock enable and reset (a DSP register has
     one CE and one synchronous reset per port), have no inverted pins and start at 0 (INIT
@@ -258,15 +261,22 @@ class DspPacking:
 
 
 def _ff_control(cell: dict):
-    """(clock, enable, reset) bits of an FDRE that a DSP register can stand for, else None."""
+    """(clock, enable, reset) bits of an FDRE, or of the first stage of a static shift
+    register, that a DSP register can stand for, else None."""
+    params = cell.get("parameters", {})
+    conn = cell["connections"]
+    if cell["type"] in SRL_TYPES:
+        # the first stage's initial value is INIT's bit 0; the address must not use it
+        init = str(params.get("INIT", "x")).strip()
+        if (init and init[-1] not in "0x") or _param(cell, "IS_CLK_INVERTED"):
+            return None
+        return (tuple(conn.get("CLK", ())), tuple(conn.get("CE", ())), ("0",))
     if cell["type"] != "FDRE":
         return None
-    params = cell.get("parameters", {})
     if str(params.get("INIT", "x")).strip() not in ("x", "0", "0" * 32, ""):
         return None
     if any(_param(cell, f"IS_{pin}_INVERTED") for pin in ("C", "D", "R")):
         return None
-    conn = cell["connections"]
     return tuple(tuple(conn.get(pin, ())) for pin in ("C", "CE", "R"))
 
 
@@ -302,7 +312,7 @@ def _output_register(g, dsp):
         if isinstance(b, str) or not g.loads.get(b):
             continue
         loads = g.loads[b]
-        if len(loads) != 1 or loads[0][1] != "D" or g.kind[loads[0][0]] != "ff":
+        if len(loads) != 1 or loads[0][1] != "D" or g.kind[loads[0][0]] not in ("ff", "srl"):
             return None
         ffs.append(loads[0][0])
     return _group(g, ffs)
@@ -517,8 +527,10 @@ def _longest_paths(netlist: dict, top: str | None = None, *, unit_depth: int = 1
                      (lambda p: p not in ("C", "D")))
             return [_add(e, m["dsp_setup"])] if e else []
         if kind == "srl":
-            e = comb(cell, lambda p: p in ("D", "CE"))
-            return [_add(e, m["ff_setup"])] if e else []
+            # a P register's first stage: its data path ends at the DSP's own endpoint
+            packed = role.get(cell)
+            e = comb(cell, lambda p: p in (("CE",) if packed else ("D", "CE")))
+            return [_add(e, m["dsp_setup"] if packed else m["ff_setup"])] if e else []
         if kind == "lutram":
             e = comb(cell, lambda p: p.startswith(("D", "WE", "ADDRH", "A")) and not p.startswith("DPRA"))
             return [_add(e, m["ff_setup"])] if e else []

@@ -228,6 +228,35 @@ def test_registers_with_other_loads_or_mixed_enables_stay_in_the_fabric():
     assert one["dsp_packed_ffs"] == 2 and one["from"] == "\\u.a" and one["to"] == "\\u.dsp"
 
 
+def _mul_into_shift_register(n, *, init="0"):
+    """u.a -> DSP A, its P[0] -> a static SRL16E (a delay line Yosys made of the product
+    register and the ones behind it) -> LUT -> u.q."""
+    a = n.ff("\\u.a", n.bit())
+    p = [n.bit() for _ in range(48)]
+    n.cell("\\u.dsp", "DSP48E2", {"A": [a] * 30, "B": ["0"] * 18, "C": ["0"] * 48},
+           {"P": p}, USE_MULT="MULTIPLY", AREG=0, BREG=0, CREG=0, MREG=0, PREG=0)
+    q = n.bit()
+    n.cell("\\u.srl", "SRL16E", {"D": [p[0]], "CLK": ["0"], "CE": ["1"],
+                                  "A0": ["1"], "A1": ["0"], "A2": ["0"], "A3": ["0"]},
+           {"Q": [q]}, INIT=init)
+    n.ff("\\u.q", n.lut("\\u.l", q))
+    return n.netlist()
+
+
+def test_shift_register_behind_a_dsp_starts_with_its_p_register():
+    res = longest_paths(_mul_into_shift_register(_Net()))["u"]
+    m = DELAY_MODEL
+    inside = m["dsp_reg_clk_to_q"] + m["dsp_mult"] + m["dsp_alu"] + m["dsp_setup"]
+    after = m["srl_clk_to_q"] + m["net"] + m["lut"] + m["net"] + m["ff_setup"]
+    assert res["dsp_packed_ffs"] == 2             # u.a (AREG), the SRL's first stage (PREG)
+    assert res["delay_ns"] == pytest.approx(max(inside, after) + m["clock_uncertainty"], abs=0.01)
+    # packing off, or a first stage that starts at 1 (PREG cannot): the multiply ends at the SRL
+    for off in (longest_paths(_mul_into_shift_register(_Net()), dsp_packing=False)["u"],
+                longest_paths(_mul_into_shift_register(_Net(), init="1"))["u"]):
+        assert off["to"] == "\\u.srl"
+        assert off["delay_ns"] > res["delay_ns"] + 0.5
+
+
 def test_fully_registered_dsp_cuts_every_path():
     res = longest_paths(_dsp_net(AREG=1, BREG=1, MREG=1, PREG=1))["u"]
     # the worst path is the A register to M through the multiplier, or P to the LUT: never
