@@ -106,9 +106,10 @@ _DSP_OTHER_OUTPUTS = ("PCOUT", "ACOUT", "BCOUT", "CARRYCASCOUT", "CARRYOUT", "MU
 #: clocks (MHz) whose period each unit's ``slow_endpoints`` counts its endpoints against:
 #: the 250 MHz floor and the 300 MHz goal of the pipelined units
 ENDPOINT_CLOCKS_MHZ = (250, 300)
-#: what a unit's depth figures hold; in the estimate cache's key of a depth run, so entries
-#: from before a change are computed again (resource-only entries stay)
-DEPTH_FORMAT = 3
+#: what a unit's depth figures hold and how they are timed; in the estimate cache's key of
+#: a depth run, so entries from before a change are computed again (resource-only entries
+#: stay)
+DEPTH_FORMAT = 4
 #: how many of a unit's slowest paths ``slowest`` lists, each into different logic
 SLOWEST_PATHS = 8
 
