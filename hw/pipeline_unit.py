@@ -651,11 +651,14 @@ class PipelineUnitCore(UnitCore):
             return mb, addr
 
         # gradients: one job per microbatch, only below the doorbell; the job's conditions
-        # are registers, so a job waits two cycles after the one before (its index settles)
+        # are registers, so a job waits two cycles after the one before (its index settles).
+        # The start itself is a flip-flop set a cycle after its conditions (their AND is
+        # not in front of the reader's wide load); while it is pending no other decides
         g_jobs_left = Signal(24)
         g_mb, g_job_base = backward_order(g_reader.start, "grad_order", "grad")
         g_recent = Signal(2)
         g_may = Signal()
+        g_go = Signal(attrs={"max_fanout": 64})
         dp.d.sync += [g_recent.eq(Cat(g_reader.start, g_recent[0])),
                       g_may.eq(g_mb < self.cfg["grads_ready"])]   # live: the host raises it
         g_jobs_any = Signal()     # g_jobs_left != 0, a register
@@ -663,8 +666,10 @@ class PipelineUnitCore(UnitCore):
         # covers for two cycles, so the copy is never high while the reader is active
         g_issued = Signal()
         dp.d.sync += g_issued.eq(g_reader.issued)
-        g_free = train_run & ~first & ~g_recent.any() & g_issued & g_jobs_any
-        dp.d.comb += [g_reader.start.eq(g_free & g_may)]
+        g_free = train_run & ~first & ~g_go & ~g_recent.any() & g_issued & g_jobs_any
+        dp.d.sync += g_go.eq(g_free & g_may)
+        # a fault in the cycle between stops the pending start too
+        dp.d.comb += [g_reader.start.eq(g_go & train_run)]
         m.d.comb += [g_reader.base.eq(g_job_base), g_reader.stride.eq(cfg["grad_stride"]),
                      g_reader.nrows.eq(rows), g_reader.row_beats.eq(row_beats(d_last, ELEM_BYTES))]
         with dp.If(first):
