@@ -336,7 +336,7 @@ class AggregatorCore(UnitCore):
         # the output stage: round, saturate, mean, narrow, a stage each (no stall: the
         # drain's credits reserve the write port's room for every beat in flight)
         output = OutputStage(lanes=lanes, acc_width=acc_w, elem_width=ew,
-                             mean=recip_pipe is not None)
+                             mean=recip_pipe is not None, reduce_max="max" in c.reduce_ops)
         dp.submodules.reduce, dp.submodules.drain, dp.submodules.output = reduce, drain, output
         dp.d.comb += [
             reduce.rows.valid.eq(row_fifo.r_rdy), reduce.rows.payload.eq(row_fifo.r_data),
@@ -365,7 +365,8 @@ class AggregatorCore(UnitCore):
         wiring.connect(dp, drain.o, output.i)
         dp.d.comb += [write_port.beats.w_data.eq(output.o.payload),
                       write_port.beats.w_en.eq(output.o.valid)]
-        m.d.comb += [output.shift.eq(cfg["shift"][:6]), output.mean.eq(reduce_op == ReduceOp.MEAN)]
+        m.d.comb += [output.shift.eq(cfg["shift"][:6]), output.mean.eq(reduce_op == ReduceOp.MEAN),
+                     output.max.eq(reduce_op == ReduceOp.MAX)]
         saturated_now = output.saturated
         pipe_busy = drain.busy | output.busy | aw_slice.o.valid
 

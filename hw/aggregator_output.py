@@ -29,9 +29,11 @@ from .arith import (PipelinedMultiplier, clamp, rounding_constants, rounding_ter
 
 
 def accumulator_beat_layout(lanes: int, acc_width: int) -> data.StructLayout:
-    """One beat of accumulators on its way out: ``zero`` marks a node without edges."""
-    return data.StructLayout({"acc": lanes * acc_width, "mask": lanes, "last": 1, "zero": 1,
-                              "recip": MEAN_RECIP_BITS + 1})
+    """One beat of accumulators on its way out: ``acc`` holds the ``lanes`` accumulators of
+    the node's even edges, then those of its odd edges (see :mod:`.aggregator_reduce`);
+    ``zero`` marks a node without edges."""
+    return data.StructLayout({"acc": 2 * lanes * acc_width, "mask": lanes, "last": 1,
+                              "zero": 1, "recip": MEAN_RECIP_BITS + 1})
 
 
 def output_beat_layout(lanes: int, elem_width: int) -> data.StructLayout:
@@ -68,13 +70,15 @@ class OutputStage(wiring.Component):
     """Narrows one beat of ``lanes`` accumulators per cycle into ``elem_width`` outputs.
 
     Ports:
-        i: accumulator beats (:func:`accumulator_beat_layout`); always accepted.
+        i: accumulator beats (:func:`accumulator_beat_layout`); always accepted. Each
+            lane's two partial accumulators are combined first (sum, or max with ``max``).
         o: output beats (:func:`output_beat_layout`), :attr:`latency` cycles later; the
             consumer takes every beat (it has reserved room for the beats in flight).
         shift: narrowing shift (0 .. 63), fixed for a run (registered, with its rounding
             constants: a beat may enter from the second cycle after it is set).
         mean: 1 for the ``mean`` reduction (only with ``mean=True``), fixed for a run
             (registered likewise).
+        max: 1 for the ``max`` reduction (only with ``reduce_max=True``), likewise.
         saturated: output elements of one beat that saturated (registered, two cycles
             after the beat leaves on ``o``; 0 when none).
         busy: a beat or its count is still in the pipeline.
@@ -84,19 +88,23 @@ class OutputStage(wiring.Component):
     #: two LUT levels; the second stage ORs the chunks)
     ROUND_CHUNK = 12
 
-    def __init__(self, *, lanes: int, acc_width: int, elem_width: int, mean: bool = True):
+    def __init__(self, *, lanes: int, acc_width: int, elem_width: int, mean: bool = True,
+                 reduce_max: bool = True):
         self.lanes, self.acc_width, self.elem_width, self.has_mean = (
             lanes, acc_width, elem_width, mean)
+        self.has_max = reduce_max
         self._multipliers = [PipelinedMultiplier(signed(MEAN_SUM_WIDTH), MEAN_RECIP_BITS + 1)
                              for _ in range(lanes)] if mean else []
-        # shift, align, round, flags, clamp | multiply, round terms, round | flags, clamp
-        self.latency = 5 + (self._multipliers[0].latency + 2 if mean else 0) + 2
+        # combine, shift, align, round, flags, clamp | multiply, round terms, round |
+        # flags, clamp
+        self.latency = 6 + (self._multipliers[0].latency + 2 if mean else 0) + 2
         super().__init__({
             "i": In(stream.Signature(accumulator_beat_layout(lanes, acc_width),
                                      always_ready=True)),
             "o": Out(stream.Signature(output_beat_layout(lanes, elem_width), always_ready=True)),
             "shift": In(6),
             "mean": In(1),
+            "max": In(1),
             "saturated": Out(range(lanes + 1)),
             "busy": Out(1),
         })
@@ -118,12 +126,25 @@ class OutputStage(wiring.Component):
                      rounds.eq((self.shift != 0) & (self.shift < acc_w)),
                      Cat(mask, half).eq(Cat(*rounding_constants(self.shift, acc_w)))]
 
+        # combine each lane's even and odd accumulators (wrapping like the accumulate)
+        max_sel = Signal(reset_less=True, attrs={"max_fanout": 64})
+        m.d.sync += max_sel.eq(self.max if self.has_max else 0)
+        halves = lanes * acc_w
+        combined = []
+        for even, odd in zip(self._lanes(beat.acc[:halves], acc_w),
+                             self._lanes(beat.acc[halves:], acc_w)):
+            summed = (even + odd)[:acc_w]
+            value = Mux(max_sel, Mux(odd > even, odd, even), summed) if self.has_max else summed
+            combined.append(value[:acc_w])
+        r = chain.stage("combine", acc=Cat(*combined), mask=beat.mask, last=beat.last,
+                        zero=beat.zero, recip=beat.recip)
+
         # shift, in two stages of three mux levels: by the shift's multiple of 8, then by
         # the rest. Beside it, how the dropped bits compare with one half: the half bit
         # (`top`) and whether any bit below it is set (`rest`) give above = top & rest and
         # tie = top & ~rest; both are OR-reductions, in chunks at the first stage and of the
         # chunks at the second (no compare chain)
-        accs = self._lanes(beat.acc, acc_w)
+        accs = self._lanes(r["acc"], acc_w)
         below_half = mask[1:]           # the dropped bits under the half bit
         chunks = range(0, acc_w, self.ROUND_CHUNK)
         top = Cat(*[(a.as_unsigned()[i:i + self.ROUND_CHUNK] & half[i:i + self.ROUND_CHUNK]).any()
@@ -131,8 +152,7 @@ class OutputStage(wiring.Component):
         rest = Cat(*[(a.as_unsigned()[i:i + self.ROUND_CHUNK]
                       & below_half[i:i + self.ROUND_CHUNK]).any() for a in accs for i in chunks])
         r = chain.stage("shift", coarse=Cat(*[a >> Cat(Const(0, 3), shift[3:]) for a in accs]),
-                        top=top, rest=rest,
-                        mask=beat.mask, last=beat.last, zero=beat.zero, recip=beat.recip)
+                        top=top, rest=rest, **{k: r[k] for k in ("mask", "last", "zero", "recip")})
         side = {k: r[k] for k in ("mask", "last", "zero", "recip")}
         inside = shift < acc_w          # beyond the width the quotient rounds to 0
         kept = [Mux(inside, c >> shift[:3], 0) for c in self._lanes(r["coarse"], acc_w)]

@@ -1,19 +1,29 @@
 """The Aggregator's reduce: every gathered row beat times its edge's weight, accumulated
 per node (sum, or max) into one of two banks, and a closed bank read out by the drain.
 
-Per lane, with ``w`` the edge weight and ``x`` a feature element::
+Per lane, with ``w`` the edge weight and ``x`` a feature element, each node keeps two
+partial accumulators, one for its even edges (first, third, ...) and one for its odd::
 
-    acc = w * x                    first edge of the node
+    acc = w * x                    the half's first edge (the odd half starts at the
+                                   identity when the node has a single edge)
     acc = acc + w * x              sum (and mean: the output stage divides)
     acc = max(acc, w * x)          max
 
+and the output stage combines the two (``even + odd`` or ``max(even, odd)``: both are
+associative, and the sum wraps at the accumulator's width either way, so the result is
+bit for bit the one accumulator's). Why two: consecutive beats of one half are at least
+two cycles apart (one-beat rows alternate halves), so the accumulate stage's result is
+registered before it is written or forwarded, and no add or compare sits in a one-cycle
+loop.
+
 Node ``k + 1`` accumulates in one bank while node ``k`` drains from the other. Each
 product is in DSP shape (operand registers, M, P); the old accumulator is read a stage
-ahead, beside the P register, and the value the accumulate stage writes is forwarded to
-the read behind it, so the add and the compare start from flip-flops::
+ahead, beside the P register, and the value the accumulate stage registered is forwarded
+to the read two beats behind it, so the add and the compare start from flip-flops and
+end in one::
 
-    row beat  -> [x, w] -> M -> P ------------------> + / max -> bank RAM
-    descriptor (register slice) ->  old: RAM read | forwarded ^
+    row beat  -> [x, w] -> M -> P ------------------> + / max -> new -> bank RAM
+    descriptor (register slice) ->  old: RAM read | forwarded new ^
 """
 from __future__ import annotations
 
@@ -41,12 +51,13 @@ def bank_read_signature(lanes: int, acc_width: int, max_beats: int) -> wiring.Si
         zero: that bank's node had no valid edge (its outputs are 0).
         recip: that node's mean reciprocal.
         beat: the beat the drain reads (combinational read of ``data``).
-        data: that beat's ``lanes`` accumulators.
+        data: that beat's ``lanes`` accumulators of the node's even edges, then the
+            ``lanes`` of its odd edges (the reduction's identity if it had one edge).
         release: the drain has read the bank's last beat; the other bank is next.
     """
     return wiring.Signature({
         "ready": Out(1), "zero": Out(1), "recip": Out(MEAN_RECIP_BITS + 1),
-        "beat": In(range(max_beats)), "data": Out(lanes * acc_width),
+        "beat": In(range(max_beats)), "data": Out(2 * lanes * acc_width),
         "release": In(1),
     })
 
@@ -91,8 +102,9 @@ class Reduce(wiring.Component):
         entries = bank_entries(self.max_beats)
         entry_bits = (entries - 1).bit_length()
         # a RAM, not registers: distributed RAM on the FPGA, and an indexed array (instead of
-        # a wide multiplexer evaluated every cycle) in Verilator's model
-        m.submodules.acc = acc = Memory(shape=unsigned(self.lanes * self.acc_w),
+        # a wide multiplexer evaluated every cycle) in Verilator's model; a word holds a
+        # beat's even and odd accumulators, written a half at a time
+        m.submodules.acc = acc = Memory(shape=unsigned(2 * self.lanes * self.acc_w),
                                         depth=2 * entries, init=[])
         # the descriptor's control bits leave flip-flops, not the FIFO's block RAM
         m.submodules.head = head_slice = StreamRegister(reduce_descriptor_layout(self.ew))
@@ -108,6 +120,8 @@ class Reduce(wiring.Component):
         beat_no = Signal(range(self.max_beats))
         beat_no1 = Signal(range(self.max_beats + 1), init=1)    # beat_no + 1, counted beside it
         first = Signal(init=1)                # the next beat is its node's first edge's
+        second = Signal()                     # ... its second edge's
+        odd = Signal()                        # ... an odd edge's (the second, fourth, ...)
         bank_zero = Array(Signal(name=f"bank_zero{i}", reset_less=True) for i in range(2))
         bank_recip = Array(Signal(MEAN_RECIP_BITS + 1, name=f"bank_recip{i}", reset_less=True)
                            for i in range(2))
@@ -145,14 +159,16 @@ class Reduce(wiring.Component):
         with m.If(row_pop):
             m.d.sync += [beat_no.eq(beat_no1), beat_no1.eq(beat_no1 + 1)]
             with m.If(last_beat):
-                m.d.sync += [beat_no.eq(0), beat_no1.eq(1), first.eq(0)]
+                m.d.sync += [beat_no.eq(0), beat_no1.eq(1), first.eq(0), second.eq(first),
+                             odd.eq(~odd)]
         with m.If(closing):
-            m.d.sync += [first.eq(1), bank_zero[bank].eq(desc.empty),
+            m.d.sync += [first.eq(1), second.eq(0), odd.eq(0), bank_zero[bank].eq(desc.empty),
                          bank_recip[bank].eq(head.payload.recip)]
         m.d.comb += [self.rows.ready.eq(row_pop), head.ready.eq(desc_pop)]
 
         entry = index(beat_no, bank)
-        s2_new = self._multiply_accumulate(m, acc, row_pop, entry, first, head.payload.desc.weight)
+        self._multiply_accumulate(m, acc, row_pop, entry, first, second, odd,
+                                  head.payload.desc.weight)
 
         # the drain side: a closed bank is ready once none of its products is in flight; a
         # flip-flop, from the values its terms take next (the drain's go starts from it);
@@ -168,69 +184,91 @@ class Reduce(wiring.Component):
                     (filled.bit_select(b, 1) | (closing_empty & (bank == b)))
                     for b in (dbank, ~dbank)]
         m.d.sync += ready.eq(Mux(release, ready_of[1], ready_of[0]))
+        # the drain reads through the write of s3 (a bank is ready with its last product
+        # still there): each half the write enables and addresses comes from its data
         drain_read = acc.read_port(domain="comb")
+        write, half = self._write, self.lanes * self.acc_w
+        through = write.addr == drain_read.addr
         m.d.comb += [
             self.bank.ready.eq(ready),
             self.bank.zero.eq(bank_zero[dbank]), self.bank.recip.eq(bank_recip[dbank]),
             drain_read.addr.eq(index(self.bank.beat, dbank)),
-            self.bank.data.eq(drain_read.data),
+            self.bank.data.eq(Cat(*[Mux(through & write.en[h], write.data.word_select(h, half),
+                                        drain_read.data.word_select(h, half))
+                                    for h in range(2)])),
         ]
         return m
 
-    def _multiply_accumulate(self, m, acc, valid, entry, first, weight):
+    def _multiply_accumulate(self, m, acc, valid, entry, first, second, odd, weight):
         """The product pipeline and the accumulate stage; sets :attr:`_in_pipe` (per bank: a
-        product of it will be in p2 or s2) and drives ``busy``."""
+        product of it will be in p2 or s2) and :attr:`_write` (the bank RAM's write port,
+        from s3), and drives ``busy``."""
         lanes, ew, acc_w = self.lanes, self.ew, self.acc_w
         depth = len(entry)
+        half = lanes * acc_w
 
         def regs(prefix, **shapes):
             return [Signal(shape, name=f"{prefix}_{n}", reset_less=True) for n, shape in shapes.items()]
 
-        p1_valid, p2_valid, s2_valid = Signal(), Signal(), Signal()
-        p1_index, p1_first, p1_x, p1_w = regs("p1", index=depth, first=1, x=lanes * ew, w=signed(ew))
-        p2_index, p2_first, p2_prod = regs("p2", index=depth, first=1, prod=lanes * 2 * ew)
-        s2_index, s2_prod, s2_old = regs("s2", index=depth, prod=lanes * 2 * ew,
-                                         old=lanes * acc_w)
-        forward = Signal(reset_less=True)     # s2 writes the entry p2 reads
+        p1_valid, p2_valid, s2_valid, s3_valid = (Signal(name=f"{n}_valid")
+                                                  for n in ("p1", "p2", "s2", "s3"))
+        # `fresh`: the beat is its half's first (the node's first or second edge), so it
+        # meets the identity; `first` also writes the identity into the odd half
+        p1_index, p1_first, p1_fresh, p1_odd, p1_x, p1_w = regs(
+            "p1", index=depth, first=1, fresh=1, odd=1, x=lanes * ew, w=signed(ew))
+        p2_index, p2_first, p2_fresh, p2_odd, p2_prod = regs(
+            "p2", index=depth, first=1, fresh=1, odd=1, prod=lanes * 2 * ew)
+        s2_index, s2_first, s2_odd, s2_prod, s2_old = regs(
+            "s2", index=depth, first=1, odd=1, prod=lanes * 2 * ew, old=half)
+        s3_index, s3_first, s3_odd, s3_new = regs("s3", index=depth, first=1, odd=1, new=half)
+        forward = Signal(reset_less=True)     # s3 writes the entry and half p2 reads
         is_max = Signal(reset_less=True)
-        new = Signal(lanes * acc_w)
         update_read = acc.read_port(domain="comb")
-        write = acc.write_port()
+        write = acc.write_port(granularity=half)
         m.d.sync += [
             p1_valid.eq(valid), p1_index.eq(entry), p1_first.eq(first),
+            p1_fresh.eq(first | second), p1_odd.eq(odd),
             p1_x.eq(self.rows.payload), p1_w.eq(weight),
             p2_valid.eq(p1_valid), p2_index.eq(p1_index), p2_first.eq(p1_first),
+            p2_fresh.eq(p1_fresh), p2_odd.eq(p1_odd),
             p2_prod.eq(Cat(*[(p1_x.word_select(k, ew).as_signed() * p1_w)[:2 * ew]
                              for k in range(lanes)])),
-            s2_valid.eq(p2_valid), s2_index.eq(p2_index),
-            s2_prod.eq(p2_prod),
-            forward.eq(p2_valid & (p1_index == p2_index)),
+            s2_valid.eq(p2_valid), s2_index.eq(p2_index), s2_first.eq(p2_first),
+            s2_odd.eq(p2_odd), s2_prod.eq(p2_prod),
+            s3_valid.eq(s2_valid), s3_index.eq(s2_index), s3_first.eq(s2_first),
+            s3_odd.eq(s2_odd),
+            # the beat two behind one into the same entry and half (a one-beat row two
+            # edges on) reads before s3 writes it; the beat right behind never shares both
+            forward.eq(s2_valid & (p1_index == s2_index) & (p1_odd == s2_odd)),
             is_max.eq(self.max if self.reduce_max else 0),
         ]
-        # a node's first product meets the identity of its reduction instead of the old
+        # a half's first product meets the identity of its reduction instead of the old
         # accumulator (0 for sum, the least value for max: every product is above it), so
         # the accumulate stage has no `first` to decide
-        identity = Cat(Const(0, acc_w - 1), is_max)
-        m.d.sync += s2_old.eq(Mux(p2_first, identity.replicate(lanes),
-                                  Mux(forward, new, update_read.data)))
+        identity = Cat(Const(0, acc_w - 1), is_max).replicate(lanes)
+        stored = Mux(p2_odd, update_read.data[half:], update_read.data[:half])
+        m.d.sync += s2_old.eq(Mux(p2_fresh, identity, Mux(forward, s3_new, stored)))
         m.d.comb += update_read.addr.eq(p2_index)
+        new = []
         for lane in range(lanes):
             prod = s2_prod.word_select(lane, 2 * ew).as_signed()
             prev = s2_old.word_select(lane, acc_w).as_signed()
             summed = (prev + prod)[:acc_w]
-            if self.reduce_max:
-                value = Mux(is_max, Mux(prod > prev, prod, prev), summed)
-            else:
-                value = summed
-            m.d.comb += new.word_select(lane, acc_w).eq(value)
-        m.d.comb += [write.addr.eq(s2_index), write.data.eq(new), write.en.eq(s2_valid)]
+            value = Mux(is_max, Mux(prod > prev, prod, prev), summed) if self.reduce_max else summed
+            new.append(value[:acc_w])
+        m.d.sync += s3_new.eq(Cat(*new))
+        # the node's first edge also sets its odd half to the identity (a node with one
+        # edge then drains `identity` there, which the combine leaves alone)
+        m.d.comb += [write.addr.eq(s3_index),
+                     write.data.eq(Cat(s3_new, Mux(s3_first, identity, s3_new))),
+                     write.en.eq(Cat(s3_valid & ~s3_odd, s3_valid & (s3_odd | s3_first)))]
 
         # per bank, whether a product of it will be in p2 or s2 next cycle (the one entering
-        # p1 is the caller's to know)
+        # p1 is the caller's to know; one in s3 the drain reads through its write)
         self._in_pipe = Signal(2)
+        self._write = write
         bank_bit = depth - 1
         for b in range(2):
             m.d.comb += self._in_pipe[b].eq((p1_valid & (p1_index[bank_bit] == b)) |
                                             (p2_valid & (p2_index[bank_bit] == b)))
-        m.d.comb += self.busy.eq(p1_valid | p2_valid | s2_valid)
-        return new
+        m.d.comb += self.busy.eq(p1_valid | p2_valid | s2_valid | s3_valid)

@@ -88,8 +88,12 @@ def test_reduce_accumulates_like_integer_arithmetic(op, row_beats, p_row, p_drai
             release = reading and beat == row_beats - 1
             ctx.set(dut.bank.release, release)
             if reading:
+                # the node's even and odd edges' accumulators, as the output stage combines them
                 data = ctx.get(dut.bank.data)
-                beats.append([_wrap(data >> (ACC_W * k)) for k in range(LANES)])
+                even = [_wrap(data >> (ACC_W * k)) for k in range(LANES)]
+                odd = [_wrap(data >> (ACC_W * (LANES + k))) for k in range(LANES)]
+                beats.append([max(e, o) if op == "max" else _wrap(e + o)
+                              for e, o in zip(even, odd)])
                 beat += 1
             if release:
                 got.append((ctx.get(dut.bank.zero), ctx.get(dut.bank.recip), beats))

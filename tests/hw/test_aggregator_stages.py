@@ -86,21 +86,44 @@ def _beats(rng, n):
     return beats
 
 
-@pytest.mark.parametrize("mean", [True, False])
-def test_output_stage_narrows_like_the_golden_model(mean):
+def _halves(acc, rng, op="sum"):
+    """The ``acc`` field of an accumulator beat whose lanes combine to ``acc``: a random
+    split of each sum (wrapping at ACC_W), or for max the value beside a smaller one (or the
+    identity, as for a node with one edge), either half."""
+    bits = (1 << ACC_W) - 1
+    even, odd = [], []
+    for a in acc:
+        if op == "max":
+            other = a - int(rng.integers(0, 1 << 40)) if rng.random() < 0.8 else -(1 << (ACC_W - 1))
+            pair = [a, max(other, -(1 << (ACC_W - 1)))]
+            if rng.random() < 0.5:
+                pair.reverse()
+        else:
+            part = int(rng.integers(-(1 << 62), 1 << 62))
+            pair = [a - part, part]
+        even.append(pair[0] & bits)
+        odd.append(pair[1] & bits)
+    return sum(v << (ACC_W * k) for k, v in enumerate(even + odd))
+
+
+@pytest.mark.parametrize("mean, op", [(True, "sum"), (False, "sum"), (False, "max")])
+def test_output_stage_narrows_like_the_golden_model(mean, op):
     """One beat a cycle, back to back (and with gaps), every lane and its saturation count;
-    the shift changes between beats here, so each beat waits for its registered constants."""
+    the shift changes between beats here, so each beat waits for its registered constants.
+    Each lane arrives as two partial accumulators, combined first."""
     dut = OutputStage(lanes=LANES, acc_width=ACC_W, elem_width=EW, mean=mean)
-    beats = _beats(np.random.default_rng(7 + mean), 120)
+    rng = np.random.default_rng(7 + mean + 2 * (op == "max"))
+    beats = _beats(rng, 120)
     got, counts = [], []
 
     async def bench(ctx):
         ctx.set(dut.mean, mean)
+        ctx.set(dut.max, op == "max")
         for acc, shift, degree, mask, last in beats:
             ctx.set(dut.shift, shift)
             ctx.set(dut.i.valid, 0)
             await ctx.tick()          # the registered rounding constants follow the shift
-            payload = {"acc": sum((a & ((1 << ACC_W) - 1)) << (ACC_W * k) for k, a in enumerate(acc)),
+            payload = {"acc": _halves(acc, rng, op),
                        "mask": sum(b << k for k, b in enumerate(mask)), "last": last,
                        "zero": degree == 0, "recip": int(mean_reciprocal(degree)) if degree else 0}
             ctx.set(dut.i.payload, payload)
@@ -133,7 +156,8 @@ def test_output_stage_narrows_like_the_golden_model(mean):
 
 def test_output_stage_takes_a_beat_every_cycle():
     dut = OutputStage(lanes=LANES, acc_width=ACC_W, elem_width=EW, mean=True)
-    beats = [b for b in _beats(np.random.default_rng(3), 60)]
+    rng = np.random.default_rng(3)
+    beats = [b for b in _beats(rng, 60)]
     shift = 9
     got, counts = [], []
 
@@ -145,7 +169,7 @@ def test_output_stage_takes_a_beat_every_cycle():
             if t < len(beats):
                 acc, _, degree, mask, last = beats[t]
                 ctx.set(dut.i.payload, {
-                    "acc": sum((a & ((1 << ACC_W) - 1)) << (ACC_W * k) for k, a in enumerate(acc)),
+                    "acc": _halves(acc, rng),
                     "mask": sum(b << k for k, b in enumerate(mask)), "last": last,
                     "zero": degree == 0, "recip": int(mean_reciprocal(degree)) if degree else 0})
             ctx.set(dut.i.valid, t < len(beats))
