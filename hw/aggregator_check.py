@@ -22,14 +22,16 @@ from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
 
-class _Step(enum.Enum, shape=3):
+class _Step(enum.Enum, shape=6):
+    """One-hot (IDLE: none): each step's enable is one flip-flop, not a decode, in front of
+    the wide registers it loads."""
     IDLE = 0
-    TERMS = 1      # alignment flags, byte counts, base + size
-    ROUND = 2      # whole beats, row bytes; the multiplier is loaded
-    MULTIPLY = 3   # (N - 1) * stride, one bit per cycle
-    NEED = 4       # product + row bytes
-    COMPARE = 5    # every size and stride against its need
-    RESULT = 6     # the OR of every flag
+    TERMS = 1 << 0      # alignment flags, byte counts, base + size
+    ROUND = 1 << 1      # whole beats, row bytes; the multiplier is loaded
+    MULTIPLY = 1 << 2   # (N - 1) * stride, one bit per cycle
+    NEED = 1 << 3       # product + row bytes
+    COMPARE = 1 << 4    # every size and stride against its need
+    RESULT = 1 << 5     # the OR of every flag
 
 
 class ConfigCheck(wiring.Component):
@@ -71,6 +73,10 @@ class ConfigCheck(wiring.Component):
         cfg, lanes, bpb, aw = self.cfg, self.lanes, self.bpb, self.aw
         align, beat_bits = bpb - 1, bpb.bit_length() - 1
         step = Signal(_Step)
+
+        def at(which: _Step):
+            return step.as_value()[which.value.bit_length() - 1]
+
         use_weights = cfg.use_weights[0]
         n = cfg.num_nodes
 
@@ -82,7 +88,7 @@ class ConfigCheck(wiring.Component):
 
         def flag(name, value):
             flags[name] = reg(1, f"bad_{name}")
-            with m.If(step == _Step.TERMS):
+            with m.If(at(_Step.TERMS)):
                 m.d.sync += flags[name].eq(value)
 
         buffers = ("indptr", "indices", "weights", "feat", "out")
@@ -93,18 +99,21 @@ class ConfigCheck(wiring.Component):
             addr_bad = (cfg[f"{name}_addr"] & align) != 0
             wrap = ((cfg[f"{name}_addr"] + cfg[f"{name}_size"]) >> aw) != 0
             flag(f"{name}_align", (use_weights if name == "weights" else 1) & addr_bad)
-            used = {"weights": use_weights, "feat": n != 0, "out": n != 0}.get(name, 1)
-            flag(f"{name}_wrap", used & wrap)
+            if name in ("feat", "out"):
+                flag(f"{name}_wrap", wrap)      # counts only with N > 0 (at RESULT)
+            else:
+                flag(f"{name}_wrap", (use_weights if name == "weights" else 1) & wrap)
         for name in ("feat_stride", "out_stride"):
             flag(f"{name}_align", (cfg[name] & align) != 0)
         flag("nodes_max", n == 0xFFFF_FFFF)
 
         n_minus_1, nonempty = reg(32, "n_minus_1"), reg(1, "nonempty")
+        one_node = reg(1, "one_node")         # N - 1 == 0, for the multiplier's first step
         ptr_bytes, idx_bytes, w_bytes = reg(35, "ptr_bytes"), reg(35, "idx_bytes"), reg(35, "w_bytes")
         row_beats = reg(len(self.row_beats), "row_beats_r")
-        with m.If(step == _Step.TERMS):
+        with m.If(at(_Step.TERMS)):
             m.d.sync += [
-                n_minus_1.eq(n - 1), nonempty.eq(n != 0),
+                n_minus_1.eq(n - 1), nonempty.eq(n != 0), one_node.eq(n == 1),
                 ptr_bytes.eq((n + 1) << 2), idx_bytes.eq(cfg.num_edges << 2),
                 w_bytes.eq(cfg.num_edges * (self.ew // 8)),
                 row_beats.eq((cfg.feat_dim + lanes - 1) >> (lanes.bit_length() - 1)),
@@ -116,7 +125,7 @@ class ConfigCheck(wiring.Component):
 
         need = {name: reg(65, f"need_{name}") for name in buffers}
         last_lanes = (cfg.feat_dim - (row_beats - 1) * lanes)[:lanes.bit_length()]
-        with m.If(step == _Step.ROUND):
+        with m.If(at(_Step.ROUND)):
             m.d.sync += [
                 need["indptr"].eq(whole_beats(ptr_bytes)), need["indices"].eq(whole_beats(idx_bytes)),
                 need["weights"].eq(whole_beats(w_bytes)),
@@ -130,46 +139,43 @@ class ConfigCheck(wiring.Component):
         multiplied = reg(1, "multiplied")     # multiplier == 0, a flip-flop beside it
         products = {name: reg(64, f"{name}_product") for name in ("feat", "out")}
         addends = {name: reg(64, f"{name}_addend") for name in ("feat", "out")}
-        with m.If(step == _Step.ROUND):
-            m.d.sync += [multiplier.eq(n_minus_1), multiplied.eq(n_minus_1 == 0)]
+        with m.If(at(_Step.ROUND)):
+            m.d.sync += [multiplier.eq(n_minus_1), multiplied.eq(one_node)]
             for name in products:
                 m.d.sync += [products[name].eq(0), addends[name].eq(cfg[f"{name}_stride"])]
-        with m.If(step == _Step.MULTIPLY):
+        with m.If(at(_Step.MULTIPLY)):
             m.d.sync += [multiplier.eq(multiplier >> 1), multiplied.eq(multiplier[1:] == 0)]
             for name in products:
                 m.d.sync += [addends[name].eq(addends[name] << 1),
                              products[name].eq(products[name] + Mux(multiplier[0], addends[name], 0))]
-        with m.If(step == _Step.NEED):
+        with m.If(at(_Step.NEED)):
             for name in products:
                 m.d.sync += need[name].eq(products[name] + self.row_bytes)
 
         # COMPARE: each size against its need, each stride against the row
         bad = {name: reg(1, f"small_{name}") for name in buffers}
         short = {name: reg(1, f"short_{name}") for name in ("feat_stride", "out_stride")}
-        with m.If(step == _Step.COMPARE):
-            for name in buffers:
-                used = {"weights": use_weights, "feat": nonempty, "out": nonempty}.get(name, 1)
-                m.d.sync += bad[name].eq(used & (need[name] > cfg[f"{name}_size"]))
+        with m.If(at(_Step.COMPARE)):
+            for name in buffers:                # counted only where used (at RESULT)
+                m.d.sync += bad[name].eq(need[name] > cfg[f"{name}_size"])
             for name in short:
                 m.d.sync += short[name].eq(nonempty & (cfg[name] < self.row_bytes))
 
-        with m.Switch(step):
-            with m.Case(_Step.IDLE):
-                pass
-            with m.Case(_Step.TERMS):
-                m.d.sync += step.eq(_Step.ROUND)
-            with m.Case(_Step.ROUND):
-                m.d.sync += step.eq(_Step.MULTIPLY)
-            with m.Case(_Step.MULTIPLY):
-                with m.If(multiplied):
-                    m.d.sync += step.eq(_Step.NEED)
-            with m.Case(_Step.NEED):
-                m.d.sync += step.eq(_Step.COMPARE)
-            with m.Case(_Step.COMPARE):
-                m.d.sync += step.eq(_Step.RESULT)
-            with m.Case(_Step.RESULT):
-                m.d.sync += [self.error.eq(Cat(*flags.values(), *bad.values(), *short.values()).any()),
-                             self.done.eq(1), step.eq(_Step.IDLE)]
+        # the next step, bit by bit (one LUT each): TERMS on start, then one step a cycle,
+        # MULTIPLY until the multiplier is spent
+        go = ~self.start
+        S = _Step
+        m.d.sync += step.as_value().eq(Cat(
+            self.start, go & at(S.TERMS), go & (at(S.ROUND) | (at(S.MULTIPLY) & ~multiplied)),
+            go & at(S.MULTIPLY) & multiplied, go & at(S.NEED), go & at(S.COMPARE)))
+        per_node = Cat(flags.pop("feat_wrap"), flags.pop("out_wrap"), bad.pop("feat"),
+                       bad.pop("out"))
+        weights = bad.pop("weights")
+        with m.If(at(S.RESULT)):
+            m.d.sync += [self.error.eq(Cat(*flags.values(), *bad.values(), *short.values(),
+                                           nonempty & per_node.any(),
+                                           use_weights & weights).any()),
+                         self.done.eq(1)]
         with m.If(self.start):
-            m.d.sync += [step.eq(_Step.TERMS), self.done.eq(0)]
+            m.d.sync += self.done.eq(0)
         return m
