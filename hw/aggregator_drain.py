@@ -146,7 +146,8 @@ class Drain(wiring.Component):
             self.o.valid.eq(go), beat.acc.eq(self.bank.data),
             beat.mask.eq(Mux(d_last, self.last_mask, (1 << self.lanes) - 1)),
             beat.last.eq(d_last | ends_first),
-            beat.zero.eq(self.bank.zero), beat.recip.eq(self.bank.recip),
+            beat.zero.eq(self.bank.zero), beat.single.eq(self.bank.single),
+            beat.recip.eq(self.bank.recip),
         ]
         m.d.comb += [self.o.payload.eq(beat), self.busy.eq(self.o.valid)]
         return m

@@ -31,9 +31,10 @@ from .arith import (PipelinedMultiplier, clamp, rounding_constants, rounding_ter
 def accumulator_beat_layout(lanes: int, acc_width: int) -> data.StructLayout:
     """One beat of accumulators on its way out: ``acc`` holds the ``lanes`` accumulators of
     the node's even edges, then those of its odd edges (see :mod:`.aggregator_reduce`);
-    ``zero`` marks a node without edges."""
+    ``single`` marks a node with one edge (its odd accumulators are not its own), ``zero``
+    one without edges."""
     return data.StructLayout({"acc": 2 * lanes * acc_width, "mask": lanes, "last": 1,
-                              "zero": 1, "recip": MEAN_RECIP_BITS + 1})
+                              "zero": 1, "single": 1, "recip": MEAN_RECIP_BITS + 1})
 
 
 def output_beat_layout(lanes: int, elem_width: int) -> data.StructLayout:
@@ -71,7 +72,8 @@ class OutputStage(wiring.Component):
 
     Ports:
         i: accumulator beats (:func:`accumulator_beat_layout`); always accepted. Each
-            lane's two partial accumulators are combined first (sum, or max with ``max``).
+            lane's two partial accumulators are combined first (sum, or max with ``max``;
+            the even one alone with ``single``).
         o: output beats (:func:`output_beat_layout`), :attr:`latency` cycles later; the
             consumer takes every beat (it has reserved room for the beats in flight).
         shift: narrowing shift (0 .. 63), fixed for a run (registered, with its rounding
@@ -135,7 +137,7 @@ class OutputStage(wiring.Component):
                              self._lanes(beat.acc[halves:], acc_w)):
             summed = (even + odd)[:acc_w]
             value = Mux(max_sel, Mux(odd > even, odd, even), summed) if self.has_max else summed
-            combined.append(value[:acc_w])
+            combined.append(Mux(beat.single, even, value)[:acc_w])
         r = chain.stage("combine", acc=Cat(*combined), mask=beat.mask, last=beat.last,
                         zero=beat.zero, recip=beat.recip)
 

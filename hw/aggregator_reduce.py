@@ -4,14 +4,14 @@ per node (sum, or max) into one of two banks, and a closed bank read out by the 
 Per lane, with ``w`` the edge weight and ``x`` a feature element, each node keeps two
 partial accumulators, one for its even edges (first, third, ...) and one for its odd::
 
-    acc = w * x                    the half's first edge (the odd half starts at the
-                                   identity when the node has a single edge)
+    acc = w * x                    the half's first edge
     acc = acc + w * x              sum (and mean: the output stage divides)
     acc = max(acc, w * x)          max
 
 and the output stage combines the two (``even + odd`` or ``max(even, odd)``: both are
 associative, and the sum wraps at the accumulator's width either way, so the result is
-bit for bit the one accumulator's). Why two: consecutive beats of one half are at least
+bit for bit the one accumulator's), or takes the even one alone for a node with a single
+edge (its odd half holds an older node's values). Why two: consecutive beats of one half are at least
 two cycles apart (one-beat rows alternate halves), so the accumulate stage's result is
 registered before it is written or forwarded, and no add or compare sits in a one-cycle
 loop.
@@ -51,12 +51,13 @@ def bank_read_signature(lanes: int, acc_width: int, max_beats: int) -> wiring.Si
         zero: that bank's node had no valid edge (its outputs are 0).
         recip: that node's mean reciprocal.
         beat: the beat the drain reads (combinational read of ``data``).
+        single: that bank's node had one edge (only the even accumulators hold it).
         data: that beat's ``lanes`` accumulators of the node's even edges, then the
-            ``lanes`` of its odd edges (the reduction's identity if it had one edge).
+            ``lanes`` of its odd edges (meaningless with ``single``).
         release: the drain has read the bank's last beat; the other bank is next.
     """
     return wiring.Signature({
-        "ready": Out(1), "zero": Out(1), "recip": Out(MEAN_RECIP_BITS + 1),
+        "ready": Out(1), "zero": Out(1), "single": Out(1), "recip": Out(MEAN_RECIP_BITS + 1),
         "beat": In(range(max_beats)), "data": Out(2 * lanes * acc_width),
         "release": In(1),
     })
@@ -123,6 +124,7 @@ class Reduce(wiring.Component):
         second = Signal()                     # ... its second edge's
         odd = Signal()                        # ... an odd edge's (the second, fourth, ...)
         bank_zero = Array(Signal(name=f"bank_zero{i}", reset_less=True) for i in range(2))
+        bank_single = Array(Signal(name=f"bank_single{i}", reset_less=True) for i in range(2))
         bank_recip = Array(Signal(MEAN_RECIP_BITS + 1, name=f"bank_recip{i}", reset_less=True)
                            for i in range(2))
         row_pop, desc_pop = Signal(), Signal()
@@ -162,7 +164,9 @@ class Reduce(wiring.Component):
                 m.d.sync += [beat_no.eq(0), beat_no1.eq(1), first.eq(0), second.eq(first),
                              odd.eq(~odd)]
         with m.If(closing):
+            # (closing with a row beat: `first` says the closing edge is the node's only one)
             m.d.sync += [first.eq(1), second.eq(0), odd.eq(0), bank_zero[bank].eq(desc.empty),
+                         bank_single[bank].eq(first),
                          bank_recip[bank].eq(head.payload.recip)]
         m.d.comb += [self.rows.ready.eq(row_pop), head.ready.eq(desc_pop)]
 
@@ -191,7 +195,8 @@ class Reduce(wiring.Component):
         through = write.addr == drain_read.addr
         m.d.comb += [
             self.bank.ready.eq(ready),
-            self.bank.zero.eq(bank_zero[dbank]), self.bank.recip.eq(bank_recip[dbank]),
+            self.bank.zero.eq(bank_zero[dbank]), self.bank.single.eq(bank_single[dbank]),
+            self.bank.recip.eq(bank_recip[dbank]),
             drain_read.addr.eq(index(self.bank.beat, dbank)),
             self.bank.data.eq(Cat(*[Mux(through & write.en[h], write.data.word_select(h, half),
                                         drain_read.data.word_select(h, half))
@@ -213,30 +218,28 @@ class Reduce(wiring.Component):
         p1_valid, p2_valid, s2_valid, s3_valid = (Signal(name=f"{n}_valid")
                                                   for n in ("p1", "p2", "s2", "s3"))
         # `fresh`: the beat is its half's first (the node's first or second edge), so it
-        # meets the identity; `first` also writes the identity into the odd half
-        p1_index, p1_first, p1_fresh, p1_odd, p1_x, p1_w = regs(
-            "p1", index=depth, first=1, fresh=1, odd=1, x=lanes * ew, w=signed(ew))
-        p2_index, p2_first, p2_fresh, p2_odd, p2_prod = regs(
-            "p2", index=depth, first=1, fresh=1, odd=1, prod=lanes * 2 * ew)
-        s2_index, s2_first, s2_odd, s2_prod, s2_old = regs(
-            "s2", index=depth, first=1, odd=1, prod=lanes * 2 * ew, old=half)
-        s3_index, s3_first, s3_odd, s3_new = regs("s3", index=depth, first=1, odd=1, new=half)
+        # meets the identity
+        p1_index, p1_fresh, p1_odd, p1_x, p1_w = regs(
+            "p1", index=depth, fresh=1, odd=1, x=lanes * ew, w=signed(ew))
+        p2_index, p2_fresh, p2_odd, p2_prod = regs(
+            "p2", index=depth, fresh=1, odd=1, prod=lanes * 2 * ew)
+        s2_index, s2_odd, s2_prod, s2_old = regs(
+            "s2", index=depth, odd=1, prod=lanes * 2 * ew, old=half)
+        s3_index, s3_odd, s3_new = regs("s3", index=depth, odd=1, new=half)
         forward = Signal(reset_less=True)     # s3 writes the entry and half p2 reads
         is_max = Signal(reset_less=True)
         update_read = acc.read_port(domain="comb")
         write = acc.write_port(granularity=half)
         m.d.sync += [
-            p1_valid.eq(valid), p1_index.eq(entry), p1_first.eq(first),
-            p1_fresh.eq(first | second), p1_odd.eq(odd),
+            p1_valid.eq(valid), p1_index.eq(entry), p1_fresh.eq(first | second), p1_odd.eq(odd),
             p1_x.eq(self.rows.payload), p1_w.eq(weight),
-            p2_valid.eq(p1_valid), p2_index.eq(p1_index), p2_first.eq(p1_first),
-            p2_fresh.eq(p1_fresh), p2_odd.eq(p1_odd),
+            p2_valid.eq(p1_valid), p2_index.eq(p1_index), p2_fresh.eq(p1_fresh),
+            p2_odd.eq(p1_odd),
             p2_prod.eq(Cat(*[(p1_x.word_select(k, ew).as_signed() * p1_w)[:2 * ew]
                              for k in range(lanes)])),
-            s2_valid.eq(p2_valid), s2_index.eq(p2_index), s2_first.eq(p2_first),
-            s2_odd.eq(p2_odd), s2_prod.eq(p2_prod),
-            s3_valid.eq(s2_valid), s3_index.eq(s2_index), s3_first.eq(s2_first),
-            s3_odd.eq(s2_odd),
+            s2_valid.eq(p2_valid), s2_index.eq(p2_index), s2_odd.eq(p2_odd),
+            s2_prod.eq(p2_prod),
+            s3_valid.eq(s2_valid), s3_index.eq(s2_index), s3_odd.eq(s2_odd),
             # the beat two behind one into the same entry and half (a one-beat row two
             # edges on) reads before s3 writes it; the beat right behind never shares both
             forward.eq(s2_valid & (p1_index == s2_index) & (p1_odd == s2_odd)),
@@ -257,11 +260,8 @@ class Reduce(wiring.Component):
             value = Mux(is_max, Mux(prod > prev, prod, prev), summed) if self.reduce_max else summed
             new.append(value[:acc_w])
         m.d.sync += s3_new.eq(Cat(*new))
-        # the node's first edge also sets its odd half to the identity (a node with one
-        # edge then drains `identity` there, which the combine leaves alone)
-        m.d.comb += [write.addr.eq(s3_index),
-                     write.data.eq(Cat(s3_new, Mux(s3_first, identity, s3_new))),
-                     write.en.eq(Cat(s3_valid & ~s3_odd, s3_valid & (s3_odd | s3_first)))]
+        m.d.comb += [write.addr.eq(s3_index), write.data.eq(s3_new.replicate(2)),
+                     write.en.eq(Cat(s3_valid & ~s3_odd, s3_valid & s3_odd))]
 
         # per bank, whether a product of it will be in p2 or s2 next cycle (the one entering
         # p1 is the caller's to know; one in s3 the drain reads through its write)

@@ -87,15 +87,17 @@ def _beats(rng, n):
 
 
 def _halves(acc, rng, op="sum"):
-    """The ``acc`` field of an accumulator beat whose lanes combine to ``acc``: a random
-    split of each sum (wrapping at ACC_W), or for max the value beside a smaller one (or the
-    identity, as for a node with one edge), either half."""
+    """``acc`` and ``single`` of an accumulator beat whose lanes combine to ``acc``: a random
+    split of each sum (wrapping at ACC_W), for max the value beside a smaller one, either
+    half; or, as for a node with one edge, ``acc`` in the even half beside anything."""
     bits = (1 << ACC_W) - 1
+    single = bool(rng.random() < 0.2)
     even, odd = [], []
     for a in acc:
-        if op == "max":
-            other = a - int(rng.integers(0, 1 << 40)) if rng.random() < 0.8 else -(1 << (ACC_W - 1))
-            pair = [a, max(other, -(1 << (ACC_W - 1)))]
+        if single:
+            pair = [a, int(rng.integers(-(1 << 62), 1 << 62))]
+        elif op == "max":
+            pair = [a, a - int(rng.integers(0, 1 << 40))]
             if rng.random() < 0.5:
                 pair.reverse()
         else:
@@ -103,7 +105,7 @@ def _halves(acc, rng, op="sum"):
             pair = [a - part, part]
         even.append(pair[0] & bits)
         odd.append(pair[1] & bits)
-    return sum(v << (ACC_W * k) for k, v in enumerate(even + odd))
+    return {"acc": sum(v << (ACC_W * k) for k, v in enumerate(even + odd)), "single": single}
 
 
 @pytest.mark.parametrize("mean, op", [(True, "sum"), (False, "sum"), (False, "max")])
@@ -123,7 +125,7 @@ def test_output_stage_narrows_like_the_golden_model(mean, op):
             ctx.set(dut.shift, shift)
             ctx.set(dut.i.valid, 0)
             await ctx.tick()          # the registered rounding constants follow the shift
-            payload = {"acc": _halves(acc, rng, op),
+            payload = {**_halves(acc, rng, op),
                        "mask": sum(b << k for k, b in enumerate(mask)), "last": last,
                        "zero": degree == 0, "recip": int(mean_reciprocal(degree)) if degree else 0}
             ctx.set(dut.i.payload, payload)
@@ -169,7 +171,7 @@ def test_output_stage_takes_a_beat_every_cycle():
             if t < len(beats):
                 acc, _, degree, mask, last = beats[t]
                 ctx.set(dut.i.payload, {
-                    "acc": _halves(acc, rng),
+                    **_halves(acc, rng),
                     "mask": sum(b << k for k, b in enumerate(mask)), "last": last,
                     "zero": degree == 0, "recip": int(mean_reciprocal(degree)) if degree else 0})
             ctx.set(dut.i.valid, t < len(beats))
