@@ -124,7 +124,6 @@ class Drain(wiring.Component):
             self.aw.valid.eq(self.bank.ready & ~launched & has_credit & needs_aw),
             self.aw.payload.addr.eq(Mux(d_first, out_row_addr, second_addr)),
             self.aw.payload.len.eq(Mux(d_first, first_len_m1, second_len_m1)),
-            self.bank.beat.eq(d_beat),
             self.bank.release.eq(advance),
         ]
         m.d.sync += [credits.eq(Mux(go & ~self.beat_done, credits - 1,
@@ -139,15 +138,22 @@ class Drain(wiring.Component):
         with m.If(advanced):
             m.d.sync += self.nodes.eq(self.nodes + 1)
 
-        # the beat leaves from registers; they load every cycle (no enable to fan out), and
-        # o.valid qualifies them
+        # the beat leaves from registers in two steps; they load every cycle (no enable to
+        # fan out), and the valids qualify them. At the go: the beat's number and the bank's
+        # flags; a cycle later its accumulators, read at that number (the bank's last
+        # product, still in the reduce's last stage at the go, is written by then)
         beat = Signal(accumulator_beat_layout(self.lanes, self.acc_w), reset_less=True)
+        side = Signal(accumulator_beat_layout(self.lanes, self.acc_w), reset_less=True)
+        side_valid = Signal()
+        read_beat = Signal.like(d_beat, reset_less=True)
         m.d.sync += [
-            self.o.valid.eq(go), beat.acc.eq(self.bank.data),
-            beat.mask.eq(Mux(d_last, self.last_mask, (1 << self.lanes) - 1)),
-            beat.last.eq(d_last | ends_first),
-            beat.zero.eq(self.bank.zero), beat.single.eq(self.bank.single),
-            beat.recip.eq(self.bank.recip),
+            side_valid.eq(go), read_beat.eq(d_beat),
+            side.mask.eq(Mux(d_last, self.last_mask, (1 << self.lanes) - 1)),
+            side.last.eq(d_last | ends_first),
+            side.zero.eq(self.bank.zero), side.single.eq(self.bank.single),
+            side.recip.eq(self.bank.recip),
+            self.o.valid.eq(side_valid), beat.eq(side), beat.acc.eq(self.bank.data),
         ]
-        m.d.comb += [self.o.payload.eq(beat), self.busy.eq(self.o.valid)]
+        m.d.comb += [self.bank.beat.eq(read_beat),
+                     self.o.payload.eq(beat), self.busy.eq(side_valid | self.o.valid)]
         return m

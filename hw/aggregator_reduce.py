@@ -50,7 +50,8 @@ def bank_read_signature(lanes: int, acc_width: int, max_beats: int) -> wiring.Si
         ready: the drain's bank is closed and its last product is in.
         zero: that bank's node had no valid edge (its outputs are 0).
         recip: that node's mean reciprocal.
-        beat: the beat the drain reads (combinational read of ``data``).
+        beat: the beat the drain reads, the cycle after it read the flags above
+            (combinational read of ``data``, in the bank those flags were of).
         single: that bank's node had one edge (only the even accumulators hold it).
         data: that beat's ``lanes`` accumulators of the node's even edges, then the
             ``lanes`` of its odd edges (meaningless with ``single``).
@@ -188,26 +189,23 @@ class Reduce(wiring.Component):
                     (filled.bit_select(b, 1) | (closing_empty & (bank == b)))
                     for b in (dbank, ~dbank)]
         m.d.sync += ready.eq(Mux(release, ready_of[1], ready_of[0]))
-        # the drain reads through the write of s3 (a bank is ready with its last product
-        # still there): each half the write enables and addresses comes from its data
+        # the drain reads a beat's accumulators a cycle after its flags (and its go): the
+        # bank the flags were of, with any product that was still in s3 then written
+        read_bank = Signal()
+        m.d.sync += read_bank.eq(dbank)
         drain_read = acc.read_port(domain="comb")
-        write, half = self._write, self.lanes * self.acc_w
-        through = write.addr == drain_read.addr
         m.d.comb += [
             self.bank.ready.eq(ready),
             self.bank.zero.eq(bank_zero[dbank]), self.bank.single.eq(bank_single[dbank]),
             self.bank.recip.eq(bank_recip[dbank]),
-            drain_read.addr.eq(index(self.bank.beat, dbank)),
-            self.bank.data.eq(Cat(*[Mux(through & write.en[h], write.data.word_select(h, half),
-                                        drain_read.data.word_select(h, half))
-                                    for h in range(2)])),
+            drain_read.addr.eq(index(self.bank.beat, read_bank)),
+            self.bank.data.eq(drain_read.data),
         ]
         return m
 
     def _multiply_accumulate(self, m, acc, valid, entry, first, second, odd, weight):
         """The product pipeline and the accumulate stage; sets :attr:`_in_pipe` (per bank: a
-        product of it will be in p2 or s2) and :attr:`_write` (the bank RAM's write port,
-        from s3), and drives ``busy``."""
+        product of it will be in p2 or s2), and drives ``busy``."""
         lanes, ew, acc_w = self.lanes, self.ew, self.acc_w
         depth = len(entry)
         half = lanes * acc_w
@@ -264,9 +262,8 @@ class Reduce(wiring.Component):
                      write.en.eq(Cat(s3_valid & ~s3_odd, s3_valid & s3_odd))]
 
         # per bank, whether a product of it will be in p2 or s2 next cycle (the one entering
-        # p1 is the caller's to know; one in s3 the drain reads through its write)
+        # p1 is the caller's to know; one in s3 is written before the drain reads)
         self._in_pipe = Signal(2)
-        self._write = write
         bank_bit = depth - 1
         for b in range(2):
             m.d.comb += self._in_pipe[b].eq((p1_valid & (p1_index[bank_bit] == b)) |

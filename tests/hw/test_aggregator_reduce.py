@@ -78,30 +78,33 @@ def test_reduce_accumulates_like_integer_arithmetic(op, row_beats, p_row, p_drai
         ctx.set(dut.max, op == "max")
         r = d = 0
         beat, beats = 0, []
+        read = None         # (beat, single, node done) the drain read the flags of last cycle
         for _ in range(20 * len(rows) + 500):
             ctx.set(dut.rows.valid, r < len(rows) and rng.random() < p_row)
             ctx.set(dut.rows.payload, rows[r] if r < len(rows) else 0)
             ctx.set(dut.descriptors.valid, d < len(descs))
             ctx.set(dut.descriptors.payload, descs[d] if d < len(descs) else descs[0])
-            ctx.set(dut.bank.beat, beat)
-            reading = ctx.get(dut.bank.ready) and rng.random() < p_drain
-            release = reading and beat == row_beats - 1
-            ctx.set(dut.bank.release, release)
-            if reading:
-                # the node's even and odd edges' accumulators, as the output stage combines
-                # them (the even ones alone for a node with one edge)
+            if read is not None:
+                # a cycle after the flags, the accumulators: the node's even and odd edges',
+                # as the output stage combines them (the even ones alone for one edge)
+                read_beat, single, done = read
+                ctx.set(dut.bank.beat, read_beat)
                 data = ctx.get(dut.bank.data)
                 even = [_wrap(data >> (ACC_W * k)) for k in range(LANES)]
                 odd = [_wrap(data >> (ACC_W * (LANES + k))) for k in range(LANES)]
-                if ctx.get(dut.bank.single):
-                    beats.append(even)
-                else:
-                    beats.append([max(e, o) if op == "max" else _wrap(e + o)
-                                  for e, o in zip(even, odd)])
-                beat += 1
-            if release:
-                got.append((ctx.get(dut.bank.zero), ctx.get(dut.bank.recip), beats))
-                beat, beats = 0, []
+                beats.append(even if single else [max(e, o) if op == "max" else _wrap(e + o)
+                                                  for e, o in zip(even, odd)])
+                if done:
+                    got.append((*done, beats))
+                    beats = []
+            reading = ctx.get(dut.bank.ready) and rng.random() < p_drain
+            release = reading and beat == row_beats - 1
+            ctx.set(dut.bank.release, release)
+            read = None
+            if reading:
+                done = (ctx.get(dut.bank.zero), ctx.get(dut.bank.recip)) if release else None
+                read = (beat, ctx.get(dut.bank.single), done)
+                beat = 0 if release else beat + 1
             r += ctx.get(dut.rows.valid) and ctx.get(dut.rows.ready)
             d += ctx.get(dut.descriptors.valid) and ctx.get(dut.descriptors.ready)
             await ctx.tick()
@@ -185,12 +188,14 @@ def test_drain_sends_every_row_and_its_bursts(row_beats, stride, p_ready, p_aw, 
         await ctx.tick()
         ctx.set(dut.launch, 0)
         node, owed = 0, 0
+        read_node = 0           # the bank the drain read flags of a cycle ago
         for _ in range(nodes * row_beats * 12 + 100):
             ready = node < nodes and rng.random() < p_ready
             ctx.set(dut.bank.ready, ready)
             ctx.set(dut.bank.zero, zeros[node] if node < nodes else 0)
             ctx.set(dut.bank.recip, recips[node] if node < nodes else 0)
-            ctx.set(dut.bank.data, acc(node, ctx.get(dut.bank.beat)))
+            ctx.set(dut.bank.data, acc(read_node, ctx.get(dut.bank.beat)))
+            read_node = node
             ctx.set(dut.aw.ready, rng.random() < p_aw)
             back = owed > 0 and rng.random() < p_w        # the write port takes a beat
             ctx.set(dut.beat_done, back)
