@@ -189,14 +189,20 @@ def test_register_feeding_only_a_dsp_input_is_its_input_register():
     assert res["delay_ns"] == pytest.approx(expect, abs=0.01)
 
 
+def _bare_multiply(n, a):
+    """A DSP48E2 ``\\u.dsp`` without registers multiplying bit ``a``; its P bits."""
+    p = [n.bit() for _ in range(48)]
+    n.cell("\\u.dsp", "DSP48E2", {"A": [a] * 30, "B": ["0"] * 18, "C": ["0"] * 48},
+           {"P": p}, USE_MULT="MULTIPLY", AREG=0, BREG=0, CREG=0, MREG=0, PREG=0)
+    return p
+
+
 def _reg_mul_reg(n, *, a_also_feeds_lut=False, p_ce=("1", "1")):
     """u.a -> DSP A, its P[0..1] -> u.p0, u.p1 (clock enables ``p_ce``), u.p0 -> LUT -> u.q."""
     a = n.ff("\\u.a", n.bit())
     if a_also_feeds_lut:
         n.ff("\\u.side", n.lut("\\u.side_lut", a))
-    p = [n.bit() for _ in range(48)]
-    n.cell("\\u.dsp", "DSP48E2", {"A": [a] * 30, "B": ["0"] * 18, "C": ["0"] * 48},
-           {"P": p}, USE_MULT="MULTIPLY", AREG=0, BREG=0, CREG=0, MREG=0, PREG=0)
+    p = _bare_multiply(n, a)
     q = []
     for i in range(2):
         q.append(n.bit())
@@ -231,10 +237,7 @@ def test_registers_with_other_loads_or_mixed_enables_stay_in_the_fabric():
 def _mul_into_shift_register(n, *, init="0"):
     """u.a -> DSP A, its P[0] -> a static SRL16E (a delay line Yosys made of the product
     register and the ones behind it) -> LUT -> u.q."""
-    a = n.ff("\\u.a", n.bit())
-    p = [n.bit() for _ in range(48)]
-    n.cell("\\u.dsp", "DSP48E2", {"A": [a] * 30, "B": ["0"] * 18, "C": ["0"] * 48},
-           {"P": p}, USE_MULT="MULTIPLY", AREG=0, BREG=0, CREG=0, MREG=0, PREG=0)
+    p = _bare_multiply(n, n.ff("\\u.a", n.bit()))
     q = n.bit()
     n.cell("\\u.srl", "SRL16E", {"D": [p[0]], "CLK": ["0"], "CE": ["1"],
                                   "A0": ["1"], "A1": ["0"], "A2": ["0"], "A3": ["0"]},
