@@ -11,10 +11,10 @@ partial accumulators, one for its even edges (first, third, ...) and one for its
 and the output stage combines the two (``even + odd`` or ``max(even, odd)``: both are
 associative, and the sum wraps at the accumulator's width either way, so the result is
 bit for bit the one accumulator's), or takes the even one alone for a node with a single
-edge (its odd half holds an older node's values). Why two: consecutive beats of one half are at least
-two cycles apart (one-beat rows alternate halves), so the accumulate stage's result is
-registered before it is written or forwarded, and no add or compare sits in a one-cycle
-loop.
+edge (its odd half holds an older node's values). Why two: consecutive beats of one half
+are at least two cycles apart (one-beat rows alternate halves), so the accumulate stage's
+result is registered before it is written or forwarded, and no add or compare sits in a
+one-cycle loop.
 
 Node ``k + 1`` accumulates in one bank while node ``k`` drains from the other. Each
 product is in DSP shape (operand registers, M, P); the old accumulator is read a stage
