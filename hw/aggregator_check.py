@@ -99,10 +99,7 @@ class ConfigCheck(wiring.Component):
             addr_bad = (cfg[f"{name}_addr"] & align) != 0
             wrap = ((cfg[f"{name}_addr"] + cfg[f"{name}_size"]) >> aw) != 0
             flag(f"{name}_align", (use_weights if name == "weights" else 1) & addr_bad)
-            if name in ("feat", "out"):
-                flag(f"{name}_wrap", wrap)      # counts only with N > 0 (at RESULT)
-            else:
-                flag(f"{name}_wrap", (use_weights if name == "weights" else 1) & wrap)
+            flag(f"{name}_wrap", wrap)          # counted only where used (at RESULT)
         for name in ("feat_stride", "out_stride"):
             flag(f"{name}_align", (cfg[name] & align) != 0)
         flag("nodes_max", n == 0xFFFF_FFFF)
@@ -168,13 +165,12 @@ class ConfigCheck(wiring.Component):
         m.d.sync += step.as_value().eq(Cat(
             self.start, go & at(S.TERMS), go & (at(S.ROUND) | (at(S.MULTIPLY) & ~multiplied)),
             go & at(S.MULTIPLY) & multiplied, go & at(S.NEED), go & at(S.COMPARE)))
-        per_node = Cat(flags.pop("feat_wrap"), flags.pop("out_wrap"), bad.pop("feat"),
-                       bad.pop("out"))
-        weights = bad.pop("weights")
+        # a buffer's size terms count where it is used: weights with use_weights, feat and
+        # out with N > 0
+        used = {"weights": use_weights, "feat": nonempty, "out": nonempty}
+        sizes = [used.get(name, 1) & (flags.pop(f"{name}_wrap") | bad[name]) for name in buffers]
         with m.If(at(S.RESULT)):
-            m.d.sync += [self.error.eq(Cat(*flags.values(), *bad.values(), *short.values(),
-                                           nonempty & per_node.any(),
-                                           use_weights & weights).any()),
+            m.d.sync += [self.error.eq(Cat(*flags.values(), *short.values(), *sizes).any()),
                          self.done.eq(1)]
         with m.If(self.start):
             m.d.sync += self.done.eq(0)
