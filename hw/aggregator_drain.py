@@ -10,7 +10,7 @@ flip-flops, and it enables no wide register.
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .aggregator_output import accumulator_beat_layout
@@ -142,8 +142,10 @@ class Drain(wiring.Component):
         # fan out), and the valids qualify them. At the go: the beat's number and the bank's
         # flags; a cycle later its accumulators, read at that number (the bank's last
         # product, still in the reduce's last stage at the go, is written by then)
-        beat = Signal(accumulator_beat_layout(self.lanes, self.acc_w), reset_less=True)
-        side = Signal(accumulator_beat_layout(self.lanes, self.acc_w), reset_less=True)
+        layout = accumulator_beat_layout(self.lanes, self.acc_w)
+        beat = Signal(layout, reset_less=True)
+        side = Signal(data.StructLayout({k: v.shape for k, v in layout if k != "acc"}),
+                      reset_less=True)
         side_valid = Signal()
         read_beat = Signal.like(d_beat, reset_less=True)
         m.d.sync += [
@@ -152,7 +154,8 @@ class Drain(wiring.Component):
             side.last.eq(d_last | ends_first),
             side.zero.eq(self.bank.zero), side.single.eq(self.bank.single),
             side.recip.eq(self.bank.recip),
-            self.o.valid.eq(side_valid), beat.eq(side), beat.acc.eq(self.bank.data),
+            self.o.valid.eq(side_valid), beat.acc.eq(self.bank.data),
+            *[beat[k].eq(side[k]) for k, _ in side.shape()],
         ]
         m.d.comb += [self.bank.beat.eq(read_beat),
                      self.o.payload.eq(beat), self.busy.eq(side_valid | self.o.valid)]
