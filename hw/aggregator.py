@@ -45,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, Value
-from amaranth.lib import data, enum, fifo, stream, wiring
+from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from gnnweave.buildconfig import AggregatorParams
@@ -58,7 +58,8 @@ from .aggregator_output import OutputStage
 from .aggregator_reduce import Reduce
 from .aggregator_walk import EdgeWalk, descriptor_layout
 from .axi import BusParams, UnitCore
-from .blocks import ElementReader, EventCounters, RegisteredFIFO, RunControl, StreamRegister
+from .blocks import (BufferedFIFO, ElementReader, EventCounters, RegisteredFIFO, RunControl,
+                     StreamRegister)
 from .dma import ReadPort, WritePort, read_request_layout, write_address_layout
 from gnnweave.contract import AGGREGATOR_CONFIG_REGISTERS as CONFIG_REGISTERS  # noqa: F401
 from gnnweave.contract import AGGREGATOR_STATUS_REGISTERS as STATUS_REGISTERS  # noqa: F401
@@ -212,7 +213,7 @@ class AggregatorCore(UnitCore):
             ElementReader(addr_width=aw, data_width=c.bus_width, elem_width=width,
                           fifo_beats=c.meta_fifo_beats, max_burst=c.meta_burst_beats)
             for width in (32, 32, ew))
-        row_fifo = fifo.SyncFIFOBuffered(width=c.bus_width, depth=c.reads_in_flight)
+        row_fifo = BufferedFIFO(width=c.bus_width, depth=c.reads_in_flight)
         row_address = RowAddress(addr_width=aw, bytes_per_beat=bpb, max_beats=maxb)
         id_slots = row_address.latency + 4
         # registered flags: the pop reaches no level compare

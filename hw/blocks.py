@@ -382,18 +382,37 @@ class BurstGenerator(wiring.Component):
 StreamRegister = SkidBuffer
 
 
+def up_down_counter(m: Module, limit: int, up, down, name: str, *, init: int = 0):
+    """A counter stepped by ``up`` and ``down`` pulses (both at once: it holds), kept beside
+    its neighbours ``count + 1`` and ``count - 1`` as flip-flops: the pulses only choose
+    among three registers, and each adder runs from flip-flops alone. (Written as
+    ``count + 1`` and ``count - 1`` under two conditions, Yosys shares one adder whose
+    operand the pulses select: a carry chain behind them.) Returns ``(count, plus,
+    minus)``; ``minus`` wraps below zero."""
+    count = Signal(range(limit + 1), init=init, name=name)
+    width = len(count)
+    plus = Signal(width + 1, init=init + 1, name=f"{name}_plus")
+    minus = Signal(width, init=(init - 1) % (1 << width), name=f"{name}_minus")
+    with m.If(up & ~down):
+        m.d.sync += [count.eq(plus), plus.eq(plus + 1), minus.eq(count)]
+    with m.Elif(down & ~up):
+        m.d.sync += [count.eq(minus), plus.eq(count), minus.eq(minus - 1)]
+    return count, plus, minus
+
+
 class RegisteredFIFO(wiring.Component):
     """A first-in first-out queue of ``depth`` elements whose flags are all flip-flops.
 
-    Unlike :class:`amaranth.lib.fifo.SyncFIFOBuffered`, whose ``w_rdy`` compares its level
-    counter and whose ``level`` adds the output register's valid to it (a carry chain and
-    a compare behind every producer), ``w.ready``, ``r.valid`` and ``level`` here leave
-    registers: each is set a cycle ahead from the ways its counter can go (the compares
-    start from flip-flops, the producer's ``valid`` and the consumer's ``ready`` only choose
-    among them). The elements sit in a :class:`~amaranth.lib.memory.Memory` with a
-    synchronous read port (block RAM or LUT RAM) behind one output register; an element
-    written into an empty queue leaves two cycles later. One write and one read per cycle,
-    ``depth`` elements at full throughput.
+    Unlike :class:`amaranth.lib.fifo.SyncFIFOBuffered`, whose ``w_rdy`` and inner read
+    compare its level counter, whose counter steps through an adder the handshakes
+    select, and whose ``level`` adds the output register's valid to it (carry chains and
+    compares behind every producer and consumer), ``w.ready``, ``r.valid`` and ``level``
+    here leave registers: each is set a cycle ahead from the ways its counter can go (the
+    compares start from flip-flops, the producer's ``valid`` and the consumer's ``ready``
+    only choose among them; the counters are :func:`up_down_counter`). The elements sit in
+    a :class:`~amaranth.lib.memory.Memory` with a synchronous read port (block RAM or LUT
+    RAM) behind one output register; an element written into an empty queue leaves two
+    cycles later. One write and one read per cycle, ``depth`` elements at full throughput.
 
     Ports:
         w: In stream, the elements (``w.ready``: a flip-flop, room for one more).
@@ -424,12 +443,11 @@ class RegisteredFIFO(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        depth, level = self.depth, self.level
+        depth = self.depth
         m.submodules.storage = storage = Memory(shape=self.shape, depth=depth, init=[])
         write, read = storage.write_port(), storage.read_port(domain="sync")
         produce, consume = Signal(range(depth)), Signal(range(depth))
-        stored = Signal(range(depth + 1))        # elements in the memory (not in r)
-        any_stored = Signal()                    # stored != 0, a flip-flop
+        any_stored = Signal()                    # an element in the memory (not in r)
         w_ready = Signal(init=1)
         m.d.comb += self.w.ready.eq(w_ready)
         push = self.w.valid & w_ready
@@ -442,15 +460,33 @@ class RegisteredFIFO(wiring.Component):
         with m.If(fetch):
             m.d.sync += consume.eq(self._advance(consume))
         m.d.sync += self.r.valid.eq(fetch | (self.r.valid & ~pop))
+        stored, _, _ = up_down_counter(m, depth, push, fetch, "stored")
+        level, _, _ = up_down_counter(m, depth, push, pop, "level")
+        m.d.comb += self.level.eq(level)
         with m.If(push & ~fetch):
-            m.d.sync += [stored.eq(stored + 1), any_stored.eq(1)]
+            m.d.sync += any_stored.eq(1)
         with m.Elif(fetch & ~push):
-            m.d.sync += [stored.eq(stored - 1), any_stored.eq(stored != 1)]
+            m.d.sync += any_stored.eq(stored != 1)
         with m.If(push & ~pop):
-            m.d.sync += [level.eq(level + 1), w_ready.eq(level != depth - 1)]
+            m.d.sync += w_ready.eq(level != depth - 1)
         with m.Elif(pop & ~push):
-            m.d.sync += [level.eq(level - 1), w_ready.eq(1)]
+            m.d.sync += w_ready.eq(1)
         return m
+
+
+class BufferedFIFO(RegisteredFIFO):
+    """A :class:`RegisteredFIFO` of ``width``-bit elements under the port names of
+    :class:`amaranth.lib.fifo.SyncFIFOBuffered` (``w_en``, ``w_rdy``, ``w_data``, ``r_en``,
+    ``r_rdy``, ``r_data``, ``level``), for logic written against amaranth's FIFOs: the
+    same capacity and two-cycle latency, with every flag a flip-flop. (Its ``w_rdy`` may
+    be high a cycle sooner than amaranth's, which counts the output register's element
+    against its memory while it moves out.)"""
+
+    def __init__(self, *, width: int, depth: int):
+        super().__init__(width, depth)
+        self.width = width
+        self.w_en, self.w_rdy, self.w_data = self.w.valid, self.w.ready, self.w.payload
+        self.r_en, self.r_rdy, self.r_data = self.r.ready, self.r.valid, self.r.payload
 
 
 def read_response_layout(data_width: int) -> data.StructLayout:

@@ -16,10 +16,10 @@ All clients see plain valid/ready streams; nothing here knows about graphs.
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Signal, signed
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 
 from .axi import BOUNDARY_BYTES, Burst, Resp, SkidBuffer, size_code
-from .blocks import RegisteredFIFO
+from .blocks import BufferedFIFO, RegisteredFIFO
 
 
 def read_request_layout(addr_width: int) -> data.StructLayout:
@@ -56,9 +56,9 @@ def _counted(m, inc, dec, limit: int, name: str):
 
 
 def _room_for_two(m, queue, name: str):
-    """Whether ``queue`` (an amaranth FIFO) holds at most ``depth - 2`` entries, as a
-    register decided a cycle ahead from a count of its own: the FIFO's level adds its
-    output register, a carry chain. Returns the flag."""
+    """Whether ``queue`` (a :class:`~.blocks.BufferedFIFO`) holds at most ``depth - 2``
+    entries, as a register decided a cycle ahead from a count of its own (a compare of the
+    FIFO's level would sit between it and the client's push). Returns the flag."""
     count = Signal(range(queue.depth + 1), name=f"{name}_count")
     room = Signal(init=1, name=f"{name}_room")
     push, pop = queue.w_en, queue.r_en & queue.r_rdy
@@ -453,7 +453,7 @@ def write_beat_layout(data_width: int) -> data.StructLayout:
 
 class ContiguousBeatQueue(Elaboratable):
     """The address queue of a coalescing :class:`WritePort`: a
-    :class:`~amaranth.lib.fifo.SyncFIFOBuffered` of single-beat writes (``w_en``,
+    :class:`~.blocks.BufferedFIFO` of single-beat writes (``w_en``,
     ``w_data``, ``w_rdy``, ``r_en``, ``r_data``, ``r_rdy`` as there) that also hands out
     ``r_joinable``: whether the head's address is the previous pushed beat's plus one beat
     with no 4 KiB boundary between them. The flag is decided as each beat is pushed, so
@@ -464,7 +464,7 @@ class ContiguousBeatQueue(Elaboratable):
         self.layout = layout
         self.bytes_per_beat = bytes_per_beat
         self.depth = depth
-        self._queue = fifo.SyncFIFOBuffered(width=layout.size + 1, depth=depth)
+        self._queue = BufferedFIFO(width=layout.size + 1, depth=depth)
         self.w_en, self.w_rdy = self._queue.w_en, self._queue.w_rdy
         self.r_en, self.r_rdy = self._queue.r_en, self._queue.r_rdy
         self.w_data = Signal(layout.size)
@@ -517,8 +517,8 @@ class WritePort(Elaboratable):
         if coalesce:
             self.address = ContiguousBeatQueue(self._aw_layout, address_depth, dw // 8)
         else:
-            self.address = fifo.SyncFIFOBuffered(width=self._aw_layout.size, depth=address_depth)
-        self.beats = fifo.SyncFIFOBuffered(width=self._w_layout.size, depth=beat_depth)
+            self.address = BufferedFIFO(width=self._aw_layout.size, depth=address_depth)
+        self.beats = BufferedFIFO(width=self._w_layout.size, depth=beat_depth)
         self.enable = Signal(init=1)
         self.beat = Signal()          # pulse: one W beat accepted
         self.resp_error = Signal()    # pulse: B came back with SLVERR/DECERR
@@ -532,10 +532,8 @@ class WritePort(Elaboratable):
     def _coalescer(self, m):
         """Single beats from the client queues -> (AW queue, W queue) of whole bursts;
         returns the two queues and a signal that is high while a burst is being formed."""
-        # (amaranth's FIFOs: a push reaches their storage's write enable sooner than a
-        # RegisteredFIFO's counters)
-        aw_q = fifo.SyncFIFOBuffered(width=self._aw_layout.size, depth=4)
-        w_q = fifo.SyncFIFOBuffered(width=self._w_layout.size, depth=self.max_burst + 2)
+        aw_q = BufferedFIFO(width=self._aw_layout.size, depth=4)
+        w_q = BufferedFIFO(width=self._w_layout.size, depth=self.max_burst + 2)
         m.submodules.burst_address = aw_q
         m.submodules.burst_beats = w_q
         head = data.View(self._aw_layout, self.address.r_data)

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .axi import BOUNDARY_BYTES, SkidBuffer
+from .blocks import BufferedFIFO
 from .dma import read_request_layout
 from .mac import MAC_INPUT_WIDTH, output_layout
 
@@ -349,8 +349,8 @@ class ResultWriter(wiring.Component):
         va, vb, vc = Signal(name="wr_a_valid"), Signal(name="wr_b_valid"), Signal(name="wr_c_valid")
         inside_c = Signal(name="wr_c_inside", reset_less=True)
         fault = self.fault
-        m.submodules.queue = queue = SyncFIFOBuffered(width=len(self.beats.payload.as_value()),
-                                                      depth=self.QUEUE)
+        m.submodules.queue = queue = BufferedFIFO(width=len(self.beats.payload.as_value()),
+                                                  depth=self.QUEUE)
         m.d.comb += [self.beats.valid.eq(queue.r_rdy), self.beats.payload.eq(queue.r_data),
                      queue.r_en.eq(self.beats.ready)]
         # credits: FIFO slots not yet promised to a segment; `credit` (a register) is

@@ -76,11 +76,11 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal
-from amaranth.lib import enum, fifo, wiring
+from amaranth.lib import enum, wiring
 from amaranth.lib.memory import Memory
 
 from .axi import BOUNDARY_BYTES, SkidBuffer, UnitCore, unit_bus
-from .blocks import ExtentCheck, RunControl
+from .blocks import BufferedFIFO, ExtentCheck, RunControl
 from .dma import ReadPort, WritePort
 from .pipeline_writer import BandWriter, CheckedWriteQueue, WriteCompletion
 from .mac import MAC_INPUT_WIDTH, MacBusParams
@@ -225,7 +225,7 @@ class RowReader(Elaboratable):
         self.request, self.response = request, response
         self.addr_width, self.bus_width = addr_width, bus_width
         self.max_burst, self.fifo_beats = max_burst, fifo_beats
-        self.beats = fifo.SyncFIFOBuffered(width=bus_width, depth=fifo_beats)
+        self.beats = BufferedFIFO(width=bus_width, depth=fifo_beats)
         self.start = Signal()
         self.base = Signal(addr_width)
         self.stride = Signal(addr_width)

@@ -15,6 +15,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from .blocks import BufferedFIFO
 from .mac import MAC_INPUT_WIDTH, output_layout
 
 
@@ -170,7 +171,7 @@ class WriteCompletion(wiring.Component):
         pushed = Signal(32, name="beats_pushed")
         acked = Signal(32, name="beats_acked")
         bursts = fifo.SyncFIFO(width=9, depth=self.track)        # beats of each burst on AW
-        marks = fifo.SyncFIFOBuffered(width=32, depth=self.marks)  # beats pushed at each mark
+        marks = BufferedFIFO(width=32, depth=self.marks)  # beats pushed at each mark
         m.submodules.bursts, m.submodules.marks = bursts, marks
         # the pushes are counted a cycle late, from registers: the client's push (decided
         # deep in its logic) reaches no counter or FIFO level. A beat's response comes
@@ -248,12 +249,11 @@ class CheckedWriteQueue(wiring.Component):
         })
 
     def elaborate(self, platform):
-        from amaranth.lib import fifo
         from .axi import BOUNDARY_BYTES
         m = Module()
         aw, bpb = self.aw, self.bw // 8
         out_layout = checked_out_layout(aw, self.bw)
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=out_layout.size, depth=self.depth)
+        m.submodules.queue = queue = BufferedFIFO(width=out_layout.size, depth=self.depth)
         # the credits as a thermometer code (bit i: more than i credits), shifted by one
         # per beat leaving and, a cycle late, per beat entering (the first stage's valid):
         # the count is one high while that beat is in the first stage, which ready and empty

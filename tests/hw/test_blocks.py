@@ -9,7 +9,7 @@ from amaranth.lib import data
 from amaranth.sim import Simulator
 
 from gnnweave.hw.blocks import (BufferGuard, BurstGenerator, ElementReader, EventCounters,
-                                ExtentCheck, RegisteredFIFO, RunControl, RunState)
+                                ExtentCheck, BufferedFIFO, RegisteredFIFO, RunControl, RunState)
 
 
 def simulate(dut, bench):
@@ -351,6 +351,35 @@ def test_registered_fifo_follows_the_model_under_random_push_and_pop(depth, w_sh
             await ctx.tick()
 
     simulate(dut, bench)
+    assert len(read) > 100 and read == written[:len(read)]
+
+
+@pytest.mark.parametrize("depth", [2, 6, 17])
+def test_buffered_fifo_is_the_model_under_amaranth_port_names(depth):
+    rng = random.Random(depth)
+    dut = BufferedFIFO(width=16, depth=depth)
+    model = FIFOModel(depth)
+    written, read = [], []
+
+    async def bench(ctx):
+        for _ in range(500):
+            assert {"w_ready": ctx.get(dut.w_rdy), "r_valid": ctx.get(dut.r_rdy),
+                    "level": ctx.get(dut.level)} == model.flags()
+            if ctx.get(dut.r_rdy):
+                assert ctx.get(dut.r_data) == model.out
+            w_en, r_en, w_data = rng.random() < 0.8, rng.random() < 0.6, rng.randrange(1 << 16)
+            ctx.set(dut.w_en, w_en)
+            ctx.set(dut.w_data, w_data)
+            ctx.set(dut.r_en, r_en)
+            pushed, popped = model.clock(w_en, w_data, r_en)
+            if pushed:
+                written.append(w_data)
+            if popped is not None:
+                read.append(popped)
+            await ctx.tick()
+
+    simulate(dut, bench)
+    assert dut.width == 16 and dut.depth == depth
     assert len(read) > 100 and read == written[:len(read)]
 
 
