@@ -62,7 +62,7 @@ class RunControl(wiring.Component):
         quiet: In, nothing in flight (in ``ABORT``).
         busy, idle: Out, registered: from the cycle after ``start`` to ``FINISH``.
         done: Out, one cycle, in ``FINISH``.
-        checking, running: Out, in ``CHECK``, in ``RUN``.
+        checking, running: Out, in ``CHECK``, in ``RUN`` (flip-flops).
         first: Out, the first cycle of ``RUN`` (launch the run's first requests).
         aborting, completing: Out, one cycle: ``RUN`` ends by ``stop``, by ``finished``.
         abort_done: Out, one cycle: ``ABORT`` ends.
@@ -101,24 +101,33 @@ class RunControl(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         busy, first = Signal(), Signal(init=1)
-        m.d.comb += [self.busy.eq(busy), self.idle.eq(~busy)]
+        # CHECK and RUN as flip-flops of their own, set and cleared with the state's
+        # transitions: `checking` resets a unit's whole datapath and `running` gates its
+        # traffic, and neither waits for a decode of the state register
+        in_check, in_run = Signal(), Signal()
+        m.d.comb += [self.busy.eq(busy), self.idle.eq(~busy),
+                     self.checking.eq(in_check), self.running.eq(in_run)]
         finished = self.finished & ~first if self.hold_first else self.finished
         with m.FSM(name="run") as fsm:
             with m.State("IDLE"):
                 with m.If(self.start):
                     m.d.comb += self.accept.eq(1)
-                    m.d.sync += busy.eq(1)
+                    m.d.sync += [busy.eq(1), in_check.eq(1)]
                     m.next = "CHECK"
             with m.State("CHECK"):
-                m.d.comb += self.checking.eq(1)
+                with m.If(self.check_done):
+                    m.d.sync += in_check.eq(0)
                 with m.If(self.check_done & self.check_error):
                     m.d.comb += self.config_error.eq(1)
                     m.next = "FINISH"
                 with m.Elif(self.check_done):
+                    m.d.sync += in_run.eq(1)
                     m.next = "RUN"
             with m.State("RUN"):
                 m.d.sync += first.eq(0)
-                m.d.comb += [self.running.eq(1), self.first.eq(first)]
+                m.d.comb += self.first.eq(first)
+                with m.If(self.stop | finished):
+                    m.d.sync += in_run.eq(0)
                 with m.If(self.stop):
                     m.d.comb += self.aborting.eq(1)
                     m.next = "ABORT"
