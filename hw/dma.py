@@ -307,13 +307,15 @@ class ReadPort(Elaboratable):
         m.d.comb += [pop.eq(t) for pop, t in zip(pops, takes)]
         with m.If(ar_fire):
             m.d.sync += ar_valid.eq(0)
+        # under `take` the wins are the takes: the AR register's room (the bus's ready, the
+        # enable) reaches only the register's enable, not the select of its wide inputs
         with m.If(take):
             m.d.sync += [
                 ar_valid.eq(1),
-                bus.araddr.eq(_one_hot_select(takes, [h.addr for _, h in heads])),
-                bus.arlen.eq(_one_hot_select(takes, [h.len for _, h in heads])),
-                bus.arid.eq(_one_hot_select(takes, [Const(i, len(bus.arid))
-                                                    for i in range(len(heads))])),
+                bus.araddr.eq(_one_hot_select(wins, [h.addr for _, h in heads])),
+                bus.arlen.eq(_one_hot_select(wins, [h.len for _, h in heads])),
+                bus.arid.eq(_one_hot_select(wins, [Const(i, len(bus.arid))
+                                                   for i in range(len(heads))])),
             ]
         return takes, wins, [h for _, h in heads], ar_free
 
