@@ -111,13 +111,11 @@ class Drain(wiring.Component):
         # credits != 0, a flip-flop decided a cycle ahead (go only chooses among outcomes)
         has_credit = Signal(init=self.credits != 0)
         d_last, needs_aw = Signal(reset_less=True), Signal(reset_less=True)
-        # against both slots' first burst, then chosen by `which` (no compare behind it)
-        ends_first = Mux(which, d_beat1 == slot_len[1], d_beat1 == slot_len[0])
-        at_first_end = Mux(which, d_beat == slot_len[1], d_beat == slot_len[0])
+        ends_first = d_beat1 == first_len
         m.d.sync += [
             d_last.eq(Mux(go, Mux(d_last, row_last_beat == 0, d_beat1 == row_last_beat),
                           d_beat == row_last_beat)),
-            needs_aw.eq(Mux(go, d_last | ends_first, d_first | at_first_end)),
+            needs_aw.eq(Mux(go, d_last | ends_first, d_first | (d_beat == first_len))),
         ]
         m.d.comb += [
             # the first row's bursts are in their slot from the run's third cycle
