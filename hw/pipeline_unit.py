@@ -838,10 +838,8 @@ class PipelineUnitCore(UnitCore):
         fault_found = Signal()
         dp.d.comb += [push.eq(live & head.payload.inside & can_push),
                       fault_found.eq(live & ~head.payload.inside),
-                      # after a fault every beat left is dropped, so the queue drains (the
-                      # pop is push | dropped, written as one term of flip-flops)
-                      head.ready.eq(head.valid & (write_fault | stopped | ~head.payload.inside |
-                                                  can_push))]
+                      # after a fault every beat left is dropped, so the queue drains
+                      head.ready.eq(push | (head.valid & (write_fault | stopped | ~head.payload.inside)))]
         with dp.If(fault_found):
             dp.d.sync += write_fault.eq(1)
         # single-beat bursts (len 0, last 1); Cat in the layouts' field order
