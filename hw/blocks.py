@@ -101,50 +101,62 @@ class RunControl(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         busy, first = Signal(), Signal(init=1)
-        # CHECK and RUN as flip-flops of their own, set and cleared with the state's
-        # transitions: `checking` resets a unit's whole datapath and `running` gates its
-        # traffic, and neither waits for a decode of the state register
-        in_check, in_run = Signal(), Signal()
-        m.d.comb += [self.busy.eq(busy), self.idle.eq(~busy),
-                     self.checking.eq(in_check), self.running.eq(in_run)]
+        # CHECK, RUN, ABORT and FINISH as flip-flops of their own, set and cleared with the
+        # state's transitions (IDLE is ~busy): every output is a flip-flop or one LUT of
+        # flip-flops and inputs, never a decode of the state register (`checking` resets a
+        # unit's whole datapath, `running` gates its traffic, `accept` loads its
+        # configuration and clears its status)
+        in_check, in_run, in_abort, in_finish = Signal(), Signal(), Signal(), Signal()
         finished = self.finished & ~first if self.hold_first else self.finished
+        m.d.comb += [
+            self.busy.eq(busy), self.idle.eq(~busy),
+            self.accept.eq(self.start & ~busy),
+            self.checking.eq(in_check),
+            self.config_error.eq(in_check & self.check_done & self.check_error),
+            self.running.eq(in_run), self.first.eq(in_run & first),
+            self.aborting.eq(in_run & self.stop),
+            self.completing.eq(in_run & ~self.stop & finished),
+            self.abort_done.eq(in_abort & self.quiet),
+            self.done.eq(in_finish),
+        ]
         with m.FSM(name="run") as fsm:
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.comb += self.accept.eq(1)
                     m.d.sync += [busy.eq(1), in_check.eq(1)]
                     m.next = "CHECK"
             with m.State("CHECK"):
                 with m.If(self.check_done):
                     m.d.sync += in_check.eq(0)
                 with m.If(self.check_done & self.check_error):
-                    m.d.comb += self.config_error.eq(1)
+                    m.d.sync += in_finish.eq(1)
                     m.next = "FINISH"
                 with m.Elif(self.check_done):
                     m.d.sync += in_run.eq(1)
                     m.next = "RUN"
             with m.State("RUN"):
                 m.d.sync += first.eq(0)
-                m.d.comb += self.first.eq(first)
                 with m.If(self.stop | finished):
                     m.d.sync += in_run.eq(0)
                 with m.If(self.stop):
-                    m.d.comb += self.aborting.eq(1)
+                    m.d.sync += in_abort.eq(1)
                     m.next = "ABORT"
                 with m.Elif(finished):
-                    m.d.comb += self.completing.eq(1)
-                    m.next = "DRAIN" if self.drain else "FINISH"
+                    if self.drain:
+                        m.next = "DRAIN"
+                    else:
+                        m.d.sync += in_finish.eq(1)
+                        m.next = "FINISH"
             if self.drain:
                 with m.State("DRAIN"):
                     with m.If(self.drained):
+                        m.d.sync += in_finish.eq(1)
                         m.next = "FINISH"
             with m.State("ABORT"):
                 with m.If(self.quiet):
-                    m.d.comb += self.abort_done.eq(1)
+                    m.d.sync += [in_abort.eq(0), in_finish.eq(1)]
                     m.next = "FINISH"
             with m.State("FINISH"):
-                m.d.sync += [busy.eq(0), first.eq(1)]
-                m.d.comb += self.done.eq(1)
+                m.d.sync += [busy.eq(0), first.eq(1), in_finish.eq(0)]
                 m.next = "IDLE"
         for state in RunState:
             if state.name in fsm.encoding:

@@ -111,6 +111,38 @@ def test_start_is_ignored_while_busy_and_first_rearms():
     assert [i for i, t in enumerate(trace) if t[3]] == [0, 6, 12]
 
 
+@pytest.mark.parametrize("drain", [False, True])
+def test_every_output_is_its_state_and_inputs_under_random_inputs(drain):
+    rng = random.Random(7 + drain)
+    dut = RunControl(drain=drain)
+    inputs = ("start", "check_done", "check_error", "stop", "finished", "drained", "quiet")
+    seen = set()
+
+    async def bench(ctx):
+        for _ in range(400):
+            v = {p: int(rng.random() < 0.3) for p in inputs}
+            for port, value in v.items():
+                ctx.set(getattr(dut, port), value)
+            state = RunState(ctx.get(dut.state))
+            seen.add(state)
+            expect = {
+                "idle": state == RunState.IDLE, "accept": state == RunState.IDLE and v["start"],
+                "checking": state == RunState.CHECK,
+                "config_error": state == RunState.CHECK and v["check_done"] and v["check_error"],
+                "running": state == RunState.RUN,
+                "aborting": state == RunState.RUN and v["stop"],
+                "completing": state == RunState.RUN and not v["stop"] and v["finished"],
+                "abort_done": state == RunState.ABORT and v["quiet"],
+                "done": state == RunState.FINISH,
+            }
+            assert {k: ctx.get(getattr(dut, k)) for k in expect} == \
+                {k: int(bool(e)) for k, e in expect.items()}, state
+            await ctx.tick()
+
+    simulate(dut, bench)
+    assert len(seen) == len(RunState) - (not drain)
+
+
 # --------------------------------------------------------------------------- EventCounters
 
 def test_counters_count_while_enabled_and_clear_first():
