@@ -224,10 +224,10 @@ class CheckedWriteQueue(wiring.Component):
     buffer's end; ``+ beat_offset`` and the last beat start the buffer allows; the verdict
     of :class:`~.blocks.BufferGuard` for one beat) and then waits in a
     ``depth``-entry FIFO. ``beats.ready`` is a credit count (one per FIFO entry) that a
-    beat takes as it enters and gets back as it leaves the FIFO, so the stages never
-    stall and no ready path runs through them; ``beats.ready`` is one LUT from
-    flip-flops and nothing in the queue depends on ``beats.valid`` but the first stage. ``empty``: no beat is in a stage or the
-    FIFO.
+    beat takes as it enters and gets back the cycle after it leaves the FIFO, so the
+    stages never stall and no ready path runs through them; ``beats.ready`` is one LUT
+    from flip-flops and nothing in the queue depends on ``beats.valid`` but the first
+    stage. ``empty``: no beat is in a stage or the FIFO, and every credit is back.
 
     Args:
         addr_width: bits of the computed address (wide enough that no sum wraps).
@@ -261,7 +261,10 @@ class CheckedWriteQueue(wiring.Component):
         # credits do not depend on it (it is decided deep in the client's logic)
         credits = Signal(self.depth, init=(1 << self.depth) - 1)
         enter = self.beats.valid & self.beats.ready
-        leave = self.queued.valid & self.queued.ready
+        # a beat's credit comes back the cycle after it leaves, from a register: the
+        # client's pop (its push decision) reaches the queue's pointers, not the credits
+        leave = Signal(name="wq_left")
+        m.d.sync += leave.eq(self.queued.valid & self.queued.ready)
         s1_valid = Signal(name="wq_operands_valid")
         m.d.comb += self.beats.ready.eq(Mux(s1_valid, credits[1], credits[0]))
         with m.If(s1_valid & ~leave):
