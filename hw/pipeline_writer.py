@@ -76,10 +76,14 @@ class BandWriter(wiring.Component):
         beats_last = Signal(self.beat_bits, name="band_beats_last", reset_less=True)
         strb_last = Signal(bpb, name="band_strb_last", reset_less=True)
         rows_last = Signal(self.index_bits, name="band_rows_last", reset_less=True)
+        # the first column of a row's last segment (segments start at multiples of lanes):
+        # a segment ends its row when its column reaches it, a compare with no adder before
+        last_seg_col = Signal(self.index_bits, name="band_last_seg_col", reset_less=True)
         row_bytes = self.cols * (MAC_INPUT_WIDTH // 8)
         tail_bytes = Signal(range(bpb + 1), name="band_tail_bytes")   # bytes of a row's last beat
         m.d.comb += tail_bytes.eq(((row_bytes - 1) & (bpb - 1)) + 1)
         m.d.sync += [beats_last.eq((row_bytes - 1) // bpb), rows_last.eq(self.rows - 1),
+                     last_seg_col.eq((self.cols - 1) & ~Const(L - 1, self.index_bits)),
                      strb_last.eq((Const(1, bpb + 1) << tail_bytes) - 1)]
 
         # ---- fill: bank `fill` takes segments; full[b]: bank b holds a complete band
@@ -98,7 +102,7 @@ class BandWriter(wiring.Component):
         lane = (seg.col >> lb)[:max((epb // L - 1).bit_length(), 1)] if epb > L else Const(0, 1)
         m.d.comb += [wp.addr.eq(((fill * L + in_row) * RB) + word), wp.data.eq(seg.data.as_value() << (lane * seg_bits)),
                      wp.en.eq(Mux(take, 1 << lane, 0))]
-        band_end = ((in_row == L - 1) | (seg.row == rows_last)) & (seg.col + L >= self.cols)
+        band_end = ((in_row == L - 1) | (seg.row == rows_last)) & (seg.col >= last_seg_col)
         band_in = take & band_end
         with m.If(band_in):
             m.d.sync += fill.eq(~fill)

@@ -82,7 +82,7 @@ def check(mats, beats, rows, cols):
                 assert last == (r == rows - 1 and k == row_beats - 1)
 
 
-@pytest.mark.parametrize("rows,cols", [(8, 16), (6, 12), (1, 4), (5, 16)])
+@pytest.mark.parametrize("rows,cols", [(8, 16), (6, 12), (1, 4), (5, 16), (6, 10), (3, 3)])
 def test_row_major_beats_bit_exact(rows, cols):
     rng = np.random.default_rng(rows * 100 + cols)
     mats = [rng.integers(-2**15, 2**15, (rows, cols)) for _ in range(3)]
