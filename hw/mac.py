@@ -506,7 +506,10 @@ class MacCore(wiring.Component):
         hold = self.hold if self.operand_hold else Const(0, 1)
         fire = Signal(name="fire", attrs={"keep": 1})    # one LUT: kept as a net of its own
         m.d.comb += fire.eq(run["issuing"] & ~hold & (~last_k | tile_ok))
-        fire_last = fire & last_k
+        # a tile's last step, one LUT from the same flip-flops (not fire's net and another
+        # LUT): it moves the tile position and the extents
+        fire_last = Signal(name="fire_last", attrs={"keep": 1})
+        m.d.comb += fire_last.eq(run["issuing"] & ~hold & last_k & tile_ok)
         m.d.sync += [fired_last.eq(fire_last),
                      ok_otherwise.eq((gap_zero | (gap == 1))
                                      & (keep | ((credits >= R) & ~reserving)))]
@@ -532,20 +535,20 @@ class MacCore(wiring.Component):
                          last_k.eq(self.k == 1), k_one.eq(self.k == 1), first.eq(1),
                          last_j.eq(n_last), cols_t.eq(n_cols), n_last0.eq(n_last), n_cols0.eq(n_cols),
                          last_i.eq(self.m <= R), rows_t.eq(Mux(self.m <= R, self.m, R))]
+        with m.Elif(fire_last):
+            j_last, j_cols = extent(n_left, C)
+            m.d.sync += [kk.eq(0), k_rem.eq(run["k"] - 1), last_k.eq(k_one), first.eq(1),
+                         j0.eq(j0 + C), n_left.eq(n_left - C), last_j.eq(j_last),
+                         cols_t.eq(j_cols), tj.eq(tj + 1), tile.eq(tile + 1)]
+            with m.If(last_j):
+                i_last, i_rows = extent(m_left, R)
+                m.d.sync += [j0.eq(0), n_left.eq(run["n"]), last_j.eq(n_last0), cols_t.eq(n_cols0),
+                             tj.eq(0), i0.eq(i0 + R), m_left.eq(m_left - R), last_i.eq(i_last),
+                             rows_t.eq(i_rows)]
+                with m.If(last_i):
+                    m.d.sync += run["issuing"].eq(0)
         with m.Elif(fire):
             m.d.sync += [kk.eq(kk + 1), k_rem.eq(k_rem - 1), last_k.eq(k_rem == 1), first.eq(0)]
-            with m.If(last_k):
-                j_last, j_cols = extent(n_left, C)
-                m.d.sync += [kk.eq(0), k_rem.eq(run["k"] - 1), last_k.eq(k_one), first.eq(1),
-                             j0.eq(j0 + C), n_left.eq(n_left - C), last_j.eq(j_last),
-                             cols_t.eq(j_cols), tj.eq(tj + 1), tile.eq(tile + 1)]
-                with m.If(last_j):
-                    i_last, i_rows = extent(m_left, R)
-                    m.d.sync += [j0.eq(0), n_left.eq(run["n"]), last_j.eq(n_last0), cols_t.eq(n_cols0),
-                                 tj.eq(0), i0.eq(i0 + R), m_left.eq(m_left - R), last_i.eq(i_last),
-                                 rows_t.eq(i_rows)]
-                    with m.If(last_i):
-                        m.d.sync += run["issuing"].eq(0)
         if self.depth_flags:
             # kk's low bits reach lanes - 1 one step ahead (kk only moves at start and fire)
             lb = self.lanes.bit_length() - 1
