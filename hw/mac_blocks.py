@@ -204,7 +204,7 @@ class BlockWalker(wiring.Component):
     (the last output block), ``last`` (the run's last step), and ``next_j0`` (the block column of the next output block).
     The extents and flags follow a step ``settle + 1`` cycles later (``next_bn`` is two
     registers from the position); ``ready`` is high while they describe the current step
-    (it is a register's compare: it falls in the cycle after ``step`` or ``restart``, so a
+    (a register: it falls in the cycle after ``step`` or ``restart``, so a
     consumer must not look at it in the cycle it steps). Positions are kept with the extents still to go
     (``m - i0`` ...), so no register is more than one add or one compare with a constant
     from the registers it is computed from.
@@ -257,14 +257,16 @@ class BlockWalker(wiring.Component):
             self.next_j0.eq(Mux(last_j, 0, j0 + D)), nj_left.eq(Mux(last_j, self.n, n_left - D)),
             self.next_bn.eq(Mux(nj_left >= D, D, nj_left)),
         ]
-        # (reset_less: under a reset held with `restart`, it still counts the settling)
+        # (reset_less: under a reset held with `restart`, it still counts the settling);
+        # `ready` is wait == 0 as a flip-flop of its own, set with the count
         wait = Signal(range(self.settle + 2), name="walk_settle", reset_less=True)
+        ready = Signal(init=1, name="walk_ready", reset_less=True)
         with m.If(self.restart | self.step):
-            m.d.sync += wait.eq(self.settle)
+            m.d.sync += [wait.eq(self.settle), ready.eq(self.settle == 0)]
         with m.Elif(wait != 0):
-            m.d.sync += wait.eq(wait - 1)
-        # from the register alone: a consumer never looks at `ready` in the cycle it steps
-        m.d.comb += self.ready.eq(wait == 0)
+            m.d.sync += [wait.eq(wait - 1), ready.eq(wait == 1)]
+        # a consumer never looks at `ready` in the cycle it steps
+        m.d.comb += self.ready.eq(ready)
         return m
 
 
