@@ -126,16 +126,18 @@ class BandWriter(wiring.Component):
         band_done = row_end & Mux(out, r == band_rlast[1], r == band_rlast[0])
         m.d.comb += [rp.addr.eq((out * L + r) * RB + k), rp.en.eq(advance)]
         # a beat steps the position; every next value is chosen from registers alone, so
-        # the sink's ready (late, through `advance`) only enables it
+        # the sink's ready (late, through `advance`) only enables it. The beat's fields load
+        # at every advance (with no beat to step, valid drops and they are not looked at),
+        # so the enable of their hundred flip-flops is `advance` itself
         step = Signal(name="band_step")
         m.d.comb += step.eq(advance & have)
         with m.If(advance):
-            m.d.sync += valid.eq(have)
-        with m.If(step):
-            m.d.sync += [meta_row.eq(Mux(out, band_row0[1], band_row0[0]) + r), meta_beat.eq(k),
+            m.d.sync += [valid.eq(have),
+                         meta_row.eq(Mux(out, band_row0[1], band_row0[0]) + r), meta_beat.eq(k),
                          meta_strb.eq(Mux(row_end, strb_last, (1 << bpb) - 1)),
-                         meta_last.eq(band_done & Mux(out, band_last[1], band_last[0])),
-                         k.eq(Mux(row_end, 0, k + 1)),
+                         meta_last.eq(band_done & Mux(out, band_last[1], band_last[0]))]
+        with m.If(step):
+            m.d.sync += [k.eq(Mux(row_end, 0, k + 1)),
                          r.eq(Mux(band_done, 0, Mux(row_end, r + 1, r))),
                          out.eq(out ^ band_done)]
         for b in (0, 1):
