@@ -75,8 +75,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from amaranth.hdl import (Array, Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal,
-                          signed)
+from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, ResetInserter, Signal
 from amaranth.lib import enum, wiring
 from amaranth.lib.memory import Memory
 
@@ -423,18 +422,12 @@ class _RunSizes:
         m.d.sync += fill_rows.eq(Mux(cfg["rows"] > c.max_rows, c.max_rows, cfg["rows"]))
         # filled (fill_row >= fill_rows) as a register, set a row ahead while the tables
         # fill: its compare is not in front of the tables' write enables (the limit is
-        # steady from start; otherwise it follows the row count a cycle late). A row ahead
-        # compares with the limit minus one, registered beside it (signed: -1 for no
-        # rows), so no adder lies before the compare
-        w = len(fill_rows)
-        fill_rows_m1 = Signal(signed(w + 1), name="sizes_fill_rows_m1", reset_less=True)
-        m.d.sync += fill_rows_m1.eq(Mux(cfg["rows"] > c.max_rows, c.max_rows - 1,
-                                        Cat(cfg["rows"][:w], 0).as_signed() - 1))
+        # steady from start; otherwise it follows the row count a cycle late)
         filled = self.filled
         with m.If(self.start):
             m.d.sync += filled.eq(fill_rows == 0)
         with m.Elif(self.started & ~filled):
-            m.d.sync += filled.eq(fill_row >= fill_rows_m1)
+            m.d.sync += filled.eq(fill_row + 1 >= fill_rows)
         with m.Else():
             m.d.sync += filled.eq(fill_row >= fill_rows)
         # the same, a cycle later, for ready (which ends CHECK): no compare in front of the
