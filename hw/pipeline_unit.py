@@ -328,7 +328,7 @@ class _RunSizes:
     (``mb_bytes``), the offset of a step's last microbatch (``last_off``) and the address
     steps of the backward order (``inner_delta`` within a step, ``step_delta`` into the
     next), and per buffer an :class:`~.blocks.ExtentCheck` (:meth:`buffer_bad`). ``start``
-    (one cycle, CHECK's first) begins; ``ready`` rises once every size and the registered
+    (held while ``~started``) begins; ``ready`` rises once every size and the registered
     configuration check that reads them are valid (about 75 cycles)."""
 
     def __init__(self, m: Module, cfg: dict, c, stages: int):
@@ -925,15 +925,10 @@ class PipelineUnitCore(UnitCore):
         with m.If(pipe.done):
             m.d.sync += pipe_finished.eq(1)
         check_done = Signal()
-        # the sizes start in CHECK's first cycle, from a flip-flop (run.accept a cycle
-        # late, which is checking & ~sizes.started): the start fans out to every size's
-        # and extent's operand registers
-        sizes_start = Signal(name="sizes_start")
-        m.d.sync += sizes_start.eq(run.accept)
         m.d.comb += [
             run.start.eq(self.start), self.idle.eq(run.idle), self.done.eq(run.done),
             # the sizes take tens of cycles (bit-serial), the checks one more
-            sizes.start.eq(sizes_start), check_done.eq(sizes.ready),
+            sizes.start.eq(checking & ~sizes.started), check_done.eq(sizes.ready),
             run.check_done.eq(check_done), run.check_error.eq(err_config),
             clear.eq(checking),
             run.stop.eq(stopped),
