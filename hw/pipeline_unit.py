@@ -328,7 +328,7 @@ class _RunSizes:
     (``mb_bytes``), the offset of a step's last microbatch (``last_off``) and the address
     steps of the backward order (``inner_delta`` within a step, ``step_delta`` into the
     next), and per buffer an :class:`~.blocks.ExtentCheck` (:meth:`buffer_bad`). ``start``
-    (held while ``~started``) begins; ``ready`` rises once every size and the registered
+    (one cycle, CHECK's first) begins; ``ready`` rises once every size and the registered
     configuration check that reads them are valid (about 75 cycles)."""
 
     def __init__(self, m: Module, cfg: dict, c, stages: int):
@@ -418,18 +418,19 @@ class _RunSizes:
         # repeated addition (rows entries, one a cycle, beside the multipliers)
         self.tables = {}
         fill_row = Signal(range(c.max_rows + 1))
-        fill_rows = Signal(range(c.max_rows + 1), reset_less=True)
-        m.d.sync += fill_rows.eq(Mux(cfg["rows"] > c.max_rows, c.max_rows, cfg["rows"]))
-        # filled (fill_row >= fill_rows) as a register, set a row ahead while the tables
-        # fill: its compare is not in front of the tables' write enables (the limit is
-        # steady from start; otherwise it follows the row count a cycle late)
+        # the rows left to write, counted down from the run's row count (the configuration
+        # is loaded by start), and whether one is left: filled is set a row ahead from
+        # that flag, so no compare is in front of the tables' write enables, and the flag
+        # is a compare of the count's own flip-flops
+        rows = Mux(cfg["rows"] > c.max_rows, c.max_rows, cfg["rows"])
+        fill_left = Signal(range(c.max_rows + 1), name="sizes_fill_left", reset_less=True)
+        fill_one = Signal(name="sizes_fill_one", reset_less=True)
         filled = self.filled
         with m.If(self.start):
-            m.d.sync += filled.eq(fill_rows == 0)
+            m.d.sync += [fill_left.eq(rows), fill_one.eq(rows == 1), filled.eq(rows == 0)]
         with m.Elif(self.started & ~filled):
-            m.d.sync += filled.eq(fill_row + 1 >= fill_rows)
-        with m.Else():
-            m.d.sync += filled.eq(fill_row >= fill_rows)
+            m.d.sync += [fill_left.eq(fill_left - 1), fill_one.eq(fill_left == 2),
+                         filled.eq(fill_one)]
         # the same, a cycle later, for ready (which ends CHECK): no compare in front of the
         # run control (the tables fill in `rows` cycles, the phases take longer)
         m.d.sync += self.filled_q.eq(filled)
@@ -925,10 +926,15 @@ class PipelineUnitCore(UnitCore):
         with m.If(pipe.done):
             m.d.sync += pipe_finished.eq(1)
         check_done = Signal()
+        # the sizes start in CHECK's first cycle, from a flip-flop (run.accept a cycle
+        # late, which is checking & ~sizes.started): the start fans out to every size's
+        # and extent's operand registers
+        sizes_start = Signal(name="sizes_start")
+        m.d.sync += sizes_start.eq(run.accept)
         m.d.comb += [
             run.start.eq(self.start), self.idle.eq(run.idle), self.done.eq(run.done),
             # the sizes take tens of cycles (bit-serial), the checks one more
-            sizes.start.eq(checking & ~sizes.started), check_done.eq(sizes.ready),
+            sizes.start.eq(sizes_start), check_done.eq(sizes.ready),
             run.check_done.eq(check_done), run.check_error.eq(err_config),
             clear.eq(checking),
             run.stop.eq(stopped),
