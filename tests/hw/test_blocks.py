@@ -332,6 +332,7 @@ class FIFOModel:
 
     def __init__(self, depth):
         self.depth, self.stored, self.out, self.level = depth, deque(), None, 0
+        self.written, self.read = [], []       # every element pushed, every one popped
 
     def flags(self):
         return {"w_ready": int(self.level < self.depth), "r_valid": int(self.out is not None),
@@ -347,8 +348,10 @@ class FIFOModel:
             self.out = self.stored.popleft()
         if push:
             self.stored.append(w_data)
+            self.written.append(w_data)
+        if pop:
+            self.read.append(popped)
         self.level += push - pop
-        return push, popped
 
 
 @pytest.mark.parametrize("depth,w_share,r_share", [
@@ -358,7 +361,6 @@ def test_registered_fifo_follows_the_model_under_random_push_and_pop(depth, w_sh
     rng = random.Random(depth * 100 + int(w_share * 10))
     dut = RegisteredFIFO(8, depth)
     model = FIFOModel(depth)
-    written, read = [], []
 
     async def bench(ctx):
         for _ in range(600):
@@ -375,15 +377,11 @@ def test_registered_fifo_follows_the_model_under_random_push_and_pop(depth, w_sh
             # registered: this cycle's valid and ready change none of the flags
             assert {"w_ready": ctx.get(dut.w.ready), "r_valid": ctx.get(dut.r.valid),
                     "level": ctx.get(dut.level)} == before
-            pushed, popped = model.clock(w_valid, w_data, r_ready)
-            if pushed:
-                written.append(w_data)
-            if popped is not None:
-                read.append(popped)
+            model.clock(w_valid, w_data, r_ready)
             await ctx.tick()
 
     simulate(dut, bench)
-    assert len(read) > 100 and read == written[:len(read)]
+    assert len(model.read) > 100 and model.read == model.written[:len(model.read)]
 
 
 @pytest.mark.parametrize("depth", [2, 6, 17])
@@ -391,7 +389,6 @@ def test_buffered_fifo_is_the_model_under_amaranth_port_names(depth):
     rng = random.Random(depth)
     dut = BufferedFIFO(width=16, depth=depth)
     model = FIFOModel(depth)
-    written, read = [], []
 
     async def bench(ctx):
         for _ in range(500):
@@ -403,16 +400,12 @@ def test_buffered_fifo_is_the_model_under_amaranth_port_names(depth):
             ctx.set(dut.w_en, w_en)
             ctx.set(dut.w_data, w_data)
             ctx.set(dut.r_en, r_en)
-            pushed, popped = model.clock(w_en, w_data, r_en)
-            if pushed:
-                written.append(w_data)
-            if popped is not None:
-                read.append(popped)
+            model.clock(w_en, w_data, r_en)
             await ctx.tick()
 
     simulate(dut, bench)
     assert dut.width == 16 and dut.depth == depth
-    assert len(read) > 100 and read == written[:len(read)]
+    assert len(model.read) > 100 and model.read == model.written[:len(model.read)]
 
 
 def test_registered_fifo_moves_one_element_per_cycle_and_holds_its_depth():
