@@ -403,22 +403,20 @@ class BurstGenerator(wiring.Component):
 StreamRegister = SkidBuffer
 
 
-def up_down_counter(m: Module, limit: int, up, down, name: str, *, init: int = 0):
+def up_down_counter(m: Module, limit: int, up, down, name: str):
     """A counter stepped by ``up`` and ``down`` pulses (both at once: it holds), kept beside
     its neighbours ``count + 1`` and ``count - 1`` as flip-flops: the pulses only choose
     among three registers, and each adder runs from flip-flops alone. (Written as
     ``count + 1`` and ``count - 1`` under two conditions, Yosys shares one adder whose
-    operand the pulses select: a carry chain behind them.) Returns ``(count, plus,
-    minus)``; ``minus`` wraps below zero."""
-    count = Signal(range(limit + 1), init=init, name=name)
-    width = len(count)
-    plus = Signal(width + 1, init=init + 1, name=f"{name}_plus")
-    minus = Signal(width, init=(init - 1) % (1 << width), name=f"{name}_minus")
+    operand the pulses select: a carry chain behind them.) Returns ``count``."""
+    count = Signal(range(limit + 1), name=name)                      # from 0
+    plus = Signal(len(count) + 1, init=1, name=f"{name}_plus")
+    minus = Signal(len(count), init=(1 << len(count)) - 1, name=f"{name}_minus")   # wraps
     with m.If(up & ~down):
         m.d.sync += [count.eq(plus), plus.eq(plus + 1), minus.eq(count)]
     with m.Elif(down & ~up):
         m.d.sync += [count.eq(minus), plus.eq(count), minus.eq(minus - 1)]
-    return count, plus, minus
+    return count
 
 
 class RegisteredFIFO(wiring.Component):
@@ -481,8 +479,8 @@ class RegisteredFIFO(wiring.Component):
         with m.If(fetch):
             m.d.sync += consume.eq(self._advance(consume))
         m.d.sync += self.r.valid.eq(fetch | (self.r.valid & ~pop))
-        stored, _, _ = up_down_counter(m, depth, push, fetch, "stored")
-        level, _, _ = up_down_counter(m, depth, push, pop, "level")
+        stored = up_down_counter(m, depth, push, fetch, "stored")
+        level = up_down_counter(m, depth, push, pop, "level")
         m.d.comb += self.level.eq(level)
         with m.If(push & ~fetch):
             m.d.sync += any_stored.eq(1)
