@@ -228,6 +228,25 @@ def test_native_build_names_its_stages(tmp_path, monkeypatch, capsys):
         assert f"native build of {CONFIG} {stage}: done in" in err, err
 
 
+def test_module_ports_skip_function_inputs():
+    """Yosys writes parallel multiplexers as functions, whose inputs are not ports."""
+    text = ("module gnnweave(a, y);\n  input [3:0] a;\n  output y;\n"
+            "  function [0:0] pick;\n    input [1:0] s;\n    input a;\n  endfunction\n"
+            "endmodule\n")
+    assert simdevice.top.module_ports(text) == [("input", "[3:0]", "a"), ("output", "", "y")]
+
+
+def test_simulation_netlist_keeps_the_ports():
+    """The Verilog the harness compiles (Amaranth's through SIM_NETLIST_PASSES) has the
+    ports of Amaranth's, in width and direction, and no process left for Verilator to
+    schedule as a block (the passes ran)."""
+    netlist, top = simdevice.simulated_top(CONFIG)
+    source = netlist.with_name(f"{top}.amaranth.v")
+    ports = simdevice.top.module_ports
+    assert sorted(ports(netlist.read_text(), top)) == sorted(ports(source.read_text(), top))
+    assert "always @*" in source.read_text() and "always @*" not in netlist.read_text()
+
+
 def test_idle_units_get_no_clock_edges(native):
     """During an Aggregator job the MacArray's and the Pipeline's clocks stop: they get
     edges only in the wake margin after each register write, not for the job's cycles."""
