@@ -198,17 +198,11 @@ def simulated_top(config: str) -> tuple[Path, str]:
 
 
 def module_ports(verilog_text: str, top: str = TOP) -> list[tuple[str, str, str]]:
-    """``(direction, width or "", name)`` of each port of module ``top``, in the order of
-    their declarations (the module's functions declare inputs too: those are not ports)."""
+    """``(direction, width or "", name)`` of each port of module ``top``."""
     head = verilog_text[verilog_text.index(f"module {top}("):]
     head = head[:head.index("endmodule")]
-    names = set(re.findall(r"\w+", head[:head.index(");")].split("(", 1)[1]))
-    ports, seen = [], set()
-    for d, w, n in re.findall(r"^\s*(input|output)\s*(\[[^\]]+\])?\s*(\w+);", head, re.M):
-        if n in names and n not in seen:
-            seen.add(n)
-            ports.append((d, w or "", n))
-    return ports
+    return [(d, w or "", n) for d, w, n in
+            re.findall(r"^\s*(input|output)\s*(\[[^\]]+\])?\s*(\w+);", head, re.M)]
 
 
 def unit_values(verilog_text: str, top: str = TOP) -> list[int]:

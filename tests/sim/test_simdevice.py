@@ -228,14 +228,6 @@ def test_native_build_names_its_stages(tmp_path, monkeypatch, capsys):
         assert f"native build of {CONFIG} {stage}: done in" in err, err
 
 
-def test_module_ports_skip_function_inputs():
-    """Yosys writes parallel multiplexers as functions, whose inputs are not ports."""
-    text = ("module gnnweave(a, y);\n  input [3:0] a;\n  output y;\n"
-            "  function [0:0] pick;\n    input [1:0] s;\n    input a;\n  endfunction\n"
-            "endmodule\n")
-    assert simdevice.top.module_ports(text) == [("input", "[3:0]", "a"), ("output", "", "y")]
-
-
 def test_simulation_netlist_keeps_the_ports():
     """The Verilog the harness compiles (Amaranth's through SIM_NETLIST_PASSES) has the
     ports of Amaranth's, in width and direction, and no process left for Verilator to
