@@ -207,7 +207,7 @@ class AggregatorCore(UnitCore):
         dp = Module()
         # 0 indptr, 1 indices, 2 weights, 3 rows; registered requests keep the readers' request
         # logic and the guard's adders out of the arbitration (the ECP5 critical path)
-        read_port = ReadPort(self.bus, num_clients=4, registered_requests=True)
+        read_port = ReadPort(self.bus, num_clients=4, registered_requests=True, zero_flag=True)
         write_port = WritePort(self.bus, beat_depth=W_BEATS, address_depth=4)
         ptr_reader, idx_reader, w_reader = (
             ElementReader(addr_width=aw, data_width=c.bus_width, elem_width=width,
@@ -379,7 +379,7 @@ class AggregatorCore(UnitCore):
         dp.d.sync += [
             quiet["walk"].eq(walk.done), quiet["nodes"].eq(drain.nodes == num_nodes),
             quiet["pipe"].eq(~pipe_busy), quiet["writes"].eq(write_port.idle),
-            quiet["reads"].eq(read_port.outstanding == 0), quiet["bank"].eq(~reduce.bank.ready),
+            quiet["reads"].eq(read_port.no_outstanding), quiet["bank"].eq(~reduce.bank.ready),
         ]
         in_flight_done = quiet["reads"] & quiet["writes"] & quiet["pipe"]
         drained = quiet["walk"] & quiet["nodes"] & in_flight_done
@@ -397,9 +397,13 @@ class AggregatorCore(UnitCore):
         # the run's first cycle and its running state from flip-flops (a cycle late): they
         # fan out to the readers, the drain and the walk, never the state decode itself
         m.d.sync += [launch.eq(run.first), running.eq(run.running)]
+        # a refused burst stops the run a cycle later: the guards' verdicts reach the run
+        # control from a flip-flop (the burst itself never leaves the read port)
+        fault = Signal()
+        m.d.sync += fault.eq(read_port.fault)
         m.d.comb += [
             run.start.eq(self.start), run.check_done.eq(check.done),
-            run.check_error.eq(check.error), run.stop.eq(read_port.fault),
+            run.check_error.eq(check.error), run.stop.eq(fault),
             run.finished.eq(drained), run.quiet.eq(in_flight_done & quiet["bank"]),
             check.start.eq(run.accept), clear.eq(run.checking),
             self.idle.eq(run.idle), self.done.eq(run.done),
@@ -410,7 +414,7 @@ class AggregatorCore(UnitCore):
         increments = {
             "busy_cycles": Const(1, 1), "read_beats": read_port.beat,
             "write_beats": write_port.beat, "stall_cycles": stall,
-            "mem_wait_cycles": (read_port.outstanding != 0) & ~read_port.beat,
+            "mem_wait_cycles": ~read_port.no_outstanding & ~read_port.beat,
             "edges": edge_pulse, "rejected_indices": rejected_pulse,
             "saturations": saturated_now,
         }

@@ -139,15 +139,26 @@ class RowGather(wiring.Component):
         freed = Signal()
         m.d.sync += freed.eq(self.freed)
         held = credits + freed
-        m.d.sync += credits.eq(held - Mux(issue, burst_len, 0))
+        # credits + 1, kept beside the count: a compare of the held credits is one of two
+        # compares of registers, which `freed` picks (no adder between it and the compare);
+        # both counts after an issue are worked out from registers, and the issue only
+        # picks them
+        credits_p1 = Signal(range(self.slots + 2), init=self.slots + 1)
+        held_p1 = credits_p1 + freed
+        m.d.sync += [credits.eq(Mux(issue, held - burst_len, held)),
+                     credits_p1.eq(Mux(issue, held_p1 - burst_len, held_p1))]
+
+        def held_at_least(x):
+            return Mux(freed, credits_p1 >= x, credits >= x)
+
         # the next enough for each outcome of this cycle's issue and load, compared on
         # registers alone; issue and load only pick one (credits_next >= the next burst's
         # length, with the issued burst's length moved to the right-hand side)
         enough_if = {
-            (0, 0): held >= burst_len,
-            (1, 0): held >= both_len,
-            (0, 1): held >= row.first_len,
-            (1, 1): held >= burst_len + row.first_len,
+            (0, 0): held_at_least(burst_len),
+            (1, 0): held_at_least(both_len),
+            (0, 1): held_at_least(row.first_len),
+            (1, 1): held_at_least(burst_len + row.first_len),
         }
         enough_if_load = Mux(issue, enough_if[1, 1], enough_if[0, 1])
         m.d.sync += enough.eq(Mux(load, enough_if_load,

@@ -37,9 +37,9 @@ class PointerClamp(wiring.Component):
     Two register stages, both fed from flip-flops: the first compares the pointer with
     ``p(v-1)``, ``p(v-1) + 1``, ``E`` and ``E - 1``; the second chooses ``p(v)`` and the
     flags from those compares and updates ``p(v-1)``. A pointer enters the first stage
-    only while it is empty (so its compares see every earlier pointer), so the clamp takes
-    a pointer every two cycles, the most the walk asks for (a node takes at least two of
-    its cycles).
+    only while it is empty (so its compares see every earlier pointer), and the second
+    stage only an empty output, so the clamp passes a pointer every two cycles, the most
+    the walk asks for (a node takes at least two of its cycles).
 
     Ports:
         i: In stream, the row pointers (``indptr[0]`` first; from a register).
@@ -89,7 +89,10 @@ class PointerClamp(wiring.Component):
 
         # stage 2: p(v) and its flags, from the compares
         o = self.o.payload
-        move = mid_valid & (~self.o.valid | self.o.ready)
+        # into an empty output only: the consumer's ready (its load, a walk state's
+        # decision) reaches the valid flag, not the enables of the bounds and p(v-1); the
+        # walk takes a node every two cycles at most, which this still keeps up with
+        move = mid_valid & ~self.o.valid
         m.d.sync += mid_valid.eq(take | (mid_valid & ~move))
         m.d.sync += self.o.valid.eq(move | (self.o.valid & ~self.o.ready))
         was_last = Mux(cmp.first, e_is0, prev_is_last)
