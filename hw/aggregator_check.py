@@ -105,12 +105,11 @@ class ConfigCheck(wiring.Component):
         flag("nodes_max", n == 0xFFFF_FFFF)
 
         n_minus_1, nonempty = reg(32, "n_minus_1"), reg(1, "nonempty")
-        one_node = reg(1, "one_node")         # N - 1 == 0, for the multiplier's first step
         ptr_bytes, idx_bytes, w_bytes = reg(35, "ptr_bytes"), reg(35, "idx_bytes"), reg(35, "w_bytes")
         row_beats = reg(len(self.row_beats), "row_beats_r")
         with m.If(at(_Step.TERMS)):
             m.d.sync += [
-                n_minus_1.eq(n - 1), nonempty.eq(n != 0), one_node.eq(n == 1),
+                n_minus_1.eq(n - 1),
                 ptr_bytes.eq((n + 1) << 2), idx_bytes.eq(cfg.num_edges << 2),
                 w_bytes.eq(cfg.num_edges * (self.ew // 8)),
                 row_beats.eq((cfg.feat_dim + lanes - 1) >> (lanes.bit_length() - 1)),
@@ -136,8 +135,11 @@ class ConfigCheck(wiring.Component):
         multiplied = reg(1, "multiplied")     # multiplier == 0, a flip-flop beside it
         products = {name: reg(64, f"{name}_product") for name in ("feat", "out")}
         addends = {name: reg(64, f"{name}_addend") for name in ("feat", "out")}
+        # N != 0 and N == 1 from N - 1 (a register of few loads), not from N itself, which
+        # fans out across the whole unit
         with m.If(at(_Step.ROUND)):
-            m.d.sync += [multiplier.eq(n_minus_1), multiplied.eq(one_node)]
+            m.d.sync += [multiplier.eq(n_minus_1), multiplied.eq(n_minus_1 == 0),
+                         nonempty.eq(n_minus_1 != 0xFFFF_FFFF)]
             for name in products:
                 m.d.sync += [products[name].eq(0), addends[name].eq(cfg[f"{name}_stride"])]
         with m.If(at(_Step.MULTIPLY)):
