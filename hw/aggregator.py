@@ -123,10 +123,9 @@ class ReciprocalPipe(wiring.Component):
     """``round(2**MEAN_RECIP_BITS / count)`` (half up), one per cycle, fixed latency.
 
     A restoring divider unrolled into ``MEAN_RECIP_BITS + 1`` registered stages behind an
-    input register; the payload (which holds ``count``) travels alongside. Nothing stalls
-    it: the producer
-    must have room for every element in flight (see :attr:`latency`); ``recip`` is 0
-    for a count of 0.
+    input register; the payload (which holds ``count``, the divisor) travels alongside.
+    Nothing stalls it: the producer must have room for every element in flight (see
+    :attr:`latency`); ``recip`` is 0 for a count of 0.
     """
 
     def __init__(self, payload_layout: data.StructLayout):
@@ -147,33 +146,32 @@ class ReciprocalPipe(wiring.Component):
         in_valid = Signal()
         in_payload = Signal(self.layout, reset_less=True)
         m.d.sync += [in_valid.eq(self.i.valid), in_payload.eq(self.i.payload)]
-        count = in_payload.count
         # the numerator's adder before the input register: the first stage's compare and
         # subtract start from its flip-flops
         numerator = Signal(34, reset_less=True)
         m.d.sync += numerator.eq((1 << MEAN_RECIP_BITS) + (self.i.payload.count >> 1))
-        valid, payload, rem, num, quo, div = (in_valid, in_payload,
-                                              numerator >> qbits, numerator, Const(0, qbits),
-                                              count)
+        # a stage carries only what later stages use: the numerator bits still to come
+        # down and the quotient bits found so far
+        valid, payload, rem, num, quo = (in_valid, in_payload, numerator >> qbits, numerator,
+                                         Const(0, 0))
         for stage in range(qbits):
             bit = qbits - 1 - stage
             trial = Cat(num[bit], rem)                   # (rem << 1) | numerator bit
-            fits = trial >= div
+            fits = trial >= payload.count
             n_valid = Signal(name=f"rp{stage}_valid")
             n_payload = Signal(self.layout, name=f"rp{stage}_payload", reset_less=True)
             n_rem = Signal(34, name=f"rp{stage}_rem", reset_less=True)
-            n_num = Signal(34, name=f"rp{stage}_num", reset_less=True)
-            n_quo = Signal(qbits, name=f"rp{stage}_quo", reset_less=True)
-            n_div = Signal(32, name=f"rp{stage}_div", reset_less=True)
+            n_num = Signal(max(bit, 1), name=f"rp{stage}_num", reset_less=True)
+            n_quo = Signal(stage + 1, name=f"rp{stage}_quo", reset_less=True)
             m.d.sync += [
-                n_valid.eq(valid), n_payload.eq(payload), n_num.eq(num), n_div.eq(div),
-                n_rem.eq(Mux(fits, trial - div, trial)),
-                n_quo.eq(quo | (fits << bit)),
+                n_valid.eq(valid), n_payload.eq(payload), n_num.eq(num[:bit]),
+                n_rem.eq(Mux(fits, trial - payload.count, trial)),
+                n_quo.eq(Cat(fits, quo)),
             ]
-            valid, payload, rem, num, quo, div = n_valid, n_payload, n_rem, n_num, n_quo, n_div
+            valid, payload, rem, num, quo = n_valid, n_payload, n_rem, n_num, n_quo
         m.d.comb += [
             self.o.valid.eq(valid), self.o.payload.desc.eq(payload),
-            self.o.payload.recip.eq(Mux(div == 0, 0, quo)),
+            self.o.payload.recip.eq(Mux(payload.count == 0, 0, quo)),
         ]
         return m
 
