@@ -139,9 +139,11 @@ def gated_accelerator(config: str):
 #: ``opt_clean -purge`` drops the aliases of register fields, on which ``opt_dff`` stops
 #: ("Conflicting init values" for a register bit driven by a constant). ``pmuxtree``: a
 #: parallel multiplexer is otherwise written as a Verilog function, which Verilator
-#: evaluates at every edge of any clock.
+#: evaluates at every edge of any clock. ``splitnets -driver``: where ``wreduce`` leaves a
+#: sign extension as a wire driving its own upper bits, Verilator sees a combinational loop
+#: and re-evaluates it, with change detection, at every edge of any clock.
 SIM_NETLIST_PASSES = ("proc", "opt_clean -purge", "opt", "wreduce", "peepopt", "opt",
-                      "pmuxtree", "opt_clean -purge")
+                      "pmuxtree", "splitnets -driver", "opt_clean -purge")
 
 
 def simulation_netlist(amaranth_verilog: Path, out: Path, top: str = TOP) -> Path:

@@ -239,6 +239,19 @@ def test_simulation_netlist_keeps_the_ports():
     assert "always @*" in source.read_text() and "always @*" not in netlist.read_text()
 
 
+def test_model_triggers_only_on_clocks(native):
+    """Verilator's model of the netlist evaluates nothing on a change of an internal signal:
+    its only triggers are the clocks (a wire driving its own bits, which Verilator takes
+    for a combinational loop, would add a change-detection trigger evaluated at every
+    edge of any clock)."""
+    import re
+    header = native.build.library.parent / "obj" / "Vgnnweave_sim_top___024root.h"
+    triggers = set(re.findall(r"__Vtrigprevexpr___TOP__(\w+?)__\d+\b", header.read_text()))
+    assert triggers, f"no trigger variables in {header}"
+    clocks = {"ap_clk", "ctl_clk"} | {f"unit_clk_{u}" for u in native.unit_edges()}
+    assert triggers <= clocks, sorted(triggers - clocks)
+
+
 def test_idle_units_get_no_clock_edges(native):
     """During an Aggregator job the MacArray's and the Pipeline's clocks stop: they get
     edges only in the wake margin after each register write, not for the job's cycles."""
