@@ -355,132 +355,161 @@ class TrainStage(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        L, ib, S, V = self.lanes, self.index_bits, self.slots, self.versions
+        s = SimpleNamespace()     # the signals the sections share
+        L, S, V = self.lanes, self.slots, self.versions
         DI, DO, RM = self.max_in, self.max_out, self.max_rows
-        f = self.fmt
-        lb = L.bit_length() - 1
-        wbits = max(self.word_bits, 1)
-        m.submodules.core = core = self.core
-        m.submodules.wbuf = wbuf = SkewedBuffer(lanes=L, rows=1 << (V * DI - 1).bit_length(), cols=DO,
+        m.submodules.core = s.core = self.core
+        m.submodules.wbuf = s.wbuf = SkewedBuffer(lanes=L, rows=1 << (V * DI - 1).bit_length(), cols=DO,
                                                 registered_request=True)
-        m.submodules.xbuf = xbuf = SkewedBuffer(lanes=L, rows=S * RM, cols=DI, registered_request=True)
-        m.submodules.ybuf = ybuf = SkewedBuffer(lanes=L, rows=2 * RM, cols=DO, registered_request=True)
+        m.submodules.xbuf = s.xbuf = SkewedBuffer(lanes=L, rows=S * RM, cols=DI, registered_request=True)
+        m.submodules.ybuf = s.ybuf = SkewedBuffer(lanes=L, rows=2 * RM, cols=DO, registered_request=True)
 
         # the configuration inputs, registered once on entry: the logic behind them starts
         # from this stage's own registers, not from whoever drives the inputs (they are
         # steady from start; the copies are current from the first SETUP cycle on)
-        cfg = SimpleNamespace(**{name: Signal.like(getattr(self, name), name=f"cfg_{name}")
+        s.cfg = SimpleNamespace(**{name: Signal.like(getattr(self, name), name=f"cfg_{name}")
                                  for name in _CONFIG_INPUTS})
-        m.d.sync += [getattr(cfg, name).eq(getattr(self, name)) for name in _CONFIG_INPUTS]
+        m.d.sync += [getattr(s.cfg, name).eq(getattr(self, name)) for name in _CONFIG_INPUTS]
 
-        running = Signal()
-        ph = _PhaseRegister(m)
-        in_f, in_dx, in_dw = ph.flag["f"], ph.flag["dx"], ph.flag["dw"]
-        m.d.comb += self.busy.eq(running)
+        s.running = Signal()
+        s.ph = _PhaseRegister(m)
+        s.in_f, s.in_dx, s.in_dw = s.ph.flag["f"], s.ph.flag["dx"], s.ph.flag["dw"]
+        m.d.comb += self.busy.eq(s.running)
 
-        # ---------------------------------------------------------------- op counters
-        sched = cfg.schedule
+        self._op_counters(m, s)
+        self._act_receiver(m, s)
+        self._mask_stash(m, s)
+        self._grad_receiver(m, s)
+        self._state_memories(m, s)
+        self._current_op(m, s)
+        self._sgd_datapath(m, s)
+        self._streaming_hold(m, s)
+        self._op_ends(m, s)
+        self._run_start(m, s)
+        self._decide(m, s)
+        self._phases(m, s)
+        self._cycle_counters(m, s)
+        return m
+
+    def _op_counters(self, m, s):
+        """The schedule's decodes, the step's counters and the per-run constants."""
+        L, ib, S, V = self.lanes, self.index_bits, self.slots, self.versions
+        lb = self.lanes.bit_length() - 1
+        sched = s.cfg.schedule
         # the schedule's and the stage's position's decodes, registered
         is_async, gpipe = Signal(name="is_async"), Signal(name="is_gpipe")
+        s.is_async, s.gpipe = is_async, gpipe
         is_first, is_last = Signal(name="is_first"), Signal(name="is_last")
-        m.d.sync += [is_async.eq(sched == SCHEDULE_1F1B_ASYNC), gpipe.eq(sched == SCHEDULE_GPIPE),
-                     is_first.eq(cfg.stage == 0), is_last.eq(cfg.stage + 1 == cfg.stages)]
-        mbs = cfg.microbatches
+        s.is_first, s.is_last = is_first, is_last
+        m.d.sync += [s.is_async.eq(sched == SCHEDULE_1F1B_ASYNC), s.gpipe.eq(sched == SCHEDULE_GPIPE),
+                     s.is_first.eq(s.cfg.stage == 0), s.is_last.eq(s.cfg.stage + 1 == s.cfg.stages)]
+        s.mbs = s.cfg.microbatches
         # N = microbatches * steps, once per run in SETUP: operand, product and result
         # registers (a DSP with its input, M and P registers, not a multiply every cycle)
-        n_total = Signal(24)
+        s.n_total = Signal(24)
         n_ops = [Signal(8, name="n_mbs_q", reset_less=True), Signal(16, name="n_steps_q", reset_less=True)]
-        n_prod = Signal(24, name="n_prod", reset_less=True)
-        m.d.sync += [n_ops[0].eq(mbs), n_ops[1].eq(cfg.steps), n_prod.eq(n_ops[0] * n_ops[1])]
-        setup_left = Signal(3)
+        s.n_prod = Signal(24, name="n_prod", reset_less=True)
+        m.d.sync += [n_ops[0].eq(s.mbs), n_ops[1].eq(s.cfg.steps), s.n_prod.eq(n_ops[0] * n_ops[1])]
+        s.setup_left = Signal(3)
         # per-run constants, registered (steady from SETUP on)
-        m_eff = Signal(24, name="m_eff", reset_less=True)        # microbatches per flush
-        m.d.sync += m_eff.eq(Mux(is_async, n_total, mbs))
+        s.m_eff = Signal(24, name="m_eff", reset_less=True)        # microbatches per flush
+        m.d.sync += s.m_eff.eq(Mux(s.is_async, s.n_total, s.mbs))
         f_loc, b_loc = Signal(24), Signal(24)       # F / B issued in this step
-        ahead = Signal(24)                          # f_loc - b_loc
-        base = Signal(24)                           # global index of the step's first microbatch
-        f_mb = Signal(24)                           # base + f_loc: the next forward's microbatch
-        b_mb = Signal(24)                           # the next backward's microbatch
-        step_idx = Signal(16)
-        b_done = Signal(24)                         # B completed in the run (global)
+        s.f_loc, s.b_loc = f_loc, b_loc
+        s.ahead = Signal(24)                          # f_loc - b_loc
+        s.base = Signal(24)                           # global index of the step's first microbatch
+        s.f_mb = Signal(24)                           # base + f_loc: the next forward's microbatch
+        s.b_mb = Signal(24)                           # the next backward's microbatch
+        s.step_idx = Signal(16)
+        s.b_done = Signal(24)                         # B completed in the run (global)
         p_minus_s = Signal(5, name="p_minus_s", reset_less=True)
-        m.d.sync += p_minus_s.eq(cfg.stages - cfg.stage)
-        window = Signal(24, name="window", reset_less=True)
+        m.d.sync += p_minus_s.eq(s.cfg.stages - s.cfg.stage)
+        s.window = Signal(24, name="window", reset_less=True)
         win_raw = Signal(5, name="window_raw", reset_less=True)
-        m.d.sync += [win_raw.eq(Mux(is_async, p_minus_s, p_minus_s - 1)),
-                     window.eq(Mux(win_raw < m_eff, win_raw, m_eff))]
-        cur_ver = Signal(range(V))
-        ver_of_slot = Array([Signal(range(V), name=f"ver_slot{i}") for i in range(S)])
+        m.d.sync += [win_raw.eq(Mux(s.is_async, p_minus_s, p_minus_s - 1)),
+                     s.window.eq(Mux(win_raw < s.m_eff, win_raw, s.m_eff))]
+        s.cur_ver = Signal(range(V))
+        s.ver_of_slot = Array([Signal(range(V), name=f"ver_slot{i}") for i in range(S)])
 
         # each dimension - 1 and the words per row - 1 of the input and the output,
         # registered (the configuration is steady from start)
-        dim_last = {}
+        s.dim_last = {}
         for name in ("d_in", "d_out", "rows"):
-            dim_last[name] = Signal(ib, name=f"{name}_last", reset_less=True)
-            m.d.sync += dim_last[name].eq(getattr(cfg, name) - 1)
-        d_in_last = dim_last["d_in"]
-        in_words_last = Signal(ib, name="in_words_last", reset_less=True)
-        words_last = Signal(ib, name="words_last", reset_less=True)
-        m.d.sync += [in_words_last.eq(((cfg.d_in + L - 1) >> lb) - 1),
-                     words_last.eq(((cfg.d_out + L - 1) >> lb) - 1)]
+            s.dim_last[name] = Signal(ib, name=f"{name}_last", reset_less=True)
+            m.d.sync += s.dim_last[name].eq(getattr(s.cfg, name) - 1)
+        s.d_in_last = s.dim_last["d_in"]
+        s.in_words_last = Signal(ib, name="in_words_last", reset_less=True)
+        s.words_last = Signal(ib, name="words_last", reset_less=True)
+        m.d.sync += [s.in_words_last.eq(((s.cfg.d_in + L - 1) >> lb) - 1),
+                     s.words_last.eq(((s.cfg.d_out + L - 1) >> lb) - 1)]
 
-        # ---------------------------------------------------------------- act receiver
-        rx_f = Signal(24)                 # microbatches fully received (global)
-        rx_row_ok = Signal()
+    def _act_receiver(self, m, s):
+        """Activations in: the input slots and how far each has arrived."""
+        L, S, DI, RM = self.lanes, self.slots, self.max_in, self.max_rows
+        s.rx_f = Signal(24)                 # microbatches fully received (global)
+        s.rx_row_ok = Signal()
         rx_slot = Signal(range(S))
-        m.d.comb += rx_slot.eq(rx_f[:max(S.bit_length() - 1, 1)] if S > 1 else 0)
+        m.d.comb += rx_slot.eq(s.rx_f[:max(S.bit_length() - 1, 1)] if S > 1 else 0)
         # a slot is free when its previous occupant's backward is done; synchronous
         # schedules also wait for the flush before taking the next step's inputs
         # ``ready`` is a register (it reaches the upstream core's drain credits): computed one
         # cycle ahead from the limits' registered copies (stale limits only ever lag: b_done
         # and base grow during a run) for the count the receiver will have then
         act = self.act_in.payload
-        rx_f_next = Signal(24)            # rx_f + 1
+        s.rx_f_next = Signal(24)            # rx_f + 1
         rx_lim_slot = Signal(24, name="rx_lim_slot", reset_less=True)     # b_done + S
         rx_lim_step = Signal(24, name="rx_lim_step", reset_less=True)     # base + mbs
-        m.d.sync += [rx_lim_slot.eq(b_done + S), rx_lim_step.eq(base + mbs)]
+        m.d.sync += [rx_lim_slot.eq(s.b_done + S), rx_lim_step.eq(s.base + s.mbs)]
 
         def rx_room(count):
-            return (count < rx_lim_slot) & (is_async | (count < rx_lim_step)) & (count < n_total)
-        rx_last = self.act_in.valid & rx_row_ok & act.last
-        m.d.sync += rx_row_ok.eq(running & ~ph.flag["setup"] &
-                                 Mux(rx_last, rx_room(rx_f_next), rx_room(rx_f)))
-        m.d.comb += self.act_in.ready.eq(rx_row_ok)
+            return (count < rx_lim_slot) & (s.is_async | (count < rx_lim_step)) & (count < s.n_total)
+        rx_last = self.act_in.valid & s.rx_row_ok & act.last
+        m.d.sync += s.rx_row_ok.eq(s.running & ~s.ph.flag["setup"] &
+                                 Mux(rx_last, rx_room(s.rx_f_next), rx_room(s.rx_f)))
+        m.d.comb += self.act_in.ready.eq(s.rx_row_ok)
         m.d.comb += [
-            xbuf.wr_en.eq(self.act_in.valid & rx_row_ok),
-            xbuf.wr.row.eq(Cat(act.row[:RM.bit_length() - 1], rx_slot)),
-            xbuf.wr.col.eq(act.col), xbuf.wr.count.eq(act.count), xbuf.wr.data.eq(act.data),
+            s.xbuf.wr_en.eq(self.act_in.valid & s.rx_row_ok),
+            s.xbuf.wr.row.eq(Cat(act.row[:RM.bit_length() - 1], rx_slot)),
+            s.xbuf.wr.col.eq(act.col), s.xbuf.wr.count.eq(act.count), s.xbuf.wr.data.eq(act.data),
         ]
         with m.If(rx_last):
-            m.d.sync += [rx_f.eq(rx_f + 1), rx_f_next.eq(rx_f_next + 1)]
+            m.d.sync += [s.rx_f.eq(s.rx_f + 1), s.rx_f_next.eq(s.rx_f_next + 1)]
         # how far microbatch rx_f has arrived (the first stage's forward streams on it)
-        x_fill = _FillTracker(m, "x_fill", lanes=L, blocks=-(-RM // L), words=DI // L, rows_last=dim_last["rows"],
-                              words_last=in_words_last, fire=self.act_in.valid & rx_row_ok,
+        s.x_fill = _FillTracker(m, "x_fill", lanes=L, blocks=-(-RM // L), words=DI // L,
+                                rows_last=s.dim_last["rows"],
+                              words_last=s.in_words_last, fire=self.act_in.valid & s.rx_row_ok,
                               row=act.row, col=act.col, last=act.last)
 
-        # ---------------------------------------------------------------- mask stash
+    def _mask_stash(self, m, s):
+        """The ReLU masks of forward outputs, kept for the backward."""
+        L, S, DO, RM = self.lanes, self.slots, self.max_out, self.max_rows
+        lb = self.lanes.bit_length() - 1
         mask_words = S * RM * (DO // L)
         mask_mem = Memory(shape=L, depth=mask_words, init=[])
         m.submodules.mask = mask_mem
-        mask_wp = mask_mem.write_port()
-        mask_rp = mask_mem.read_port()
+        s.mask_wp = mask_mem.write_port()
+        s.mask_rp = mask_mem.read_port()
 
         def mask_addr(slot, row, col):
             return Cat((col >> lb)[:max(self.word_bits, 0) or 1] if self.word_bits else Const(0, 0),
                        row[:RM.bit_length() - 1] if RM > 1 else Const(0, 0),
                        slot[:S.bit_length() - 1] if S > 1 else Const(0, 0))
+        s.mask_addr = mask_addr
 
-        # ---------------------------------------------------------------- grad receiver
-        rx_b = Signal(24)                 # dY microbatches fully received (global count)
+    def _grad_receiver(self, m, s):
+        """Gradients in: masked by the stashed ReLU and written to the dY slots."""
+        L, S, DO, RM = self.lanes, self.slots, self.max_out, self.max_rows
+        s.rx_b = Signal(24)                 # dY microbatches fully received (global count)
         rx_b_loc, rx_b_base = Signal(24), Signal(24)
+        s.rx_b_loc, s.rx_b_base = rx_b_loc, rx_b_base
         rx_b_mb = Signal(24)
-        m.d.comb += rx_b_mb.eq(Mux(gpipe, rx_b_base + mbs - 1 - rx_b_loc,
-                                   rx_b_base + rx_b_loc))
+        m.d.comb += rx_b_mb.eq(Mux(s.gpipe, s.rx_b_base + s.mbs - 1 - s.rx_b_loc,
+                                   s.rx_b_base + s.rx_b_loc))
         # ``ready`` registered as the act receiver's (b_done + 2 lags, so it only errs safe)
         g_ok = Signal()
-        rx_b_next = Signal(24)            # rx_b + 1
+        s.rx_b_next = Signal(24)            # rx_b + 1
         g_lim = Signal(24, name="g_lim", reset_less=True)
-        m.d.sync += g_lim.eq(b_done + 2)
+        m.d.sync += g_lim.eq(s.b_done + 2)
         # stage 1 of the receiver: read the mask word; stage 2: mask dY
         g_valid_q = Signal()
         g_pl_q = Signal.like(self.grad_in.payload)
@@ -489,11 +518,11 @@ class TrainStage(wiring.Component):
         g_fire = self.grad_in.valid & g_ok
         gp = self.grad_in.payload
         mb_slot = rx_b_mb[:max(S.bit_length() - 1, 1)] if S > 1 else Const(0, 1)
-        m.d.comb += [mask_rp.addr.eq(mask_addr(mb_slot, gp.row, gp.col)), mask_rp.en.eq(1)]
-        m.d.sync += [g_valid_q.eq(g_fire), g_pl_q.eq(gp), g_slot_q.eq(rx_b[0])]
+        m.d.comb += [s.mask_rp.addr.eq(s.mask_addr(mb_slot, gp.row, gp.col)), s.mask_rp.en.eq(1)]
+        m.d.sync += [g_valid_q.eq(g_fire), g_pl_q.eq(gp), g_slot_q.eq(s.rx_b[0])]
         # (not in SETUP, while the registered configuration's decodes settle)
-        m.d.sync += g_ok.eq(running & ~ph.flag["setup"] &
-                            Mux(g_fire & gp.last, rx_b_next < g_lim, rx_b < g_lim))
+        m.d.sync += g_ok.eq(s.running & ~s.ph.flag["setup"] &
+                            Mux(g_fire & gp.last, s.rx_b_next < g_lim, s.rx_b < g_lim))
         # ``rx_b_wrap``: the next dY completes a synchronous step's microbatches (rx_b_loc ==
         # mbs - 1), a register kept current for the count the receiver has after each one.
         # It is set from ``rx_b_left`` (mbs - 1 - rx_b_loc, counted down; loaded in SETUP,
@@ -504,41 +533,46 @@ class TrainStage(wiring.Component):
         mbs_m1 = Signal(8, name="mbs_m1", reset_less=True)
         mbs_one = Signal(name="mbs_one", reset_less=True)      # one microbatch per step
         rx_b_left = Signal(8, name="rx_b_left", reset_less=True)
-        m.d.sync += [mbs_m1.eq(mbs - 1), mbs_one.eq(mbs == 1)]
+        m.d.sync += [mbs_m1.eq(s.mbs - 1), mbs_one.eq(s.mbs == 1)]
         left_high_zero = rx_b_left[1:] == 0
-        m.d.sync += rx_b_wrap.eq(~is_async & Mux(g_fire & gp.last,
+        m.d.sync += rx_b_wrap.eq(~s.is_async & Mux(g_fire & gp.last,
                                                  Mux(rx_b_wrap, mbs_one, left_high_zero & rx_b_left[0]),
                                                  left_high_zero & ~rx_b_left[0]))
-        with m.If(ph.flag["setup"]):
+        with m.If(s.ph.flag["setup"]):
             m.d.sync += rx_b_left.eq(mbs_m1)
         with m.Elif(g_fire & gp.last):
             m.d.sync += rx_b_left.eq(Mux(rx_b_wrap, mbs_m1, rx_b_left - 1))
         with m.If(g_fire & gp.last):
-            m.d.sync += [rx_b.eq(rx_b + 1), rx_b_next.eq(rx_b_next + 1), rx_b_loc.eq(rx_b_loc + 1)]
+            m.d.sync += [s.rx_b.eq(s.rx_b + 1), s.rx_b_next.eq(s.rx_b_next + 1),
+                         s.rx_b_loc.eq(s.rx_b_loc + 1)]
             with m.If(rx_b_wrap):
-                m.d.sync += [rx_b_loc.eq(0), rx_b_base.eq(rx_b_base + mbs)]
+                m.d.sync += [s.rx_b_loc.eq(0), s.rx_b_base.eq(s.rx_b_base + s.mbs)]
         # stage 3: write the masked segment, from registers (the mask memory's read data
         # reaches no further than them)
-        masked = [Mux(~cfg.relu | mask_rp.data[l], g_pl_q.data[l], 0) for l in range(L)]
+        masked = [Mux(~s.cfg.relu | s.mask_rp.data[l], g_pl_q.data[l], 0) for l in range(L)]
         y_wr_en = Signal(name="y_wr_en")
-        y_wr = Signal.like(ybuf.wr, name="y_wr", reset_less=True)
+        y_wr = Signal.like(s.ybuf.wr, name="y_wr", reset_less=True)
         y_row = Signal.like(g_pl_q.row, name="y_wr_row", reset_less=True)
         y_last = Signal(name="y_wr_last", reset_less=True)
         m.d.sync += [y_wr_en.eq(g_valid_q), y_row.eq(g_pl_q.row), y_last.eq(g_pl_q.last),
                      y_wr.row.eq(Cat(g_pl_q.row[:RM.bit_length() - 1], g_slot_q)),
                      y_wr.col.eq(g_pl_q.col), y_wr.count.eq(g_pl_q.count)]
         m.d.sync += [y_wr.data[l].eq(masked[l]) for l in range(L)]
-        m.d.comb += [ybuf.wr_en.eq(y_wr_en), ybuf.wr.eq(y_wr)]
+        m.d.comb += [s.ybuf.wr_en.eq(y_wr_en), s.ybuf.wr.eq(y_wr)]
         # the last dY segment is written two cycles after it was accepted
         rx_b_accepted, rx_b_written = Signal(24), Signal(24)
-        m.d.sync += [rx_b_accepted.eq(rx_b), rx_b_written.eq(rx_b_accepted)]
+        s.rx_b_written = rx_b_written
+        m.d.sync += [rx_b_accepted.eq(s.rx_b), s.rx_b_written.eq(rx_b_accepted)]
         # how far dY microbatch rx_b_written has been written (the last stage's backward
         # streams on it)
-        y_fill = _FillTracker(m, "y_fill", lanes=L, blocks=-(-RM // L), words=DO // L, rows_last=dim_last["rows"],
-                              words_last=words_last, fire=y_wr_en,
+        s.y_fill = _FillTracker(m, "y_fill", lanes=L, blocks=-(-RM // L), words=DO // L,
+                                rows_last=s.dim_last["rows"],
+                              words_last=s.words_last, fire=y_wr_en,
                               row=y_row, col=y_wr.col, last=y_last)
 
-        # ---------------------------------------------------------------- master/velocity/grad
+    def _state_memories(self, m, s):
+        """Master weights, SGD velocity and weight-gradient sums."""
+        L, DI, DO, f = self.lanes, self.max_in, self.max_out, self.fmt
         n_words = DI * DO // L
         mw = f["master"].width
         attrs = {"ram_style": self.state_ram_style} if self.state_ram_style else None
@@ -549,21 +583,28 @@ class TrainStage(wiring.Component):
                       attrs=attrs)
         m.submodules.masters, m.submodules.velocity, m.submodules.gsum = masters, velocity, gsum
         ms_rp, ms_wp = masters.read_port(), masters.write_port()
+        s.ms_rp, s.ms_wp = ms_rp, ms_wp
         vl_rp, vl_wp = velocity.read_port(), velocity.write_port()
+        s.vl_rp, s.vl_wp = vl_rp, vl_wp
         gs_rp, gs_wp = gsum.read_port(), gsum.write_port()
+        s.gs_rp, s.gs_wp = gs_rp, gs_wp
 
         def word_addr(row, col_word):
             return Cat(col_word[:self.word_bits] if self.word_bits else Const(0, 0),
                        row[:DI.bit_length() - 1])
+        s.word_addr = word_addr
 
-        # ---------------------------------------------------------------- current op
-        op_mb = Signal(24)
-        op_slot = Signal(range(S))
-        m.d.comb += op_slot.eq(op_mb[:max(S.bit_length() - 1, 1)] if S > 1 else 0)
-        op_ver = Signal(range(V))
-        op_yslot = Signal()
+    def _current_op(self, m, s):
+        """The op's operand routing, core configuration and output routing."""
+        S, V, DI, RM = self.slots, self.versions, self.max_in, self.max_rows
+        lb = self.lanes.bit_length() - 1
+        s.op_mb = Signal(24)
+        s.op_slot = Signal(range(S))
+        m.d.comb += s.op_slot.eq(s.op_mb[:max(S.bit_length() - 1, 1)] if S > 1 else 0)
+        s.op_ver = Signal(range(V))
+        s.op_yslot = Signal()
         rows_shift = RM.bit_length() - 1
-        d_shift = DI.bit_length() - 1
+        s.d_shift = DI.bit_length() - 1
 
         # core operand routing: the slot / version offset goes to the row coordinate (the
         # fixed index of a rowwise read, else the start), which is below 2**shift, so
@@ -576,91 +617,103 @@ class TrainStage(wiring.Component):
                          buf.rd_start.eq(Mux(req.rowwise, req.start, at(req.start))),
                          buf.rd_extent.eq(Mux(req.rowwise, req.extent, req.extent + (slot << shift)))]
 
-        route(core.a_req, xbuf, op_slot, rows_shift)       # F, DW read X on the A side
-        route(core.b_req, wbuf, op_ver, d_shift)           # F, DX read W on the B side
+        route(s.core.a_req, s.xbuf, s.op_slot, rows_shift)       # F, DW read X on the A side
+        route(s.core.b_req, s.wbuf, s.op_ver, s.d_shift)           # F, DX read W on the B side
         # dY: A side in DX, B side in DW
-        with m.If(in_dx):
-            route(core.a_req, ybuf, op_yslot, rows_shift)
+        with m.If(s.in_dx):
+            route(s.core.a_req, s.ybuf, s.op_yslot, rows_shift)
         with m.Else():
-            route(core.b_req, ybuf, op_yslot, rows_shift)
-        m.d.comb += [core.a_data.eq(Mux(in_dx, ybuf.rd_data.as_value(), xbuf.rd_data.as_value())),
-                     core.b_data.eq(Mux(in_dw, ybuf.rd_data.as_value(), wbuf.rd_data.as_value()))]
+            route(s.core.b_req, s.ybuf, s.op_yslot, rows_shift)
+        x_data, y_data, w_data = (b.rd_data.as_value() for b in (s.xbuf, s.ybuf, s.wbuf))
+        m.d.comb += [s.core.a_data.eq(Mux(s.in_dx, y_data, x_data)),
+                     s.core.b_data.eq(Mux(s.in_dw, y_data, w_data))]
 
         # core configuration: registers loaded a cycle ahead with the next op's (see ``next_f``)
-        m.d.comb += [core.use_bias.eq(0), core.bias_shift.eq(0), core.bias_clear.eq(0),
-                     core.bias_wr_en.eq(0)]
-        core_cfg = {name: Signal.like(getattr(core, name), name=f"core_cfg_{name}", reset_less=True)
+        m.d.comb += [s.core.use_bias.eq(0), s.core.bias_shift.eq(0), s.core.bias_clear.eq(0),
+                     s.core.bias_wr_en.eq(0)]
+        s.core_cfg = {name: Signal.like(getattr(s.core, name), name=f"core_cfg_{name}", reset_less=True)
                     for name in ("mode", "m", "n", "k", "shift", "relu")}
-        m.d.comb += [getattr(core, name).eq(sig) for name, sig in core_cfg.items()]
-        op_config = {
+        m.d.comb += [getattr(s.core, name).eq(sig) for name, sig in s.core_cfg.items()]
+        cfg = s.cfg
+        s.op_config = {
             Phase.F_START: (MacMode.FWD, cfg.rows, cfg.d_out, cfg.d_in, cfg.fwd_shift, cfg.relu),
             Phase.DX_START: (MacMode.DX, cfg.rows, cfg.d_in, cfg.d_out, cfg.dx_shift, 0),
             Phase.DW_START: (MacMode.DW, cfg.d_in, cfg.d_out, cfg.rows, cfg.dw_shift, 0),
         }
 
-        go = ph.go
+        s.go = s.ph.go
 
         # core output routing
-        out = core.out.payload
+        out = s.core.out.payload
         m.d.comb += [self.act_out.payload.eq(out), self.grad_out.payload.eq(out)]
-        m.d.comb += [self.act_out.valid.eq(core.out.valid & in_f),
-                     self.grad_out.valid.eq(core.out.valid & in_dx)]
+        m.d.comb += [self.act_out.valid.eq(s.core.out.valid & s.in_f),
+                     self.grad_out.valid.eq(s.core.out.valid & s.in_dx)]
         # (the core's output is valid in RUN phases only: its ready reads their one-hot
         # registers, which fan out far less than the op flags. Outside F_RUN and DX_RUN it
         # is high, which no valid output meets but DW's: a function of four inputs, which
         # the core's output FIFO folds into its fetch LUT)
-        now = ph.now
-        m.d.comb += core.out.ready.eq((self.act_out.ready | ~now[Phase.F_RUN]) &
-                                      (self.grad_out.ready | ~now[Phase.DX_RUN]))
+        s.now = s.ph.now
+        m.d.comb += s.core.out.ready.eq((self.act_out.ready | ~s.now[Phase.F_RUN]) &
+                                      (self.grad_out.ready | ~s.now[Phase.DX_RUN]))
         # F: stash the ReLU mask of every accepted output segment
-        m.d.comb += [mask_wp.addr.eq(mask_addr(op_slot, out.row, out.col)),
-                     mask_wp.data.eq(out.relu_mask),
-                     mask_wp.en.eq(in_f & core.out.valid & self.act_out.ready)]
+        m.d.comb += [s.mask_wp.addr.eq(s.mask_addr(s.op_slot, out.row, out.col)),
+                     s.mask_wp.data.eq(out.relu_mask),
+                     s.mask_wp.en.eq(s.in_f & s.core.out.valid & self.act_out.ready)]
         # DW: add each segment into the gradient sum: read, register the read data, add and
         # write. The segments of one DW have distinct addresses, so no word is read while
         # an earlier write to it is in flight; the SGD walk starts only once the last write
         # is in (``dw_busy``), and the next DW is a DX op later.
-        dw_fire = in_dw & core.out.valid
-        dw_addr = word_addr(out.row, out.col >> lb)
+        s.dw_fire = s.in_dw & s.core.out.valid
+        s.dw_addr = s.word_addr(out.row, out.col >> lb)
         dw_q1, dw_q2 = Signal(), Signal()
-        dw_addr1, dw_addr2 = (Signal.like(gs_wp.addr, name=f"dw_addr{i}", reset_less=True) for i in (1, 2))
-        dw_data1, dw_data2 = (Signal.like(out.data, name=f"dw_data{i}", reset_less=True) for i in (1, 2))
-        gs_q = Signal.like(gs_rp.data, name="gs_q", reset_less=True)     # the read data register
-        m.d.sync += [dw_q1.eq(dw_fire), dw_addr1.eq(dw_addr), dw_data1.eq(out.data),
-                     dw_q2.eq(dw_q1), dw_addr2.eq(dw_addr1), dw_data2.eq(dw_data1), gs_q.eq(gs_rp.data)]
-        dw_busy = Signal(name="dw_busy")      # dw_q1 | dw_q2, as a register
-        m.d.sync += dw_busy.eq(dw_fire | dw_q1)
+        s.dw_q1, s.dw_q2 = dw_q1, dw_q2
+        dw_addr1, s.dw_addr2 = (Signal.like(s.gs_wp.addr, name=f"dw_addr{i}", reset_less=True)
+                                for i in (1, 2))
+        dw_data1, s.dw_data2 = (Signal.like(out.data, name=f"dw_data{i}", reset_less=True)
+                                for i in (1, 2))
+        s.gs_q = Signal.like(s.gs_rp.data, name="gs_q", reset_less=True)     # the read data register
+        m.d.sync += [s.dw_q1.eq(s.dw_fire), dw_addr1.eq(s.dw_addr), dw_data1.eq(out.data),
+                     s.dw_q2.eq(s.dw_q1), s.dw_addr2.eq(dw_addr1), s.dw_data2.eq(dw_data1),
+                     s.gs_q.eq(s.gs_rp.data)]
+        s.dw_busy = Signal(name="dw_busy")      # dw_q1 | dw_q2, as a register
+        m.d.sync += s.dw_busy.eq(s.dw_fire | s.dw_q1)
 
-        # ---------------------------------------------------------------- SGD datapath
+    def _sgd_datapath(self, m, s):
+        """The SGD walk, the host's weight and velocity access, the port muxing."""
+        L, ib, V, f = self.lanes, self.index_bits, self.versions, self.fmt
+        lb, wbits = self.lanes.bit_length() - 1, max(self.word_bits, 1)
         # the walk issues one word address per cycle (read), the words' results come out of
         # the SgdPipeline LATENCY cycles after the read data and are written there; each
         # word is read and written once per update, so no read meets a write in flight
         u_row, u_word = Signal(ib), Signal(wbits)
+        s.u_row, s.u_word = u_row, u_word
         u_word_end, u_row_end = Signal(), Signal()     # the walk is at the row's / matrix's end
-        u_issue = Signal()     # reading word (u_row, u_word) this cycle
-        u_q = Signal()         # its read data is out this cycle
+        s.u_word_end, s.u_row_end = u_word_end, u_row_end
+        s.u_issue = Signal()     # reading word (u_row, u_word) this cycle
+        s.u_q = Signal()         # its read data is out this cycle
         u_row_q, u_word_q = Signal(ib, reset_less=True), Signal(wbits, reset_less=True)
         u_lanes_q = Signal(L, reset_less=True)      # lanes of the word inside d_out
         # the walk's limits minus one (one bit wider: -1 matches no index)
-        u_words_last_m1 = Signal(ib + 1, name="u_words_last_m1", reset_less=True)
-        u_rows_last_m1 = Signal(ib + 1, name="u_rows_last_m1", reset_less=True)
-        m.d.sync += [u_words_last_m1.eq(words_last - 1), u_rows_last_m1.eq(d_in_last - 1)]
-        u_addr = word_addr(u_row, u_word)
-        u_addr_q = word_addr(u_row_q, u_word_q)
-        m.d.sync += [u_q.eq(u_issue), u_row_q.eq(u_row), u_word_q.eq(u_word),
-                     u_lanes_q.eq(Cat(((u_word << lb) + l) < cfg.d_out for l in range(L)))]
-        new_ver = Signal(range(V))
-        m.d.comb += new_ver.eq(Mux(cur_ver == V - 1, 0, cur_ver + 1))
+        s.u_words_last_m1 = Signal(ib + 1, name="u_words_last_m1", reset_less=True)
+        s.u_rows_last_m1 = Signal(ib + 1, name="u_rows_last_m1", reset_less=True)
+        m.d.sync += [s.u_words_last_m1.eq(s.words_last - 1), s.u_rows_last_m1.eq(s.d_in_last - 1)]
+        u_addr = s.word_addr(s.u_row, s.u_word)
+        u_addr_q = s.word_addr(u_row_q, u_word_q)
+        m.d.sync += [s.u_q.eq(s.u_issue), u_row_q.eq(s.u_row), u_word_q.eq(s.u_word),
+                     u_lanes_q.eq(Cat(((s.u_word << lb) + l) < s.cfg.d_out for l in range(L)))]
+        s.new_ver = Signal(range(V))
+        m.d.comb += s.new_ver.eq(Mux(s.cur_ver == V - 1, 0, s.cur_ver + 1))
         use_mom = Signal(name="use_momentum")
-        m.d.sync += use_mom.eq(cfg.mu != 0)
-        m.submodules.sgd = sgd = SgdPipeline(
+        m.d.sync += use_mom.eq(s.cfg.mu != 0)
+        m.submodules.sgd = s.sgd = SgdPipeline(
             lanes=L, tag_width=wbits + ib, master=f["master"], weight=f["weight"],
             grad_sum=f["grad_sum"], velocity=f["velocity"], lr=f["lr"], wd=f["wd"], mu=f["mu"])
-        m.d.comb += [sgd.valid.eq(u_q), sgd.tag.eq(Cat(u_word_q, u_row_q)), sgd.lane_on.eq(u_lanes_q),
-                     sgd.w.eq(ms_rp.data), sgd.g.eq(gs_rp.data), sgd.v.eq(vl_rp.data),
-                     sgd.lr.eq(cfg.lr), sgd.wd.eq(cfg.wd), sgd.mu.eq(cfg.mu)]
-        sgd_word, sgd_row = sgd.out_tag[:wbits], sgd.out_tag[wbits:]
-        sgd_addr = word_addr(sgd_row, sgd_word)
+        m.d.comb += [s.sgd.valid.eq(s.u_q), s.sgd.tag.eq(Cat(u_word_q, u_row_q)),
+                     s.sgd.lane_on.eq(u_lanes_q),
+                     s.sgd.w.eq(s.ms_rp.data), s.sgd.g.eq(s.gs_rp.data), s.sgd.v.eq(s.vl_rp.data),
+                     s.sgd.lr.eq(s.cfg.lr), s.sgd.wd.eq(s.cfg.wd), s.sgd.mu.eq(s.cfg.mu)]
+        sgd_word, sgd_row = s.sgd.out_tag[:wbits], s.sgd.out_tag[wbits:]
+        sgd_addr = s.word_addr(sgd_row, sgd_word)
 
         # host weight load: the master word is written at once; the narrowed MAC weights go
         # to the current version slot through three stages (round parts, round, saturate)
@@ -685,44 +738,48 @@ class TrainStage(wiring.Component):
             m.d.comb += host_w[l].eq(host.reg(clamped, f"weight{l}"))
 
         # memory port muxing: host access (idle) / DW accumulate / SGD
-        with m.If(~running):
-            m.d.comb += [vl_rp.addr.eq(word_addr(self.v_row, self.v_word)),
-                         vl_wp.addr.eq(word_addr(self.v_row, self.v_word)),
-                         vl_wp.data.eq(self.v_wr_data), vl_wp.en.eq(self.v_wr_en)]
-            m.d.comb += [ms_rp.addr.eq(word_addr(self.w_row, self.w_word)),
-                         ms_wp.addr.eq(word_addr(self.w_row, self.w_word)),
-                         ms_wp.data.eq(self.w_wr_data), ms_wp.en.eq(self.w_wr_en)]
+        with m.If(~s.running):
+            m.d.comb += [s.vl_rp.addr.eq(s.word_addr(self.v_row, self.v_word)),
+                         s.vl_wp.addr.eq(s.word_addr(self.v_row, self.v_word)),
+                         s.vl_wp.data.eq(self.v_wr_data), s.vl_wp.en.eq(self.v_wr_en)]
+            m.d.comb += [s.ms_rp.addr.eq(s.word_addr(self.w_row, self.w_word)),
+                         s.ms_wp.addr.eq(s.word_addr(self.w_row, self.w_word)),
+                         s.ms_wp.data.eq(self.w_wr_data), s.ms_wp.en.eq(self.w_wr_en)]
         with m.Else():
-            m.d.comb += [ms_rp.addr.eq(u_addr), vl_rp.addr.eq(u_addr),
-                         ms_wp.addr.eq(sgd_addr), ms_wp.data.eq(sgd.master), ms_wp.en.eq(sgd.out_valid),
-                         vl_wp.addr.eq(sgd_addr), vl_wp.data.eq(sgd.velocity),
-                         vl_wp.en.eq(sgd.out_valid & use_mom)]
+            m.d.comb += [s.ms_rp.addr.eq(u_addr), s.vl_rp.addr.eq(u_addr),
+                         s.ms_wp.addr.eq(sgd_addr), s.ms_wp.data.eq(s.sgd.master),
+                         s.ms_wp.en.eq(s.sgd.out_valid),
+                         s.vl_wp.addr.eq(sgd_addr), s.vl_wp.data.eq(s.sgd.velocity),
+                         s.vl_wp.en.eq(s.sgd.out_valid & use_mom)]
         # MAC weights: a host write still in its narrowing stages goes first (the SGD writes
         # only while running, long after the host's last write); the write is registered
         # before the buffer's lane rotation (the next op reads the new version cycles later)
         wb_en = Signal(name="wbuf_wr_en")
-        wb = Signal.like(wbuf.wr, name="wbuf_wr", reset_less=True)
-        m.d.comb += [wbuf.wr_en.eq(wb_en), wbuf.wr.eq(wb)]
+        wb = Signal.like(s.wbuf.wr, name="wbuf_wr", reset_less=True)
+        m.d.comb += [s.wbuf.wr_en.eq(wb_en), s.wbuf.wr.eq(wb)]
         with m.If(host_valid[3]):
-            m.d.sync += [wb_en.eq(1), wb.row.eq(Cat(host_row[:d_shift], cur_ver)),
+            m.d.sync += [wb_en.eq(1), wb.row.eq(Cat(host_row[:s.d_shift], s.cur_ver)),
                          wb.col.eq(host_word << lb), wb.count.eq(L), wb.data.eq(host_w)]
         with m.Else():
-            m.d.sync += [wb_en.eq(sgd.out_valid), wb.row.eq(Cat(sgd_row[:d_shift], new_ver)),
-                         wb.col.eq(sgd_word << lb), wb.count.eq(L), wb.data.eq(sgd.weight)]
-        m.d.comb += [self.w_rd_data.eq(ms_rp.data), self.v_rd_data.eq(vl_rp.data), ms_rp.en.eq(1),
-                     vl_rp.en.eq(1), gs_rp.en.eq(1)]
-        with m.If(in_dw | dw_busy):
-            m.d.comb += [gs_rp.addr.eq(dw_addr), gs_wp.addr.eq(dw_addr2), gs_wp.en.eq(dw_q2)]
-            m.d.comb += [gs_wp.data[l].eq(gs_q[l] + dw_data2[l]) for l in range(L)]
-        with m.Elif(~running):      # a host weight write clears the word's gradient sum
-            m.d.comb += [gs_rp.addr.eq(word_addr(self.w_row, self.w_word)),
-                         gs_wp.addr.eq(word_addr(self.w_row, self.w_word)), gs_wp.en.eq(self.w_wr_en)]
-            m.d.comb += [gs_wp.data[l].eq(0) for l in range(L)]
+            m.d.sync += [wb_en.eq(s.sgd.out_valid), wb.row.eq(Cat(sgd_row[:s.d_shift], s.new_ver)),
+                         wb.col.eq(sgd_word << lb), wb.count.eq(L), wb.data.eq(s.sgd.weight)]
+        m.d.comb += [self.w_rd_data.eq(s.ms_rp.data), self.v_rd_data.eq(s.vl_rp.data), s.ms_rp.en.eq(1),
+                     s.vl_rp.en.eq(1), s.gs_rp.en.eq(1)]
+        with m.If(s.in_dw | s.dw_busy):
+            m.d.comb += [s.gs_rp.addr.eq(s.dw_addr), s.gs_wp.addr.eq(s.dw_addr2), s.gs_wp.en.eq(s.dw_q2)]
+            m.d.comb += [s.gs_wp.data[l].eq(s.gs_q[l] + s.dw_data2[l]) for l in range(L)]
+        with m.Elif(~s.running):      # a host weight write clears the word's gradient sum
+            m.d.comb += [s.gs_rp.addr.eq(s.word_addr(self.w_row, self.w_word)),
+                         s.gs_wp.addr.eq(s.word_addr(self.w_row, self.w_word)),
+                         s.gs_wp.en.eq(self.w_wr_en)]
+            m.d.comb += [s.gs_wp.data[l].eq(0) for l in range(L)]
         with m.Else():              # the SGD walk zeroes each sum once it has been read
-            m.d.comb += [gs_rp.addr.eq(u_addr), gs_wp.addr.eq(u_addr_q), gs_wp.en.eq(u_q)]
-            m.d.comb += [gs_wp.data[l].eq(0) for l in range(L)]
+            m.d.comb += [s.gs_rp.addr.eq(u_addr), s.gs_wp.addr.eq(u_addr_q), s.gs_wp.en.eq(s.u_q)]
+            m.d.comb += [s.gs_wp.data[l].eq(0) for l in range(L)]
 
-        # ---------------------------------------------------------------- streaming at the ends
+    def _streaming_hold(self, m, s):
+        """Holds the core until the data it reads next has arrived."""
+        ib = self.index_bits
         # The first stage's forward may start while its input (from the host) is still
         # arriving, and the last stage's backward while its dY (the host's loss gradient)
         # is: the core is held until the data it is about to read is in (x_fill / y_fill).
@@ -739,13 +796,14 @@ class TrainStage(wiring.Component):
         # and the counters they compare with are steady from a cycle before the op starts
         # (f_mb is op_mb during a forward; b_done moves at a backward's end only).
         x_whole, y_whole, x_at = Signal(name="x_whole"), Signal(name="y_whole"), Signal(name="x_at")
-        m.d.sync += [x_whole.eq(rx_f > f_mb), y_whole.eq(rx_b_written > b_done), x_at.eq(rx_f == f_mb)]
+        m.d.sync += [x_whole.eq(s.rx_f > s.f_mb), y_whole.eq(s.rx_b_written > s.b_done),
+                     x_at.eq(s.rx_f == s.f_mb)]
         hold = Signal()
-        kk = core.a_req.fixed           # the depth step (== b_req.fixed)
-        i0, j0 = core.a_req.start, core.b_req.start
+        kk = s.core.a_req.fixed           # the depth step (== b_req.fixed)
+        i0, j0 = s.core.a_req.start, s.core.b_req.start
         # whether the depth step is the run's last / ends a word: the core's registers (current
         # from the op's first RUN cycle; START does not look at them), no compare of kk here
-        at_depth_end, word_end = core.depth_last, core.depth_word_end
+        at_depth_end, word_end = s.core.depth_last, s.core.depth_word_end
         zero = Const(0, ib)
 
         # ``cur & (hold | nxt)``: the read is in, and so is the next one unless held. The
@@ -753,215 +811,232 @@ class TrainStage(wiring.Component):
         # implies ``cur``: that is ``(cur & hold) | nxt``, with ``nxt`` off the AND
         def ok(cur, nxt):
             return (cur & hold) | nxt
-        f_cur, dx_cur = x_fill.has_block_word(i0, kk), y_fill.has_block_word(i0, kk)
-        run_f = x_at & Mux(word_end | at_depth_end, ok(f_cur, x_fill.has_next_block_word(i0, kk)), f_cur)
-        run_dx = Mux(word_end | at_depth_end, ok(dx_cur, y_fill.has_next_block_word(i0, kk)), dx_cur)
-        run_dw = ok(y_fill.has_row_word(kk, j0), Mux(
-            word_end & ~at_depth_end, y_fill.has_row_word_next_block(kk, j0),
-            y_fill.has_next_row_word(kk, j0)))
-        starting = ph.flag["start"]
-        ok_f = x_whole | Mux(starting, x_at & x_fill.has_block_word(zero, zero), run_f)
-        ok_dx = y_whole | Mux(starting, y_fill.has_block_word(zero, zero), run_dx)
-        ok_dw = y_whole | Mux(starting, y_fill.has_row_word(zero, zero), run_dw)
-        m.d.sync += hold.eq((in_f & ~ok_f) | (in_dx & ~ok_dx) | (in_dw & ~ok_dw))
-        m.d.comb += core.hold.eq(hold)
-        held = hold & ph.flag["run"]        # counted as waiting
+        f_cur, dx_cur = s.x_fill.has_block_word(i0, kk), s.y_fill.has_block_word(i0, kk)
+        run_f = x_at & Mux(word_end | at_depth_end, ok(f_cur, s.x_fill.has_next_block_word(i0, kk)), f_cur)
+        run_dx = Mux(word_end | at_depth_end, ok(dx_cur, s.y_fill.has_next_block_word(i0, kk)), dx_cur)
+        run_dw = ok(s.y_fill.has_row_word(kk, j0), Mux(
+            word_end & ~at_depth_end, s.y_fill.has_row_word_next_block(kk, j0),
+            s.y_fill.has_next_row_word(kk, j0)))
+        starting = s.ph.flag["start"]
+        ok_f = x_whole | Mux(starting, x_at & s.x_fill.has_block_word(zero, zero), run_f)
+        ok_dx = y_whole | Mux(starting, s.y_fill.has_block_word(zero, zero), run_dx)
+        ok_dw = y_whole | Mux(starting, s.y_fill.has_row_word(zero, zero), run_dw)
+        m.d.sync += hold.eq((s.in_f & ~ok_f) | (s.in_dx & ~ok_dx) | (s.in_dw & ~ok_dw))
+        m.d.comb += s.core.hold.eq(hold)
+        s.held = hold & s.ph.flag["run"]        # counted as waiting
 
-        # ---------------------------------------------------------------- sequencer
-        m.d.comb += core.start.eq(ph.flag["start"])
+    def _op_ends(self, m, s):
+        """The core's done, decoded with the op it ends."""
+        m.d.comb += s.core.start.eq(s.ph.flag["start"])
         # the core's done (from its output handshake) registered, and decoded with the op it
         # ends (the phase and the order of a backward's halves are steady while the core
         # runs): each move of the sequencer starts from one register of its own
-        core_done = Signal()
-        now, dx_first = ph.now, cfg.dx_first
-        ends = {k: Signal(name=f"end_{k}") for k in ("f", "dx_then_dw", "dw_then_dx", "b_at_dx",
+        s.core_done = Signal()
+        s.now, dx_first = s.ph.now, s.cfg.dx_first
+        s.ends = {k: Signal(name=f"end_{k}") for k in ("f", "dx_then_dw", "dw_then_dx", "b_at_dx",
                                                           "b_at_dw", "b")}
-        m.d.sync += [core_done.eq(core.done & ph.flag["run"]),
-                     ends["f"].eq(core.done & now[Phase.F_RUN]),
-                     ends["dx_then_dw"].eq(core.done & now[Phase.DX_RUN] & dx_first),
-                     ends["dw_then_dx"].eq(core.done & now[Phase.DW_RUN] & ~dx_first),
-                     ends["b_at_dx"].eq(core.done & now[Phase.DX_RUN] & ~dx_first),
-                     ends["b_at_dw"].eq(core.done & now[Phase.DW_RUN] & dx_first),
-                     ends["b"].eq(core.done & Mux(dx_first, now[Phase.DW_RUN], now[Phase.DX_RUN]))]
+        m.d.sync += [s.core_done.eq(s.core.done & s.ph.flag["run"]),
+                     s.ends["f"].eq(s.core.done & s.now[Phase.F_RUN]),
+                     s.ends["dx_then_dw"].eq(s.core.done & s.now[Phase.DX_RUN] & dx_first),
+                     s.ends["dw_then_dx"].eq(s.core.done & s.now[Phase.DW_RUN] & ~dx_first),
+                     s.ends["b_at_dx"].eq(s.core.done & s.now[Phase.DX_RUN] & ~dx_first),
+                     s.ends["b_at_dw"].eq(s.core.done & s.now[Phase.DW_RUN] & dx_first),
+                     s.ends["b"].eq(s.core.done & Mux(dx_first, s.now[Phase.DW_RUN],
+                                                      s.now[Phase.DX_RUN]))]
+
+    def _run_start(self, m, s):
+        """The run's counters and its start."""
         busy_c, fwd_c, bwd_c, upd_c, wait_c = (Signal(32, name=n) for n in
                                                ("busy_c", "fwd_c", "bwd_c", "upd_c", "wait_c"))
+        s.busy_c, s.fwd_c, s.bwd_c, s.upd_c, s.wait_c = busy_c, fwd_c, bwd_c, upd_c, wait_c
         mac_ops, sats, ops_done = Signal(48), Signal(32), Signal(32)
+        s.mac_ops, s.sats, s.ops_done = mac_ops, sats, ops_done
         # the end-of-op counters add registered increments (their values are read after the
         # run, and the last one lands cycles before DONE): no adder behind the op's end, and
         # the start's clear below takes precedence
-        op_ended = Signal()             # an op (F, B or U) ends this cycle
+        s.op_ended = Signal()             # an op (F, B or U) ends this cycle
         ops_inc = Signal()
-        mac_inc = Signal.like(mac_ops, name="mac_ops_inc")
-        sat_inc = Signal.like(sats, name="saturations_inc")
-        m.d.sync += [ops_inc.eq(op_ended), mac_inc.eq(Mux(core_done, core.mac_ops, 0)),
-                     sat_inc.eq(Mux(core_done, core.saturations, 0) +
-                                Mux(sgd.sat_valid, sgd.sat_count, 0)),
-                     ops_done.eq(ops_done + ops_inc), mac_ops.eq(mac_ops + mac_inc),
-                     sats.eq(sats + sat_inc)]
-        with m.If(self.start & ~running):
-            go(Phase.SETUP)
-            m.d.sync += [running.eq(1), setup_left.eq(5), f_loc.eq(0), b_loc.eq(0), ahead.eq(0),
-                         base.eq(0), f_mb.eq(0),
-                         step_idx.eq(0), b_done.eq(0), rx_f.eq(0), rx_b.eq(0), rx_f_next.eq(1),
-                         rx_b_next.eq(1), rx_b_loc.eq(0), rx_b_base.eq(0),
-                         busy_c.eq(0), fwd_c.eq(0), bwd_c.eq(0), upd_c.eq(0), wait_c.eq(0),
-                         mac_ops.eq(0), sats.eq(0), ops_done.eq(0)]
+        mac_inc = Signal.like(s.mac_ops, name="mac_ops_inc")
+        sat_inc = Signal.like(s.sats, name="saturations_inc")
+        m.d.sync += [ops_inc.eq(s.op_ended), mac_inc.eq(Mux(s.core_done, s.core.mac_ops, 0)),
+                     sat_inc.eq(Mux(s.core_done, s.core.saturations, 0) +
+                                Mux(s.sgd.sat_valid, s.sgd.sat_count, 0)),
+                     s.ops_done.eq(s.ops_done + ops_inc), s.mac_ops.eq(s.mac_ops + mac_inc),
+                     s.sats.eq(s.sats + sat_inc)]
+        with m.If(self.start & ~s.running):
+            s.go(Phase.SETUP)
+            m.d.sync += [s.running.eq(1), s.setup_left.eq(5), s.f_loc.eq(0), s.b_loc.eq(0), s.ahead.eq(0),
+                         s.base.eq(0), s.f_mb.eq(0),
+                         s.step_idx.eq(0), s.b_done.eq(0), s.rx_f.eq(0), s.rx_b.eq(0), s.rx_f_next.eq(1),
+                         s.rx_b_next.eq(1), s.rx_b_loc.eq(0), s.rx_b_base.eq(0),
+                         s.busy_c.eq(0), s.fwd_c.eq(0), s.bwd_c.eq(0), s.upd_c.eq(0), s.wait_c.eq(0),
+                         s.mac_ops.eq(0), s.sats.eq(0), s.ops_done.eq(0)]
 
+    def _decide(self, m, s):
+        """DECIDE: the next op, from registers, and the core configuration for it."""
+        S, V = self.slots, self.versions
         def mb_slot_of(mb):
             return mb[:max(S.bit_length() - 1, 1)] if S > 1 else Const(0, 1)
 
         # the counters' next values, registered (each changes at most once per op, so the
         # copy is current whenever an op ends): no incrementer behind the phase logic
-        b_mb_next, b_done_next, ahead_up, ahead_down, f_mb_next, step_base, step_b_mb = (
-            Signal(24, name=n, reset_less=True) for n in
-            ("b_mb_next", "b_done_next", "ahead_up", "ahead_down", "f_mb_next", "step_base", "step_b_mb"))
-        m.d.sync += [b_mb_next.eq(Mux(gpipe, b_mb - 1, b_mb + 1)), b_done_next.eq(b_done + 1),
-                     ahead_up.eq(ahead + 1), ahead_down.eq(ahead - 1), f_mb_next.eq(f_mb + 1),
-                     step_base.eq(base + mbs), step_b_mb.eq(Mux(gpipe, base + mbs + mbs - 1, base + mbs))]
+        for name in ("b_mb_next", "b_done_next", "ahead_up", "ahead_down", "f_mb_next", "step_base",
+                     "step_b_mb"):
+            setattr(s, name, Signal(24, name=name, reset_less=True))
+        m.d.sync += [s.b_mb_next.eq(Mux(s.gpipe, s.b_mb - 1, s.b_mb + 1)), s.b_done_next.eq(s.b_done + 1),
+                     s.ahead_up.eq(s.ahead + 1), s.ahead_down.eq(s.ahead - 1),
+                     s.f_mb_next.eq(s.f_mb + 1), s.step_base.eq(s.base + s.mbs),
+                     s.step_b_mb.eq(Mux(s.gpipe, s.base + s.mbs + s.mbs - 1, s.base + s.mbs))]
 
         def after_backward():
             # an asynchronous schedule updates after every backward (see ``ends["b"]``)
-            with m.If(is_async):
-                go(Phase.U_RUN)
+            with m.If(s.is_async):
+                s.go(Phase.U_RUN)
             with m.Else():
-                go(Phase.DECIDE)
+                s.go(Phase.DECIDE)
+        s.after_backward = after_backward
 
         # DECIDE's outcome is a set of exclusive registers computed every cycle from the
         # counters (so no priority chain of its conditions sits in front of the phase flags
         # and the core's configuration); the first DECIDE cycle only lets them see the
         # counters the ended op just updated
-        settled = Signal()
-        m.d.sync += settled.eq(ph.flag["decide"])
-        want_f = Mux(is_async, (f_loc < n_total) & (ahead < window),
-                     (f_loc < mbs) & (gpipe | (ahead <= window)))
-        f_ready = (rx_f > f_mb) | (is_first & (rx_f == f_mb) & rx_row_ok)
-        b_left = b_loc < m_eff
-        b_ready = (rx_b_written > b_done) | (is_last & (rx_b_written == b_done))
-        finished = Mux(is_async, b_done >= n_total, step_idx >= cfg.steps)
-        decide = {n: Signal(name=f"decide_{n}") for n in ("done", "f", "dx", "dw", "u", "wait")}
+        s.settled = Signal()
+        m.d.sync += s.settled.eq(s.ph.flag["decide"])
+        want_f = Mux(s.is_async, (s.f_loc < s.n_total) & (s.ahead < s.window),
+                     (s.f_loc < s.mbs) & (s.gpipe | (s.ahead <= s.window)))
+        f_ready = (s.rx_f > s.f_mb) | (s.is_first & (s.rx_f == s.f_mb) & s.rx_row_ok)
+        b_left = s.b_loc < s.m_eff
+        b_ready = (s.rx_b_written > s.b_done) | (s.is_last & (s.rx_b_written == s.b_done))
+        finished = Mux(s.is_async, s.b_done >= s.n_total, s.step_idx >= s.cfg.steps)
+        s.decide = {n: Signal(name=f"decide_{n}") for n in ("done", "f", "dx", "dw", "u", "wait")}
         b_go = ~finished & ~want_f & b_left & b_ready
-        b_ver = Signal(range(V), name="decide_b_ver")
+        s.b_ver = Signal(range(V), name="decide_b_ver")
         m.d.sync += [
-            decide["done"].eq(finished),
-            decide["f"].eq(~finished & want_f & f_ready),
-            decide["dx"].eq(b_go & cfg.dx_first),
-            decide["dw"].eq(b_go & ~cfg.dx_first),
-            decide["u"].eq(~finished & ~want_f & ~b_left),
-            decide["wait"].eq(~finished & Mux(want_f, ~f_ready, b_left & ~b_ready)),
-            b_ver.eq(Mux(is_async, ver_of_slot[mb_slot_of(b_mb)], cur_ver)),
+            s.decide["done"].eq(finished),
+            s.decide["f"].eq(~finished & want_f & f_ready),
+            s.decide["dx"].eq(b_go & s.cfg.dx_first),
+            s.decide["dw"].eq(b_go & ~s.cfg.dx_first),
+            s.decide["u"].eq(~finished & ~want_f & ~b_left),
+            s.decide["wait"].eq(~finished & Mux(want_f, ~f_ready, b_left & ~b_ready)),
+            s.b_ver.eq(Mux(s.is_async, s.ver_of_slot[mb_slot_of(s.b_mb)], s.cur_ver)),
         ]
 
         # the core latches its configuration in an op's START cycle, so the registers only
         # have to hold that op's by then: they load, every cycle, the op that starts next
         # (DECIDE's outcome; after a backward's first half, its other half), from registers
-        next_f = ph.flag["decide"] & decide["f"]
-        next_dx = Mux(ph.flag["decide"], decide["dx"], in_dw & ~cfg.dx_first)
-        for sig, f_v, dx_v, dw_v in zip(core_cfg.values(), *op_config.values()):
+        next_f = s.ph.flag["decide"] & s.decide["f"]
+        next_dx = Mux(s.ph.flag["decide"], s.decide["dx"], s.in_dw & ~s.cfg.dx_first)
+        for sig, f_v, dx_v, dw_v in zip(s.core_cfg.values(), *s.op_config.values()):
             m.d.sync += sig.eq(Mux(next_f, Value.cast(f_v), Mux(next_dx, Value.cast(dx_v), Value.cast(dw_v))))
 
+    def _phases(self, m, s):
+        """Each phase's logic and its moves."""
         # one phase flag is set at a time: each phase's block reads its own register
-        with ph.block(Phase.SETUP):
+        with s.ph.block(Phase.SETUP):
             # the configuration is steady from start: its operands, product, N and the
             # constants registered from N (m_eff, window) settle
-            m.d.sync += [setup_left.eq(setup_left - 1), b_mb.eq(Mux(gpipe, mbs - 1, 0))]
-            with m.If(setup_left == 0):
-                go(Phase.DECIDE)
+            m.d.sync += [s.setup_left.eq(s.setup_left - 1), s.b_mb.eq(Mux(s.gpipe, s.mbs - 1, 0))]
+            with m.If(s.setup_left == 0):
+                s.go(Phase.DECIDE)
             with m.Else():
-                m.d.sync += n_total.eq(n_prod)
-        with ph.block(Phase.DECIDE):
+                m.d.sync += s.n_total.eq(s.n_prod)
+        with s.ph.block(Phase.DECIDE):
             # the outcomes are exclusive: one If each, no priority between them
-            with m.If(settled & decide["done"]):
-                go(Phase.DONE)
-            with m.If(settled & decide["f"]):
+            with m.If(s.settled & s.decide["done"]):
+                s.go(Phase.DONE)
+            with m.If(s.settled & s.decide["f"]):
                 # forward of microbatch base + f_loc, once its input arrived
-                go(Phase.F_START)
-                m.d.sync += op_mb.eq(f_mb)
+                s.go(Phase.F_START)
+                m.d.sync += s.op_mb.eq(s.f_mb)
             for kind, phase in (("dx", Phase.DX_START), ("dw", Phase.DW_START)):
-                with m.If(settled & decide[kind]):
-                    go(phase)
-                    m.d.sync += [op_mb.eq(b_mb), op_yslot.eq(b_done[0]), op_ver.eq(b_ver)]
-            with m.If(settled & decide["u"]):
-                go(Phase.U_RUN)
-                m.d.sync += [u_row.eq(0), u_word.eq(0), u_word_end.eq(words_last == 0),
-                             u_row_end.eq(d_in_last == 0)]
-            with m.If(settled & decide["wait"]):
-                m.d.sync += wait_c.eq(wait_c + 1)
-        with ph.block(Phase.F_START):
-            go(Phase.F_RUN)
-            m.d.sync += op_ver.eq(cur_ver)
-            m.d.sync += ver_of_slot[op_slot].eq(cur_ver)
-        with ph.block(Phase.F_RUN):
-            m.d.sync += op_ver.eq(cur_ver)
-            with m.If(ends["f"]):
-                go(Phase.DECIDE)
-                m.d.sync += [f_loc.eq(f_loc + 1), ahead.eq(ahead_up), f_mb.eq(f_mb_next)]
-                m.d.comb += op_ended.eq(1)
-        with ph.block(Phase.DX_START):
-            go(Phase.DX_RUN)
-        with ph.block(Phase.DX_RUN):
-            with m.If(ends["dx_then_dw"]):
-                go(Phase.DW_START)
-            with m.If(ends["b_at_dx"]):
-                after_backward()
-        with ph.block(Phase.DW_START):
-            go(Phase.DW_RUN)
-        with ph.block(Phase.DW_RUN):
-            with m.If(ends["dw_then_dx"]):
-                go(Phase.DX_START)
-            with m.If(ends["b_at_dw"]):
-                after_backward()
+                with m.If(s.settled & s.decide[kind]):
+                    s.go(phase)
+                    m.d.sync += [s.op_mb.eq(s.b_mb), s.op_yslot.eq(s.b_done[0]), s.op_ver.eq(s.b_ver)]
+            with m.If(s.settled & s.decide["u"]):
+                s.go(Phase.U_RUN)
+                m.d.sync += [s.u_row.eq(0), s.u_word.eq(0), s.u_word_end.eq(s.words_last == 0),
+                             s.u_row_end.eq(s.d_in_last == 0)]
+            with m.If(s.settled & s.decide["wait"]):
+                m.d.sync += s.wait_c.eq(s.wait_c + 1)
+        with s.ph.block(Phase.F_START):
+            s.go(Phase.F_RUN)
+            m.d.sync += s.op_ver.eq(s.cur_ver)
+            m.d.sync += s.ver_of_slot[s.op_slot].eq(s.cur_ver)
+        with s.ph.block(Phase.F_RUN):
+            m.d.sync += s.op_ver.eq(s.cur_ver)
+            with m.If(s.ends["f"]):
+                s.go(Phase.DECIDE)
+                m.d.sync += [s.f_loc.eq(s.f_loc + 1), s.ahead.eq(s.ahead_up), s.f_mb.eq(s.f_mb_next)]
+                m.d.comb += s.op_ended.eq(1)
+        with s.ph.block(Phase.DX_START):
+            s.go(Phase.DX_RUN)
+        with s.ph.block(Phase.DX_RUN):
+            with m.If(s.ends["dx_then_dw"]):
+                s.go(Phase.DW_START)
+            with m.If(s.ends["b_at_dx"]):
+                s.after_backward()
+        with s.ph.block(Phase.DW_START):
+            s.go(Phase.DW_RUN)
+        with s.ph.block(Phase.DW_RUN):
+            with m.If(s.ends["dw_then_dx"]):
+                s.go(Phase.DX_START)
+            with m.If(s.ends["b_at_dw"]):
+                s.after_backward()
         # a backward's end (either half last): the counters, and the U walk's start
-        with m.If(ends["b"]):
-            m.d.sync += [b_loc.eq(b_loc + 1), ahead.eq(ahead_down), b_mb.eq(b_mb_next)]
-            m.d.comb += op_ended.eq(1)
-            with m.If(is_async):
-                m.d.sync += [u_row.eq(0), u_word.eq(0), u_word_end.eq(words_last == 0),
-                             u_row_end.eq(d_in_last == 0)]
+        with m.If(s.ends["b"]):
+            m.d.sync += [s.b_loc.eq(s.b_loc + 1), s.ahead.eq(s.ahead_down), s.b_mb.eq(s.b_mb_next)]
+            m.d.comb += s.op_ended.eq(1)
+            with m.If(s.is_async):
+                m.d.sync += [s.u_row.eq(0), s.u_word.eq(0), s.u_word_end.eq(s.words_last == 0),
+                             s.u_row_end.eq(s.d_in_last == 0)]
             with m.Else():
-                m.d.sync += b_done.eq(b_done_next)
+                m.d.sync += s.b_done.eq(s.b_done_next)
         # the walk steps while U_RUN is the phase and no gradient-sum write is in flight:
         # ``u_issue`` is that AND as a register, set from both terms' next values (the
         # walk's counters then start from one flip-flop, not from the phase and dw_busy)
-        m.d.sync += u_issue.eq((ph.into(Phase.U_RUN) | (now[Phase.U_RUN] & ~ph.leaves(Phase.U_RUN))) &
-                               ~(dw_fire | dw_q1))
-        with m.If(u_issue):
-            m.d.sync += [u_word.eq(u_word + 1), u_word_end.eq(u_word == u_words_last_m1)]
-            with m.If(u_word_end):
-                m.d.sync += [u_word.eq(0), u_row.eq(u_row + 1), u_word_end.eq(words_last == 0),
-                             u_row_end.eq(u_row == u_rows_last_m1)]
-        with ph.block(Phase.U_RUN):
-            with m.If(u_issue & u_word_end & u_row_end):
-                go(Phase.U_DRAIN)
-        with ph.block(Phase.U_DRAIN):
+        in_u_run = s.ph.into(Phase.U_RUN) | (s.now[Phase.U_RUN] & ~s.ph.leaves(Phase.U_RUN))
+        m.d.sync += s.u_issue.eq(in_u_run & ~(s.dw_fire | s.dw_q1))
+        with m.If(s.u_issue):
+            m.d.sync += [s.u_word.eq(s.u_word + 1), s.u_word_end.eq(s.u_word == s.u_words_last_m1)]
+            with m.If(s.u_word_end):
+                m.d.sync += [s.u_word.eq(0), s.u_row.eq(s.u_row + 1), s.u_word_end.eq(s.words_last == 0),
+                             s.u_row_end.eq(s.u_row == s.u_rows_last_m1)]
+        with s.ph.block(Phase.U_RUN):
+            with m.If(s.u_issue & s.u_word_end & s.u_row_end):
+                s.go(Phase.U_DRAIN)
+        with s.ph.block(Phase.U_DRAIN):
             # once the last word is written (and counted) the new version becomes current
-            with m.If(~sgd.busy & ~u_q):      # u_q: a word entering the SGD pipeline now
-                go(Phase.DECIDE)
-                m.d.sync += cur_ver.eq(new_ver)
-                m.d.comb += op_ended.eq(1)
-                with m.If(is_async):
-                    m.d.sync += b_done.eq(b_done_next)
+            with m.If(~s.sgd.busy & ~s.u_q):      # u_q: a word entering the SGD pipeline now
+                s.go(Phase.DECIDE)
+                m.d.sync += s.cur_ver.eq(s.new_ver)
+                m.d.comb += s.op_ended.eq(1)
+                with m.If(s.is_async):
+                    m.d.sync += s.b_done.eq(s.b_done_next)
                 with m.Else():
-                    m.d.sync += [f_loc.eq(0), b_loc.eq(0), ahead.eq(0), base.eq(step_base),
-                                 f_mb.eq(step_base), b_mb.eq(step_b_mb),
-                                 step_idx.eq(step_idx + 1)]
-        with ph.block(Phase.DONE):
-            go(Phase.IDLE)
-            m.d.sync += running.eq(0)
+                    m.d.sync += [s.f_loc.eq(0), s.b_loc.eq(0), s.ahead.eq(0), s.base.eq(s.step_base),
+                                 s.f_mb.eq(s.step_base), s.b_mb.eq(s.step_b_mb),
+                                 s.step_idx.eq(s.step_idx + 1)]
+        with s.ph.block(Phase.DONE):
+            s.go(Phase.IDLE)
+            m.d.sync += s.running.eq(0)
             m.d.comb += self.done.eq(1)
-        ph.finish()
+
+    def _cycle_counters(self, m, s):
+        """The phase register's next state and the cycle counters."""
+        s.ph.finish()
         # the last U of a synchronous run is followed by a DECIDE that finds step_idx == steps
-        with m.If(running):
-            m.d.sync += busy_c.eq(busy_c + 1)
+        with m.If(s.running):
+            m.d.sync += s.busy_c.eq(s.busy_c + 1)
             # a held core waits for data: that is idle time, not forward/backward time
-            with m.If(in_f & ~held):
-                m.d.sync += fwd_c.eq(fwd_c + 1)
-            with m.If((in_dx | in_dw) & ~held):
-                m.d.sync += bwd_c.eq(bwd_c + 1)
-            with m.If(held):
-                m.d.sync += wait_c.eq(wait_c + 1)
-            with m.If(ph.flag["upd"]):
-                m.d.sync += upd_c.eq(upd_c + 1)
-        m.d.comb += [self.busy_cycles.eq(busy_c), self.fwd_cycles.eq(fwd_c), self.bwd_cycles.eq(bwd_c),
-                     self.upd_cycles.eq(upd_c), self.wait_cycles.eq(wait_c), self.mac_ops.eq(mac_ops),
-                     self.saturations.eq(sats), self.ops_done.eq(ops_done)]
-        return m
+            with m.If(s.in_f & ~s.held):
+                m.d.sync += s.fwd_c.eq(s.fwd_c + 1)
+            with m.If((s.in_dx | s.in_dw) & ~s.held):
+                m.d.sync += s.bwd_c.eq(s.bwd_c + 1)
+            with m.If(s.held):
+                m.d.sync += s.wait_c.eq(s.wait_c + 1)
+            with m.If(s.ph.flag["upd"]):
+                m.d.sync += s.upd_c.eq(s.upd_c + 1)
+        m.d.comb += [self.busy_cycles.eq(s.busy_c), self.fwd_cycles.eq(s.fwd_c),
+                     self.bwd_cycles.eq(s.bwd_c), self.upd_cycles.eq(s.upd_c),
+                     self.wait_cycles.eq(s.wait_c), self.mac_ops.eq(s.mac_ops),
+                     self.saturations.eq(s.sats), self.ops_done.eq(s.ops_done)]
