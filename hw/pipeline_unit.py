@@ -480,84 +480,104 @@ class PipelineUnitCore(UnitCore):
         super().__init__(config, self.config_registers, self.status_registers)
 
     def elaborate(self, platform):
-        c = self.config
         m = Module()
-        K, L = c.stages, c.lanes
-        aw, bpb, epb = c.addr_width, c.bytes_per_beat, c.elems_per_beat
-        align = bpb - 1
-        beat_bits = bpb.bit_length() - 1
-        spb = epb // L                         # stream segments per beat (>= 2)
-        wpb = c.bus_width // (32 * L)          # master words per beat (>= 1)
+        s = SimpleNamespace()     # the signals the sections share
+        self._run_configuration(m, s)
+        self._pipeline(m, s)
+        self._datapath(m, s)
+        self._stream_unpacking(m, s)
+        self._backward_order(m, s)
+        self._weight_load(m, s)
+        self._weight_store(m, s)
+        self._writes(m, s)
+        self._config_check(m, s)
+        self._counters(m, s)
+        self._run_control(m, s)
+        return m
 
-        m.submodules.run = run = RunControl(drain=True, hold_first=True)
-        clear = Signal()          # datapath reset (the CHECK state of every run)
-        pipe_reset = Signal()     # Pipeline reset (after an aborted TRAIN only)
-        cfg = {name: Signal(len(sig), name=f"run_{name}") for name, sig in self.cfg.items()}
-        mode = cfg["pipe_mode"]
+    def _run_configuration(self, m, s):
+        """The run control and the run's configuration, its flags and sizes as registers."""
+        c = self.config
+        K = c.stages
+
+        m.submodules.run = s.run = RunControl(drain=True, hold_first=True)
+        s.clear = Signal()          # datapath reset (the CHECK state of every run)
+        s.pipe_reset = Signal()     # Pipeline reset (after an aborted TRAIN only)
+        s.cfg = {name: Signal(len(sig), name=f"run_{name}") for name, sig in self.cfg.items()}
+        s.mode = s.cfg["pipe_mode"]
         # the mode's flags as registers (the configuration is steady from start)
         is_load, is_store, is_train = Signal(), Signal(), Signal()
-        m.d.sync += [is_load.eq(mode == PipelineMode.LOAD_WEIGHTS.value),
-                     is_store.eq(mode == PipelineMode.STORE_WEIGHTS.value),
-                     is_train.eq(mode == PipelineMode.TRAIN.value)]
-        sched = cfg["schedule"]
+        s.is_load, s.is_store, s.is_train = is_load, is_store, is_train
+        m.d.sync += [s.is_load.eq(s.mode == PipelineMode.LOAD_WEIGHTS.value),
+                     s.is_store.eq(s.mode == PipelineMode.STORE_WEIGHTS.value),
+                     s.is_train.eq(s.mode == PipelineMode.TRAIN.value)]
+        s.sched = s.cfg["schedule"]
         # a register too (the 32-bit compare selected the backward order's steps)
-        gpipe = Signal()
-        m.d.sync += gpipe.eq(sched == 0)
-        mbs, steps, rows = cfg["microbatches"], cfg["steps"], cfg["rows"]
+        s.gpipe = Signal()
+        m.d.sync += s.gpipe.eq(s.sched == 0)
+        s.mbs, s.steps, s.rows = s.cfg["microbatches"], s.cfg["steps"], s.cfg["rows"]
         # the run's sizes, computed in CHECK by bit-serial multipliers (see _RunSizes)
-        sizes = _RunSizes(m, cfg, c, K)
-        n_total = sizes.n_total
+        s.sizes = _RunSizes(m, s.cfg, c, K)
+        s.n_total = s.sizes.n_total
         # flags of the run's configuration, as registers (the configuration is steady)
-        dx_on = Signal()
+        s.dx_on = Signal()
         mbs_m1, two_mbs_m1 = Signal(8), Signal(9)
-        m.d.sync += [dx_on.eq(cfg["dx_addr"] != 0), mbs_m1.eq(mbs[:8] - 1),
-                     two_mbs_m1.eq((mbs[:8] << 1) - 1)]
+        s.mbs_m1, s.two_mbs_m1 = mbs_m1, two_mbs_m1
+        m.d.sync += [s.dx_on.eq(s.cfg["dx_addr"] != 0), s.mbs_m1.eq(s.mbs[:8] - 1),
+                     s.two_mbs_m1.eq((s.mbs[:8] << 1) - 1)]
 
-        # ---- the Pipeline (not reset with the datapath: its weights live across runs) ----
-        pipe = c.pipeline()
-        m.submodules.pipeline = ResetInserter(pipe_reset)(pipe)
-        m.d.comb += [pipe.schedule.eq(sched), pipe.microbatches.eq(mbs), pipe.steps.eq(steps),
-                     pipe.total_stages.eq(K), pipe.stage_offset.eq(0)]
+    def _pipeline(self, m, s):
+        """The Pipeline of training stages (not reset with the datapath: its weights live across runs)."""
+        c = self.config
+        K = c.stages
+        s.pipe = c.pipeline()
+        m.submodules.pipeline = ResetInserter(s.pipe_reset)(s.pipe)
+        m.d.comb += [s.pipe.schedule.eq(s.sched), s.pipe.microbatches.eq(s.mbs), s.pipe.steps.eq(s.steps),
+                     s.pipe.total_stages.eq(K), s.pipe.stage_offset.eq(0)]
         for i in range(K):
-            m.d.comb += getattr(pipe, f"s{i}_rows").eq(rows)
+            m.d.comb += getattr(s.pipe, f"s{i}_rows").eq(s.rows)
             for name, _ in STAGE_REGISTERS:
-                m.d.comb += getattr(pipe, f"s{i}_{name}").eq(cfg[f"s{i}_{name}"])
+                m.d.comb += getattr(s.pipe, f"s{i}_{name}").eq(s.cfg[f"s{i}_{name}"])
             for name in STAGE_COUNTERS:
-                m.d.comb += self.stat[f"s{i}_{name}"].eq(getattr(pipe, f"s{i}_{name}"))
-        d_first = cfg["s0_d_in"]
-        d_last = cfg[f"s{K - 1}_d_out"]
-        sel = cfg["stage"]
+                m.d.comb += self.stat[f"s{i}_{name}"].eq(getattr(s.pipe, f"s{i}_{name}"))
+        s.d_first = s.cfg["s0_d_in"]
+        s.d_last = s.cfg[f"s{K - 1}_d_out"]
+        s.sel = s.cfg["stage"]
         # the selected stage's dimensions and select flags, registered
         sel_d_in, sel_d_out = Signal(32), Signal(32)
-        sel_is = [Signal(name=f"sel_is_{i}") for i in range(K)]
-        m.d.sync += [sel_d_in.eq(Array(cfg[f"s{i}_d_in"] for i in range(K))[sel[:3] if K > 1 else 0]),
-                     sel_d_out.eq(Array(cfg[f"s{i}_d_out"] for i in range(K))[sel[:3] if K > 1 else 0])]
-        m.d.sync += [flag.eq(sel == i) for i, flag in enumerate(sel_is)]
+        s.sel_d_in, s.sel_d_out = sel_d_in, sel_d_out
+        s.sel_is = [Signal(name=f"sel_is_{i}") for i in range(K)]
+        m.d.sync += [s.sel_d_in.eq(Array(s.cfg[f"s{i}_d_in"] for i in range(K))[s.sel[:3] if K > 1 else 0]),
+                     s.sel_d_out.eq(Array(s.cfg[f"s{i}_d_out"] for i in range(K))[s.sel[:3] if K > 1 else 0])]
+        m.d.sync += [flag.eq(s.sel == i) for i, flag in enumerate(s.sel_is)]
 
-        # ---- datapath (reset at the start of every run) ----------------------------------
-        dp = Module()
+    def _datapath(self, m, s):
+        """The datapath's ports, write queue and row readers (reset at the start of every run)."""
+        c = self.config
+        aw, align, beat_bits = c.addr_width, c.bytes_per_beat - 1, c.bytes_per_beat.bit_length() - 1
+        s.dp = Module()
         # 0 weights, 1 grad, 2 act; each client's guard in stages of its own
-        read_port = ReadPort(self.bus, num_clients=3, registered_requests=True, zero_flag=True)
+        s.read_port = ReadPort(self.bus, num_clients=3, registered_requests=True, zero_flag=True)
         # single beats in, INCR bursts out (consecutive beats joined, up to max_burst)
-        write_port = WritePort(self.bus, beat_depth=16, address_depth=16,
+        s.write_port = WritePort(self.bus, beat_depth=16, address_depth=16,
                                coalesce=c.max_burst >= 2, max_burst=max(c.max_burst, 2))
         # which logits microbatches are in memory (write responses cover their last beat)
-        markers = WriteCompletion()
+        s.markers = WriteCompletion()
         offset_width = aw + 13
-        write_queue = CheckedWriteQueue(addr_width=aw + 41, offset_width=offset_width,
+        s.write_queue = CheckedWriteQueue(addr_width=aw + 41, offset_width=offset_width,
                                         bus_width=c.bus_width)
         rd = dict(addr_width=aw, bus_width=c.bus_width, max_burst=c.max_burst,
                   fifo_beats=c.fifo_beats)
-        w_reader = RowReader(read_port.requests[0], read_port.responses[0], **rd)
-        g_reader = RowReader(read_port.requests[1], read_port.responses[1], **rd)
-        a_reader = RowReader(read_port.requests[2], read_port.responses[2], **rd)
-        for name, sub in (("read_port", read_port), ("write_port", write_port), ("markers", markers),
-                          ("write_queue", write_queue), ("w_reader", w_reader),
-                          ("g_reader", g_reader), ("a_reader", a_reader)):
-            dp.submodules[name] = sub
+        s.w_reader = RowReader(s.read_port.requests[0], s.read_port.responses[0], **rd)
+        s.g_reader = RowReader(s.read_port.requests[1], s.read_port.responses[1], **rd)
+        s.a_reader = RowReader(s.read_port.requests[2], s.read_port.responses[2], **rd)
+        for name, sub in (("read_port", s.read_port), ("write_port", s.write_port), ("markers", s.markers),
+                          ("write_queue", s.write_queue), ("w_reader", s.w_reader),
+                          ("g_reader", s.g_reader), ("a_reader", s.a_reader)):
+            s.dp.submodules[name] = sub
         for i, buf in enumerate(("w", "grad", "act")):
-            m.d.comb += [read_port.guard_base[i].eq(cfg[f"{buf}_addr"]),
-                         read_port.guard_size[i].eq(cfg[f"{buf}_size"])]
+            m.d.comb += [s.read_port.guard_base[i].eq(s.cfg[f"{buf}_addr"]),
+                         s.read_port.guard_size[i].eq(s.cfg[f"{buf}_size"])]
 
         def row_beats(cols, elem_bytes):
             # a register (the configuration is steady from start; a job starts in RUN): no
@@ -565,21 +585,26 @@ class PipelineUnitCore(UnitCore):
             beats = Signal(16, reset_less=True)
             m.d.sync += beats.eq((cols * elem_bytes + align) >> beat_bits)
             return beats
+        s.row_beats = row_beats
 
-        stopped = Signal()        # a fault was found: from the next cycle nothing proceeds
+        s.stopped = Signal()        # a fault was found: from the next cycle nothing proceeds
         # the run's phase as registers of the unit, each set a cycle ahead from what moves
         # the run control (its outputs decode its state; they feed hundreds of loads here)
-        checking = Signal()       # CHECK (== run.checking)
-        running = Signal()        # RUN, no fault: traffic may proceed (run.running & ~stopped)
-        train_run = Signal()      # running & is_train
-        first = Signal()          # first RUN cycle (== run.first)
+        s.checking = Signal()       # CHECK (== run.checking)
+        s.running = Signal()        # RUN, no fault: traffic may proceed (run.running & ~stopped)
+        s.train_run = Signal()      # running & is_train
+        s.first = Signal()          # first RUN cycle (== run.first)
 
-        # ---- stream unpacking: beats -> row segments of `lanes` elements ------------------
+    def _stream_unpacking(self, m, s):
+        """Read beats into row segments of ``lanes`` elements for the Pipeline's streams."""
+        c = self.config
+        L = c.lanes
+        spb = c.elems_per_beat // L          # stream segments per beat (>= 2)
         # the microbatch's rows as registers of its width (rows <= max_rows once checked)
         rows_bits = max(c.max_rows.bit_length(), 1)
         rows_m1 = Signal(rows_bits, reset_less=True)
         rows_one = Signal(reset_less=True)
-        m.d.sync += [rows_m1.eq(rows[:rows_bits] - 1), rows_one.eq(rows == 1)]
+        m.d.sync += [rows_m1.eq(s.rows[:rows_bits] - 1), rows_one.eq(s.rows == 1)]
 
         def unpack(reader, port, cols, max_cols, name):
             # the row position as registers stepped per segment: the segment's column, the
@@ -595,39 +620,43 @@ class PipelineUnitCore(UnitCore):
             cols_w = Signal(range(max_cols + 1), name=f"{name}_cols", reset_less=True)
             one_seg = Signal(name=f"{name}_one_seg", reset_less=True)   # cols <= lanes
             m.d.sync += [cols_w.eq(cols[:len(cols_w)]), one_seg.eq(cols <= L)]
-            with dp.If(first):
-                dp.d.sync += [left.eq(cols_w), last_row.eq(rows_one), after.eq(rows_m1),
+            with s.dp.If(s.first):
+                s.dp.d.sync += [left.eq(cols_w), last_row.eq(rows_one), after.eq(rows_m1),
                               row_end.eq(one_seg)]
             seg = reader.data.word_select(b_j, L * MAC_INPUT_WIDTH)
             pl = port.payload
-            dp.d.comb += [
-                port.valid.eq(reader.valid & train_run),
+            s.dp.d.comb += [
+                port.valid.eq(reader.valid & s.train_run),
                 pl.row.eq(r), pl.col.eq(col), pl.count.eq(Mux(row_end, left, L)),
                 pl.data.as_value().eq(seg), pl.relu_mask.eq(0),
                 pl.last.eq(row_end & last_row),
             ]
-            with dp.If(port.valid & port.ready):
-                dp.d.sync += [b_j.eq(b_j + 1), col.eq(col + L), left.eq(left - L),
+            with s.dp.If(port.valid & port.ready):
+                s.dp.d.sync += [b_j.eq(b_j + 1), col.eq(col + L), left.eq(left - L),
                               row_end.eq(left <= 2 * L)]
-                with dp.If(row_end):
-                    dp.d.comb += reader.pop.eq(1)
-                    dp.d.sync += [b_j.eq(0), col.eq(0), left.eq(cols_w), row_end.eq(one_seg)]
-                    with dp.If(last_row):
-                        dp.d.sync += [r.eq(0), after.eq(rows_m1), last_row.eq(rows_one)]
-                    with dp.Else():
-                        dp.d.sync += [r.eq(r + 1), after.eq(after - 1), last_row.eq(after == 1)]
-                with dp.Elif(b_j == spb - 1):
-                    dp.d.comb += reader.pop.eq(1)
+                with s.dp.If(row_end):
+                    s.dp.d.comb += reader.pop.eq(1)
+                    s.dp.d.sync += [b_j.eq(0), col.eq(0), left.eq(cols_w), row_end.eq(one_seg)]
+                    with s.dp.If(last_row):
+                        s.dp.d.sync += [r.eq(0), after.eq(rows_m1), last_row.eq(rows_one)]
+                    with s.dp.Else():
+                        s.dp.d.sync += [r.eq(r + 1), after.eq(after - 1), last_row.eq(after == 1)]
+                with s.dp.Elif(b_j == spb - 1):
+                    s.dp.d.comb += reader.pop.eq(1)
 
-        unpack(a_reader, pipe.act_in, d_first, c.max_in, "act")
-        unpack(g_reader, pipe.grad_in, d_last, c.max_out, "grad")
+        unpack(s.a_reader, s.pipe.act_in, s.d_first, c.max_in, "act")
+        unpack(s.g_reader, s.pipe.grad_in, s.d_last, c.max_out, "grad")
 
         # inputs: one job over all N * rows rows
-        m.d.comb += [a_reader.base.eq(cfg["act_addr"]), a_reader.stride.eq(cfg["act_stride"]),
-                     a_reader.nrows.eq(sizes.n_rows), a_reader.row_beats.eq(row_beats(d_first, ELEM_BYTES))]
-        dp.d.comb += a_reader.start.eq(first & is_train)
+        m.d.comb += [s.a_reader.base.eq(s.cfg["act_addr"]), s.a_reader.stride.eq(s.cfg["act_stride"]),
+                     s.a_reader.nrows.eq(s.sizes.n_rows),
+                     s.a_reader.row_beats.eq(s.row_beats(s.d_first, ELEM_BYTES))]
+        s.dp.d.comb += s.a_reader.start.eq(s.first & s.is_train)
 
-        # ---- microbatch order of a backward stream (last stage's grad_in, stage 0's dX) ----
+    def _backward_order(self, m, s):
+        """The microbatch order of a backward stream (the last stage's dY, stage 0's dX)."""
+        c = self.config
+        aw = c.addr_width
         def backward_order(fire_last, name, buf=None):
             """Index (and, for ``buf``, base address) of the microbatch a backward-ordered
             stream is at, as registers; the address moves by precomputed steps, no
@@ -637,130 +666,150 @@ class PipelineUnitCore(UnitCore):
             step_end = Signal(name=f"{name}_step_end")   # left == 0
             mb = Signal(24, name=f"{name}_mb")
             addr = Signal(aw + 40, name=f"{name}_addr")
-            with dp.If(fire_last):
-                dp.d.sync += [left.eq(left - 1), step_end.eq(left == 1),
-                              mb.eq(Mux(gpipe, Mux(step_end, mb + two_mbs_m1, mb - 1), mb + 1))]
-                with dp.If(step_end):
-                    dp.d.sync += [left.eq(mbs_m1), step_end.eq(mbs_m1 == 0)]
+            with s.dp.If(fire_last):
+                s.dp.d.sync += [left.eq(left - 1), step_end.eq(left == 1),
+                              mb.eq(Mux(s.gpipe, Mux(step_end, mb + s.two_mbs_m1, mb - 1), mb + 1))]
+                with s.dp.If(step_end):
+                    s.dp.d.sync += [left.eq(s.mbs_m1), step_end.eq(s.mbs_m1 == 0)]
                 if buf is not None:
-                    dp.d.sync += addr.eq(addr + Mux(step_end, sizes.step_delta[buf], sizes.inner_delta[buf]))
-            with dp.If(first):
-                dp.d.sync += [left.eq(mbs_m1), step_end.eq(mbs_m1 == 0),
-                              mb.eq(Mux(gpipe, mbs_m1, 0))]
+                    delta = Mux(step_end, s.sizes.step_delta[buf], s.sizes.inner_delta[buf])
+                    s.dp.d.sync += addr.eq(addr + delta)
+            with s.dp.If(s.first):
+                s.dp.d.sync += [left.eq(s.mbs_m1), step_end.eq(s.mbs_m1 == 0),
+                              mb.eq(Mux(s.gpipe, s.mbs_m1, 0))]
                 if buf is not None:
-                    dp.d.sync += addr.eq(cfg[f"{buf}_addr"] + Mux(gpipe, sizes.last_off[buf], 0))
+                    s.dp.d.sync += addr.eq(s.cfg[f"{buf}_addr"] + Mux(s.gpipe, s.sizes.last_off[buf], 0))
             return mb, addr
+        s.backward_order = backward_order
 
         # gradients: one job per microbatch, only below the doorbell; the job's conditions
         # are registers, so a job waits two cycles after the one before (its index settles).
         # The start itself is a flip-flop set a cycle after its conditions (their AND is
         # not in front of the reader's wide load); while it is pending no other decides
         g_jobs_left = Signal(24)
-        g_mb, g_job_base = backward_order(g_reader.start, "grad_order", "grad")
+        g_mb, g_job_base = s.backward_order(s.g_reader.start, "grad_order", "grad")
         g_recent = Signal(2)
         g_may = Signal()
         g_go = Signal(attrs={"max_fanout": 64})
-        dp.d.sync += [g_recent.eq(Cat(g_reader.start, g_recent[0])),
+        s.dp.d.sync += [g_recent.eq(Cat(s.g_reader.start, g_recent[0])),
                       g_may.eq(g_mb < self.cfg["grads_ready"])]   # live: the host raises it
         g_jobs_any = Signal()     # g_jobs_left != 0, a register
         # the reader's issued flag a cycle late: it falls only at a start, which g_recent
         # covers for two cycles, so the copy is never high while the reader is active
         g_issued = Signal()
-        dp.d.sync += g_issued.eq(g_reader.issued)
-        g_free = train_run & ~first & ~g_go & ~g_recent.any() & g_issued & g_jobs_any
-        dp.d.sync += g_go.eq(g_free & g_may)
+        s.dp.d.sync += g_issued.eq(s.g_reader.issued)
+        g_free = s.train_run & ~s.first & ~g_go & ~g_recent.any() & g_issued & g_jobs_any
+        s.dp.d.sync += g_go.eq(g_free & g_may)
         # a fault in the cycle between stops the pending start too
-        dp.d.comb += [g_reader.start.eq(g_go & train_run)]
-        m.d.comb += [g_reader.base.eq(g_job_base), g_reader.stride.eq(cfg["grad_stride"]),
-                     g_reader.nrows.eq(rows), g_reader.row_beats.eq(row_beats(d_last, ELEM_BYTES))]
-        with dp.If(first):
-            dp.d.sync += [g_jobs_left.eq(n_total), g_jobs_any.eq(n_total != 0)]
-        with dp.Elif(g_reader.start):
-            dp.d.sync += [g_jobs_left.eq(g_jobs_left - 1), g_jobs_any.eq(g_jobs_left != 1)]
-        grad_wait = Signal()
-        m.d.comb += grad_wait.eq(g_free & ~g_may)
+        s.dp.d.comb += [s.g_reader.start.eq(g_go & s.train_run)]
+        m.d.comb += [s.g_reader.base.eq(g_job_base), s.g_reader.stride.eq(s.cfg["grad_stride"]),
+                     s.g_reader.nrows.eq(s.rows), s.g_reader.row_beats.eq(s.row_beats(s.d_last, ELEM_BYTES))]
+        with s.dp.If(s.first):
+            s.dp.d.sync += [g_jobs_left.eq(s.n_total), g_jobs_any.eq(s.n_total != 0)]
+        with s.dp.Elif(s.g_reader.start):
+            s.dp.d.sync += [g_jobs_left.eq(g_jobs_left - 1), g_jobs_any.eq(g_jobs_left != 1)]
+        s.grad_wait = Signal()
+        m.d.comb += s.grad_wait.eq(g_free & ~g_may)
 
-        # ---- weight load: beats -> master words of the selected stage ----------------------
-        m.d.comb += [w_reader.base.eq(cfg["w_addr"]), w_reader.stride.eq(cfg["w_stride"]),
-                     w_reader.nrows.eq(sel_d_in), w_reader.row_beats.eq(row_beats(sel_d_out, MASTER_BYTES))]
-        dp.d.comb += w_reader.start.eq(first & is_load)
+    def _weight_load(self, m, s):
+        """Weight load: read beats into master words of the selected stage."""
+        c = self.config
+        L = c.lanes
+        wpb = c.bus_width // (32 * L)          # master words per beat (>= 1)
+        m.d.comb += [s.w_reader.base.eq(s.cfg["w_addr"]), s.w_reader.stride.eq(s.cfg["w_stride"]),
+                     s.w_reader.nrows.eq(s.sel_d_in),
+                     s.w_reader.row_beats.eq(s.row_beats(s.sel_d_out, MASTER_BYTES))]
+        s.dp.d.comb += s.w_reader.start.eq(s.first & s.is_load)
         lw_row, lw_word = Signal(16), Signal(16)
+        s.lw_row, s.lw_word = lw_row, lw_word
         lw_left = Signal(16)       # elements of the row from this word on
         lw_j = Signal(range(max(wpb, 2)))
         # the walks' row-end and done flags are registers, set a word ahead from the
         # counters and copies of the limits (steady from start): no compare of a counter
         # with a limit sits in front of the walk's enables
-        out_one_word = Signal()             # sel_d_out <= L: every word ends its row
-        sel_d_in_m1 = Signal(16, reset_less=True)
-        m.d.sync += [out_one_word.eq(sel_d_out <= L), sel_d_in_m1.eq(sel_d_in[:16] - 1)]
+        s.out_one_word = Signal()             # sel_d_out <= L: every word ends its row
+        s.sel_d_in_m1 = Signal(16, reset_less=True)
+        m.d.sync += [s.out_one_word.eq(s.sel_d_out <= L), s.sel_d_in_m1.eq(s.sel_d_in[:16] - 1)]
         lw_row_end, lw_done = Signal(), Signal()
         # the last row's compare, a net of its own (kept): the word's handshake only chooses
         # whether lw_done takes it, instead of a tree ABC rebuilds around the compare
         lw_last_row = Signal(name="lw_last_row", attrs={"keep": 1})
-        dp.d.comb += lw_last_row.eq(lw_row == sel_d_in_m1)
-        with dp.If(first):
-            dp.d.sync += [lw_left.eq(sel_d_out), lw_row_end.eq(out_one_word), lw_done.eq(sel_d_in == 0)]
-        load_valid = Signal()
-        dp.d.comb += load_valid.eq(running & is_load & w_reader.valid)
-        load_word = Signal(L * 32)
-        raw = w_reader.data.word_select(lw_j, L * 32) if wpb > 1 else w_reader.data[:L * 32]
+        s.dp.d.comb += lw_last_row.eq(s.lw_row == s.sel_d_in_m1)
+        with s.dp.If(s.first):
+            s.dp.d.sync += [lw_left.eq(s.sel_d_out), lw_row_end.eq(s.out_one_word),
+                            lw_done.eq(s.sel_d_in == 0)]
+        s.load_valid = Signal()
+        s.dp.d.comb += s.load_valid.eq(s.running & s.is_load & s.w_reader.valid)
+        s.load_word = Signal(L * 32)
+        raw = s.w_reader.data.word_select(lw_j, L * 32) if wpb > 1 else s.w_reader.data[:L * 32]
         # the word's lanes inside the row (lw_left > lane), registers set a word ahead
         lw_keep = Signal(L)
-        out_keep = Signal(L, reset_less=True)       # a row's first word: sel_d_out > lane
-        m.d.sync += out_keep.eq(Cat(*(sel_d_out > lane for lane in range(L))))
+        s.out_keep = Signal(L, reset_less=True)       # a row's first word: sel_d_out > lane
+        m.d.sync += s.out_keep.eq(Cat(*(s.sel_d_out > lane for lane in range(L))))
         for lane in range(L):
-            dp.d.comb += load_word.word_select(lane, 32).eq(Mux(lw_keep[lane], raw.word_select(lane, 32), 0))
-        with dp.If(first):
-            dp.d.sync += lw_keep.eq(out_keep)
-        with dp.If(load_valid):
-            dp.d.sync += [lw_word.eq(lw_word + 1), lw_left.eq(lw_left - L), lw_row_end.eq(lw_left <= 2 * L),
-                          lw_keep.eq(Cat(*(lw_left > lane + L for lane in range(L))))]
-            with dp.If(lw_row_end):
-                dp.d.comb += w_reader.pop.eq(1)
-                dp.d.sync += [lw_j.eq(0), lw_word.eq(0), lw_left.eq(sel_d_out), lw_row.eq(lw_row + 1),
-                              lw_row_end.eq(out_one_word), lw_done.eq(lw_last_row),
-                              lw_keep.eq(out_keep)]
-            with dp.Elif(lw_j == wpb - 1):
-                dp.d.comb += w_reader.pop.eq(1)
-                dp.d.sync += lw_j.eq(0)
-            with dp.Else():
-                dp.d.sync += lw_j.eq(lw_j + 1)
-        load_done = lw_done
+            s.dp.d.comb += s.load_word.word_select(lane, 32).eq(
+                Mux(lw_keep[lane], raw.word_select(lane, 32), 0))
+        with s.dp.If(s.first):
+            s.dp.d.sync += lw_keep.eq(s.out_keep)
+        with s.dp.If(s.load_valid):
+            s.dp.d.sync += [s.lw_word.eq(s.lw_word + 1), lw_left.eq(lw_left - L),
+                            lw_row_end.eq(lw_left <= 2 * L),
+                            lw_keep.eq(Cat(*(lw_left > lane + L for lane in range(L))))]
+            with s.dp.If(lw_row_end):
+                s.dp.d.comb += s.w_reader.pop.eq(1)
+                s.dp.d.sync += [lw_j.eq(0), s.lw_word.eq(0), lw_left.eq(s.sel_d_out),
+                                s.lw_row.eq(s.lw_row + 1),
+                              lw_row_end.eq(s.out_one_word), lw_done.eq(lw_last_row),
+                              lw_keep.eq(s.out_keep)]
+            with s.dp.Elif(lw_j == wpb - 1):
+                s.dp.d.comb += s.w_reader.pop.eq(1)
+                s.dp.d.sync += lw_j.eq(0)
+            with s.dp.Else():
+                s.dp.d.sync += lw_j.eq(lw_j + 1)
+        s.load_done = lw_done
 
-        # ---- weight store: master words -> single-beat writes ------------------------------
+    def _weight_store(self, m, s):
+        """Weight store: the selected stage's master words into single-beat writes."""
+        c = self.config
+        K, L, aw = c.stages, c.lanes, c.addr_width
         sw_row, sw_word = Signal(16), Signal(16)
-        sw_left = Signal(16)       # elements of the row from this word on
-        sw_keep = Signal(L)        # sw_left > lane, registers set a word ahead
-        sw_settled = Signal()      # w_rd_data holds the word at (sw_row, sw_word)
-        sw_row_addr = Signal(aw + 16)
-        sw_row_end = Signal()      # sw_left <= L: the word is its row's last
-        store_done = Signal()      # sw_row == sel_d_in
+        s.sw_row, s.sw_word = sw_row, sw_word
+        s.sw_left = Signal(16)       # elements of the row from this word on
+        s.sw_keep = Signal(L)        # sw_left > lane, registers set a word ahead
+        s.sw_settled = Signal()      # w_rd_data holds the word at (sw_row, sw_word)
+        s.sw_row_addr = Signal(aw + 16)
+        s.sw_row_end = Signal()      # sw_left <= L: the word is its row's last
+        s.store_done = Signal()      # sw_row == sel_d_in
         # sw_row == sel_d_in_m1 from a register: a row's last word is taken at least two
         # cycles after its row stepped (a take clears sw_settled), so a cycle late is in time
-        sw_last_row = Signal()
-        dp.d.sync += sw_last_row.eq(sw_row == sel_d_in_m1)
-        store_valid = Signal()
-        dp.d.comb += store_valid.eq(running & is_store & sw_settled & ~store_done)
-        with dp.If(first):
-            dp.d.sync += [sw_left.eq(sel_d_out), sw_row_end.eq(out_one_word), store_done.eq(sel_d_in == 0),
-                          sw_keep.eq(out_keep)]
+        s.sw_last_row = Signal()
+        s.dp.d.sync += s.sw_last_row.eq(s.sw_row == s.sel_d_in_m1)
+        s.store_valid = Signal()
+        s.dp.d.comb += s.store_valid.eq(s.running & s.is_store & s.sw_settled & ~s.store_done)
+        with s.dp.If(s.first):
+            s.dp.d.sync += [s.sw_left.eq(s.sel_d_out), s.sw_row_end.eq(s.out_one_word),
+                            s.store_done.eq(s.sel_d_in == 0), s.sw_keep.eq(s.out_keep)]
 
-        w_row = Mux(is_load, lw_row, sw_row)
-        w_word = Mux(is_load, lw_word, sw_word)
+        w_row = Mux(s.is_load, s.lw_row, s.sw_row)
+        w_word = Mux(s.is_load, s.lw_word, s.sw_word)
         rd_words = []
         for i in range(K):
-            m.d.comb += [getattr(pipe, f"s{i}_w_row").eq(w_row), getattr(pipe, f"s{i}_w_word").eq(w_word),
-                         getattr(pipe, f"s{i}_w_wr_data").eq(load_word),
-                         getattr(pipe, f"s{i}_w_wr_en").eq(load_valid & sel_is[i]),
+            m.d.comb += [getattr(s.pipe, f"s{i}_w_row").eq(w_row), getattr(s.pipe, f"s{i}_w_word").eq(w_word),
+                         getattr(s.pipe, f"s{i}_w_wr_data").eq(s.load_word),
+                         getattr(s.pipe, f"s{i}_w_wr_en").eq(s.load_valid & s.sel_is[i]),
                          # the same word of the velocity is cleared (v_wr_data stays 0)
-                         getattr(pipe, f"s{i}_v_row").eq(w_row), getattr(pipe, f"s{i}_v_word").eq(w_word),
-                         getattr(pipe, f"s{i}_v_wr_en").eq(load_valid & sel_is[i])]
-            rd_words.append(getattr(pipe, f"s{i}_w_rd_data"))
-        rd_word = Signal(L * 32)
-        m.d.comb += rd_word.eq(Array(rd_words)[sel[:3] if K > 1 else 0])
+                         getattr(s.pipe, f"s{i}_v_row").eq(w_row), getattr(s.pipe, f"s{i}_v_word").eq(w_word),
+                         getattr(s.pipe, f"s{i}_v_wr_en").eq(s.load_valid & s.sel_is[i])]
+            rd_words.append(getattr(s.pipe, f"s{i}_w_rd_data"))
+        s.rd_word = Signal(L * 32)
+        m.d.comb += s.rd_word.eq(Array(rd_words)[s.sel[:3] if K > 1 else 0])
 
-        # ---- writes: logits (act_out), dX (grad_out), stored weights -----------------------
-        status = self.stat["status"]
+    def _writes(self, m, s):
+        """The writes: logits, dX and stored weights through the checked queue."""
+        c = self.config
+        L, aw = c.lanes, c.addr_width
+        align, beat_bits = c.bytes_per_beat - 1, c.bytes_per_beat.bit_length() - 1
+        s.status = self.stat["status"]
 
         # the Pipeline's output streams end in band writers: each collects a band of rows
         # (the cores emit tile by tile) and sends it row by row, so a row's beats are
@@ -768,211 +817,220 @@ class PipelineUnitCore(UnitCore):
         def band_writer(port, cols, name):
             w = BandWriter(lanes=L, index_bits=len(port.payload.row), bus_width=c.bus_width,
                            max_cols=c.max_out if name == "logits" else c.max_in)
-            dp.submodules[f"{name}_band"] = w
-            dp.d.comb += [w.rows.eq(rows), w.cols.eq(cols),
-                          w.segments.payload.eq(port.payload), w.segments.valid.eq(port.valid & train_run),
-                          port.ready.eq(w.segments.ready & train_run)]
+            s.dp.submodules[f"{name}_band"] = w
+            s.dp.d.comb += [w.rows.eq(s.rows), w.cols.eq(cols),
+                          w.segments.payload.eq(port.payload), w.segments.valid.eq(port.valid & s.train_run),
+                          port.ready.eq(w.segments.ready & s.train_run)]
             # its beats pass a register slice: the writer's bank logic sees a flip-flop as
             # ready, not the choice among the writers and the queue's credits
             out = SkidBuffer(w.beats.payload.shape())
-            dp.submodules[f"{name}_beats"] = out
-            wiring.connect(dp, w.beats, out.i)
+            s.dp.submodules[f"{name}_beats"] = out
+            wiring.connect(s.dp, w.beats, out.i)
             # a beat in the slice is pending too (its skid entry only when the main one is)
             return SimpleNamespace(beats=out.o, pending=w.pending | out.o.valid)
 
-        lg_w = band_writer(pipe.act_out, d_last, "logits")
-        dx_w = band_writer(pipe.grad_out, d_first, "dx")
-        lg_pl, dx_pl = lg_w.beats.payload, dx_w.beats.payload
+        s.lg_w = band_writer(s.pipe.act_out, s.d_last, "logits")
+        s.dx_w = band_writer(s.pipe.grad_out, s.d_first, "dx")
+        lg_pl, dx_pl = s.lg_w.beats.payload, s.dx_w.beats.payload
 
         # every beat enters the checked queue with its address as base + row offset + beat
         # offset and its buffer; logits first, then dX, then stored weights
-        entry = write_queue.beats
+        entry = s.write_queue.beats
         ep = entry.payload
         room = entry.ready
-        take_lg = train_run & lg_w.beats.valid & room
-        take_dx = train_run & ~lg_w.beats.valid & dx_w.beats.valid & dx_on & room
-        take_st = store_valid & room
+        take_lg = s.train_run & s.lg_w.beats.valid & room
+        take_dx = s.train_run & ~s.lg_w.beats.valid & s.dx_w.beats.valid & s.dx_on & room
+        take_st = s.store_valid & room
         lg_base = Signal(aw + 40)
-        with dp.If(take_lg & lg_pl.last):
-            dp.d.sync += lg_base.eq(lg_base + sizes.mb_bytes["logits"])
-        _, dx_base = backward_order(take_dx & dx_pl.last, "dx_order", "dx")
+        with s.dp.If(take_lg & lg_pl.last):
+            s.dp.d.sync += lg_base.eq(lg_base + s.sizes.mb_bytes["logits"])
+        _, dx_base = s.backward_order(take_dx & dx_pl.last, "dx_order", "dx")
 
         def buffer(buf):
-            return [ep.buf_base.eq(cfg[f"{buf}_addr"]), ep.buf_size.eq(cfg[f"{buf}_size"])]
+            return [ep.buf_base.eq(s.cfg[f"{buf}_addr"]), ep.buf_size.eq(s.cfg[f"{buf}_size"])]
 
         word_bytes = Signal(32)
-        dp.d.comb += word_bytes.eq(sw_word * (L * MASTER_BYTES))
+        s.dp.d.comb += word_bytes.eq(s.sw_word * (L * MASTER_BYTES))
         st_off = word_bytes[:beat_bits]
         # the word's elements in the row: lanes below sw_left
-        st_strb = Cat(*[Mux(sw_keep[lane], Const((1 << MASTER_BYTES) - 1, MASTER_BYTES), 0)
+        st_strb = Cat(*[Mux(s.sw_keep[lane], Const((1 << MASTER_BYTES) - 1, MASTER_BYTES), 0)
                         for lane in range(L)]) << st_off
-        st_data = rd_word << (st_off * 8)
+        st_data = s.rd_word << (st_off * 8)
         # the beat's fields are chosen by the writers' valid flags alone (flip-flops; the
         # queue takes the fields only with entry.valid), so its ready, a credit count, is
         # not in front of the hundreds of loads the choice reaches
-        with dp.If(lg_w.beats.valid):
-            dp.d.comb += [ep.base.eq(lg_base), ep.row_offset.eq(sizes.row_offset(dp, "logits", lg_pl.row)),
+        with s.dp.If(s.lg_w.beats.valid):
+            s.dp.d.comb += [ep.base.eq(lg_base),
+                            ep.row_offset.eq(s.sizes.row_offset(s.dp, "logits", lg_pl.row)),
                           ep.beat_offset.eq(lg_pl.beat << beat_bits), ep.data.eq(lg_pl.data),
                           ep.strb.eq(lg_pl.strb), ep.mark.eq(lg_pl.last), *buffer("logits")]
-        with dp.Elif(dx_w.beats.valid):
-            dp.d.comb += [ep.base.eq(dx_base), ep.row_offset.eq(sizes.row_offset(dp, "dx", dx_pl.row)),
+        with s.dp.Elif(s.dx_w.beats.valid):
+            s.dp.d.comb += [ep.base.eq(dx_base), ep.row_offset.eq(s.sizes.row_offset(s.dp, "dx", dx_pl.row)),
                           ep.beat_offset.eq(dx_pl.beat << beat_bits), ep.data.eq(dx_pl.data),
                           ep.strb.eq(dx_pl.strb), *buffer("dx")]
-        with dp.Else():
-            dp.d.comb += [ep.base.eq(sw_row_addr), ep.row_offset.eq(0),
+        with s.dp.Else():
+            s.dp.d.comb += [ep.base.eq(s.sw_row_addr), ep.row_offset.eq(0),
                           ep.beat_offset.eq(word_bytes & ~Const(align, 32)), ep.data.eq(st_data),
                           ep.strb.eq(st_strb), *buffer("w")]
-        dp.d.comb += [entry.valid.eq(take_lg | take_dx | take_st),
-                      lg_w.beats.ready.eq(train_run & room),
+        s.dp.d.comb += [entry.valid.eq(take_lg | take_dx | take_st),
+                      s.lg_w.beats.ready.eq(s.train_run & room),
                       # dX of a run without a dx buffer: taken and dropped
-                      dx_w.beats.ready.eq(train_run & ((~lg_w.beats.valid & room) | ~dx_on))]
+                      s.dx_w.beats.ready.eq(s.train_run & ((~s.lg_w.beats.valid & room) | ~s.dx_on))]
 
         # the queue's head: pushed when its registered verdict holds and no fault was found;
         # a head outside its buffer is dropped and raises the fault, which holds every later
         # push back (the run stops a cycle later)
-        head = write_queue.queued
+        head = s.write_queue.queued
         write_fault = Signal()
         # flip-flops only (the port's queues' own w_rdy compare their levels)
-        can_push = write_port.room & markers.room
-        live = head.valid & ~write_fault & ~stopped
+        can_push = s.write_port.room & s.markers.room
+        live = head.valid & ~write_fault & ~s.stopped
         push = Signal()
-        fault_found = Signal()
-        dp.d.comb += [push.eq(live & head.payload.inside & can_push),
-                      fault_found.eq(live & ~head.payload.inside),
+        s.fault_found = Signal()
+        s.dp.d.comb += [push.eq(live & head.payload.inside & can_push),
+                      s.fault_found.eq(live & ~head.payload.inside),
                       # after a fault every beat left is dropped, so the queue drains
-                      head.ready.eq(push | (head.valid & (write_fault | stopped | ~head.payload.inside)))]
-        with dp.If(fault_found):
-            dp.d.sync += write_fault.eq(1)
+                      head.ready.eq(push | (head.valid & (write_fault | s.stopped | ~head.payload.inside)))]
+        with s.dp.If(s.fault_found):
+            s.dp.d.sync += write_fault.eq(1)
         # single-beat bursts (len 0, last 1); Cat in the layouts' field order
-        dp.d.comb += [write_port.address.w_data.eq(Cat(head.payload.addr[:aw], Const(0, 8))),
-                      write_port.address.w_en.eq(push),
-                      write_port.beats.w_data.eq(Cat(head.payload.data, head.payload.strb, Const(1, 1))),
-                      write_port.beats.w_en.eq(push), markers.push.eq(push),
-                      markers.mark.eq(head.payload.mark)]
+        s.dp.d.comb += [s.write_port.address.w_data.eq(Cat(head.payload.addr[:aw], Const(0, 8))),
+                      s.write_port.address.w_en.eq(push),
+                      s.write_port.beats.w_data.eq(Cat(head.payload.data, head.payload.strb, Const(1, 1))),
+                      s.write_port.beats.w_en.eq(push), s.markers.push.eq(push),
+                      s.markers.mark.eq(head.payload.mark)]
 
-        with dp.If(first):
-            dp.d.sync += [lg_base.eq(cfg["logits_addr"]), sw_row_addr.eq(cfg["w_addr"])]
+        with s.dp.If(s.first):
+            s.dp.d.sync += [lg_base.eq(s.cfg["logits_addr"]), s.sw_row_addr.eq(s.cfg["w_addr"])]
         # store walk: present (row, word), wait a cycle for the read, queue, next word
-        with dp.If(running & is_store & ~store_done):
-            with dp.If(~sw_settled):
-                dp.d.sync += sw_settled.eq(1)
-            with dp.Elif(take_st):
-                dp.d.sync += [sw_settled.eq(0), sw_word.eq(sw_word + 1), sw_left.eq(sw_left - L),
-                              sw_row_end.eq(sw_left <= 2 * L),
-                              sw_keep.eq(Cat(*(sw_left > lane + L for lane in range(L))))]
-                with dp.If(sw_row_end):
-                    dp.d.sync += [sw_word.eq(0), sw_left.eq(sel_d_out), sw_row.eq(sw_row + 1),
-                                  sw_row_addr.eq(sw_row_addr + cfg["w_stride"]),
-                                  sw_row_end.eq(out_one_word), store_done.eq(sw_last_row),
-                                  sw_keep.eq(out_keep)]
+        with s.dp.If(s.running & s.is_store & ~s.store_done):
+            with s.dp.If(~s.sw_settled):
+                s.dp.d.sync += s.sw_settled.eq(1)
+            with s.dp.Elif(take_st):
+                s.dp.d.sync += [s.sw_settled.eq(0), s.sw_word.eq(s.sw_word + 1), s.sw_left.eq(s.sw_left - L),
+                              s.sw_row_end.eq(s.sw_left <= 2 * L),
+                              s.sw_keep.eq(Cat(*(s.sw_left > lane + L for lane in range(L))))]
+                with s.dp.If(s.sw_row_end):
+                    s.dp.d.sync += [s.sw_word.eq(0), s.sw_left.eq(s.sel_d_out), s.sw_row.eq(s.sw_row + 1),
+                                  s.sw_row_addr.eq(s.sw_row_addr + s.cfg["w_stride"]),
+                                  s.sw_row_end.eq(s.out_one_word), s.store_done.eq(s.sw_last_row),
+                                  s.sw_keep.eq(s.out_keep)]
 
         # write responses: in order (one ID), each for the burst of the AW before it; a
         # microbatch's logits are in once the responses cover the beats up to its last
-        bus = self.bus
-        dp.d.comb += [markers.aw_fire.eq(bus.awvalid & bus.awready), markers.aw_len.eq(bus.awlen),
-                      markers.b_fire.eq(bus.bvalid & bus.bready)]
-        logits_done = self.stat["logits_done"]
-        logits_b = Signal()
-        dp.d.comb += logits_b.eq(markers.completed)
+        s.bus = self.bus
+        s.dp.d.comb += [s.markers.aw_fire.eq(s.bus.awvalid & s.bus.awready), s.markers.aw_len.eq(s.bus.awlen),
+                      s.markers.b_fire.eq(s.bus.bvalid & s.bus.bready)]
+        s.logits_done = self.stat["logits_done"]
+        s.logits_b = Signal()
+        s.dp.d.comb += s.logits_b.eq(s.markers.completed)
 
-        # ---- configuration check -------------------------------------------------------
-        weights_checks = [sel >= K, sel_d_in == 0, sel_d_in > c.max_in, sel_d_out == 0, sel_d_out > c.max_out,
-                          sizes.buffer_bad("w", sel_d_out, MASTER_BYTES)]
+    def _config_check(self, m, s):
+        """The configuration check, from registers, once the run's sizes are in."""
+        c = self.config
+        K = c.stages
+        weights_checks = [s.sel >= K, s.sel_d_in == 0, s.sel_d_in > c.max_in, s.sel_d_out == 0,
+                          s.sel_d_out > c.max_out,
+                          s.sizes.buffer_bad("w", s.sel_d_out, MASTER_BYTES)]
         train_checks = [
-            sched > 2, mbs == 0, mbs > 255, steps == 0, steps > 65535, rows == 0, rows > c.max_rows,
-            gpipe & (mbs > c.slots),
-            sizes.buffer_bad("act", d_first, ELEM_BYTES),
-            sizes.buffer_bad("logits", d_last, ELEM_BYTES),
-            sizes.buffer_bad("grad", d_last, ELEM_BYTES),
-            (cfg["dx_addr"] != 0) & sizes.buffer_bad("dx", d_first, ELEM_BYTES),
+            s.sched > 2, s.mbs == 0, s.mbs > 255, s.steps == 0, s.steps > 65535, s.rows == 0,
+            s.rows > c.max_rows,
+            s.gpipe & (s.mbs > c.slots),
+            s.sizes.buffer_bad("act", s.d_first, ELEM_BYTES),
+            s.sizes.buffer_bad("logits", s.d_last, ELEM_BYTES),
+            s.sizes.buffer_bad("grad", s.d_last, ELEM_BYTES),
+            (s.cfg["dx_addr"] != 0) & s.sizes.buffer_bad("dx", s.d_first, ELEM_BYTES),
         ]
         for i in range(K):
-            s = lambda name: cfg[f"s{i}_{name}"]  # noqa: E731
-            train_checks += [s("d_in") == 0, s("d_in") > c.max_in, s("d_out") == 0, s("d_out") > c.max_out,
-                             s("relu") > 1, s("dx_first") > 1, s("fwd_shift") > 63, s("dx_shift") > 63,
-                             s("dw_shift") > 63, s("lr") >> 16 != 0, s("wd") >> 16 != 0, s("mu") >> 16 != 0]
+            reg = lambda name: s.cfg[f"s{i}_{name}"]  # noqa: E731
+            train_checks += [reg("d_in") == 0, reg("d_in") > c.max_in, reg("d_out") == 0,
+                             reg("d_out") > c.max_out, reg("relu") > 1, reg("dx_first") > 1,
+                             reg("fwd_shift") > 63, reg("dx_shift") > 63, reg("dw_shift") > 63,
+                             reg("lr") >> 16 != 0, reg("wd") >> 16 != 0, reg("mu") >> 16 != 0]
             if i + 1 < K:
-                train_checks.append(s("d_out") != cfg[f"s{i + 1}_d_in"])
+                train_checks.append(reg("d_out") != s.cfg[f"s{i + 1}_d_in"])
         # every check from registers into a register of its own, their OR into err_config a
         # cycle later (no compare in front of the OR tree): valid once the sizes are in
         def registered(checks, name):
             flags = Signal(len(checks), name=name)
             m.d.sync += flags.eq(Cat(*checks))
             return flags.any()
-        err_config = Signal()
-        m.d.sync += err_config.eq((mode > 2) | (is_train & registered(train_checks, "train_checks")) |
-                                  (~is_train & registered(weights_checks, "weights_checks")))
+        s.err_config = Signal()
+        m.d.sync += s.err_config.eq((s.mode > 2) | (s.is_train & registered(train_checks, "train_checks")) |
+                                  (~s.is_train & registered(weights_checks, "weights_checks")))
 
-        # ---- counters --------------------------------------------------------------------
-        busy = run.busy
+    def _counters(self, m, s):
+        """The status counters and the fault flags."""
+        busy = s.run.busy
+        bus = s.bus
         stall = (bus.arvalid & ~bus.arready) | (bus.awvalid & ~bus.awready) | (bus.wvalid & ~bus.wready)
-        increments = {"busy_cycles": 1, "read_beats": read_port.beat, "write_beats": write_port.beat,
-                      "stall_cycles": stall, "grad_wait_cycles": grad_wait}
+        s.increments = {"busy_cycles": 1, "read_beats": s.read_port.beat, "write_beats": s.write_port.beat,
+                      "stall_cycles": stall, "grad_wait_cycles": s.grad_wait}
         fault = Signal()
-        m.d.comb += fault.eq((status & Status.ADDR_FAULT) != 0)
+        m.d.comb += fault.eq((s.status & Status.ADDR_FAULT) != 0)
         with m.If(busy):
-            for name, inc in increments.items():
+            for name, inc in s.increments.items():
                 m.d.sync += self.stat[name].eq(self.stat[name] + inc)
-            with m.If(logits_b):
-                m.d.sync += logits_done.eq(logits_done + 1)
-            with m.If(read_port.resp_error | write_port.resp_error):
-                m.d.sync += status.eq(status | Status.AXI_ERROR)
-            with m.If(read_port.fault | fault_found):
-                m.d.sync += [status.eq(status | Status.ADDR_FAULT), stopped.eq(1)]
-        m.d.comb += read_port.enable.eq(~fault)
+            with m.If(s.logits_b):
+                m.d.sync += s.logits_done.eq(s.logits_done + 1)
+            with m.If(s.read_port.resp_error | s.write_port.resp_error):
+                m.d.sync += s.status.eq(s.status | Status.AXI_ERROR)
+            with m.If(s.read_port.fault | s.fault_found):
+                m.d.sync += [s.status.eq(s.status | Status.ADDR_FAULT), s.stopped.eq(1)]
+        m.d.comb += s.read_port.enable.eq(~fault)
 
-        # ---- run control -----------------------------------------------------------------
+    def _run_control(self, m, s):
+        """The run's phases, the Pipeline's start and reset, and the probes for simulation."""
         pipe_finished = Signal()
-        with m.If(pipe.done):
+        with m.If(s.pipe.done):
             m.d.sync += pipe_finished.eq(1)
         check_done = Signal()
         # the sizes start in CHECK's first cycle, from a flip-flop (run.accept a cycle
         # late, which is checking & ~sizes.started): the start fans out to every size's
         # and extent's operand registers
         sizes_start = Signal(name="sizes_start")
-        m.d.sync += sizes_start.eq(run.accept)
+        m.d.sync += sizes_start.eq(s.run.accept)
         m.d.comb += [
-            run.start.eq(self.start), self.idle.eq(run.idle), self.done.eq(run.done),
+            s.run.start.eq(self.start), self.idle.eq(s.run.idle), self.done.eq(s.run.done),
             # the sizes take tens of cycles (bit-serial), the checks one more
-            sizes.start.eq(sizes_start), check_done.eq(sizes.ready),
-            run.check_done.eq(check_done), run.check_error.eq(err_config),
-            clear.eq(checking),
-            run.stop.eq(stopped),
-            run.finished.eq(Mux(is_train, pipe_finished, Mux(is_load, load_done, store_done))),
-            run.drained.eq(write_queue.empty & write_port.idle & ~lg_w.pending & ~dx_w.pending),
+            s.sizes.start.eq(sizes_start), check_done.eq(s.sizes.ready),
+            s.run.check_done.eq(check_done), s.run.check_error.eq(s.err_config),
+            s.clear.eq(s.checking),
+            s.run.stop.eq(s.stopped),
+            s.run.finished.eq(Mux(s.is_train, pipe_finished, Mux(s.is_load, s.load_done, s.store_done))),
+            s.run.drained.eq(s.write_queue.empty & s.write_port.idle & ~s.lg_w.pending & ~s.dx_w.pending),
             # nothing new is issued; once the traffic in flight is in, the Pipeline (which
             # may wait for data that will never come) is reset
-            run.quiet.eq(read_port.no_outstanding & write_port.idle),
+            s.run.quiet.eq(s.read_port.no_outstanding & s.write_port.idle),
         ]
         # the Pipeline's reset is a register (it reaches every flip-flop of the stages):
         # high in the FINISH cycle after the abort, so the next run finds it reset
-        m.d.sync += pipe_reset.eq(run.abort_done & is_train)
+        m.d.sync += s.pipe_reset.eq(s.run.abort_done & s.is_train)
         # CHECK -> RUN next cycle; RUN ends by finishing or by a fault found now (stopped
         # is set and run.running & ~stopped drops: the same cycle as with the decoded state)
-        enter_run = checking & check_done & ~err_config
-        stays = running & ~run.completing & ~(read_port.fault | fault_found)
-        m.d.sync += [checking.eq(run.accept | (checking & ~check_done)),
-                     running.eq(enter_run | stays), train_run.eq((enter_run | stays) & is_train),
-                     first.eq(enter_run)]
+        enter_run = s.checking & check_done & ~s.err_config
+        stays = s.running & ~s.run.completing & ~(s.read_port.fault | s.fault_found)
+        m.d.sync += [s.checking.eq(s.run.accept | (s.checking & ~check_done)),
+                     s.running.eq(enter_run | stays), s.train_run.eq((enter_run | stays) & s.is_train),
+                     s.first.eq(enter_run)]
         # the Pipeline starts from a register, in the first RUN cycle: no path runs from the
         # sizes and the check into the stages' start decisions
         pipe_start = Signal()
-        m.d.sync += pipe_start.eq(enter_run & is_train)
-        m.d.comb += pipe.start.eq(pipe_start)
-        with m.If(run.accept):
-            m.d.sync += [cfg[name].eq(sig) for name, sig in self.cfg.items()]
-            m.d.sync += [status.eq(0), pipe_finished.eq(0), stopped.eq(0)]
-            m.d.sync += [self.stat[name].eq(0) for name in (*increments, "logits_done")]
-        with m.If(run.config_error):
-            m.d.sync += status.eq(Status.CONFIG_ERROR)
+        m.d.sync += pipe_start.eq(enter_run & s.is_train)
+        m.d.comb += s.pipe.start.eq(pipe_start)
+        with m.If(s.run.accept):
+            m.d.sync += [s.cfg[name].eq(sig) for name, sig in self.cfg.items()]
+            m.d.sync += [s.status.eq(0), pipe_finished.eq(0), s.stopped.eq(0)]
+            m.d.sync += [self.stat[name].eq(0) for name in (*s.increments, "logits_done")]
+        with m.If(s.run.config_error):
+            m.d.sync += s.status.eq(Status.CONFIG_ERROR)
 
-        m.submodules.datapath = ResetInserter(clear)(dp)
+        m.submodules.datapath = ResetInserter(s.clear)(s.dp)
         # the registered phase beside the run control's, for the simulation that checks
         # them against each other cycle by cycle
-        self.probes = dict(run=run, checking=checking, running=running, train_run=train_run,
-                           first=first, stopped=stopped, is_train=is_train, pipe_reset=pipe_reset,
-                           cfg=cfg)
-        return m
+        self.probes = dict(run=s.run, checking=s.checking, running=s.running, train_run=s.train_run,
+                           first=s.first, stopped=s.stopped, is_train=s.is_train, pipe_reset=s.pipe_reset,
+                           cfg=s.cfg)
 
 
 PIPELINE_UNIT_TOP = "gnnweave_pipeline_unit"
