@@ -43,6 +43,7 @@ is a component of its own (``hw/aggregator_*.py``), wired with ``connect()``::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, Value
 from amaranth.lib import data, enum, stream, wiring
@@ -187,204 +188,233 @@ class AggregatorCore(UnitCore):
         super().__init__(config, CONFIG_REGISTERS, STATUS_REGISTERS)
 
     def elaborate(self, platform):
-        c = self.config
         m = Module()
-        lanes, bpb, ew = c.lanes, c.bytes_per_beat, c.elem_width
-        maxb = c.max_beats
-        aw = c.addr_width
+        s = SimpleNamespace()     # the signals the sections share
+        self._run_state(m, s)
+        self._datapath(m, s)
+        self._read_clients(m, s)
+        self._row_gather(m, s)
+        self._edge_walk(m, s)
+        self._reduce_and_drain(m, s)
+        self._completion(m, s)
+        self._check_and_run(m, s)
+        return m
 
-        # ---- run control -------------------------------------------------------------
-        clear = Signal()        # resets the whole datapath at the start of every run
-        running = Signal()
-        cfg = {name: Signal(len(sig), name=f"run_{name}") for name, sig in self.cfg.items()}
+    def _run_state(self, m, s):
+        """The run's registered configuration and what a start clears."""
+        s.clear = Signal()        # resets the whole datapath at the start of every run
+        s.running = Signal()
+        s.cfg = {name: Signal(len(sig), name=f"run_{name}") for name, sig in self.cfg.items()}
 
         def on_start():
-            return [cfg[name].eq(sig) for name, sig in self.cfg.items()]
+            return [s.cfg[name].eq(sig) for name, sig in self.cfg.items()]
+        s.on_start = on_start
 
-        # ---- datapath (everything under `dp` is cleared at start) ----------------------
-        dp = Module()
+    def _datapath(self, m, s):
+        """The datapath's ports and streams (everything under ``dp`` is cleared at start)."""
+        c = self.config
+        lanes, bpb, ew, maxb = c.lanes, c.bytes_per_beat, c.elem_width, c.max_beats
+        aw = c.addr_width
+        s.dp = Module()
         # 0 indptr, 1 indices, 2 weights, 3 rows; registered requests keep the readers' request
         # logic and the guard's adders out of the arbitration (the ECP5 critical path)
-        read_port = ReadPort(self.bus, num_clients=4, registered_requests=True, zero_flag=True)
-        write_port = WritePort(self.bus, beat_depth=W_BEATS, address_depth=4)
+        s.read_port = ReadPort(self.bus, num_clients=4, registered_requests=True, zero_flag=True)
+        s.write_port = WritePort(self.bus, beat_depth=W_BEATS, address_depth=4)
         ptr_reader, idx_reader, w_reader = (
             ElementReader(addr_width=aw, data_width=c.bus_width, elem_width=width,
                           fifo_beats=c.meta_fifo_beats, max_burst=c.meta_burst_beats)
             for width in (32, 32, ew))
-        row_fifo = BufferedFIFO(width=c.bus_width, depth=c.reads_in_flight)
-        row_address = RowAddress(addr_width=aw, bytes_per_beat=bpb, max_beats=maxb)
-        id_slots = row_address.latency + 4
+        s.ptr_reader, s.idx_reader, s.w_reader = ptr_reader, idx_reader, w_reader
+        s.row_fifo = BufferedFIFO(width=c.bus_width, depth=c.reads_in_flight)
+        s.row_address = RowAddress(addr_width=aw, bytes_per_beat=bpb, max_beats=maxb)
+        s.id_slots = s.row_address.latency + 4
         # registered flags: the pop reaches no level compare
-        row_ids = RegisteredFIFO(row_bursts_layout(aw, maxb), id_slots)
+        s.row_ids = RegisteredFIFO(row_bursts_layout(aw, maxb), s.id_slots)
         desc_layout = descriptor_layout(ew)
         # without `mean` the descriptors skip the divider (and its latency)
-        recip_pipe = ReciprocalPipe(desc_layout) if "mean" in c.reduce_ops else None
-        desc_full_layout = reciprocal_layout(desc_layout)
-        desc_fifo = RegisteredFIFO(desc_full_layout, c.desc_depth)
-        for name, sub in [("read_port", read_port), ("write_port", write_port),
-                          ("ptr_reader", ptr_reader), ("idx_reader", idx_reader),
-                          ("w_reader", w_reader), ("row_fifo", row_fifo), ("row_ids", row_ids),
-                          ("row_address", row_address),
-                          ("recip_pipe", recip_pipe), ("desc_fifo", desc_fifo)]:
+        s.recip_pipe = ReciprocalPipe(desc_layout) if "mean" in c.reduce_ops else None
+        s.desc_full_layout = reciprocal_layout(desc_layout)
+        s.desc_fifo = RegisteredFIFO(s.desc_full_layout, c.desc_depth)
+        for name, sub in [("read_port", s.read_port), ("write_port", s.write_port),
+                          ("ptr_reader", s.ptr_reader), ("idx_reader", s.idx_reader),
+                          ("w_reader", s.w_reader), ("row_fifo", s.row_fifo), ("row_ids", s.row_ids),
+                          ("row_address", s.row_address),
+                          ("recip_pipe", s.recip_pipe), ("desc_fifo", s.desc_fifo)]:
             if sub is not None:
-                dp.submodules[name] = sub
+                s.dp.submodules[name] = sub
 
         # derived run constants
-        check = ConfigCheck(CONFIG_REGISTERS, lanes=lanes, bytes_per_beat=bpb, elem_width=ew,
-                            max_feat_dim=c.max_feat_dim, addr_width=aw,
-                            reduce_codes=[ReduceOp[op.upper()].value for op in c.reduce_ops])
-        m.submodules.check = check
-        m.d.comb += [check.cfg[name].eq(sig) for name, sig in cfg.items()]
+        s.check = ConfigCheck(CONFIG_REGISTERS, lanes=lanes, bytes_per_beat=bpb, elem_width=ew,
+                              max_feat_dim=c.max_feat_dim, addr_width=aw,
+                              reduce_codes=[ReduceOp[op.upper()].value for op in c.reduce_ops])
+        m.submodules.check = s.check
+        m.d.comb += [s.check.cfg[name].eq(sig) for name, sig in s.cfg.items()]
         # derived run constants, registered by the check
-        row_beats, row_last_beat = check.row_beats, check.row_last_beat
-        num_nodes, num_edges = cfg["num_nodes"], cfg["num_edges"]
-        use_weights = cfg["use_weights"][0]
-        reduce_op = Signal(ReduceOp)
-        m.d.comb += reduce_op.eq(cfg["reduce_op"][:2])
+        s.row_beats, s.row_last_beat = s.check.row_beats, s.check.row_last_beat
+        s.num_nodes, s.num_edges = s.cfg["num_nodes"], s.cfg["num_edges"]
+        s.use_weights = s.cfg["use_weights"][0]
+        s.reduce_op = Signal(ReduceOp)
+        m.d.comb += s.reduce_op.eq(s.cfg["reduce_op"][:2])
 
-        # ---- read clients ----------------------------------------------------------------
+    def _read_clients(self, m, s):
+        """The pointer, index and weight readers."""
+        c = self.config
+        aw = c.addr_width
         # each request reaches the read port through a register slice: the arbiter's ready
         # goes no further than a flip-flop, and no client's logic reaches the arbiter
         request_layout = read_request_layout(aw)
-        for i, (reader, buf) in enumerate([(ptr_reader, "indptr"), (idx_reader, "indices"),
-                                           (w_reader, "weights")]):
-            dp.submodules[f"{buf}_request"] = request = StreamRegister(request_layout)
-            dp.d.comb += [
+        for i, (reader, buf) in enumerate([(s.ptr_reader, "indptr"), (s.idx_reader, "indices"),
+                                           (s.w_reader, "weights")]):
+            s.dp.submodules[f"{buf}_request"] = request = StreamRegister(request_layout)
+            s.dp.d.comb += [
                 request.i.valid.eq(reader.request.valid),
                 request.i.payload.eq(reader.request.payload),
                 reader.request.ready.eq(request.i.ready),
-                reader.response.eq(read_port.responses[i]),
+                reader.response.eq(s.read_port.responses[i]),
             ]
-            wiring.connect(dp, request.o, read_port.requests[i])
-            m.d.comb += [read_port.guard_base[i].eq(cfg[f"{buf}_addr"]),
-                         read_port.guard_size[i].eq(cfg[f"{buf}_size"])]
-        m.d.comb += [read_port.guard_base[3].eq(cfg["feat_addr"]),
-                     read_port.guard_size[3].eq(cfg["feat_size"])]
-        launch = Signal()       # first cycle of a run that passed the checks
+            wiring.connect(s.dp, request.o, s.read_port.requests[i])
+            m.d.comb += [s.read_port.guard_base[i].eq(s.cfg[f"{buf}_addr"]),
+                         s.read_port.guard_size[i].eq(s.cfg[f"{buf}_size"])]
+        m.d.comb += [s.read_port.guard_base[3].eq(s.cfg["feat_addr"]),
+                     s.read_port.guard_size[3].eq(s.cfg["feat_size"])]
+        s.launch = Signal()       # first cycle of a run that passed the checks
         # the readers' counts from registers (set during CHECK, outside the datapath's
         # reset): no adder before the readers' compares of their count
         ptr_count, w_count = Signal(32, name="ptr_count"), Signal(32, name="w_count")
-        m.d.sync += [ptr_count.eq(num_nodes + 1), w_count.eq(Mux(use_weights, num_edges, 0))]
+        m.d.sync += [ptr_count.eq(s.num_nodes + 1), w_count.eq(Mux(s.use_weights, s.num_edges, 0))]
         m.d.comb += [
-            ptr_reader.start.eq(launch), ptr_reader.base.eq(cfg["indptr_addr"]),
-            ptr_reader.count.eq(ptr_count),
-            idx_reader.start.eq(launch), idx_reader.base.eq(cfg["indices_addr"]),
-            idx_reader.count.eq(num_edges),
-            w_reader.start.eq(launch), w_reader.base.eq(cfg["weights_addr"]),
-            w_reader.count.eq(w_count),
+            s.ptr_reader.start.eq(s.launch), s.ptr_reader.base.eq(s.cfg["indptr_addr"]),
+            s.ptr_reader.count.eq(ptr_count),
+            s.idx_reader.start.eq(s.launch), s.idx_reader.base.eq(s.cfg["indices_addr"]),
+            s.idx_reader.count.eq(s.num_edges),
+            s.w_reader.start.eq(s.launch), s.w_reader.base.eq(s.cfg["weights_addr"]),
+            s.w_reader.count.eq(w_count),
         ]
 
-        # ---- row gather: one read burst (two across a 4 KiB boundary) per valid edge ----
+    def _row_gather(self, m, s):
+        """Row gather: one read burst (two across a 4 KiB boundary) per valid edge."""
+        c = self.config
+        maxb, aw = c.max_beats, c.addr_width
         # the bursts of a row come from the row-address pipeline through `row_ids`, whose
         # room the edge walk reserves before it sends an index in
-        dp.submodules.gather = gather = RowGather(addr_width=aw, max_beats=maxb,
-                                                  slots=c.reads_in_flight)
-        row_pop = Signal()
-        dp.d.comb += [
-            row_address.base.eq(cfg["feat_addr"]), row_address.stride.eq(cfg["feat_stride"]),
-            row_address.row_beats.eq(row_beats),
-            row_ids.w.valid.eq(row_address.o.valid), row_ids.w.payload.eq(row_address.o.payload),
-            gather.freed.eq(row_pop),
-            row_fifo.w_en.eq(read_port.responses[3].valid),
-            row_fifo.w_data.eq(read_port.responses[3].data),
+        s.dp.submodules.gather = gather = RowGather(addr_width=aw, max_beats=maxb,
+                                                    slots=c.reads_in_flight)
+        s.row_pop = Signal()
+        s.dp.d.comb += [
+            s.row_address.base.eq(s.cfg["feat_addr"]), s.row_address.stride.eq(s.cfg["feat_stride"]),
+            s.row_address.row_beats.eq(s.row_beats),
+            s.row_ids.w.valid.eq(s.row_address.o.valid), s.row_ids.w.payload.eq(s.row_address.o.payload),
+            gather.freed.eq(s.row_pop),
+            s.row_fifo.w_en.eq(s.read_port.responses[3].valid),
+            s.row_fifo.w_data.eq(s.read_port.responses[3].data),
         ]
         # a register slice between them: the gather's load (its issue decision) enables its
         # own burst registers and the slice's, not also the FIFO's read and counters
-        dp.submodules.bursts_slice = bursts_slice = StreamRegister(row_bursts_layout(aw, maxb))
-        wiring.connect(dp, row_ids.r, bursts_slice.i)
-        wiring.connect(dp, bursts_slice.o, gather.bursts)
-        wiring.connect(dp, gather.request, read_port.requests[3])
+        s.dp.submodules.bursts_slice = bursts_slice = StreamRegister(row_bursts_layout(aw, maxb))
+        wiring.connect(s.dp, s.row_ids.r, bursts_slice.i)
+        wiring.connect(s.dp, bursts_slice.o, gather.bursts)
+        wiring.connect(s.dp, gather.request, s.read_port.requests[3])
 
-        # ---- edge walk: a row index and a descriptor per valid edge -----------------------
+    def _edge_walk(self, m, s):
+        """Edge walk: a row index and a descriptor per valid edge."""
+        c = self.config
+        ew = c.elem_width
         # register slices: the walk's decisions do not reach back into the readers (the
         # indices' slice is the walk's own)
         # (and the index reader's ready is the slice's flip-flop, not the walk's join of
         # indices and weights, which would fan out to the reader's every beat register)
         slices = {name: StreamRegister(width) for name, width in
                   (("ptr_slice", 32), ("idx_slice", 32), ("w_slice", ew))}
-        walk = EdgeWalk(elem_width=ew, row_slots=id_slots, desc_slots=c.desc_depth)
-        dp.submodules.walk = walk
-        for (name, sl), reader, port in zip(slices.items(), (ptr_reader, idx_reader, w_reader),
-                                            (walk.pointers, walk.indices, walk.weights)):
-            dp.submodules[name] = sl
-            wiring.connect(dp, reader.elements, sl.i)
-            wiring.connect(dp, sl.o, port)
-        wiring.connect(dp, walk.rows, row_address.i)
-        desc_pop = Signal()
-        dp.d.comb += [walk.run.eq(running), walk.num_nodes.eq(num_nodes),
-                      walk.num_edges.eq(num_edges), walk.use_weights.eq(use_weights),
-                      walk.row_done.eq(row_ids.r.valid & row_ids.r.ready),
-                      walk.desc_done.eq(desc_pop)]
-        edge_pulse, rejected_pulse, bad_indptr = walk.edge, walk.rejected, walk.bad_indptr
-        if recip_pipe is not None:
-            wiring.connect(dp, walk.descriptors, recip_pipe.i)
-            described = recip_pipe.o
+        s.walk = EdgeWalk(elem_width=ew, row_slots=s.id_slots, desc_slots=c.desc_depth)
+        s.dp.submodules.walk = s.walk
+        for (name, sl), reader, port in zip(slices.items(), (s.ptr_reader, s.idx_reader, s.w_reader),
+                                            (s.walk.pointers, s.walk.indices, s.walk.weights)):
+            s.dp.submodules[name] = sl
+            wiring.connect(s.dp, reader.elements, sl.i)
+            wiring.connect(s.dp, sl.o, port)
+        wiring.connect(s.dp, s.walk.rows, s.row_address.i)
+        s.desc_pop = Signal()
+        s.dp.d.comb += [s.walk.run.eq(s.running), s.walk.num_nodes.eq(s.num_nodes),
+                        s.walk.num_edges.eq(s.num_edges), s.walk.use_weights.eq(s.use_weights),
+                        s.walk.row_done.eq(s.row_ids.r.valid & s.row_ids.r.ready),
+                        s.walk.desc_done.eq(s.desc_pop)]
+        s.edge_pulse, s.rejected_pulse, s.bad_indptr = s.walk.edge, s.walk.rejected, s.walk.bad_indptr
+        if s.recip_pipe is not None:
+            wiring.connect(s.dp, s.walk.descriptors, s.recip_pipe.i)
+            described = s.recip_pipe.o
         else:   # recip 0: the output stage's mean is never chosen
-            described = stream.Signature(desc_full_layout, always_ready=True).create()
-            dp.d.comb += [described.valid.eq(walk.descriptors.valid),
-                          described.payload.desc.eq(walk.descriptors.payload)]
-        dp.d.comb += [desc_fifo.w.valid.eq(described.valid), desc_fifo.w.payload.eq(described.payload)]
+            described = stream.Signature(s.desc_full_layout, always_ready=True).create()
+            s.dp.d.comb += [described.valid.eq(s.walk.descriptors.valid),
+                            described.payload.desc.eq(s.walk.descriptors.payload)]
+        s.dp.d.comb += [s.desc_fifo.w.valid.eq(described.valid),
+                        s.desc_fifo.w.payload.eq(described.payload)]
 
-        # ---- reduce: products accumulated per node into two banks; drain: a closed bank
-        # beat by beat, one AW per burst, into the output stage
+    def _reduce_and_drain(self, m, s):
+        """Reduce: products accumulated per node into two banks; drain: a closed bank,
+        beat by beat, one AW per burst, into the output stage."""
+        c = self.config
+        lanes, bpb, ew, maxb = c.lanes, c.bytes_per_beat, c.elem_width, c.max_beats
+        aw = c.addr_width
         acc_w = c.acc_width
-        reduce = Reduce(lanes=lanes, elem_width=ew, acc_width=acc_w, max_beats=maxb,
-                        reduce_max="max" in c.reduce_ops)
-        drain = Drain(lanes=lanes, acc_width=acc_w, max_beats=maxb, addr_width=aw,
-                      bytes_per_beat=bpb, credits=W_BEATS)
+        s.reduce = Reduce(lanes=lanes, elem_width=ew, acc_width=acc_w, max_beats=maxb,
+                          reduce_max="max" in c.reduce_ops)
+        s.drain = Drain(lanes=lanes, acc_width=acc_w, max_beats=maxb, addr_width=aw,
+                        bytes_per_beat=bpb, credits=W_BEATS)
         # the output stage: round, saturate, mean, narrow, a stage each (no stall: the
         # drain's credits reserve the write port's room for every beat in flight)
         output = OutputStage(lanes=lanes, acc_width=acc_w, elem_width=ew,
-                             mean=recip_pipe is not None, reduce_max="max" in c.reduce_ops)
-        dp.submodules.reduce, dp.submodules.drain, dp.submodules.output = reduce, drain, output
-        dp.d.comb += [
-            reduce.rows.valid.eq(row_fifo.r_rdy), reduce.rows.payload.eq(row_fifo.r_data),
-            row_fifo.r_en.eq(reduce.rows.ready), row_pop.eq(row_fifo.r_en),
-            reduce.descriptors.valid.eq(desc_fifo.r.valid),
-            reduce.descriptors.payload.eq(desc_fifo.r.payload),
-            desc_fifo.r.ready.eq(reduce.descriptors.ready),
-            desc_pop.eq(desc_fifo.r.valid & desc_fifo.r.ready),
-            reduce.row_last_beat.eq(row_last_beat),
+                             mean=s.recip_pipe is not None, reduce_max="max" in c.reduce_ops)
+        s.dp.submodules.reduce, s.dp.submodules.drain, s.dp.submodules.output = s.reduce, s.drain, output
+        s.dp.d.comb += [
+            s.reduce.rows.valid.eq(s.row_fifo.r_rdy), s.reduce.rows.payload.eq(s.row_fifo.r_data),
+            s.row_fifo.r_en.eq(s.reduce.rows.ready), s.row_pop.eq(s.row_fifo.r_en),
+            s.reduce.descriptors.valid.eq(s.desc_fifo.r.valid),
+            s.reduce.descriptors.payload.eq(s.desc_fifo.r.payload),
+            s.desc_fifo.r.ready.eq(s.reduce.descriptors.ready),
+            s.desc_pop.eq(s.desc_fifo.r.valid & s.desc_fifo.r.ready),
+            s.reduce.row_last_beat.eq(s.row_last_beat),
         ]
-        m.d.comb += reduce.max.eq(reduce_op == ReduceOp.MAX)
-        wiring.connect(dp, reduce.bank, drain.bank)
+        m.d.comb += s.reduce.max.eq(s.reduce_op == ReduceOp.MAX)
+        wiring.connect(s.dp, s.reduce.bank, s.drain.bank)
         # a register slice on the write addresses: the drain's go (which releases the bank)
         # starts from its ready flip-flop, not from the address FIFO's level compare
-        dp.submodules.aw_slice = aw_slice = StreamRegister(write_address_layout(aw))
-        wiring.connect(dp, drain.aw, aw_slice.i)
-        dp.d.comb += [
-            write_port.address.w_en.eq(aw_slice.o.valid),
-            write_port.address.w_data.eq(aw_slice.o.payload),
-            aw_slice.o.ready.eq(write_port.address.w_rdy),
-            drain.beat_done.eq(write_port.beat), drain.launch.eq(launch),
-            drain.row_beats.eq(row_beats), drain.row_last_beat.eq(row_last_beat),
-            drain.last_mask.eq(check.last_mask),
+        s.dp.submodules.aw_slice = aw_slice = StreamRegister(write_address_layout(aw))
+        wiring.connect(s.dp, s.drain.aw, aw_slice.i)
+        s.dp.d.comb += [
+            s.write_port.address.w_en.eq(aw_slice.o.valid),
+            s.write_port.address.w_data.eq(aw_slice.o.payload),
+            aw_slice.o.ready.eq(s.write_port.address.w_rdy),
+            s.drain.beat_done.eq(s.write_port.beat), s.drain.launch.eq(s.launch),
+            s.drain.row_beats.eq(s.row_beats), s.drain.row_last_beat.eq(s.row_last_beat),
+            s.drain.last_mask.eq(s.check.last_mask),
         ]
-        m.d.comb += [drain.base.eq(cfg["out_addr"]), drain.stride.eq(cfg["out_stride"])]
-        wiring.connect(dp, drain.o, output.i)
-        dp.d.comb += [write_port.beats.w_data.eq(output.o.payload),
-                      write_port.beats.w_en.eq(output.o.valid)]
-        m.d.comb += [output.shift.eq(cfg["shift"][:6]), output.mean.eq(reduce_op == ReduceOp.MEAN),
-                     output.max.eq(reduce_op == ReduceOp.MAX)]
-        saturated_now = output.saturated
-        pipe_busy = drain.busy | output.busy | aw_slice.o.valid
+        m.d.comb += [s.drain.base.eq(s.cfg["out_addr"]), s.drain.stride.eq(s.cfg["out_stride"])]
+        wiring.connect(s.dp, s.drain.o, output.i)
+        s.dp.d.comb += [s.write_port.beats.w_data.eq(output.o.payload),
+                        s.write_port.beats.w_en.eq(output.o.valid)]
+        m.d.comb += [output.shift.eq(s.cfg["shift"][:6]), output.mean.eq(s.reduce_op == ReduceOp.MEAN),
+                     output.max.eq(s.reduce_op == ReduceOp.MAX)]
+        s.saturated_now = output.saturated
+        s.pipe_busy = s.drain.busy | output.busy | aw_slice.o.valid
 
-        # ---- completion ----------------------------------------------------------------
+    def _completion(self, m, s):
+        """When the run's traffic is all in."""
         # each term is registered (the run ends a cycle later): once the run's work is done
         # nothing new starts, so terms of the cycle before are as good as this cycle's
-        quiet = {name: Signal(name=f"{name}_quiet") for name in
-                 ("walk", "nodes", "pipe", "writes", "reads", "bank")}
-        dp.d.sync += [
-            quiet["walk"].eq(walk.done), quiet["nodes"].eq(drain.nodes == num_nodes),
-            quiet["pipe"].eq(~pipe_busy), quiet["writes"].eq(write_port.idle),
-            quiet["reads"].eq(read_port.no_outstanding), quiet["bank"].eq(~reduce.bank.ready),
+        s.quiet = {name: Signal(name=f"{name}_quiet") for name in
+                   ("walk", "nodes", "pipe", "writes", "reads", "bank")}
+        s.dp.d.sync += [
+            s.quiet["walk"].eq(s.walk.done), s.quiet["nodes"].eq(s.drain.nodes == s.num_nodes),
+            s.quiet["pipe"].eq(~s.pipe_busy), s.quiet["writes"].eq(s.write_port.idle),
+            s.quiet["reads"].eq(s.read_port.no_outstanding), s.quiet["bank"].eq(~s.reduce.bank.ready),
         ]
-        in_flight_done = quiet["reads"] & quiet["writes"] & quiet["pipe"]
-        drained = quiet["walk"] & quiet["nodes"] & in_flight_done
+        s.in_flight_done = s.quiet["reads"] & s.quiet["writes"] & s.quiet["pipe"]
+        s.drained = s.quiet["walk"] & s.quiet["nodes"] & s.in_flight_done
 
-        m.submodules.datapath = ResetInserter(clear)(dp)
+        m.submodules.datapath = ResetInserter(s.clear)(s.dp)
 
-        # ---- configuration check and run FSM -------------------------------------------
+    def _check_and_run(self, m, s):
+        """The configuration check and the run FSM."""
         status = self.stat["status"]
 
         # IDLE -> CHECK -> RUN -> FINISH (no DRAIN: `drained` already waits for the last
@@ -394,27 +424,27 @@ class AggregatorCore(UnitCore):
         busy = run.busy
         # the run's first cycle and its running state from flip-flops (a cycle late): they
         # fan out to the readers, the drain and the walk, never the state decode itself
-        m.d.sync += [launch.eq(run.first), running.eq(run.running)]
+        m.d.sync += [s.launch.eq(run.first), s.running.eq(run.running)]
         # a refused burst stops the run a cycle later: the guards' verdicts reach the run
         # control from a flip-flop (the burst itself never leaves the read port)
         fault = Signal()
-        m.d.sync += fault.eq(read_port.fault)
+        m.d.sync += fault.eq(s.read_port.fault)
         m.d.comb += [
-            run.start.eq(self.start), run.check_done.eq(check.done),
-            run.check_error.eq(check.error), run.stop.eq(fault),
-            run.finished.eq(drained), run.quiet.eq(in_flight_done & quiet["bank"]),
-            check.start.eq(run.accept), clear.eq(run.checking),
+            run.start.eq(self.start), run.check_done.eq(s.check.done),
+            run.check_error.eq(s.check.error), run.stop.eq(fault),
+            run.finished.eq(s.drained), run.quiet.eq(s.in_flight_done & s.quiet["bank"]),
+            s.check.start.eq(run.accept), s.clear.eq(run.checking),
             self.idle.eq(run.idle), self.done.eq(run.done),
         ]
         bus = self.bus
         stall = ((bus.arvalid & ~bus.arready) | (bus.awvalid & ~bus.awready) |
                  (bus.wvalid & ~bus.wready))
         increments = {
-            "busy_cycles": Const(1, 1), "read_beats": read_port.beat,
-            "write_beats": write_port.beat, "stall_cycles": stall,
-            "mem_wait_cycles": ~read_port.no_outstanding & ~read_port.beat,
-            "edges": edge_pulse, "rejected_indices": rejected_pulse,
-            "saturations": saturated_now,
+            "busy_cycles": Const(1, 1), "read_beats": s.read_port.beat,
+            "write_beats": s.write_port.beat, "stall_cycles": stall,
+            "mem_wait_cycles": ~s.read_port.no_outstanding & ~s.read_port.beat,
+            "edges": s.edge_pulse, "rejected_indices": s.rejected_pulse,
+            "saturations": s.saturated_now,
         }
         # the walk's pulses come from its deepest decisions: they reach the counters'
         # adders from a register (a cycle late; the walk ends long before the run does)
@@ -429,20 +459,19 @@ class AggregatorCore(UnitCore):
             m.d.comb += [getattr(counters.inc, name).eq(inc),
                          self.stat[name].eq(getattr(counters.count, name))]
         with m.If(busy):
-            with m.If(rejected_pulse):
+            with m.If(s.rejected_pulse):
                 m.d.sync += status.eq(status | Status.INDEX_REJECTED)
-            with m.If(read_port.resp_error | write_port.resp_error):
+            with m.If(s.read_port.resp_error | s.write_port.resp_error):
                 m.d.sync += status.eq(status | Status.AXI_ERROR)
 
-        m.d.comb += read_port.enable.eq(~(status & Status.ADDR_FAULT).any())
+        m.d.comb += s.read_port.enable.eq(~(status & Status.ADDR_FAULT).any())
         # the run's own status bits, after (over) the ones above, as the state machine's were
         with m.If(run.accept):
-            m.d.sync += on_start()
+            m.d.sync += s.on_start()
             m.d.sync += status.eq(0)
         with m.If(run.config_error):
             m.d.sync += status.eq(Status.CONFIG_ERROR)
         with m.If(run.aborting):
             m.d.sync += status.eq(status | Status.ADDR_FAULT)
         with m.If(run.completing):
-            m.d.sync += status.eq(status | Mux(bad_indptr, Status.BAD_INDPTR, 0))
-        return m
+            m.d.sync += status.eq(status | Mux(s.bad_indptr, Status.BAD_INDPTR, 0))

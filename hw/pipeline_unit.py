@@ -560,12 +560,12 @@ class PipelineUnitCore(UnitCore):
         s.read_port = ReadPort(self.bus, num_clients=3, registered_requests=True, zero_flag=True)
         # single beats in, INCR bursts out (consecutive beats joined, up to max_burst)
         s.write_port = WritePort(self.bus, beat_depth=16, address_depth=16,
-                               coalesce=c.max_burst >= 2, max_burst=max(c.max_burst, 2))
+                                 coalesce=c.max_burst >= 2, max_burst=max(c.max_burst, 2))
         # which logits microbatches are in memory (write responses cover their last beat)
         s.markers = WriteCompletion()
         offset_width = aw + 13
         s.write_queue = CheckedWriteQueue(addr_width=aw + 41, offset_width=offset_width,
-                                        bus_width=c.bus_width)
+                                          bus_width=c.bus_width)
         rd = dict(addr_width=aw, bus_width=c.bus_width, max_burst=c.max_burst,
                   fifo_beats=c.fifo_beats)
         s.w_reader = RowReader(s.read_port.requests[0], s.read_port.responses[0], **rd)
@@ -622,7 +622,7 @@ class PipelineUnitCore(UnitCore):
             m.d.sync += [cols_w.eq(cols[:len(cols_w)]), one_seg.eq(cols <= L)]
             with s.dp.If(s.first):
                 s.dp.d.sync += [left.eq(cols_w), last_row.eq(rows_one), after.eq(rows_m1),
-                              row_end.eq(one_seg)]
+                                row_end.eq(one_seg)]
             seg = reader.data.word_select(b_j, L * MAC_INPUT_WIDTH)
             pl = port.payload
             s.dp.d.comb += [
@@ -633,7 +633,7 @@ class PipelineUnitCore(UnitCore):
             ]
             with s.dp.If(port.valid & port.ready):
                 s.dp.d.sync += [b_j.eq(b_j + 1), col.eq(col + L), left.eq(left - L),
-                              row_end.eq(left <= 2 * L)]
+                                row_end.eq(left <= 2 * L)]
                 with s.dp.If(row_end):
                     s.dp.d.comb += reader.pop.eq(1)
                     s.dp.d.sync += [b_j.eq(0), col.eq(0), left.eq(cols_w), row_end.eq(one_seg)]
@@ -668,7 +668,7 @@ class PipelineUnitCore(UnitCore):
             addr = Signal(aw + 40, name=f"{name}_addr")
             with s.dp.If(fire_last):
                 s.dp.d.sync += [left.eq(left - 1), step_end.eq(left == 1),
-                              mb.eq(Mux(s.gpipe, Mux(step_end, mb + s.two_mbs_m1, mb - 1), mb + 1))]
+                                mb.eq(Mux(s.gpipe, Mux(step_end, mb + s.two_mbs_m1, mb - 1), mb + 1))]
                 with s.dp.If(step_end):
                     s.dp.d.sync += [left.eq(s.mbs_m1), step_end.eq(s.mbs_m1 == 0)]
                 if buf is not None:
@@ -676,7 +676,7 @@ class PipelineUnitCore(UnitCore):
                     s.dp.d.sync += addr.eq(addr + delta)
             with s.dp.If(s.first):
                 s.dp.d.sync += [left.eq(s.mbs_m1), step_end.eq(s.mbs_m1 == 0),
-                              mb.eq(Mux(s.gpipe, s.mbs_m1, 0))]
+                                mb.eq(Mux(s.gpipe, s.mbs_m1, 0))]
                 if buf is not None:
                     s.dp.d.sync += addr.eq(s.cfg[f"{buf}_addr"] + Mux(s.gpipe, s.sizes.last_off[buf], 0))
             return mb, addr
@@ -692,7 +692,7 @@ class PipelineUnitCore(UnitCore):
         g_may = Signal()
         g_go = Signal(attrs={"max_fanout": 64})
         s.dp.d.sync += [g_recent.eq(Cat(s.g_reader.start, g_recent[0])),
-                      g_may.eq(g_mb < self.cfg["grads_ready"])]   # live: the host raises it
+                        g_may.eq(g_mb < self.cfg["grads_ready"])]   # live: the host raises it
         g_jobs_any = Signal()     # g_jobs_left != 0, a register
         # the reader's issued flag a cycle late: it falls only at a start, which g_recent
         # covers for two cycles, so the copy is never high while the reader is active
@@ -759,8 +759,8 @@ class PipelineUnitCore(UnitCore):
                 s.dp.d.comb += s.w_reader.pop.eq(1)
                 s.dp.d.sync += [lw_j.eq(0), s.lw_word.eq(0), lw_left.eq(s.sel_d_out),
                                 s.lw_row.eq(s.lw_row + 1),
-                              lw_row_end.eq(s.out_one_word), lw_done.eq(lw_last_row),
-                              lw_keep.eq(s.out_keep)]
+                                lw_row_end.eq(s.out_one_word), lw_done.eq(lw_last_row),
+                                lw_keep.eq(s.out_keep)]
             with s.dp.Elif(lw_j == wpb - 1):
                 s.dp.d.comb += s.w_reader.pop.eq(1)
                 s.dp.d.sync += lw_j.eq(0)
@@ -819,8 +819,8 @@ class PipelineUnitCore(UnitCore):
                            max_cols=c.max_out if name == "logits" else c.max_in)
             s.dp.submodules[f"{name}_band"] = w
             s.dp.d.comb += [w.rows.eq(s.rows), w.cols.eq(cols),
-                          w.segments.payload.eq(port.payload), w.segments.valid.eq(port.valid & s.train_run),
-                          port.ready.eq(w.segments.ready & s.train_run)]
+                            w.segments.payload.eq(port.payload), w.segments.valid.eq(port.valid & s.train_run),
+                            port.ready.eq(w.segments.ready & s.train_run)]
             # its beats pass a register slice: the writer's bank logic sees a flip-flop as
             # ready, not the choice among the writers and the queue's credits
             out = SkidBuffer(w.beats.payload.shape())
@@ -862,20 +862,20 @@ class PipelineUnitCore(UnitCore):
         with s.dp.If(s.lg_w.beats.valid):
             s.dp.d.comb += [ep.base.eq(lg_base),
                             ep.row_offset.eq(s.sizes.row_offset(s.dp, "logits", lg_pl.row)),
-                          ep.beat_offset.eq(lg_pl.beat << beat_bits), ep.data.eq(lg_pl.data),
-                          ep.strb.eq(lg_pl.strb), ep.mark.eq(lg_pl.last), *buffer("logits")]
+                            ep.beat_offset.eq(lg_pl.beat << beat_bits), ep.data.eq(lg_pl.data),
+                            ep.strb.eq(lg_pl.strb), ep.mark.eq(lg_pl.last), *buffer("logits")]
         with s.dp.Elif(s.dx_w.beats.valid):
             s.dp.d.comb += [ep.base.eq(dx_base), ep.row_offset.eq(s.sizes.row_offset(s.dp, "dx", dx_pl.row)),
-                          ep.beat_offset.eq(dx_pl.beat << beat_bits), ep.data.eq(dx_pl.data),
-                          ep.strb.eq(dx_pl.strb), *buffer("dx")]
+                            ep.beat_offset.eq(dx_pl.beat << beat_bits), ep.data.eq(dx_pl.data),
+                            ep.strb.eq(dx_pl.strb), *buffer("dx")]
         with s.dp.Else():
             s.dp.d.comb += [ep.base.eq(s.sw_row_addr), ep.row_offset.eq(0),
-                          ep.beat_offset.eq(word_bytes & ~Const(align, 32)), ep.data.eq(st_data),
-                          ep.strb.eq(st_strb), *buffer("w")]
+                            ep.beat_offset.eq(word_bytes & ~Const(align, 32)), ep.data.eq(st_data),
+                            ep.strb.eq(st_strb), *buffer("w")]
         s.dp.d.comb += [entry.valid.eq(take_lg | take_dx | take_st),
-                      s.lg_w.beats.ready.eq(s.train_run & room),
+                        s.lg_w.beats.ready.eq(s.train_run & room),
                       # dX of a run without a dx buffer: taken and dropped
-                      s.dx_w.beats.ready.eq(s.train_run & ((~s.lg_w.beats.valid & room) | ~s.dx_on))]
+                        s.dx_w.beats.ready.eq(s.train_run & ((~s.lg_w.beats.valid & room) | ~s.dx_on))]
 
         # the queue's head: pushed when its registered verdict holds and no fault was found;
         # a head outside its buffer is dropped and raises the fault, which holds every later
@@ -888,17 +888,17 @@ class PipelineUnitCore(UnitCore):
         push = Signal()
         s.fault_found = Signal()
         s.dp.d.comb += [push.eq(live & head.payload.inside & can_push),
-                      s.fault_found.eq(live & ~head.payload.inside),
+                        s.fault_found.eq(live & ~head.payload.inside),
                       # after a fault every beat left is dropped, so the queue drains
-                      head.ready.eq(push | (head.valid & (write_fault | s.stopped | ~head.payload.inside)))]
+                        head.ready.eq(push | (head.valid & (write_fault | s.stopped | ~head.payload.inside)))]
         with s.dp.If(s.fault_found):
             s.dp.d.sync += write_fault.eq(1)
         # single-beat bursts (len 0, last 1); Cat in the layouts' field order
         s.dp.d.comb += [s.write_port.address.w_data.eq(Cat(head.payload.addr[:aw], Const(0, 8))),
-                      s.write_port.address.w_en.eq(push),
-                      s.write_port.beats.w_data.eq(Cat(head.payload.data, head.payload.strb, Const(1, 1))),
-                      s.write_port.beats.w_en.eq(push), s.markers.push.eq(push),
-                      s.markers.mark.eq(head.payload.mark)]
+                        s.write_port.address.w_en.eq(push),
+                        s.write_port.beats.w_data.eq(Cat(head.payload.data, head.payload.strb, Const(1, 1))),
+                        s.write_port.beats.w_en.eq(push), s.markers.push.eq(push),
+                        s.markers.mark.eq(head.payload.mark)]
 
         with s.dp.If(s.first):
             s.dp.d.sync += [lg_base.eq(s.cfg["logits_addr"]), s.sw_row_addr.eq(s.cfg["w_addr"])]
@@ -908,19 +908,19 @@ class PipelineUnitCore(UnitCore):
                 s.dp.d.sync += s.sw_settled.eq(1)
             with s.dp.Elif(take_st):
                 s.dp.d.sync += [s.sw_settled.eq(0), s.sw_word.eq(s.sw_word + 1), s.sw_left.eq(s.sw_left - L),
-                              s.sw_row_end.eq(s.sw_left <= 2 * L),
-                              s.sw_keep.eq(Cat(*(s.sw_left > lane + L for lane in range(L))))]
+                                s.sw_row_end.eq(s.sw_left <= 2 * L),
+                                s.sw_keep.eq(Cat(*(s.sw_left > lane + L for lane in range(L))))]
                 with s.dp.If(s.sw_row_end):
                     s.dp.d.sync += [s.sw_word.eq(0), s.sw_left.eq(s.sel_d_out), s.sw_row.eq(s.sw_row + 1),
-                                  s.sw_row_addr.eq(s.sw_row_addr + s.cfg["w_stride"]),
-                                  s.sw_row_end.eq(s.out_one_word), s.store_done.eq(s.sw_last_row),
-                                  s.sw_keep.eq(s.out_keep)]
+                                    s.sw_row_addr.eq(s.sw_row_addr + s.cfg["w_stride"]),
+                                    s.sw_row_end.eq(s.out_one_word), s.store_done.eq(s.sw_last_row),
+                                    s.sw_keep.eq(s.out_keep)]
 
         # write responses: in order (one ID), each for the burst of the AW before it; a
         # microbatch's logits are in once the responses cover the beats up to its last
         s.bus = self.bus
         s.dp.d.comb += [s.markers.aw_fire.eq(s.bus.awvalid & s.bus.awready), s.markers.aw_len.eq(s.bus.awlen),
-                      s.markers.b_fire.eq(s.bus.bvalid & s.bus.bready)]
+                        s.markers.b_fire.eq(s.bus.bvalid & s.bus.bready)]
         s.logits_done = self.stat["logits_done"]
         s.logits_b = Signal()
         s.dp.d.comb += s.logits_b.eq(s.markers.completed)
@@ -957,7 +957,7 @@ class PipelineUnitCore(UnitCore):
             return flags.any()
         s.err_config = Signal()
         m.d.sync += s.err_config.eq((s.mode > 2) | (s.is_train & registered(train_checks, "train_checks")) |
-                                  (~s.is_train & registered(weights_checks, "weights_checks")))
+                                    (~s.is_train & registered(weights_checks, "weights_checks")))
 
     def _counters(self, m, s):
         """The status counters and the fault flags."""
@@ -965,7 +965,7 @@ class PipelineUnitCore(UnitCore):
         bus = s.bus
         stall = (bus.arvalid & ~bus.arready) | (bus.awvalid & ~bus.awready) | (bus.wvalid & ~bus.wready)
         s.increments = {"busy_cycles": 1, "read_beats": s.read_port.beat, "write_beats": s.write_port.beat,
-                      "stall_cycles": stall, "grad_wait_cycles": s.grad_wait}
+                        "stall_cycles": stall, "grad_wait_cycles": s.grad_wait}
         fault = Signal()
         m.d.comb += fault.eq((s.status & Status.ADDR_FAULT) != 0)
         with m.If(busy):

@@ -360,7 +360,7 @@ class TrainStage(wiring.Component):
         DI, DO, RM = self.max_in, self.max_out, self.max_rows
         m.submodules.core = s.core = self.core
         m.submodules.wbuf = s.wbuf = SkewedBuffer(lanes=L, rows=1 << (V * DI - 1).bit_length(), cols=DO,
-                                                registered_request=True)
+                                                  registered_request=True)
         m.submodules.xbuf = s.xbuf = SkewedBuffer(lanes=L, rows=S * RM, cols=DI, registered_request=True)
         m.submodules.ybuf = s.ybuf = SkewedBuffer(lanes=L, rows=2 * RM, cols=DO, registered_request=True)
 
@@ -368,7 +368,7 @@ class TrainStage(wiring.Component):
         # from this stage's own registers, not from whoever drives the inputs (they are
         # steady from start; the copies are current from the first SETUP cycle on)
         s.cfg = SimpleNamespace(**{name: Signal.like(getattr(self, name), name=f"cfg_{name}")
-                                 for name in _CONFIG_INPUTS})
+                                   for name in _CONFIG_INPUTS})
         m.d.sync += [getattr(s.cfg, name).eq(getattr(self, name)) for name in _CONFIG_INPUTS]
 
         s.running = Signal()
@@ -465,7 +465,7 @@ class TrainStage(wiring.Component):
             return (count < rx_lim_slot) & (s.is_async | (count < rx_lim_step)) & (count < s.n_total)
         rx_last = self.act_in.valid & s.rx_row_ok & act.last
         m.d.sync += s.rx_row_ok.eq(s.running & ~s.ph.flag["setup"] &
-                                 Mux(rx_last, rx_room(s.rx_f_next), rx_room(s.rx_f)))
+                                   Mux(rx_last, rx_room(s.rx_f_next), rx_room(s.rx_f)))
         m.d.comb += self.act_in.ready.eq(s.rx_row_ok)
         m.d.comb += [
             s.xbuf.wr_en.eq(self.act_in.valid & s.rx_row_ok),
@@ -477,8 +477,8 @@ class TrainStage(wiring.Component):
         # how far microbatch rx_f has arrived (the first stage's forward streams on it)
         s.x_fill = _FillTracker(m, "x_fill", lanes=L, blocks=-(-RM // L), words=DI // L,
                                 rows_last=s.dim_last["rows"],
-                              words_last=s.in_words_last, fire=self.act_in.valid & s.rx_row_ok,
-                              row=act.row, col=act.col, last=act.last)
+                                words_last=s.in_words_last, fire=self.act_in.valid & s.rx_row_ok,
+                                row=act.row, col=act.col, last=act.last)
 
     def _mask_stash(self, m, s):
         """The ReLU masks of forward outputs, kept for the backward."""
@@ -536,8 +536,8 @@ class TrainStage(wiring.Component):
         m.d.sync += [mbs_m1.eq(s.mbs - 1), mbs_one.eq(s.mbs == 1)]
         left_high_zero = rx_b_left[1:] == 0
         m.d.sync += rx_b_wrap.eq(~s.is_async & Mux(g_fire & gp.last,
-                                                 Mux(rx_b_wrap, mbs_one, left_high_zero & rx_b_left[0]),
-                                                 left_high_zero & ~rx_b_left[0]))
+                                                   Mux(rx_b_wrap, mbs_one, left_high_zero & rx_b_left[0]),
+                                                   left_high_zero & ~rx_b_left[0]))
         with m.If(s.ph.flag["setup"]):
             m.d.sync += rx_b_left.eq(mbs_m1)
         with m.Elif(g_fire & gp.last):
@@ -567,8 +567,8 @@ class TrainStage(wiring.Component):
         # streams on it)
         s.y_fill = _FillTracker(m, "y_fill", lanes=L, blocks=-(-RM // L), words=DO // L,
                                 rows_last=s.dim_last["rows"],
-                              words_last=s.words_last, fire=y_wr_en,
-                              row=y_row, col=y_wr.col, last=y_last)
+                                words_last=s.words_last, fire=y_wr_en,
+                                row=y_row, col=y_wr.col, last=y_last)
 
     def _state_memories(self, m, s):
         """Master weights, SGD velocity and weight-gradient sums."""
@@ -632,7 +632,7 @@ class TrainStage(wiring.Component):
         m.d.comb += [s.core.use_bias.eq(0), s.core.bias_shift.eq(0), s.core.bias_clear.eq(0),
                      s.core.bias_wr_en.eq(0)]
         s.core_cfg = {name: Signal.like(getattr(s.core, name), name=f"core_cfg_{name}", reset_less=True)
-                    for name in ("mode", "m", "n", "k", "shift", "relu")}
+                      for name in ("mode", "m", "n", "k", "shift", "relu")}
         m.d.comb += [getattr(s.core, name).eq(sig) for name, sig in s.core_cfg.items()]
         cfg = s.cfg
         s.op_config = {
@@ -654,7 +654,7 @@ class TrainStage(wiring.Component):
         # the core's output FIFO folds into its fetch LUT)
         s.now = s.ph.now
         m.d.comb += s.core.out.ready.eq((self.act_out.ready | ~s.now[Phase.F_RUN]) &
-                                      (self.grad_out.ready | ~s.now[Phase.DX_RUN]))
+                                        (self.grad_out.ready | ~s.now[Phase.DX_RUN]))
         # F: stash the ReLU mask of every accepted output segment
         m.d.comb += [s.mask_wp.addr.eq(s.mask_addr(s.op_slot, out.row, out.col)),
                      s.mask_wp.data.eq(out.relu_mask),
