@@ -122,6 +122,7 @@ partial-sum store 2048 x 520 bits (8 URAM288 of 4096 x 72, or 29 BRAM36 as 2048 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from pathlib import Path
 
 from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, Value
@@ -539,44 +540,59 @@ class MacArrayCore(UnitCore):
         computed <= 1. The operand blocks' bases are registers moved by per-run strides
         (shifts of the row strides) when the load loop steps; the output block's base by
         the compute loop."""
-        c, cfg = self.config, run["cfg"]
-        aw, D, MD = c.addr_width, c.max_dim, c.max_depth
-        running, use_bias = run["dp_running"], run["use_bias"]
+        s = SimpleNamespace(dp=dp, run=run, parts=parts)     # what the two loops share
+        s.cfg = s.run["cfg"]
+        MD = self.config.max_depth
+        s.running, s.use_bias = s.run["dp_running"], s.run["use_bias"]
         # the mode's flags from registers (the run's configuration is latched long before)
         is_dx, is_dw = Signal(name="blocks_is_dx"), Signal(name="blocks_is_dw")
-        m.d.sync += [is_dx.eq(run["is_dx"]), is_dw.eq(run["is_dw"])]
-        core, p_load, q_load = parts["core"], parts["p_load"], parts["q_load"]
-        lw, cw, bias_reader = parts["load_walk"], parts["comp_walk"], parts["bias_reader"]
-        block_base, block_row = parts["block_base"], parts["block_row"]
-        split_depth = Signal(name="split_depth")
-        m.d.sync += split_depth.eq(cfg["k"] > MD)
-        load_start, load_done, comp_start, comp_done = Signal(), Signal(), Signal(), Signal()
-        in_flight = Signal(range(4))     # blocks loading or loaded, not yet computed
-        ready_blocks = Signal(range(4))  # blocks loaded, not yet started
-        dp.d.sync += [in_flight.eq(in_flight + load_start - comp_done),
-                      ready_blocks.eq(ready_blocks + load_done - comp_start)]
+        s.is_dx, s.is_dw = is_dx, is_dw
+        m.d.sync += [s.is_dx.eq(s.run["is_dx"]), s.is_dw.eq(s.run["is_dw"])]
+        s.core, s.p_load, s.q_load = s.parts["core"], s.parts["p_load"], s.parts["q_load"]
+        s.lw, s.cw, s.bias_reader = s.parts["load_walk"], s.parts["comp_walk"], s.parts["bias_reader"]
+        s.block_base, s.block_row = s.parts["block_base"], s.parts["block_row"]
+        s.split_depth = Signal(name="split_depth")
+        m.d.sync += s.split_depth.eq(s.cfg["k"] > MD)
+        for name in ("load_start", "load_done", "comp_start", "comp_done"):
+            setattr(s, name, Signal(name=name))
+        s.in_flight = Signal(range(4))     # blocks loading or loaded, not yet computed
+        s.ready_blocks = Signal(range(4))  # blocks loaded, not yet started
+        s.dp.d.sync += [s.in_flight.eq(s.in_flight + s.load_start - s.comp_done),
+                        s.ready_blocks.eq(s.ready_blocks + s.load_done - s.comp_start)]
         l_par, lq_par, c_par, cq_par = Signal(), Signal(), Signal(), Signal()
-        all_loaded = Signal()
+        s.l_par, s.lq_par, s.c_par, s.cq_par = l_par, lq_par, c_par, cq_par
+        s.all_loaded = Signal()
+
+        self._load_loop(m, s)
+        self._compute_loop(m, s)
+        self._run_bases(m, s)
+
+    def _load_loop(self, m, s):
+        """The load loop: each step's P and Q blocks into their banks; the bases move by strides."""
+        c = self.config
+        aw, D, MD = c.addr_width, c.max_dim, c.max_depth
         # P block (bi, bk): fwd/dx rows i0.., columns k0.. of [m,k]; dw rows k0.., columns i0..
         # of [k,m] (k0 is a multiple of max_depth, so column offsets stay beat-aligned)
         # Q block (bj, bk): dx rows j0.., columns k0.. of [n,k]; fwd/dw rows k0.., columns j0..
         # (li0, lk0) and (lj0, lk0); loaded with the buffers' bases while the datapath is cleared
-        p_base = Signal(aw + 34, name="p_block_base", reset_less=True)
-        q_base = Signal(aw + 34, name="q_block_base", reset_less=True)
-        p_row_base = Signal(aw + 34, name="p_row_base", reset_less=True)     # (li0, 0)
-        q_col_base = Signal(aw + 34, name="q_col_base", reset_less=True)     # (lj0, 0)
+        s.p_base = Signal(aw + 34, name="p_block_base", reset_less=True)
+        s.q_base = Signal(aw + 34, name="q_block_base", reset_less=True)
+        s.p_row_base = Signal(aw + 34, name="p_row_base", reset_less=True)     # (li0, 0)
+        s.q_col_base = Signal(aw + 34, name="q_col_base", reset_less=True)     # (lj0, 0)
         steps = {name: Signal(aw + 34, name=f"{name}_step") for name in ("p_i", "p_k", "q_j", "q_k")}
         m.d.sync += [
-            steps["p_i"].eq(Mux(is_dw, D * ELEM_BYTES, cfg["p_stride"] << (D.bit_length() - 1))),
-            steps["p_k"].eq(Mux(is_dw, cfg["p_stride"] << (MD.bit_length() - 1), MD * ELEM_BYTES)),
-            steps["q_j"].eq(Mux(is_dx, cfg["q_stride"] << (D.bit_length() - 1), D * ELEM_BYTES)),
-            steps["q_k"].eq(Mux(is_dx, MD * ELEM_BYTES, cfg["q_stride"] << (MD.bit_length() - 1))),
+            steps["p_i"].eq(Mux(s.is_dw, D * ELEM_BYTES, s.cfg["p_stride"] << (D.bit_length() - 1))),
+            steps["p_k"].eq(Mux(s.is_dw, s.cfg["p_stride"] << (MD.bit_length() - 1), MD * ELEM_BYTES)),
+            steps["q_j"].eq(Mux(s.is_dx, s.cfg["q_stride"] << (D.bit_length() - 1), D * ELEM_BYTES)),
+            steps["q_k"].eq(Mux(s.is_dx, MD * ELEM_BYTES, s.cfg["q_stride"] << (MD.bit_length() - 1))),
         ]
-        dp.d.comb += [
-            p_load.base.eq(p_base), p_load.stride.eq(cfg["p_stride"]),
-            p_load.nrows.eq(Mux(is_dw, lw.bk, lw.bm)), p_load.ncols.eq(Mux(is_dw, lw.bm, lw.bk)),
-            q_load.base.eq(q_base), q_load.stride.eq(cfg["q_stride"]),
-            q_load.nrows.eq(Mux(is_dx, lw.bn, lw.bk)), q_load.ncols.eq(Mux(is_dx, lw.bk, lw.bn)),
+        s.dp.d.comb += [
+            s.p_load.base.eq(s.p_base), s.p_load.stride.eq(s.cfg["p_stride"]),
+            s.p_load.nrows.eq(Mux(s.is_dw, s.lw.bk, s.lw.bm)),
+            s.p_load.ncols.eq(Mux(s.is_dw, s.lw.bm, s.lw.bk)),
+            s.q_load.base.eq(s.q_base), s.q_load.stride.eq(s.cfg["q_stride"]),
+            s.q_load.nrows.eq(Mux(s.is_dx, s.lw.bn, s.lw.bk)),
+            s.q_load.ncols.eq(Mux(s.is_dx, s.lw.bk, s.lw.bn)),
         ]
         # the bases of the step after the one loading, chosen while it loads (a later depth
         # block, the next block column, or the first column of the next block row; the
@@ -586,137 +602,147 @@ class MacArrayCore(UnitCore):
                                                   for n in ("p_k", "q_k", "p_i", "q_j"))
         load_next = {name: Signal(aw + 34, name=f"load_next_{name}", reset_less=True)
                      for name in ("p_base", "q_base", "p_row_base", "q_col_base")}
-        dp.d.sync += [
-            p_k_base.eq(p_base + steps["p_k"]), q_k_base.eq(q_base + steps["q_k"]),
-            p_i_base.eq(p_row_base + steps["p_i"]), q_j_base.eq(q_col_base + steps["q_j"]),
-            load_next["p_base"].eq(Mux(~lw.last_k, p_k_base, Mux(lw.last_j, p_i_base, p_row_base))),
-            load_next["q_base"].eq(Mux(~lw.last_k, q_k_base, Mux(lw.last_j, cfg["q_addr"], q_j_base))),
-            load_next["p_row_base"].eq(Mux(lw.last_k & lw.last_j, p_i_base, p_row_base)),
-            load_next["q_col_base"].eq(Mux(~lw.last_k, q_col_base,
-                                           Mux(lw.last_j, cfg["q_addr"], q_j_base))),
+        s.dp.d.sync += [
+            p_k_base.eq(s.p_base + steps["p_k"]), q_k_base.eq(s.q_base + steps["q_k"]),
+            p_i_base.eq(s.p_row_base + steps["p_i"]), q_j_base.eq(s.q_col_base + steps["q_j"]),
+            load_next["p_base"].eq(Mux(~s.lw.last_k, p_k_base,
+                                       Mux(s.lw.last_j, p_i_base, s.p_row_base))),
+            load_next["q_base"].eq(Mux(~s.lw.last_k, q_k_base,
+                                       Mux(s.lw.last_j, s.cfg["q_addr"], q_j_base))),
+            load_next["p_row_base"].eq(Mux(s.lw.last_k & s.lw.last_j, p_i_base, s.p_row_base)),
+            load_next["q_col_base"].eq(Mux(~s.lw.last_k, s.q_col_base,
+                                           Mux(s.lw.last_j, s.cfg["q_addr"], q_j_base))),
         ]
-        with dp.FSM(name="load"):
-            with dp.State("START"):
-                with dp.If(running & ~all_loaded & (in_flight <= 1) & lw.ready):
-                    dp.d.comb += [load_start.eq(1), p_load.start.eq(lw.first_j | split_depth),
-                                  p_load.bank.eq(l_par), q_load.start.eq(1), q_load.bank.eq(lq_par)]
-                    dp.next = "WAIT"
-            with dp.State("WAIT"):
-                with dp.If(p_load.done & q_load.done):
-                    dp.d.comb += [load_done.eq(1), lw.step.eq(1)]
-                    dp.d.sync += lq_par.eq(~lq_par)
-                    with dp.If(split_depth | (lw.last_k & lw.last_j)):
-                        dp.d.sync += l_par.eq(~l_par)
-                    with dp.If(lw.last):
-                        dp.d.sync += all_loaded.eq(1)
-                    dp.d.sync += [p_base.eq(load_next["p_base"]), q_base.eq(load_next["q_base"]),
-                                  p_row_base.eq(load_next["p_row_base"]),
-                                  q_col_base.eq(load_next["q_col_base"])]
-                    dp.next = "START"
-        m.d.comb += [parts["p_rbank"].eq(c_par), parts["q_rbank"].eq(cq_par)]
+        with s.dp.FSM(name="load"):
+            with s.dp.State("START"):
+                with s.dp.If(s.running & ~s.all_loaded & (s.in_flight <= 1) & s.lw.ready):
+                    s.dp.d.comb += [s.load_start.eq(1), s.p_load.start.eq(s.lw.first_j | s.split_depth),
+                                    s.p_load.bank.eq(s.l_par), s.q_load.start.eq(1),
+                                    s.q_load.bank.eq(s.lq_par)]
+                    s.dp.next = "WAIT"
+            with s.dp.State("WAIT"):
+                with s.dp.If(s.p_load.done & s.q_load.done):
+                    s.dp.d.comb += [s.load_done.eq(1), s.lw.step.eq(1)]
+                    s.dp.d.sync += s.lq_par.eq(~s.lq_par)
+                    with s.dp.If(s.split_depth | (s.lw.last_k & s.lw.last_j)):
+                        s.dp.d.sync += s.l_par.eq(~s.l_par)
+                    with s.dp.If(s.lw.last):
+                        s.dp.d.sync += s.all_loaded.eq(1)
+                    s.dp.d.sync += [s.p_base.eq(load_next["p_base"]), s.q_base.eq(load_next["q_base"]),
+                                    s.p_row_base.eq(load_next["p_row_base"]),
+                                    s.q_col_base.eq(load_next["q_col_base"])]
+                    s.dp.next = "START"
+        m.d.comb += [s.parts["p_rbank"].eq(s.c_par), s.parts["q_rbank"].eq(s.cq_par)]
+
+    def _compute_loop(self, m, s):
+        """The compute loop: each block's bias, the core's start, the next output block's base."""
+        c = self.config
+        aw, D = c.addr_width, c.max_dim
         # the bias of the block computed next: the first block's, then the one after the
         # block being computed (registered: it only changes when the compute loop steps)
         bias_first = Signal()
         bias_base = Signal(aw, name="bias_next_base", reset_less=True)
         bias_count = Signal(range(D + 1), name="bias_next_count", reset_less=True)
-        m.d.sync += [bias_base.eq(cfg["bias_addr"] + Mux(bias_first, 0, cw.next_j0 * BIAS_BYTES)),
-                     bias_count.eq(Mux(bias_first, cw.bn, cw.next_bn))]
-        dp.d.comb += [bias_reader.base.eq(bias_base), bias_reader.count.eq(bias_count)]
-        bias_fill = parts["bias_fill"]
+        m.d.sync += [bias_base.eq(s.cfg["bias_addr"] + Mux(bias_first, 0, s.cw.next_j0 * BIAS_BYTES)),
+                     bias_count.eq(Mux(bias_first, s.cw.bn, s.cw.next_bn))]
+        s.dp.d.comb += [s.bias_reader.base.eq(bias_base), s.bias_reader.count.eq(bias_count)]
+        bias_fill = s.parts["bias_fill"]
         # the core's start leaves a register (it reaches every register of the core's
         # sequencer); the core's inputs are the compute walker's, stable until it steps
         start_core = Signal(name="start_core")
-        dp.d.sync += core.start.eq(start_core)
+        s.dp.d.sync += s.core.start.eq(start_core)
         # what the end of the block being computed does, and the next output block's bases,
         # registered while it computes (the walker's step is settled long before its end):
         # the core's done only chooses
         block_flags = {name: Signal(name=f"block_{name}") for name in
                        ("swap_p", "last", "next_row", "next_col")}
-        next_row = Signal.like(block_row, name="out_next_row", reset_less=True)
-        next_col = Signal.like(block_base, name="out_next_col", reset_less=True)
+        next_row = Signal.like(s.block_row, name="out_next_row", reset_less=True)
+        next_col = Signal.like(s.block_base, name="out_next_col", reset_less=True)
         # the next output block's base (and row) chosen a cycle later still, so the core's
         # done only enables the two registers (their bases settle within three cycles of
         # a step, long before the next block's end)
-        next_base = Signal.like(block_base, name="out_next_base", reset_less=True)
-        next_block_row = Signal.like(block_row, name="out_next_block_row", reset_less=True)
-        dp.d.sync += [
-            block_flags["swap_p"].eq(split_depth | (cw.last_k & cw.last_j)),
-            block_flags["last"].eq(cw.last_k & cw.last),
-            block_flags["next_row"].eq(cw.last_k & cw.last_j),
-            block_flags["next_col"].eq(cw.last_k),
-            next_row.eq(block_row + (cfg["out_stride"] << (D.bit_length() - 1))),
-            next_col.eq(block_base + D * ELEM_BYTES),
+        next_base = Signal.like(s.block_base, name="out_next_base", reset_less=True)
+        next_block_row = Signal.like(s.block_row, name="out_next_block_row", reset_less=True)
+        s.dp.d.sync += [
+            block_flags["swap_p"].eq(s.split_depth | (s.cw.last_k & s.cw.last_j)),
+            block_flags["last"].eq(s.cw.last_k & s.cw.last),
+            block_flags["next_row"].eq(s.cw.last_k & s.cw.last_j),
+            block_flags["next_col"].eq(s.cw.last_k),
+            next_row.eq(s.block_row + (s.cfg["out_stride"] << (D.bit_length() - 1))),
+            next_col.eq(s.block_base + D * ELEM_BYTES),
             next_base.eq(Mux(block_flags["next_row"], next_row,
-                             Mux(block_flags["next_col"], next_col, block_base))),
-            next_block_row.eq(Mux(block_flags["next_row"], next_row, block_row)),
+                             Mux(block_flags["next_col"], next_col, s.block_base))),
+            next_block_row.eq(Mux(block_flags["next_row"], next_row, s.block_row)),
         ]
         # the RUN state as a flip-flop of its own: the block's end (it and the core's done)
         # reaches the walker and the output bases from two registers, not the state's decode
-        in_run = Signal(name="compute_in_run")
-        block_end = Signal(name="compute_block_end")
-        dp.d.comb += block_end.eq(in_run & core.done)
-        with dp.If(start_core):
-            dp.d.sync += in_run.eq(1)
-        with dp.Elif(block_end):
-            dp.d.sync += in_run.eq(0)
-        with dp.If(block_end):
-            dp.d.comb += [comp_done.eq(1), cw.step.eq(1)]
-            dp.d.sync += cq_par.eq(~cq_par)
-            with dp.If(block_flags["swap_p"]):
-                dp.d.sync += c_par.eq(~c_par)
-            with dp.If(block_flags["last"]):
-                dp.d.sync += run["all_computed"].eq(1)
-            with dp.Else():
+        s.in_run = Signal(name="compute_in_run")
+        s.block_end = Signal(name="compute_block_end")
+        s.dp.d.comb += s.block_end.eq(s.in_run & s.core.done)
+        with s.dp.If(start_core):
+            s.dp.d.sync += s.in_run.eq(1)
+        with s.dp.Elif(s.block_end):
+            s.dp.d.sync += s.in_run.eq(0)
+        with s.dp.If(s.block_end):
+            s.dp.d.comb += [s.comp_done.eq(1), s.cw.step.eq(1)]
+            s.dp.d.sync += s.cq_par.eq(~s.cq_par)
+            with s.dp.If(block_flags["swap_p"]):
+                s.dp.d.sync += s.c_par.eq(~s.c_par)
+            with s.dp.If(block_flags["last"]):
+                s.dp.d.sync += s.run["all_computed"].eq(1)
+            with s.dp.Else():
                 # a later depth block keeps the output block; otherwise the next block
                 # column, or the first column of the next block row
-                dp.d.sync += [block_row.eq(next_block_row), block_base.eq(next_base)]
-        m.d.comb += run["computing"].eq(in_run)
+                s.dp.d.sync += [s.block_row.eq(next_block_row), s.block_base.eq(next_base)]
+        m.d.comb += s.run["computing"].eq(s.in_run)
         # the bias reader starts a cycle after the loop decides it, from a register (its
         # base and count are registers that hold until the compute walker steps; its done
         # falls the cycle after its start, before the BIAS state can look at it)
         bias_start = Signal(name="bias_start")
-        dp.d.sync += bias_reader.start.eq(bias_start)
-        with dp.FSM(name="compute") as compute:
-            with dp.State("PREFETCH"):            # the first block's bias
-                dp.d.comb += bias_first.eq(1)
-                with dp.If(running & cw.ready):
-                    dp.next = "PREFETCH_START"
-            with dp.State("PREFETCH_START"):      # (its base and count registered)
-                dp.d.comb += [bias_first.eq(1), bias_start.eq(use_bias)]
-                dp.next = "WAIT"
-            with dp.State("WAIT"):
-                with dp.If(running & (ready_blocks != 0) & cw.ready):
-                    with dp.If(cw.first_k):
-                        dp.d.comb += core.bias_clear.eq(1)
-                        dp.next = "BIAS"
-                    with dp.Else():                # later depth block: the bias is in place
-                        dp.d.comb += [start_core.eq(1), comp_start.eq(1)]
-                        dp.next = "RUN"
-            with dp.State("BIAS"):                 # the block's bias into the array
-                dp.d.comb += bias_fill.eq(1)
-                with dp.If(running & parts["bias_done"]):
-                    dp.d.comb += [start_core.eq(1), comp_start.eq(1)]
+        s.dp.d.sync += s.bias_reader.start.eq(bias_start)
+        with s.dp.FSM(name="compute") as s.compute:
+            with s.dp.State("PREFETCH"):            # the first block's bias
+                s.dp.d.comb += bias_first.eq(1)
+                with s.dp.If(s.running & s.cw.ready):
+                    s.dp.next = "PREFETCH_START"
+            with s.dp.State("PREFETCH_START"):      # (its base and count registered)
+                s.dp.d.comb += [bias_first.eq(1), bias_start.eq(s.use_bias)]
+                s.dp.next = "WAIT"
+            with s.dp.State("WAIT"):
+                with s.dp.If(s.running & (s.ready_blocks != 0) & s.cw.ready):
+                    with s.dp.If(s.cw.first_k):
+                        s.dp.d.comb += s.core.bias_clear.eq(1)
+                        s.dp.next = "BIAS"
+                    with s.dp.Else():                # later depth block: the bias is in place
+                        s.dp.d.comb += [start_core.eq(1), s.comp_start.eq(1)]
+                        s.dp.next = "RUN"
+            with s.dp.State("BIAS"):                 # the block's bias into the array
+                s.dp.d.comb += bias_fill.eq(1)
+                with s.dp.If(s.running & s.parts["bias_done"]):
+                    s.dp.d.comb += [start_core.eq(1), s.comp_start.eq(1)]
                     # fetch the next block's bias while this one computes
-                    dp.d.comb += bias_start.eq(use_bias & ~cw.last_block)
-                    dp.next = "RUN"
-            with dp.State("RUN"):                  # (the block's end: see in_run)
-                with dp.If(core.done):
-                    with dp.If(block_flags["last"]):
-                        dp.next = "END"
-                    with dp.Else():
-                        dp.next = "WAIT"
-            with dp.State("END"):
+                    s.dp.d.comb += bias_start.eq(s.use_bias & ~s.cw.last_block)
+                    s.dp.next = "RUN"
+            with s.dp.State("RUN"):                  # (the block's end: see in_run)
+                with s.dp.If(s.core.done):
+                    with s.dp.If(block_flags["last"]):
+                        s.dp.next = "END"
+                    with s.dp.Else():
+                        s.dp.next = "WAIT"
+            with s.dp.State("END"):
                 pass
-        m.d.comb += run["loading"].eq(running & ~core.busy)
-        with dp.If(run["dp_clear"]):
-            dp.d.sync += [p_base.eq(cfg["p_addr"]), p_row_base.eq(cfg["p_addr"]),
-                          q_base.eq(cfg["q_addr"]), q_col_base.eq(cfg["q_addr"]),
-                          block_base.eq(cfg["out_addr"]), block_row.eq(cfg["out_addr"])]
+        m.d.comb += s.run["loading"].eq(s.running & ~s.core.busy)
+
+    def _run_bases(self, m, s):
+        """The blocks' first bases while the datapath is cleared; the probes for simulation."""
+        with s.dp.If(s.run["dp_clear"]):
+            s.dp.d.sync += [s.p_base.eq(s.cfg["p_addr"]), s.p_row_base.eq(s.cfg["p_addr"]),
+                            s.q_base.eq(s.cfg["q_addr"]), s.q_col_base.eq(s.cfg["q_addr"]),
+                            s.block_base.eq(s.cfg["out_addr"]), s.block_row.eq(s.cfg["out_addr"])]
         # the RUN flip-flop beside the state it shadows, for the simulation that checks
         # them against each other cycle by cycle
-        self.probes = dict(in_run=in_run, run_state=compute.ongoing("RUN"), cfg=cfg,
-                           block_end=block_end)
-
+        self.probes = dict(in_run=s.in_run, run_state=s.compute.ongoing("RUN"), cfg=s.cfg,
+                           block_end=s.block_end)
 
 class MacArrayTop(UnitTop):
     """The MacArray alone (the MacArray benches' design): ``control``, ``gmem``, ``interrupt``."""
