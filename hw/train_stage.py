@@ -410,7 +410,9 @@ class TrainStage(wiring.Component):
         n_ops = [Signal(8, name="n_mbs_q", reset_less=True), Signal(16, name="n_steps_q", reset_less=True)]
         s.n_prod = Signal(24, name="n_prod", reset_less=True)
         m.d.sync += [n_ops[0].eq(s.mbs), n_ops[1].eq(s.cfg.steps), s.n_prod.eq(n_ops[0] * n_ops[1])]
-        s.setup_left = Signal(3)
+        # SETUP's cycles left as a one-hot countdown: its last cycle is a flip-flop of its
+        # own (a compare of a count sat in front of the phase flags)
+        s.setup_left = Signal(6)
         # per-run constants, registered (steady from SETUP on)
         s.m_eff = Signal(24, name="m_eff", reset_less=True)        # microbatches per flush
         m.d.sync += s.m_eff.eq(Mux(s.is_async, s.n_total, s.mbs))
@@ -865,7 +867,7 @@ class TrainStage(wiring.Component):
                      s.sats.eq(s.sats + sat_inc)]
         with m.If(self.start & ~s.running):
             s.go(Phase.SETUP)
-            m.d.sync += [s.running.eq(1), s.setup_left.eq(5), s.f_loc.eq(0), s.b_loc.eq(0), s.ahead.eq(0),
+            m.d.sync += [s.running.eq(1), s.setup_left.eq(1 << 5), s.f_loc.eq(0), s.b_loc.eq(0), s.ahead.eq(0),
                          s.base.eq(0), s.f_mb.eq(0),
                          s.step_idx.eq(0), s.b_done.eq(0), s.rx_f.eq(0), s.rx_b.eq(0), s.rx_f_next.eq(1),
                          s.rx_b_next.eq(1), s.rx_b_loc.eq(0), s.rx_b_base.eq(0),
@@ -935,8 +937,8 @@ class TrainStage(wiring.Component):
         with s.ph.block(Phase.SETUP):
             # the configuration is steady from start: its operands, product, N and the
             # constants registered from N (m_eff, window) settle
-            m.d.sync += [s.setup_left.eq(s.setup_left - 1), s.b_mb.eq(Mux(s.gpipe, s.mbs - 1, 0))]
-            with m.If(s.setup_left == 0):
+            m.d.sync += [s.setup_left.eq(s.setup_left >> 1), s.b_mb.eq(Mux(s.gpipe, s.mbs - 1, 0))]
+            with m.If(s.setup_left[0]):
                 s.go(Phase.DECIDE)
             with m.Else():
                 m.d.sync += s.n_total.eq(s.n_prod)
