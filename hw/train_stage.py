@@ -121,6 +121,8 @@ class _FillTracker:
         rows_last, words_last = rows_last[:lb + pb], words_last[:pw]
         blocks_last = rows_last[lb:]
         blocks_last_m1 = Signal(pb + 1, name=f"{name}_blocks_last_m1", reset_less=True)
+        blocks_last_m2 = Signal(pb + 1, name=f"{name}_blocks_last_m2", reset_less=True)
+        blocks_two = Signal(name=f"{name}_blocks_two", reset_less=True)     # blocks_last == 1
         words_last_m1 = Signal(pw + 1, name=f"{name}_words_last_m1", reset_less=True)
         first_end = Signal(name=f"{name}_first_end", reset_less=True)      # a block of one row
         words_one = Signal(name=f"{name}_words_one", reset_less=True)      # one word per row
@@ -135,12 +137,16 @@ class _FillTracker:
         blocks_one = Signal(name=f"{name}_blocks_one", reset_less=True)
         low_m1 = Signal(max(lb, 1), name=f"{name}_rows_low_m1", reset_less=True)
         m.d.sync += [blocks_last_m1.eq(blocks_last - 1), blocks_one.eq(blocks_last == 0),
+                     blocks_last_m2.eq(blocks_last - 2), blocks_two.eq(blocks_last == 1),
                      words_last_m1.eq(words_last - 1), first_end.eq((lanes == 1) | (rows_last == 0)),
                      words_one.eq(words_last == 0), low_m1.eq(rows_last[:lb] - 1 if lb else 0)]
         row_low = self.row[:lb] if lb else Const(0, 1)
         at_last_row = in_last & ((row_low == rows_last[:lb]) if lb else Const(1, 1))
         before_last_row = ~low_zero & in_last & (row_low == low_m1)
-        next_last = self.block == blocks_last_m1        # the block after this one is the last
+        # the block after this one is the last: a register, kept equal to
+        # ``block == blocks_last_m1`` (moved with the block, recomputed without a segment),
+        # so no compare of the block sits in front of ``block_end``
+        next_last = Signal(name=f"{name}_next_last")
         at_block_row0 = (lanes == 1) | (low_zero & in_last)
         next_block_row0 = (lanes == 1) | (low_zero & next_last)
         # block_end's next value: its candidates are nets of their own (kept), so the
@@ -157,7 +163,8 @@ class _FillTracker:
             with m.If(last):
                 m.d.sync += [self.block.eq(0), self.word.eq(0), self.row.eq(0), self.disorder.eq(0),
                              self.prev_ok.eq(0), self.unit_ok.eq(0), self.block_ok.eq(0),
-                             self.words_end.eq(words_one), in_last.eq(blocks_one)]
+                             self.words_end.eq(words_one), in_last.eq(blocks_one),
+                             next_last.eq(blocks_two)]
             with m.Else():
                 with m.If(~expected):
                     m.d.sync += self.disorder.eq(1)
@@ -170,11 +177,13 @@ class _FillTracker:
                     with m.If(self.words_end):
                         m.d.sync += [self.word.eq(0), self.block.eq(self.block + 1),
                                      self.block_m1.eq(self.block), self.block_ok.eq(1),
-                                     self.words_end.eq(words_one), in_last.eq(next_last)]
+                                     self.words_end.eq(words_one), in_last.eq(next_last),
+                                     next_last.eq(self.block == blocks_last_m2)]
         with m.Else():
             # (in_last follows a new configuration a cycle before block_end does)
             m.d.sync += [self.words_end.eq(self.word == words_last),
-                         in_last.eq(self.block == blocks_last)]
+                         in_last.eq(self.block == blocks_last),
+                         next_last.eq(self.block == blocks_last_m1)]
 
     def _high(self, index, field):
         """``index // lanes`` cut to ``field``'s width (it fits while the core walks)."""
