@@ -147,6 +147,10 @@ class _FillTracker:
         # ``block == blocks_last_m1`` (moved with the block, recomputed without a segment),
         # so no compare of the block sits in front of ``block_end``
         next_last = Signal(name=f"{name}_next_last")
+        # its candidates as nets of their own (kept, as block_end's): the handshake only
+        # chooses among the two compares, not a tree ABC builds around them
+        last_after_step = Signal(name=f"{name}_next_last_step", attrs={"keep": 1})
+        last_here = Signal(name=f"{name}_next_last_here", attrs={"keep": 1})
         at_block_row0 = (lanes == 1) | (low_zero & in_last)
         next_block_row0 = (lanes == 1) | (low_zero & next_last)
         # block_end's next value: its candidates are nets of their own (kept), so the
@@ -157,6 +161,8 @@ class _FillTracker:
         m.d.comb += [cand["row"].eq(row_next_end | before_last_row),
                      cand["block"].eq(Mux(self.words_end, next_block_row0, at_block_row0)),
                      cand["idle"].eq((self.row == lanes - 1) | at_last_row)]
+        m.d.comb += [last_after_step.eq(self.block == blocks_last_m2),
+                     last_here.eq(self.block == blocks_last_m1)]
         on_segment = Mux(last, first_end, Mux(self.block_end, cand["block"], cand["row"]))
         m.d.sync += self.block_end.eq(Mux(fire, on_segment, cand["idle"]))
         with m.If(fire):
@@ -178,12 +184,12 @@ class _FillTracker:
                         m.d.sync += [self.word.eq(0), self.block.eq(self.block + 1),
                                      self.block_m1.eq(self.block), self.block_ok.eq(1),
                                      self.words_end.eq(words_one), in_last.eq(next_last),
-                                     next_last.eq(self.block == blocks_last_m2)]
+                                     next_last.eq(last_after_step)]
         with m.Else():
             # (in_last follows a new configuration a cycle before block_end does)
             m.d.sync += [self.words_end.eq(self.word == words_last),
                          in_last.eq(self.block == blocks_last),
-                         next_last.eq(self.block == blocks_last_m1)]
+                         next_last.eq(last_here)]
 
     def _high(self, index, field):
         """``index // lanes`` cut to ``field``'s width (it fits while the core walks)."""
