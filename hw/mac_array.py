@@ -700,6 +700,15 @@ class MacArrayCore(UnitCore):
         # falls the cycle after its start, before the BIAS state can look at it)
         bias_start = Signal(name="bias_start")
         s.dp.d.sync += s.bias_reader.start.eq(bias_start)
+        # the BIAS state as a flip-flop of its own too: its decode fed the bias slice's
+        # wide enables and, on the same net, the core's start
+        s.in_bias = in_bias = Signal(name="compute_in_bias")
+        bias_go = in_bias & s.running & s.parts["bias_done"]
+        s.dp.d.comb += bias_fill.eq(in_bias)
+        with s.dp.If(bias_go):
+            s.dp.d.comb += [start_core.eq(1), s.comp_start.eq(1)]
+            # fetch the next block's bias while this one computes
+            s.dp.d.comb += bias_start.eq(s.use_bias & ~s.cw.last_block)
         with s.dp.FSM(name="compute") as s.compute:
             with s.dp.State("PREFETCH"):            # the first block's bias
                 s.dp.d.comb += bias_first.eq(1)
@@ -712,16 +721,14 @@ class MacArrayCore(UnitCore):
                 with s.dp.If(s.running & (s.ready_blocks != 0) & s.cw.ready):
                     with s.dp.If(s.cw.first_k):
                         s.dp.d.comb += s.core.bias_clear.eq(1)
+                        s.dp.d.sync += in_bias.eq(1)
                         s.dp.next = "BIAS"
                     with s.dp.Else():                # later depth block: the bias is in place
                         s.dp.d.comb += [start_core.eq(1), s.comp_start.eq(1)]
                         s.dp.next = "RUN"
-            with s.dp.State("BIAS"):                 # the block's bias into the array
-                s.dp.d.comb += bias_fill.eq(1)
-                with s.dp.If(s.running & s.parts["bias_done"]):
-                    s.dp.d.comb += [start_core.eq(1), s.comp_start.eq(1)]
-                    # fetch the next block's bias while this one computes
-                    s.dp.d.comb += bias_start.eq(s.use_bias & ~s.cw.last_block)
+            with s.dp.State("BIAS"):                 # the block's bias into the array (above)
+                with s.dp.If(bias_go):
+                    s.dp.d.sync += in_bias.eq(0)
                     s.dp.next = "RUN"
             with s.dp.State("RUN"):                  # (the block's end: see in_run)
                 with s.dp.If(s.core.done):
@@ -742,7 +749,8 @@ class MacArrayCore(UnitCore):
         # the RUN flip-flop beside the state it shadows, for the simulation that checks
         # them against each other cycle by cycle
         self.probes = dict(in_run=s.in_run, run_state=s.compute.ongoing("RUN"), cfg=s.cfg,
-                           block_end=s.block_end)
+                           block_end=s.block_end, in_bias=s.in_bias,
+                           bias_state=s.compute.ongoing("BIAS"))
 
 class MacArrayTop(UnitTop):
     """The MacArray alone (the MacArray benches' design): ``control``, ``gmem``, ``interrupt``."""

@@ -1,6 +1,7 @@
-"""The MacArray's compute loop keeps its RUN state as a flip-flop of its own
+"""The MacArray's compute loop keeps its RUN and BIAS states as flip-flops of their own
 (``compute_in_run``: the block's end reaches the walker and the output bases from two
-registers). It equals the compute FSM's RUN state every cycle of a run over several output
+registers; ``compute_in_bias``: the bias slice's enables and the core's start do not decode
+the state). They equal the compute FSM's states every cycle of a run over several output
 and depth blocks, of a run aborted by a write outside its buffer while a block computes, and
 of the run after that (Amaranth simulation of a small MacArray with an AXI memory of zeros)."""
 from __future__ import annotations
@@ -24,14 +25,16 @@ def test_run_flip_flop_matches_the_compute_state():
     dut = MacArrayCore(CONFIG)
     sim = Simulator(dut)               # elaborates the core: its probes exist from here
     bus, p = dut.bus, dut.probes
-    seen = {"cycles": 0, "run_cycles": 0, "blocks": 0}
+    seen = {"cycles": 0, "run_cycles": 0, "bias_cycles": 0, "blocks": 0}
 
     async def compare(ctx):
-        async for _, _, in_run, run_state, block_end in ctx.tick().sample(
-                p["in_run"], p["run_state"], p["block_end"]):
+        async for _, _, in_run, run_state, in_bias, bias_state, block_end in ctx.tick().sample(
+                p["in_run"], p["run_state"], p["in_bias"], p["bias_state"], p["block_end"]):
             assert in_run == run_state, seen["cycles"]
+            assert in_bias == bias_state, seen["cycles"]
             seen["cycles"] += 1
             seen["run_cycles"] += run_state
+            seen["bias_cycles"] += bias_state
             seen["blocks"] += block_end
 
     async def run(ctx, regs, *, shrink_out_at_block=None):
@@ -63,3 +66,4 @@ def test_run_flip_flop_matches_the_compute_state():
     sim.add_testbench(bench)
     sim.run()
     assert seen["run_cycles"] > 3 * 12 * 16
+    assert seen["bias_cycles"] >= 2 * 4    # each output block of the two whole runs has a bias
