@@ -220,11 +220,10 @@ class AggregatorCore(UnitCore):
         # logic and the guard's adders out of the arbitration (the ECP5 critical path)
         s.read_port = ReadPort(self.bus, num_clients=4, registered_requests=True, zero_flag=True)
         s.write_port = WritePort(self.bus, beat_depth=W_BEATS, address_depth=4)
-        ptr_reader, idx_reader, w_reader = (
+        s.ptr_reader, s.idx_reader, s.w_reader = (
             ElementReader(addr_width=aw, data_width=c.bus_width, elem_width=width,
                           fifo_beats=c.meta_fifo_beats, max_burst=c.meta_burst_beats)
             for width in (32, 32, ew))
-        s.ptr_reader, s.idx_reader, s.w_reader = ptr_reader, idx_reader, w_reader
         s.row_fifo = BufferedFIFO(width=c.bus_width, depth=c.reads_in_flight)
         s.row_address = RowAddress(addr_width=aw, bytes_per_beat=bpb, max_beats=maxb)
         s.id_slots = s.row_address.latency + 4

@@ -545,8 +545,8 @@ class MacArrayCore(UnitCore):
         MD = self.config.max_depth
         s.running, s.use_bias = s.run["dp_running"], s.run["use_bias"]
         # the mode's flags from registers (the run's configuration is latched long before)
-        is_dx, is_dw = Signal(name="blocks_is_dx"), Signal(name="blocks_is_dw")
-        s.is_dx, s.is_dw = is_dx, is_dw
+        s.is_dx = Signal(name="blocks_is_dx")
+        s.is_dw = Signal(name="blocks_is_dw")
         m.d.sync += [s.is_dx.eq(s.run["is_dx"]), s.is_dw.eq(s.run["is_dw"])]
         s.core, s.p_load, s.q_load = s.parts["core"], s.parts["p_load"], s.parts["q_load"]
         s.lw, s.cw, s.bias_reader = s.parts["load_walk"], s.parts["comp_walk"], s.parts["bias_reader"]
@@ -559,8 +559,10 @@ class MacArrayCore(UnitCore):
         s.ready_blocks = Signal(range(4))  # blocks loaded, not yet started
         s.dp.d.sync += [s.in_flight.eq(s.in_flight + s.load_start - s.comp_done),
                         s.ready_blocks.eq(s.ready_blocks + s.load_done - s.comp_start)]
-        l_par, lq_par, c_par, cq_par = Signal(), Signal(), Signal(), Signal()
-        s.l_par, s.lq_par, s.c_par, s.cq_par = l_par, lq_par, c_par, cq_par
+        s.l_par = Signal()
+        s.lq_par = Signal()
+        s.c_par = Signal()
+        s.cq_par = Signal()
         s.all_loaded = Signal()
 
         self._load_loop(m, s)

@@ -506,8 +506,9 @@ class PipelineUnitCore(UnitCore):
         s.cfg = {name: Signal(len(sig), name=f"run_{name}") for name, sig in self.cfg.items()}
         s.mode = s.cfg["pipe_mode"]
         # the mode's flags as registers (the configuration is steady from start)
-        is_load, is_store, is_train = Signal(), Signal(), Signal()
-        s.is_load, s.is_store, s.is_train = is_load, is_store, is_train
+        s.is_load = Signal()
+        s.is_store = Signal()
+        s.is_train = Signal()
         m.d.sync += [s.is_load.eq(s.mode == PipelineMode.LOAD_WEIGHTS.value),
                      s.is_store.eq(s.mode == PipelineMode.STORE_WEIGHTS.value),
                      s.is_train.eq(s.mode == PipelineMode.TRAIN.value)]
@@ -521,8 +522,8 @@ class PipelineUnitCore(UnitCore):
         s.n_total = s.sizes.n_total
         # flags of the run's configuration, as registers (the configuration is steady)
         s.dx_on = Signal()
-        mbs_m1, two_mbs_m1 = Signal(8), Signal(9)
-        s.mbs_m1, s.two_mbs_m1 = mbs_m1, two_mbs_m1
+        s.mbs_m1 = Signal(8)
+        s.two_mbs_m1 = Signal(9)
         m.d.sync += [s.dx_on.eq(s.cfg["dx_addr"] != 0), s.mbs_m1.eq(s.mbs[:8] - 1),
                      s.two_mbs_m1.eq((s.mbs[:8] << 1) - 1)]
 
@@ -544,8 +545,8 @@ class PipelineUnitCore(UnitCore):
         s.d_last = s.cfg[f"s{K - 1}_d_out"]
         s.sel = s.cfg["stage"]
         # the selected stage's dimensions and select flags, registered
-        sel_d_in, sel_d_out = Signal(32), Signal(32)
-        s.sel_d_in, s.sel_d_out = sel_d_in, sel_d_out
+        s.sel_d_in = Signal(32)
+        s.sel_d_out = Signal(32)
         s.sel_is = [Signal(name=f"sel_is_{i}") for i in range(K)]
         m.d.sync += [s.sel_d_in.eq(Array(s.cfg[f"s{i}_d_in"] for i in range(K))[s.sel[:3] if K > 1 else 0]),
                      s.sel_d_out.eq(Array(s.cfg[f"s{i}_d_out"] for i in range(K))[s.sel[:3] if K > 1 else 0])]
@@ -720,8 +721,8 @@ class PipelineUnitCore(UnitCore):
                      s.w_reader.nrows.eq(s.sel_d_in),
                      s.w_reader.row_beats.eq(s.row_beats(s.sel_d_out, MASTER_BYTES))]
         s.dp.d.comb += s.w_reader.start.eq(s.first & s.is_load)
-        lw_row, lw_word = Signal(16), Signal(16)
-        s.lw_row, s.lw_word = lw_row, lw_word
+        s.lw_row = Signal(16)
+        s.lw_word = Signal(16)
         lw_left = Signal(16)       # elements of the row from this word on
         lw_j = Signal(range(max(wpb, 2)))
         # the walks' row-end and done flags are registers, set a word ahead from the
@@ -772,8 +773,8 @@ class PipelineUnitCore(UnitCore):
         """Weight store: the selected stage's master words into single-beat writes."""
         c = self.config
         K, L, aw = c.stages, c.lanes, c.addr_width
-        sw_row, sw_word = Signal(16), Signal(16)
-        s.sw_row, s.sw_word = sw_row, sw_word
+        s.sw_row = Signal(16)
+        s.sw_word = Signal(16)
         s.sw_left = Signal(16)       # elements of the row from this word on
         s.sw_keep = Signal(L)        # sw_left > lane, registers set a word ahead
         s.sw_settled = Signal()      # w_rd_data holds the word at (sw_row, sw_word)

@@ -412,10 +412,10 @@ class TrainStage(wiring.Component):
         lb = self.lanes.bit_length() - 1
         sched = s.cfg.schedule
         # the schedule's and the stage's position's decodes, registered
-        is_async, gpipe = Signal(name="is_async"), Signal(name="is_gpipe")
-        s.is_async, s.gpipe = is_async, gpipe
-        is_first, is_last = Signal(name="is_first"), Signal(name="is_last")
-        s.is_first, s.is_last = is_first, is_last
+        s.is_async = Signal(name="is_async")
+        s.gpipe = Signal(name="is_gpipe")
+        s.is_first = Signal(name="is_first")
+        s.is_last = Signal(name="is_last")
         m.d.sync += [s.is_async.eq(sched == SCHEDULE_1F1B_ASYNC), s.gpipe.eq(sched == SCHEDULE_GPIPE),
                      s.is_first.eq(s.cfg.stage == 0), s.is_last.eq(s.cfg.stage + 1 == s.cfg.stages)]
         s.mbs = s.cfg.microbatches
@@ -431,8 +431,8 @@ class TrainStage(wiring.Component):
         # per-run constants, registered (steady from SETUP on)
         s.m_eff = Signal(24, name="m_eff", reset_less=True)        # microbatches per flush
         m.d.sync += s.m_eff.eq(Mux(s.is_async, s.n_total, s.mbs))
-        f_loc, b_loc = Signal(24), Signal(24)       # F / B issued in this step
-        s.f_loc, s.b_loc = f_loc, b_loc
+        s.f_loc = Signal(24)                          # F issued in this step
+        s.b_loc = Signal(24)                          # B issued in this step
         s.ahead = Signal(24)                          # f_loc - b_loc
         s.base = Signal(24)                           # global index of the step's first microbatch
         s.f_mb = Signal(24)                           # base + f_loc: the next forward's microbatch
@@ -517,8 +517,8 @@ class TrainStage(wiring.Component):
         """Gradients in: masked by the stashed ReLU and written to the dY slots."""
         L, S, DO, RM = self.lanes, self.slots, self.max_out, self.max_rows
         s.rx_b = Signal(24)                 # dY microbatches fully received (global count)
-        rx_b_loc, rx_b_base = Signal(24), Signal(24)
-        s.rx_b_loc, s.rx_b_base = rx_b_loc, rx_b_base
+        s.rx_b_loc = Signal(24)
+        s.rx_b_base = Signal(24)
         rx_b_mb = Signal(24)
         m.d.comb += rx_b_mb.eq(Mux(s.gpipe, s.rx_b_base + s.mbs - 1 - s.rx_b_loc,
                                    s.rx_b_base + s.rx_b_loc))
@@ -599,12 +599,12 @@ class TrainStage(wiring.Component):
         gsum = Memory(shape=data.ArrayLayout(signed(f["grad_sum"].width), L), depth=n_words, init=[],
                       attrs=attrs)
         m.submodules.masters, m.submodules.velocity, m.submodules.gsum = masters, velocity, gsum
-        ms_rp, ms_wp = masters.read_port(), masters.write_port()
-        s.ms_rp, s.ms_wp = ms_rp, ms_wp
-        vl_rp, vl_wp = velocity.read_port(), velocity.write_port()
-        s.vl_rp, s.vl_wp = vl_rp, vl_wp
-        gs_rp, gs_wp = gsum.read_port(), gsum.write_port()
-        s.gs_rp, s.gs_wp = gs_rp, gs_wp
+        s.ms_rp = masters.read_port()
+        s.ms_wp = masters.write_port()
+        s.vl_rp = velocity.read_port()
+        s.vl_wp = velocity.write_port()
+        s.gs_rp = gsum.read_port()
+        s.gs_wp = gsum.write_port()
 
         def word_addr(row, col_word):
             return Cat(col_word[:self.word_bits] if self.word_bits else Const(0, 0),
@@ -682,8 +682,8 @@ class TrainStage(wiring.Component):
         # is in (``dw_busy``), and the next DW is a DX op later.
         s.dw_fire = s.in_dw & s.core.out.valid
         s.dw_addr = s.word_addr(out.row, out.col >> lb)
-        dw_q1, dw_q2 = Signal(), Signal()
-        s.dw_q1, s.dw_q2 = dw_q1, dw_q2
+        s.dw_q1 = Signal()
+        s.dw_q2 = Signal()
         dw_addr1, s.dw_addr2 = (Signal.like(s.gs_wp.addr, name=f"dw_addr{i}", reset_less=True)
                                 for i in (1, 2))
         dw_data1, s.dw_data2 = (Signal.like(out.data, name=f"dw_data{i}", reset_less=True)
@@ -702,10 +702,10 @@ class TrainStage(wiring.Component):
         # the walk issues one word address per cycle (read), the words' results come out of
         # the SgdPipeline LATENCY cycles after the read data and are written there; each
         # word is read and written once per update, so no read meets a write in flight
-        u_row, u_word = Signal(ib), Signal(wbits)
-        s.u_row, s.u_word = u_row, u_word
-        u_word_end, u_row_end = Signal(), Signal()     # the walk is at the row's / matrix's end
-        s.u_word_end, s.u_row_end = u_word_end, u_row_end
+        s.u_row = Signal(ib)
+        s.u_word = Signal(wbits)
+        s.u_word_end = Signal()  # the walk is at the row's end
+        s.u_row_end = Signal()   # ... and the matrix's
         s.u_issue = Signal()     # reading word (u_row, u_word) this cycle
         s.u_q = Signal()         # its read data is out this cycle
         u_row_q, u_word_q = Signal(ib, reset_less=True), Signal(wbits, reset_less=True)
@@ -863,11 +863,11 @@ class TrainStage(wiring.Component):
 
     def _run_start(self, m, s):
         """The run's counters and its start."""
-        busy_c, fwd_c, bwd_c, upd_c, wait_c = (Signal(32, name=n) for n in
-                                               ("busy_c", "fwd_c", "bwd_c", "upd_c", "wait_c"))
-        s.busy_c, s.fwd_c, s.bwd_c, s.upd_c, s.wait_c = busy_c, fwd_c, bwd_c, upd_c, wait_c
-        mac_ops, sats, ops_done = Signal(48), Signal(32), Signal(32)
-        s.mac_ops, s.sats, s.ops_done = mac_ops, sats, ops_done
+        s.busy_c, s.fwd_c, s.bwd_c, s.upd_c, s.wait_c = (
+            Signal(32, name=n) for n in ("busy_c", "fwd_c", "bwd_c", "upd_c", "wait_c"))
+        s.mac_ops = Signal(48)
+        s.sats = Signal(32)
+        s.ops_done = Signal(32)
         # the end-of-op counters add registered increments (their values are read after the
         # run, and the last one lands cycles before DONE): no adder behind the op's end, and
         # the start's clear below takes precedence

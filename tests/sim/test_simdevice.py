@@ -7,6 +7,8 @@ cached after that).
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -244,7 +246,6 @@ def test_model_triggers_only_on_clocks(native):
     its only triggers are the clocks (a wire driving its own bits, which Verilator takes
     for a combinational loop, would add a change-detection trigger evaluated at every
     edge of any clock)."""
-    import re
     header = native.build.library.parent / "obj" / "Vgnnweave_sim_top___024root.h"
     triggers = set(re.findall(r"__Vtrigprevexpr___TOP__(\w+?)__\d+\b", header.read_text()))
     assert triggers, f"no trigger variables in {header}"
