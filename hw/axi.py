@@ -169,22 +169,24 @@ class SkidBuffer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         main_valid = Signal()
-        skid_valid = Signal()
+        # the skid register's emptiness, not its valid, is the flip-flop: it is i.ready and
+        # the skid's wide enable as it stands, with no inverter between
+        skid_empty = Signal(init=1)
         # datapath registers: only the valids need a reset
         main = Signal(self.shape, reset_less=True)
         skid = Signal(self.shape, reset_less=True)
-        m.d.comb += [self.i.ready.eq(~skid_valid), self.o.valid.eq(main_valid),
+        m.d.comb += [self.i.ready.eq(skid_empty), self.o.valid.eq(main_valid),
                      self.o.payload.eq(main)]
         with m.If(~main_valid | self.o.ready):
-            with m.If(skid_valid):
-                m.d.sync += [main.eq(skid), main_valid.eq(1), skid_valid.eq(0)]
+            with m.If(~skid_empty):
+                m.d.sync += [main.eq(skid), main_valid.eq(1), skid_empty.eq(1)]
             with m.Else():
                 m.d.sync += [main.eq(self.i.payload), main_valid.eq(self.i.valid)]
-        with m.Elif(self.i.valid & ~skid_valid):
-            m.d.sync += skid_valid.eq(1)
+        with m.Elif(self.i.valid & skid_empty):
+            m.d.sync += skid_empty.eq(0)
         # an empty skid register takes every payload: its wide enable is one flip-flop,
         # not the (late) o.ready of whatever reads the slice
-        with m.If(~skid_valid):
+        with m.If(skid_empty):
             m.d.sync += skid.eq(self.i.payload)
         return m
 
