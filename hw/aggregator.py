@@ -155,6 +155,9 @@ class ReciprocalPipe(wiring.Component):
         # down and the quotient bits found so far
         valid, payload, rem, num, quo = (in_valid, in_payload, numerator >> qbits, numerator,
                                          Const(0, 0))
+        # a count of 0 (whose division is all ones) as a flag carried down the stages: the
+        # output's zeroing is one LUT from flip-flops, not a compare of the count
+        zero = payload.count == 0
         for stage in range(qbits):
             bit = qbits - 1 - stage
             trial = Cat(num[bit], rem)                   # (rem << 1) | numerator bit
@@ -164,15 +167,16 @@ class ReciprocalPipe(wiring.Component):
             n_rem = Signal(34, name=f"rp{stage}_rem", reset_less=True)
             n_num = Signal(max(bit, 1), name=f"rp{stage}_num", reset_less=True)
             n_quo = Signal(stage + 1, name=f"rp{stage}_quo", reset_less=True)
+            n_zero = Signal(name=f"rp{stage}_zero", reset_less=True)
             m.d.sync += [
                 n_valid.eq(valid), n_payload.eq(payload), n_num.eq(num[:bit]),
                 n_rem.eq(Mux(fits, trial - payload.count, trial)),
-                n_quo.eq(Cat(fits, quo)),
+                n_quo.eq(Cat(fits, quo)), n_zero.eq(zero),
             ]
-            valid, payload, rem, num, quo = n_valid, n_payload, n_rem, n_num, n_quo
+            valid, payload, rem, num, quo, zero = n_valid, n_payload, n_rem, n_num, n_quo, n_zero
         m.d.comb += [
             self.o.valid.eq(valid), self.o.payload.desc.eq(payload),
-            self.o.payload.recip.eq(Mux(payload.count == 0, 0, quo)),
+            self.o.payload.recip.eq(Mux(zero, 0, quo)),
         ]
         return m
 
@@ -408,7 +412,9 @@ class AggregatorCore(UnitCore):
             s.quiet["reads"].eq(s.read_port.no_outstanding), s.quiet["bank"].eq(~s.reduce.bank.ready),
         ]
         s.in_flight_done = s.quiet["reads"] & s.quiet["writes"] & s.quiet["pipe"]
-        s.drained = s.quiet["walk"] & s.quiet["nodes"] & s.in_flight_done
+        # one LUT of flip-flops, kept as a net: the run's end decisions start from it
+        s.drained = Signal(name="drained", attrs={"keep": 1})
+        s.dp.d.comb += s.drained.eq(s.quiet["walk"] & s.quiet["nodes"] & s.in_flight_done)
 
         m.submodules.datapath = ResetInserter(s.clear)(s.dp)
 
@@ -457,11 +463,16 @@ class AggregatorCore(UnitCore):
         for name, inc in increments.items():
             m.d.comb += [getattr(counters.inc, name).eq(inc),
                          self.stat[name].eq(getattr(counters.count, name))]
+        # each event sets its own bit only, so a bit's register sees no other bit's events
+        # (the run's end is a deep decision; it reaches BAD_INDPTR's enable, nothing else)
+        def raise_bit(flag):
+            m.d.sync += status[flag.bit_length() - 1].eq(1)
+
         with m.If(busy):
             with m.If(s.rejected_pulse):
-                m.d.sync += status.eq(status | Status.INDEX_REJECTED)
+                raise_bit(Status.INDEX_REJECTED)
             with m.If(s.read_port.resp_error | s.write_port.resp_error):
-                m.d.sync += status.eq(status | Status.AXI_ERROR)
+                raise_bit(Status.AXI_ERROR)
 
         m.d.comb += s.read_port.enable.eq(~(status & Status.ADDR_FAULT).any())
         # the run's own status bits, after (over) the ones above, as the state machine's were
@@ -471,6 +482,6 @@ class AggregatorCore(UnitCore):
         with m.If(run.config_error):
             m.d.sync += status.eq(Status.CONFIG_ERROR)
         with m.If(run.aborting):
-            m.d.sync += status.eq(status | Status.ADDR_FAULT)
-        with m.If(run.completing):
-            m.d.sync += status.eq(status | Mux(s.bad_indptr, Status.BAD_INDPTR, 0))
+            raise_bit(Status.ADDR_FAULT)
+        with m.If(run.completing & s.bad_indptr):
+            raise_bit(Status.BAD_INDPTR)

@@ -133,9 +133,15 @@ class Reduce(wiring.Component):
         # whether beat_no is a row's last, a flip-flop: each way beat_no can go is compared
         # a cycle ahead (no reset: it follows beat_no and the row length through CHECK)
         last_beat = Signal(reset_less=True)
-        m.d.sync += last_beat.eq(Mux(row_pop, Mux(last_beat, self.row_last_beat == 0,
-                                                  beat_no1 == self.row_last_beat),
-                                     beat_no == self.row_last_beat))
+        # its candidates as kept nets: the pop (itself a function of last_beat) only
+        # chooses among them, ABC builds no tree around the compares
+        cand = {k: Signal(name=f"last_beat_{k}", attrs={"keep": 1})
+                for k in ("one_beat", "after_pop", "here")}
+        m.d.comb += [cand["one_beat"].eq(self.row_last_beat == 0),
+                     cand["after_pop"].eq(beat_no1 == self.row_last_beat),
+                     cand["here"].eq(beat_no == self.row_last_beat)]
+        m.d.sync += last_beat.eq(Mux(row_pop, Mux(last_beat, cand["one_beat"], cand["after_pop"]),
+                                     cand["here"]))
 
         # the next cycle's `filled` and `dbank`, and `other_free` set a cycle ahead
         closing = Signal()                    # the accumulated bank closes

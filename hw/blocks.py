@@ -108,6 +108,10 @@ class RunControl(wiring.Component):
         # configuration and clears its status)
         in_check, in_run, in_abort, in_finish = Signal(), Signal(), Signal(), Signal()
         finished = self.finished & ~first if self.hold_first else self.finished
+        # RUN goes on (no stop, past the held first cycle): a kept net of flip-flops and
+        # stop, so a late `finished` meets it in the last gate of `completing`
+        run_on = Signal(name="run_on", attrs={"keep": 1})
+        m.d.comb += run_on.eq(in_run & ~self.stop & (~first if self.hold_first else 1))
         m.d.comb += [
             self.busy.eq(busy), self.idle.eq(~busy),
             self.accept.eq(self.start & ~busy),
@@ -115,7 +119,7 @@ class RunControl(wiring.Component):
             self.config_error.eq(in_check & self.check_done & self.check_error),
             self.running.eq(in_run), self.first.eq(in_run & first),
             self.aborting.eq(in_run & self.stop),
-            self.completing.eq(in_run & ~self.stop & finished),
+            self.completing.eq(run_on & self.finished),
             self.abort_done.eq(in_abort & self.quiet),
             self.done.eq(in_finish),
         ]
