@@ -72,6 +72,7 @@ class Drain(wiring.Component):
         slot_len = [Signal(range(maxb + 1), name=f"slot{k}_len", reset_less=True) for k in range(2)]
         slot_len_m1 = [Signal(range(maxb), name=f"slot{k}_len_m1", reset_less=True)
                        for k in range(2)]
+        slot_one = [Signal(name=f"slot{k}_one", reset_less=True) for k in range(2)]
         which = Signal()
         out_row_addr, first_len, first_len_m1 = (Signal(aw, name="out_row_addr"),
                                                  Signal(range(maxb + 1), name="first_len"),
@@ -95,12 +96,14 @@ class Drain(wiring.Component):
             m.d.sync += next_row_addr.eq(self.base)
         with m.Elif(fill):
             m.d.sync += next_row_addr.eq(next_row_addr + self.stride)
+        new_len = Mux(crosses, to_b_m1 + 1, row_beats)
         for k in range(2):
             with m.If(fill & (fill_slot == k)):
                 m.d.sync += [
                     slot_addr[k].eq(next_row_addr),
                     slot_len_m1[k].eq(Mux(crosses, to_b_m1, row_last_beat)),
-                    slot_len[k].eq(Mux(crosses, to_b_m1 + 1, row_beats)),
+                    slot_len[k].eq(new_len),
+                    slot_one[k].eq(Mux(crosses, to_b_m1 == 0, row_last_beat == 0)),
                 ]
         m.d.sync += [second_addr.eq(out_row_addr + (first_len << beat_bits)),
                      second_len_m1.eq(row_last_beat - first_len)]
@@ -108,28 +111,43 @@ class Drain(wiring.Component):
         # d_beat is its row's last / starts a burst: flip-flops, each way d_beat can go
         # compared a cycle ahead (no reset: they follow d_beat and the row through CHECK)
         go = Signal()
-        # credits != 0, a flip-flop decided a cycle ahead (go only chooses among outcomes)
-        has_credit = Signal(init=self.credits != 0)
+        # credits != 0 and not the run's second cycle (where the first row's slot fills), a
+        # flip-flop decided a cycle ahead (go only chooses among outcomes)
+        may_go = Signal(init=self.credits != 0)
         d_last, needs_aw = Signal(reset_less=True), Signal(reset_less=True)
-        ends_first = d_beat1 == first_len
+        # the drained row's length as a register, a cycle behind `first_len`: it serves the
+        # burst-end compares from the row's second cycle on (a row is left only after a go,
+        # so by then the row's slot has been current, and unchanged, for a cycle); the
+        # row's first beat asks a flag of its slot instead, "the first burst is one beat"
+        cur_len = Signal.like(first_len, name="cur_len", reset_less=True)
+        m.d.sync += cur_len.eq(first_len)
+        first_one = Mux(which, slot_one[1], slot_one[0])
+        # the compares as kept nets: go (late) only chooses among them
+        cmp = {k: Signal(name=f"cmp_{k}", attrs={"keep": 1})
+               for k in ("one_beat", "last_next", "last_here", "burst_next", "burst_here")}
+        m.d.comb += [cmp["one_beat"].eq(row_last_beat == 0),
+                     cmp["last_next"].eq(d_beat1 == row_last_beat),
+                     cmp["last_here"].eq(d_beat == row_last_beat),
+                     cmp["burst_next"].eq(d_beat1 == cur_len),
+                     cmp["burst_here"].eq(d_beat == cur_len)]
+        ends_first = Mux(d_first, first_one, cmp["burst_next"])
         m.d.sync += [
-            d_last.eq(Mux(go, Mux(d_last, row_last_beat == 0, d_beat1 == row_last_beat),
-                          d_beat == row_last_beat)),
-            needs_aw.eq(Mux(go, d_last | ends_first, d_first | (d_beat == first_len))),
+            d_last.eq(Mux(go, Mux(d_last, cmp["one_beat"], cmp["last_next"]), cmp["last_here"])),
+            needs_aw.eq(Mux(go, d_last | ends_first, d_first | cmp["burst_here"])),
         ]
         m.d.comb += [
             # the first row's bursts are in their slot from the run's third cycle
-            go.eq(self.bank.ready & ~launched & has_credit & (~needs_aw | self.aw.ready)),
+            go.eq(self.bank.ready & may_go & (~needs_aw | self.aw.ready)),
             advance.eq(go & d_last),
-            self.aw.valid.eq(self.bank.ready & ~launched & has_credit & needs_aw),
+            self.aw.valid.eq(self.bank.ready & may_go & needs_aw),
             self.aw.payload.addr.eq(Mux(d_first, out_row_addr, second_addr)),
             self.aw.payload.len.eq(Mux(d_first, first_len_m1, second_len_m1)),
             self.bank.release.eq(advance),
         ]
         m.d.sync += [credits.eq(Mux(go & ~self.beat_done, credits - 1,
                                     Mux(~go & self.beat_done, credits + 1, credits))),
-                     has_credit.eq(Mux(go & ~self.beat_done, credits != 1,
-                                       Mux(~go & self.beat_done, 1, credits != 0)))]
+                     may_go.eq(~self.launch & Mux(go & ~self.beat_done, credits != 1,
+                                                  Mux(~go & self.beat_done, 1, credits != 0)))]
         with m.If(go):
             m.d.sync += [d_beat.eq(d_beat1), d_beat1.eq(d_beat1 + 1), d_first.eq(0)]
             with m.If(d_last):

@@ -571,3 +571,95 @@ def test_reciprocal_pipe_matches_mean_reciprocal(p_valid):
         assert t_out - t_in == dut.latency
         assert (count, weight) == (desc["count"], desc["weight"])
         assert recip == int(mean_reciprocal(count)), count
+
+
+# ---------------------------------------------------------------- drain
+from gnnweave.hw.aggregator_drain import Drain  # noqa: E402
+
+
+def _drain_oracle(base, stride, rows, row_beats, lanes, last_mask, bpb=16):
+    """The write bursts (address, AxLEN) and the beats (row, beat, burst-last, mask) the
+    drain must give for ``rows`` output rows."""
+    bursts, beats = [], []
+    full = (1 << lanes) - 1
+    for v in range(rows):
+        addr, first, second_addr, second = _bursts(base, stride, v, row_beats, bpb)
+        bursts.append((addr, first - 1))
+        if second:
+            bursts.append((second_addr, second - 1))
+        for b in range(row_beats):
+            ends = b == first - 1 or b == row_beats - 1
+            beats.append((v, b, int(ends), last_mask if b == row_beats - 1 else full))
+    return bursts, beats
+
+
+@pytest.mark.parametrize("row_beats, stride_beats, p_ready, p_aw, p_done", [
+    (1, 1, 1.0, 1.0, 1.0), (1, 255, 0.6, 0.5, 0.7), (2, 255, 1.0, 1.0, 1.0),
+    (3, 257, 0.8, 0.6, 0.5), (8, 251, 1.0, 1.0, 1.0), (8, 9, 0.7, 0.4, 0.6),
+    (5, 253, 0.5, 1.0, 0.3)])
+def test_drain_splits_rows_and_paces_beats(row_beats, stride_beats, p_ready, p_aw, p_done):
+    """Every row's one or two bursts and its beats (burst ends, row masks, the bank's
+    data and flags) in order, rows crossing 4 KiB, with the banks, AW and the write
+    port's credits each stalling at random; never more beats in flight than credits."""
+    lanes, acc_w, credits, rows = 2, 16, 4, 40
+    dut = Drain(lanes=lanes, acc_width=acc_w, max_beats=8, addr_width=32, bytes_per_beat=16,
+                credits=credits)
+    rng = np.random.default_rng(row_beats * 1000 + stride_beats)
+    base = 4096 * 3 - 16                                    # the first row crosses 4 KiB
+    last_mask = int(rng.integers(1, 1 << lanes))
+    want_bursts, want_beats = _drain_oracle(base, 16 * stride_beats, rows, row_beats, lanes,
+                                            last_mask)
+
+    def data(node, beat):
+        return (node * 8 + beat) * 0x1_0001_0001 & ((1 << 2 * lanes * acc_w) - 1)
+
+    got_bursts, got_beats = [], []
+
+    async def bench(ctx):
+        ctx.set(dut.base, base)
+        ctx.set(dut.stride, 16 * stride_beats)
+        ctx.set(dut.row_beats, row_beats)
+        ctx.set(dut.row_last_beat, row_beats - 1)
+        ctx.set(dut.last_mask, last_mask)
+        ctx.set(dut.launch, 1)
+        await ctx.tick()
+        ctx.set(dut.launch, 0)
+        closed = released = read_node = in_flight = 0
+        for _ in range(20000):
+            if len(got_beats) == len(want_beats):
+                break
+            # two banks at most are closed and waiting for the drain
+            if closed < rows and closed - released < 2 and rng.random() < p_ready:
+                closed += 1
+            ctx.set(dut.bank.ready, closed > released)
+            ctx.set(dut.bank.zero, released % 3 == 0)
+            ctx.set(dut.bank.single, released % 5 == 0)
+            ctx.set(dut.bank.recip, released)
+            # the accumulators come from the bank whose flags were read a cycle before
+            ctx.set(dut.bank.data, data(read_node, ctx.get(dut.bank.beat)))
+            ctx.set(dut.aw.ready, rng.random() < p_aw)
+            done = in_flight > 0 and rng.random() < p_done
+            ctx.set(dut.beat_done, done)
+            if ctx.get(dut.aw.valid) and ctx.get(dut.aw.ready):
+                p = ctx.get(dut.aw.payload)
+                got_bursts.append((p.addr, p.len))
+            if ctx.get(dut.o.valid):
+                p = ctx.get(dut.o.payload)
+                node = len(got_beats) // row_beats
+                assert (p.zero, p.single, p.recip) == (node % 3 == 0, node % 5 == 0, node)
+                assert p.acc == data(node, len(got_beats) % row_beats)
+                got_beats.append((node, len(got_beats) % row_beats, p.last, p.mask))
+                in_flight += 1
+            in_flight -= done
+            assert 0 <= in_flight <= credits
+            read_node = released
+            if ctx.get(dut.bank.release):
+                assert closed > released
+                released += 1
+            await ctx.tick()
+        assert ctx.get(dut.nodes) == rows
+
+    _run(dut, bench)
+    assert got_beats == want_beats
+    assert got_bursts == want_bursts
+    assert any(b[1] != row_beats - 1 for b in want_bursts) or row_beats == 1
