@@ -161,13 +161,19 @@ def _row_bursts(addr, row_beats, bpb=16):
     return bursts
 
 
-@pytest.mark.parametrize("row_beats, stride, p_ready, p_aw, p_w", [
-    (1, 16, 1.0, 1.0, 1.0), (3, 48, 0.6, 0.5, 0.4), (8, 4096 + 64, 1.0, 0.7, 1.0),
-    (5, 336, 0.8, 1.0, 0.2)])
-def test_drain_sends_every_row_and_its_bursts(row_beats, stride, p_ready, p_aw, p_w):
+@pytest.mark.parametrize("row_beats, stride, p_ready, p_aw, p_w, first_beats", [
+    (1, 16, 1.0, 1.0, 1.0, None), (3, 48, 0.6, 0.5, 0.4, None), (8, 4096 + 64, 1.0, 0.7, 1.0, None),
+    (5, 336, 0.8, 1.0, 0.2, None),
+    # the first row's first burst is one beat, later rows' first bursts one beat more or
+    # less each (strides a beat off a page), at full rate and stalling
+    (2, 4096 - 16, 1.0, 1.0, 1.0, 1), (3, 4096 + 16, 0.8, 0.6, 0.5, 1),
+    (8, 4096 - 80, 1.0, 1.0, 1.0, 1), (8, 144, 0.7, 0.4, 0.6, 1), (5, 4096 - 48, 0.5, 1.0, 0.3, 1)])
+def test_drain_sends_every_row_and_its_bursts(row_beats, stride, p_ready, p_aw, p_w, first_beats):
     rng = np.random.default_rng(row_beats * 100 + stride)
     nodes, credits, lanes = 60, 6, LANES
-    base = 4096 * 7 - 16 * int(rng.integers(0, 12))       # rows near and across 4 KiB pages
+    # rows near and across 4 KiB pages; with first_beats, the first row that far before one
+    back = int(rng.integers(0, 12)) if first_beats is None else first_beats
+    base = 4096 * 7 - 16 * back
     dut = Drain(lanes=lanes, acc_width=ACC_W, max_beats=8, addr_width=48, bytes_per_beat=16,
                 credits=credits)
     last_mask = 0b0011
