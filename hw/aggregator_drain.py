@@ -15,6 +15,7 @@ from amaranth.lib.wiring import In, Out
 
 from .aggregator_output import accumulator_beat_layout
 from .aggregator_reduce import bank_read_signature
+from .blocks import last_beat_flag
 from .dma import write_address_layout
 
 
@@ -114,7 +115,8 @@ class Drain(wiring.Component):
         # credits != 0 and not the run's second cycle (where the first row's slot fills), a
         # flip-flop decided a cycle ahead (go only chooses among outcomes)
         may_go = Signal(init=self.credits != 0)
-        d_last, needs_aw = Signal(reset_less=True), Signal(reset_less=True)
+        needs_aw = Signal(reset_less=True)
+        d_last = last_beat_flag(m, go, d_beat, d_beat1, row_last_beat, "d_last")
         # the drained row's length as a register, a cycle behind `first_len`: it serves the
         # burst-end compares from the row's second cycle on (a row is left only after a go,
         # so by then the row's slot has been current, and unchanged, for a cycle); the
@@ -122,19 +124,12 @@ class Drain(wiring.Component):
         cur_len = Signal.like(first_len, name="cur_len", reset_less=True)
         m.d.sync += cur_len.eq(first_len)
         first_one = Mux(which, slot_one[1], slot_one[0])
-        # the compares as kept nets: go (late) only chooses among them
-        cmp = {k: Signal(name=f"cmp_{k}", attrs={"keep": 1})
-               for k in ("one_beat", "last_next", "last_here", "burst_next", "burst_here")}
-        m.d.comb += [cmp["one_beat"].eq(row_last_beat == 0),
-                     cmp["last_next"].eq(d_beat1 == row_last_beat),
-                     cmp["last_here"].eq(d_beat == row_last_beat),
-                     cmp["burst_next"].eq(d_beat1 == cur_len),
-                     cmp["burst_here"].eq(d_beat == cur_len)]
-        ends_first = Mux(d_first, first_one, cmp["burst_next"])
-        m.d.sync += [
-            d_last.eq(Mux(go, Mux(d_last, cmp["one_beat"], cmp["last_next"]), cmp["last_here"])),
-            needs_aw.eq(Mux(go, d_last | ends_first, d_first | cmp["burst_here"])),
-        ]
+        # the burst-end compares as kept nets: go (late) only chooses among them
+        burst_next = Signal(name="burst_next", attrs={"keep": 1})
+        burst_here = Signal(name="burst_here", attrs={"keep": 1})
+        m.d.comb += [burst_next.eq(d_beat1 == cur_len), burst_here.eq(d_beat == cur_len)]
+        ends_first = Mux(d_first, first_one, burst_next)
+        m.d.sync += needs_aw.eq(Mux(go, d_last | ends_first, d_first | burst_here))
         m.d.comb += [
             # the first row's bursts are in their slot from the run's third cycle
             go.eq(self.bank.ready & may_go & (~needs_aw | self.aw.ready)),

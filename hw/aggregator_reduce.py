@@ -35,7 +35,7 @@ from amaranth.lib.wiring import In, Out
 from gnnweave.fixed import MEAN_RECIP_BITS
 
 from .aggregator_walk import descriptor_layout
-from .blocks import StreamRegister
+from .blocks import StreamRegister, last_beat_flag
 
 
 def bank_entries(max_beats: int) -> int:
@@ -130,18 +130,8 @@ class Reduce(wiring.Component):
                            for i in range(2))
         row_pop, desc_pop = Signal(), Signal()
         other_free = Signal(init=1)           # ~filled[~bank], a flip-flop set a cycle ahead
-        # whether beat_no is a row's last, a flip-flop: each way beat_no can go is compared
-        # a cycle ahead (no reset: it follows beat_no and the row length through CHECK)
-        last_beat = Signal(reset_less=True)
-        # its candidates as kept nets: the pop (itself a function of last_beat) only
-        # chooses among them, ABC builds no tree around the compares
-        cand = {k: Signal(name=f"last_beat_{k}", attrs={"keep": 1})
-                for k in ("one_beat", "after_pop", "here")}
-        m.d.comb += [cand["one_beat"].eq(self.row_last_beat == 0),
-                     cand["after_pop"].eq(beat_no1 == self.row_last_beat),
-                     cand["here"].eq(beat_no == self.row_last_beat)]
-        m.d.sync += last_beat.eq(Mux(row_pop, Mux(last_beat, cand["one_beat"], cand["after_pop"]),
-                                     cand["here"]))
+        # whether beat_no is a row's last, a flip-flop decided a cycle ahead
+        last_beat = last_beat_flag(m, row_pop, beat_no, beat_no1, self.row_last_beat, "last_beat")
 
         # the next cycle's `filled` and `dbank`, and `other_free` set a cycle ahead
         closing = Signal()                    # the accumulated bank closes

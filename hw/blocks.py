@@ -423,6 +423,20 @@ def up_down_counter(m: Module, limit: int, up, down, name: str):
     return count
 
 
+def last_beat_flag(m: Module, step, beat, beat_plus_1, last, name: str):
+    """``beat == last`` as a flip-flop, for a counter ``beat`` (kept beside ``beat_plus_1``)
+    that ``step`` moves on and wraps to 0 after ``last``: each value the counter can take
+    next is compared a cycle ahead, the compares are kept nets (``step``, a late
+    handshake, only chooses among them; ABC builds no tree around them), and the flag has
+    no reset (it follows the counter and ``last`` through a unit's CHECK). Returns it."""
+    flag = Signal(name=name, reset_less=True)
+    cand = {k: Signal(name=f"{name}_{k}", attrs={"keep": 1}) for k in ("one_beat", "next", "here")}
+    m.d.comb += [cand["one_beat"].eq(last == 0), cand["next"].eq(beat_plus_1 == last),
+                 cand["here"].eq(beat == last)]
+    m.d.sync += flag.eq(Mux(step, Mux(flag, cand["one_beat"], cand["next"]), cand["here"]))
+    return flag
+
+
 class RegisteredFIFO(wiring.Component):
     """A first-in first-out queue of ``depth`` elements whose flags are all flip-flops.
 
