@@ -21,6 +21,7 @@ from amaranth.lib.wiring import In, Out
 
 from gnnweave.contract import PIPELINE_STAGE_COUNTERS, names
 
+from .axi import SkidBuffer
 from .train_stage import TrainStage
 
 
@@ -47,33 +48,6 @@ STAGE_CONFIG = ("rows", "d_in", "d_out", "relu", "fwd_shift", "dx_shift", "dw_sh
 STAGE_HOST_INPUTS = ("w_wr_en", "w_row", "w_word", "w_wr_data", "v_wr_en", "v_row", "v_word", "v_wr_data")
 #: Per-stage counters exposed as ``s<i>_<name>``.
 STAGE_COUNTERS = names(PIPELINE_STAGE_COUNTERS)
-
-
-class StageSlice(wiring.Component):
-    """Two-entry register slice on a stream of ``shape`` (as :class:`~.axi.SkidBuffer`):
-    full throughput; ``o.valid``, ``o.payload`` and ``i.ready`` are flip-flops. ``i.ready``
-    is a flip-flop of its own (the skid entry's "empty", kept beside its valid), not an
-    inverter after one: a stage's ready logic starts from it a net earlier."""
-
-    def __init__(self, shape):
-        self.shape = shape
-        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
-
-    def elaborate(self, platform):
-        m = Module()
-        main_valid, skid_valid = Signal(), Signal()
-        ready = Signal(init=1)          # == ~skid_valid
-        main = Signal(self.shape, reset_less=True)
-        skid = Signal(self.shape, reset_less=True)
-        m.d.comb += [self.i.ready.eq(ready), self.o.valid.eq(main_valid), self.o.payload.eq(main)]
-        with m.If(~main_valid | self.o.ready):
-            with m.If(skid_valid):
-                m.d.sync += [main.eq(skid), main_valid.eq(1), skid_valid.eq(0), ready.eq(1)]
-            with m.Else():
-                m.d.sync += [main.eq(self.i.payload), main_valid.eq(self.i.valid)]
-        with m.Elif(self.i.valid & ready):
-            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1), ready.eq(0)]
-        return m
 
 
 class Pipeline(wiring.Component):
@@ -137,7 +111,7 @@ class Pipeline(wiring.Component):
         seg_shape = stages[0].act_out.payload.shape()
 
         def slice_(name, src, dst):
-            m.submodules[name] = skid = StageSlice(seg_shape)
+            m.submodules[name] = skid = SkidBuffer(seg_shape)
             m.d.comb += [skid.i.valid.eq(src.valid), skid.i.payload.eq(src.payload),
                          src.ready.eq(skid.i.ready),
                          dst.valid.eq(skid.o.valid), dst.payload.eq(skid.o.payload),
