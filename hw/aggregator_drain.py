@@ -97,13 +97,12 @@ class Drain(wiring.Component):
             m.d.sync += next_row_addr.eq(self.base)
         with m.Elif(fill):
             m.d.sync += next_row_addr.eq(next_row_addr + self.stride)
-        new_len = Mux(crosses, to_b_m1 + 1, row_beats)
         for k in range(2):
             with m.If(fill & (fill_slot == k)):
                 m.d.sync += [
                     slot_addr[k].eq(next_row_addr),
                     slot_len_m1[k].eq(Mux(crosses, to_b_m1, row_last_beat)),
-                    slot_len[k].eq(new_len),
+                    slot_len[k].eq(Mux(crosses, to_b_m1 + 1, row_beats)),
                     slot_one[k].eq(Mux(crosses, to_b_m1 == 0, row_last_beat == 0)),
                 ]
         m.d.sync += [second_addr.eq(out_row_addr + (first_len << beat_bits)),
