@@ -87,7 +87,8 @@ class ReadPort(Elaboratable):
     waiting a few cycles longer. In that mode the guard's limits are registered, so a
     guard must be set three cycles before its client requests.
 
-    With ``zero_flag``, ``no_outstanding`` is ``outstanding == 0`` kept as a flip-flop.
+    With ``zero_flag``, ``no_outstanding`` is a flip-flop: no beat requested (granted) and
+    not yet returned.
     """
 
     #: requests per client between its ready and the arbiter (registered mode): the queue
@@ -113,7 +114,9 @@ class ReadPort(Elaboratable):
         self.fault = Signal()               # pulse: a request fell outside its buffer
         self.resp_error = Signal()          # pulse: an R beat came back with SLVERR/DECERR
         self.beat = Signal()                # pulse: one R beat accepted
-        self.outstanding = Signal(32)       # beats requested and not yet returned
+        #: beats requested and not yet returned (with ``registered_requests``, a grant's
+        #: beats from the cycle after it)
+        self.outstanding = Signal(32)
         if zero_flag:
             #: ``outstanding == 0`` as a flip-flop, updated with the count (no 32-bit
             #: compare behind a client's "nothing in flight" logic)
@@ -160,23 +163,31 @@ class ReadPort(Elaboratable):
             ]
         m.d.comb += self.resp_error.eq(r_fire & (bus.rresp >= Resp.SLVERR))
         if self.registered_requests:
-            # the count after each possible grant is summed from registers beside the
-            # arbitration; the granted head (chosen from the heads' flip-flops alone) selects
-            # one, and whether the AR register is free only chooses between it and no grant
-            # (no carry chain behind the grant)
+            # the granted burst's beats join the count a cycle after its grant, from a
+            # register (no carry chain behind the arbitration). Its first R beat comes two
+            # cycles after the grant at the earliest (AR leaves its register the cycle after),
+            # so the count never runs below zero; `no_outstanding` sees the grant at once
             wins, heads, ar_free = take[1:]
-            base = self.outstanding - r_fire
-            sums = [self.outstanding + Mux(r_fire, head.len, head.beats) for head in heads]
             granted = ar_free & Cat(*wins).any()
-            m.d.sync += self.outstanding.eq(Mux(granted, _one_hot_select(wins, sums), base))
+            added = Signal(9, name="granted_beats")
+            added_m1 = Signal(signed(10), init=-1, name="granted_beats_m1")
+            pending = Signal(name="grant_pending")
+            m.d.sync += [
+                pending.eq(granted),
+                added.eq(Mux(granted, _one_hot_select(wins, [h.beats for h in heads]), 0)),
+                added_m1.eq(Mux(granted, _one_hot_select(wins, [h.len for h in heads]), -1)),
+                self.outstanding.eq(self.outstanding + Mux(r_fire, added_m1, added)),
+            ]
         else:
             granted = take != 0
+            pending = Const(0)
             m.d.sync += self.outstanding.eq(self.outstanding + (take - r_fire))
         if self.zero_flag:
-            # a grant adds at least one beat more than an R beat can take away; without
-            # one, the count reaches zero from zero (no beat) or from one (its last beat)
+            # a grant (this cycle's, or the last one's not yet counted) adds at least one
+            # beat more than an R beat can take away; without one, the count reaches zero
+            # from zero (no beat) or from one (its last beat)
             m.d.sync += self.no_outstanding.eq(
-                ~granted & Mux(r_fire, self.outstanding == 1, self.no_outstanding))
+                ~granted & ~pending & Mux(r_fire, self.outstanding == 1, self.no_outstanding))
         return m
 
     def _arbiter(self, m, valids, addrs, lens):
