@@ -114,17 +114,21 @@ class RowGather(wiring.Component):
         beats = range(self.max_beats + 1)
         credits = Signal(range(self.slots + 1), init=self.slots)
         busy = Signal()                                   # a row's bursts are being issued
-        burst_addr, burst_len = Signal(self.aw, reset_less=True), Signal(beats)
-        burst_len_m1 = Signal(8, reset_less=True)         # AxLEN, kept beside the length
-        next_addr, next_len = Signal(self.aw, reset_less=True), Signal(beats)
-        next_len_m1 = Signal(8, reset_less=True)          # its AxLEN, ready before it issues
+        burst_len = Signal(beats)                         # the burst to issue next
+        # the row's two bursts (address, AxLEN), loaded with the row and chosen by
+        # `on_second`: the issue flips a flip-flop, it enables no wide register
+        first_addr, next_addr = Signal(self.aw, reset_less=True), Signal(self.aw, reset_less=True)
+        first_len_m1, next_len_m1 = Signal(8, reset_less=True), Signal(8, reset_less=True)
+        next_len = Signal(beats)
+        on_second = Signal()
         # credits >= burst_len, a flip-flop: compared a cycle ahead on the values both
         # take next, so the issue and the row buffer's pop start from registers
         enough = Signal(init=1)
         last_burst = Signal(init=1, reset_less=True)       # next_len == 0, likewise
         both_len = Signal(range(2 * self.max_beats + 1))  # burst_len + next_len, likewise
         m.d.comb += [out.i.valid.eq(busy & enough),
-                     out.i.payload.addr.eq(burst_addr), out.i.payload.len.eq(burst_len_m1)]
+                     out.i.payload.addr.eq(Mux(on_second, next_addr, first_addr)),
+                     out.i.payload.len.eq(Mux(on_second, next_len_m1, first_len_m1))]
         issue = out.i.valid & out.i.ready
         # busy & enough & last_burst, likewise: the row slice's load enable (wide) waits
         # on one gate of flip-flops
@@ -170,14 +174,13 @@ class RowGather(wiring.Component):
             load, one_burst & enough_if_load,
             Mux(issue, ~last_burst & enough_if[1, 0], busy & last_burst & enough_if[0, 0])))
         with m.If(issue):
-            m.d.sync += [burst_addr.eq(next_addr), burst_len.eq(next_len),
-                         burst_len_m1.eq(next_len_m1), both_len.eq(next_len),
+            m.d.sync += [on_second.eq(1), burst_len.eq(next_len), both_len.eq(next_len),
                          next_len.eq(0), last_burst.eq(1)]
             with m.If(finishing):
                 m.d.sync += busy.eq(0)
         with m.If(load):
-            m.d.sync += [busy.eq(1), burst_addr.eq(row.first_addr), burst_len.eq(row.first_len),
-                         burst_len_m1.eq(row.first_len - 1),
+            m.d.sync += [busy.eq(1), on_second.eq(0), first_addr.eq(row.first_addr),
+                         burst_len.eq(row.first_len), first_len_m1.eq(row.first_len - 1),
                          both_len.eq(row.first_len + row.second_len),
                          next_addr.eq(row.second_addr), next_len.eq(row.second_len),
                          next_len_m1.eq(row.second_len - 1), last_burst.eq(one_burst)]
