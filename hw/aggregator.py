@@ -339,6 +339,7 @@ class AggregatorCore(UnitCore):
         s.desc_pop = Signal()
         s.dp.d.comb += [s.walk.run.eq(s.running), s.walk.num_nodes.eq(s.num_nodes),
                         s.walk.num_edges.eq(s.num_edges), s.walk.use_weights.eq(s.use_weights),
+                        s.walk.count_edges.eq(s.reduce_op == ReduceOp.MEAN),
                         s.walk.row_done.eq(s.row_ids.r.valid & s.row_ids.r.ready),
                         s.walk.desc_done.eq(s.desc_pop)]
         s.edge_pulse, s.rejected_pulse, s.bad_indptr = s.walk.edge, s.walk.rejected, s.walk.bad_indptr

@@ -135,6 +135,8 @@ class EdgeWalk(wiring.Component):
         descriptors: likewise, ``desc_slots`` credits returned by ``desc_done``.
         run: the walk may start (it then waits for ``indptr[0]``).
         num_nodes, num_edges, use_weights: the run's configuration.
+        count_edges: a last descriptor's ``count`` is its node's valid edges (a mean
+            divides by it); without, every count is 0. Constant while the walk runs.
         edge, rejected: pulses, a valid / rejected index consumed.
         bad_indptr: some row pointer was clamped (sticky for the run).
         done: every position of the index stream consumed.
@@ -150,6 +152,7 @@ class EdgeWalk(wiring.Component):
             "descriptors": Out(stream.Signature(descriptor_layout(elem_width), always_ready=True)),
             "row_done": In(1), "desc_done": In(1),
             "run": In(1), "num_nodes": In(32), "num_edges": In(32), "use_weights": In(1),
+            "count_edges": In(1),
             "edge": Out(1), "rejected": Out(1), "bad_indptr": Out(1), "done": Out(1),
         })
 
@@ -229,21 +232,31 @@ class EdgeWalk(wiring.Component):
                          pos_next2.eq(pos_next2 + 1), at_target.eq(at_last),
                          at_last.eq(pos_next2 == target)]
         with m.If(to_tail):     # from pos == target: the rest of the stream is discarded
-            m.d.sync += [target.eq(num_edges), at_target.eq(target_is_last),
-                         at_last.eq(target_before_last)]
+            m.d.sync += [at_target.eq(target_is_last), at_last.eq(target_before_last)]
+        # the tail's target is E. CLOSE uses no target (nothing is consumed), so every
+        # CLOSE cycle loads it (a node after this one loads its own): the late "last node"
+        # decision enables no wide register
+        with m.If(s_close | (skip_end & no_nodes)):
+            m.d.sync += target.eq(num_edges)
 
         with m.If(edge_go):
             with m.If(index_ok):
                 m.d.comb += [self.rows.valid.eq(1), self.edge.eq(1), emit.eq(held)]
-                m.d.sync += [held.eq(1), held_weight.eq(edge_in.payload.weight.as_signed()),
-                             node_count.eq(node_count + 1)]
+                m.d.sync += held.eq(1)
             with m.Else():
                 m.d.comb += self.rejected.eq(1)
         with m.If(close):
             m.d.comb += emit.eq(1)
             m.d.sync += held.eq(0)
-        m.d.comb += [desc.weight.eq(held_weight), desc.last.eq(s_close),
-                     desc.empty.eq(s_close & ~held), desc.count.eq(Mux(s_close, node_count, 0))]
+        # the weight and the count load only where the run uses them, on flags the edge
+        # brings from its slice: a valid edge's pulse (whose loads the descriptor's credits
+        # wait on) enables neither
+        with m.If(edge_go & edge_in.payload.weighs):
+            m.d.sync += held_weight.eq(edge_in.payload.weight.as_signed())
+        with m.If(edge_go & edge_in.payload.counts):
+            m.d.sync += node_count.eq(node_count + 1)
+        m.d.comb += [desc.weight.eq(Mux(use_weights, held_weight, 1)), desc.last.eq(s_close),
+                     desc.empty.eq(s_close & ~held), desc.count.eq(node_count)]
         self._credits(m, Signal(range(self.row_slots + 1), init=self.row_slots), row_room,
                       self.rows.valid, self.row_done)
         self._credits(m, Signal(range(self.desc_slots + 1), init=self.desc_slots), can_emit,
@@ -254,14 +267,19 @@ class EdgeWalk(wiring.Component):
         """An edge (its index and, with use_weights, its weight) passes a register slice of
         the walk's own, which joins the two streams and compares the index with the node
         count on the way in: the walk's decisions start from its valid flip-flop, the
-        compare's carry chain is not behind them."""
+        compare's carry chain is not behind them. Beside ``ok`` (index < N) the edge
+        carries whether its weight is kept (``weighs``: ok, with use_weights) and whether it
+        is counted (``counts``: ok, with count_edges)."""
         use_weights, wts = self.use_weights, self.weights
         m.submodules.edge_slice = edge_slice = StreamRegister(
-            data.StructLayout({"index": 32, "ok": 1, "weight": self.ew}))
+            data.StructLayout({"index": 32, "ok": 1, "weighs": 1, "counts": 1, "weight": self.ew}))
+        ok = self.indices.payload < self.num_nodes
         m.d.comb += [edge_slice.i.valid.eq(self.indices.valid & (wts.valid | ~use_weights)),
                      edge_slice.i.payload.index.eq(self.indices.payload),
-                     edge_slice.i.payload.ok.eq(self.indices.payload < self.num_nodes),
-                     edge_slice.i.payload.weight.eq(Mux(use_weights, wts.payload, 1)),
+                     edge_slice.i.payload.ok.eq(ok),
+                     edge_slice.i.payload.weighs.eq(ok & use_weights),
+                     edge_slice.i.payload.counts.eq(ok & self.count_edges),
+                     edge_slice.i.payload.weight.eq(wts.payload),
                      self.indices.ready.eq(edge_slice.i.ready & (wts.valid | ~use_weights)),
                      wts.ready.eq(edge_slice.i.ready & self.indices.valid & use_weights)]
         return edge_slice.o
@@ -270,17 +288,20 @@ class EdgeWalk(wiring.Component):
     def _last_node(m, num_nodes, step):
         """Whether the current node is the last (node + 1 == N), from flip-flops: both
         compares are registered every cycle (they keep running while the datapath is held
-        in reset); the one of node + 2 is chosen in the cycle after a ``step`` (steps are
+        in reset). The counters move a cycle after a ``step`` (from a flip-flop: the late
+        step enables none of their bits), and the compare of node + 2 is chosen in the two
+        cycles after it, until the compare of the moved node + 1 is registered (steps are
         at least two cycles apart: CLOSE, NEXT_PTR)."""
         node_next = Signal(32, init=1)  # the current node + 1 (compared, never added)
         node_next2 = Signal(32, init=2)  # node_next + 1, counted beside it
         last_now, last_after_step = Signal(reset_less=True), Signal(reset_less=True)
-        stepped = Signal()
+        stepped, stepped2 = Signal(), Signal()
         m.d.sync += [last_now.eq(node_next == num_nodes),
-                     last_after_step.eq(node_next2 == num_nodes), stepped.eq(step)]
-        with m.If(step):
+                     last_after_step.eq(node_next2 == num_nodes),
+                     stepped.eq(step), stepped2.eq(stepped)]
+        with m.If(stepped):
             m.d.sync += [node_next.eq(node_next2), node_next2.eq(node_next2 + 1)]
-        return Mux(stepped, last_after_step, last_now)
+        return Mux(stepped | stepped2, last_after_step, last_now)
 
     @staticmethod
     def _credits(m, credits, room, take, give):

@@ -366,8 +366,9 @@ from gnnweave.golden.aggregate import effective_indptr  # noqa: E402
 from gnnweave.hw.aggregator_walk import EdgeWalk, PointerClamp  # noqa: E402
 
 
-def _walk_oracle(indptr, indices, weights, n):
-    """Rows and descriptors the walk must give, from the golden model's row pointers."""
+def _walk_oracle(indptr, indices, weights, n, use_weights=True, count_edges=True):
+    """Rows and descriptors the walk must give, from the golden model's row pointers
+    (every weight 1 without ``use_weights``, every count 0 without ``count_edges``)."""
     e = len(indices)
     eff, bad = effective_indptr(np.array(indptr), n, e)
     rows, descs = [], []
@@ -378,13 +379,15 @@ def _walk_oracle(indptr, indices, weights, n):
             descs.append((None, 1, 1, 0))
         for j, k in enumerate(valid):
             last = j == len(valid) - 1
-            descs.append((weights[k], int(last), 0, len(valid) if last else None))
+            descs.append((weights[k] if use_weights else 1, int(last), 0,
+                          (len(valid) if count_edges else 0) if last else None))
     rejected = sum(1 for k in range(eff[0], eff[n]) if indices[k] >= n)
     return rows, descs, bad, rejected
 
 
+@pytest.mark.parametrize("use_weights, count_edges", [(1, 1), (0, 0)])
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_edge_walk_follows_the_clamped_pointers(seed):
+def test_edge_walk_follows_the_clamped_pointers(seed, use_weights, count_edges):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 12))
     e = int(rng.integers(0, 40))
@@ -399,7 +402,8 @@ def test_edge_walk_follows_the_clamped_pointers(seed):
     async def bench(ctx):
         ctx.set(dut.num_nodes, n)
         ctx.set(dut.num_edges, e)
-        ctx.set(dut.use_weights, 1)
+        ctx.set(dut.use_weights, use_weights)
+        ctx.set(dut.count_edges, count_edges)
         ctx.set(dut.run, 1)
         queues = {"pointers": list(indptr), "indices": list(indices), "weights": list(weights)}
         owed_rows, owed_descs = [], []          # credits come back some cycles later
@@ -438,7 +442,8 @@ def test_edge_walk_follows_the_clamped_pointers(seed):
         assert ctx.get(dut.done), "the walk did not finish"
 
     _run(dut, bench)
-    want_rows, want_descs, want_bad, want_rejected = _walk_oracle(indptr, indices, weights, n)
+    want_rows, want_descs, want_bad, want_rejected = _walk_oracle(indptr, indices, weights, n,
+                                                                  use_weights, count_edges)
     assert rows == want_rows
     assert descs == want_descs
     assert flags["edges"] == len(want_rows) and flags["rejected"] == want_rejected
