@@ -9,7 +9,7 @@ flip-flops, and it enables no wide register.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -73,7 +73,9 @@ class Drain(wiring.Component):
         slot_len = [Signal(range(maxb + 1), name=f"slot{k}_len", reset_less=True) for k in range(2)]
         slot_len_m1 = [Signal(range(maxb), name=f"slot{k}_len_m1", reset_less=True)
                        for k in range(2)]
+        # "the first burst is one beat", "... two beats": flags of the slot, set with it
         slot_one = [Signal(name=f"slot{k}_one", reset_less=True) for k in range(2)]
+        slot_two = [Signal(name=f"slot{k}_two", reset_less=True) for k in range(2)]
         which = Signal()
         out_row_addr, first_len, first_len_m1 = (Signal(aw, name="out_row_addr"),
                                                  Signal(range(maxb + 1), name="first_len"),
@@ -89,6 +91,11 @@ class Drain(wiring.Component):
         # beats to the boundary minus one, for a beat-aligned address: no carry chain
         to_b_m1 = ~next_row_addr[beat_bits:12]
         crosses = to_b_m1 < row_last_beat
+        # the first burst's length is 1 or 2, without the compare: min(to_b_m1 + 1,
+        # row_beats) is 1 where either is, and 2 where one is 2 and the other more
+        one_beat = (to_b_m1 == 0) | (row_last_beat == 0)
+        two_beats = (((to_b_m1 == 1) & (row_last_beat[1:] != 0)) |
+                     ((row_last_beat == 1) & (to_b_m1 != 0)))
         # the first row fills `which` in the run's second cycle, the second row the other
         # slot in its third; later rows fill the slot their predecessor-but-one left
         fill = launched | launched2 | advanced
@@ -103,7 +110,7 @@ class Drain(wiring.Component):
                     slot_addr[k].eq(next_row_addr),
                     slot_len_m1[k].eq(Mux(crosses, to_b_m1, row_last_beat)),
                     slot_len[k].eq(Mux(crosses, to_b_m1 + 1, row_beats)),
-                    slot_one[k].eq(Mux(crosses, to_b_m1 == 0, row_last_beat == 0)),
+                    slot_one[k].eq(one_beat), slot_two[k].eq(two_beats),
                 ]
         m.d.sync += [second_addr.eq(out_row_addr + (first_len << beat_bits)),
                      second_len_m1.eq(row_last_beat - first_len)]
@@ -116,17 +123,23 @@ class Drain(wiring.Component):
         may_go = Signal(init=self.credits != 0)
         needs_aw = Signal(reset_less=True)
         d_last = last_beat_flag(m, go, d_beat, d_beat1, row_last_beat, "d_last")
-        # the drained row's length as a register, a cycle behind `first_len`: it serves the
-        # burst-end compares from the row's second cycle on (a row is left only after a go,
-        # so by then the row's slot has been current, and unchanged, for a cycle); the
-        # row's first beat asks a flag of its slot instead, "the first burst is one beat"
-        cur_len = Signal.like(first_len, name="cur_len", reset_less=True)
-        m.d.sync += cur_len.eq(first_len)
+        # whether d_beat + 1 (burst_next) and d_beat (burst_here) end the row's first
+        # burst, from a count of the beats before its second burst, `to_second` =
+        # first_len - d_beat, and flags of it: flip-flops, no compare behind go. They serve
+        # from the row's second beat on: its first beat asks its slot's flags, and its go
+        # loads the count from the slot (the row's AW reads the same slot then)
         first_one = Mux(which, slot_one[1], slot_one[0])
-        # the burst-end compares as kept nets: go (late) only chooses among them
-        burst_next = Signal(name="burst_next", attrs={"keep": 1})
-        burst_here = Signal(name="burst_here", attrs={"keep": 1})
-        m.d.comb += [burst_next.eq(d_beat1 == cur_len), burst_here.eq(d_beat == cur_len)]
+        first_two = Mux(which, slot_two[1], slot_two[0])
+        to_second = Signal(signed(len(first_len) + 1), name="to_second", reset_less=True)
+        burst_next = Signal(name="burst_next", reset_less=True)     # to_second == 1
+        burst_here = Signal(name="burst_here", reset_less=True)     # to_second == 0
+        with m.If(go):
+            with m.If(d_first):
+                m.d.sync += [to_second.eq(first_len_m1), burst_next.eq(first_two),
+                             burst_here.eq(first_one)]
+            with m.Else():
+                m.d.sync += [to_second.eq(to_second - 1), burst_next.eq(to_second == 2),
+                             burst_here.eq(burst_next)]
         ends_first = Mux(d_first, first_one, burst_next)
         m.d.sync += needs_aw.eq(Mux(go, d_last | ends_first, d_first | burst_here))
         m.d.comb += [
