@@ -254,8 +254,9 @@ class ExtentCheck(wiring.Component):
     ``bytes_per_beat``, rows overlap (``stride < row_bytes``, ``rows > 0``), or the extent
     ``(rows - 1) * stride + row_bytes`` exceeds ``size`` or ``base + size`` passes the
     address space. ``rows == 0`` needs nothing. The product comes from shift-and-add, one
-    bit of ``rows - 1`` a cycle, MSB first, clamped at ``2 ** (addr_width + 1)`` (any
-    clamped extent is over every buffer, so the verdict is exact); no DSP.
+    bit of ``rows - 1`` a cycle, MSB first; once it reaches ``2 ** addr_width`` (over every
+    buffer, and it only grows) the next step clamps it to ``2 ** (addr_width + 1)``, so the
+    verdict is exact and the clamp waits on a flip-flop's bits, not on the adder. No DSP.
 
     Ports:
         start: In, one cycle: load the operands (they must hold until ``done``).
@@ -286,7 +287,11 @@ class ExtentCheck(wiring.Component):
         bits = Signal(range(self.rw + 1))
         need = Signal(aw + 3, reset_less=True)
         phase = Signal(range(4))      # 0 idle/done, 1 multiplying, 2 adding, 3 comparing
-        doubled = Cat(Const(0, 1), product) + Mux(multiplier[-1], self.stride, 0)
+        # a stride of 2 ** addr_width or more spans every buffer with two rows (the rows
+        # > 1 term below); the multiplier takes its low bits, so the product (below
+        # 2 ** addr_width before each step) doubled and added stays in its width
+        doubled = (Cat(Const(0, 1), product) + Mux(multiplier[-1], self.stride[:aw], 0))[:aw + 2]
+        big = product[aw:].any()
         # the verdicts that need no product, registered while it is formed (the operands
         # hold from start): the last phase compares the extent with the size, nothing more
         some, bad_early = Signal(reset_less=True), Signal(reset_less=True)
@@ -294,8 +299,7 @@ class ExtentCheck(wiring.Component):
             m.d.sync += [product.eq(0), multiplier.eq(self.rows - 1), bits.eq(self.rw),
                          phase.eq(1), self.done.eq(0)]
         with m.Elif(phase == 1):
-            # doubled >= clamp, a power of two: its high bits, not a carry chain
-            m.d.sync += [product.eq(Mux(doubled[aw + 1:].any(), clamp, doubled)),
+            m.d.sync += [product.eq(Mux(big, clamp, doubled)),
                          multiplier.eq(multiplier << 1), bits.eq(bits - 1)]
             with m.If(bits == 1):
                 m.d.sync += phase.eq(2)
@@ -309,6 +313,7 @@ class ExtentCheck(wiring.Component):
             m.d.sync += [some.eq(rows_some),
                          bad_early.eq(((self.base & align) != 0) | ((self.stride & align) != 0)
                                       | (rows_some & (self.stride < self.row_bytes))
+                                      | ((self.rows > 1) & (self.stride[aw:] != 0))
                                       | ((self.base + self.size) >> aw != 0))]
         return m
 

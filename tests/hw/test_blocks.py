@@ -215,19 +215,25 @@ def extent_model(base, size, stride, rows, row_bytes, bpb, aw):
     return bad
 
 
-def test_extent_check_matches_the_rule_and_takes_its_cycles():
-    rng = random.Random(7)
+@pytest.mark.parametrize("stride_width", [40, 48])
+def test_extent_check_matches_the_rule_and_takes_its_cycles(stride_width):
+    """Against the rule, with products past the address space (the clamp) and, where the
+    stride is wider than an address, strides of 2 ** addr_width and more."""
+    rng = random.Random(7 + stride_width)
     aw, bpb, rw = 40, 16, 12
-    dut = ExtentCheck(addr_width=aw, bytes_per_beat=bpb, rows_width=rw, stride_width=aw)
+    dut = ExtentCheck(addr_width=aw, bytes_per_beat=bpb, rows_width=rw, stride_width=stride_width)
 
     async def bench(ctx):
         for _ in range(60):
             rows = rng.choice([0, 1, 2, rng.randrange(1 << rw), (1 << rw) - 1])
             row_bytes = rng.randrange(1, 64) * bpb
             stride = rng.choice([row_bytes, row_bytes + bpb, row_bytes - bpb, row_bytes + 3,
-                                 rng.randrange(1 << 30)]) % (1 << aw)
+                                 rng.randrange(1 << 30), (1 << aw) - bpb,
+                                 rng.randrange(1 << stride_width) & -bpb]) % (1 << stride_width)
             need = max(rows - 1, 0) * stride + row_bytes
             size = max(0, need + rng.choice([0, -1, -bpb, bpb, 1 << 20])) % (1 << aw)
+            if rng.random() < 0.2:      # large buffers: the stride's low bits fit them
+                size = rng.randrange(1 << (aw - 1), 1 << aw)
             base = rng.choice([0, bpb * 5, 3, (1 << aw) - size])
             for port, v in (("base", base), ("size", size), ("stride", stride), ("rows", rows),
                             ("row_bytes", row_bytes)):
