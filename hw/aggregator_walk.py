@@ -12,7 +12,7 @@ from .blocks import StreamRegister  # noqa: F401  (importable from here too)
 def descriptor_layout(elem_width: int) -> data.StructLayout:
     """One gathered row's instructions for the reduce: its weight, whether it is its
     node's last (``empty``: the node had no valid edge, no row goes with it) and, on the
-    last, the node's valid edges."""
+    last, the node's valid edges (``count``, where the walk counts them: a mean)."""
     return data.StructLayout({"weight": signed(elem_width), "last": 1, "empty": 1, "count": 32})
 
 
