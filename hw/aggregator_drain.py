@@ -91,8 +91,8 @@ class Drain(wiring.Component):
         # beats to the boundary minus one, for a beat-aligned address: no carry chain
         to_b_m1 = ~next_row_addr[beat_bits:12]
         crosses = to_b_m1 < row_last_beat
-        # the first burst's length is 1 or 2, without the compare: min(to_b_m1 + 1,
-        # row_beats) is 1 where either is, and 2 where one is 2 and the other more
+        # whether the first burst is 1 or 2 beats, without the compare: min(to_b_m1 + 1,
+        # row_beats) is 1 where either is 1, and 2 where one is 2 and the other at least 2
         one_beat = (to_b_m1 == 0) | (row_last_beat == 0)
         two_beats = (((to_b_m1 == 1) & (row_last_beat[1:] != 0)) |
                      ((row_last_beat == 1) & (to_b_m1 != 0)))

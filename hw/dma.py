@@ -118,7 +118,7 @@ class ReadPort(Elaboratable):
         #: beats from the cycle after it)
         self.outstanding = Signal(32)
         if zero_flag:
-            #: ``outstanding == 0`` as a flip-flop, updated with the count (no 32-bit
+            #: no beat in flight, as a flip-flop updated with the count (no 32-bit
             #: compare behind a client's "nothing in flight" logic)
             self.no_outstanding = Signal(init=1)
         #: no burst in the AR register and no beat of a sent one still to come: counted
