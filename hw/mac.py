@@ -468,7 +468,10 @@ class MacCore(wiring.Component):
         only a gate and the registers' enables)."""
         R, C, ib = self.rows, self.cols, self.index_bits
         starting = run["starting"]
-        i0, j0, kk, tj = (Signal(ib, name=n) for n in ("i0", "j0", "kk", "tj"))
+        # the operand position (the buffers' read request) is loaded at every start: no
+        # reset, so the datapath's clear (a net of several hundred loads) is not behind it
+        i0, j0, kk = (Signal(ib, name=n, reset_less=True) for n in ("i0", "j0", "kk"))
+        tj = Signal(ib, name="tj")
         tile = Signal(range(self.max_tiles + 1), name="tile")
         # remaining extents, kept incrementally (no subtract-and-compare per cycle)
         k_rem = Signal(ib, name="k_rem")           # dim_k - 1 - kk
