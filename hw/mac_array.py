@@ -527,8 +527,10 @@ class MacArrayCore(UnitCore):
         with m.If(ctl.accept):
             m.d.sync += [cfg[name].eq(sig) for name, sig in self.cfg.items()]
             m.d.sync += status.eq(0)
+        # the check's verdict (a deep decision) sets its own bit only: nothing else sets a
+        # bit in CHECK (no traffic), and ADDR_FAULT, the run's stop, does not wait on it
         with m.If(ctl.config_error):
-            m.d.sync += status.eq(Status.CONFIG_ERROR)
+            m.d.sync += status[Status.CONFIG_ERROR.bit_length() - 1].eq(1)
 
     # ------------------------------------------------------------------ block loops
     def _block_loops(self, m, dp, run, parts):
