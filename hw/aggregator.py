@@ -60,7 +60,7 @@ from .aggregator_reduce import Reduce
 from .aggregator_walk import EdgeWalk, descriptor_layout
 from .axi import BusParams, UnitCore
 from .blocks import (BufferedFIFO, ElementReader, EventCounters, RegisteredFIFO, RunControl,
-                     StreamRegister)
+                     StreamRegister, status_bit)
 from .dma import ReadPort, WritePort, read_request_layout, write_address_layout
 from gnnweave.contract import AGGREGATOR_CONFIG_REGISTERS as CONFIG_REGISTERS  # noqa: F401
 from gnnweave.contract import AGGREGATOR_STATUS_REGISTERS as STATUS_REGISTERS  # noqa: F401
@@ -467,7 +467,7 @@ class AggregatorCore(UnitCore):
         # each event sets its own bit only, so a bit's register sees no other bit's events
         # (the run's end is a deep decision; it reaches BAD_INDPTR's enable, nothing else)
         def raise_bit(flag):
-            m.d.sync += status[flag.bit_length() - 1].eq(1)
+            m.d.sync += status_bit(status, flag).eq(1)
 
         with m.If(busy):
             with m.If(s.rejected_pulse):

@@ -428,6 +428,13 @@ def up_down_counter(m: Module, limit: int, up, down, name: str):
     return count
 
 
+def status_bit(status, flag: int):
+    """The bit of a one-bit status ``flag`` in a unit's ``status`` register: an event sets
+    it alone (``status_bit(status, Status.X).eq(1)``), so the bit's register sees no other
+    bit's events, however deep their decisions."""
+    return status[flag.bit_length() - 1]
+
+
 def last_beat_flag(m: Module, step, beat, beat_plus_1, last, name: str):
     """``beat == last`` as a flip-flop, for a counter ``beat`` (kept beside ``beat_plus_1``)
     that ``step`` moves on and wraps to 0 after ``last``: each value the counter can take

@@ -129,7 +129,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, Value
 from amaranth.lib import wiring
 
 from .axi import SkidBuffer, UnitCore, unit_bus
-from .blocks import EventCounters, ExtentCheck, RunControl
+from .blocks import EventCounters, ExtentCheck, RunControl, status_bit
 from .dma import ReadPort, StreamReader, WritePort
 from .mac import MAC_INPUT_WIDTH, MacBusParams, MacCore, MacMode, SkewedBuffer
 from .mac_blocks import BlockLoader, BlockWalker, ResultWriter
@@ -530,7 +530,7 @@ class MacArrayCore(UnitCore):
         # the check's verdict (a deep decision) sets its own bit only: nothing else sets a
         # bit in CHECK (no traffic), and ADDR_FAULT, the run's stop, does not wait on it
         with m.If(ctl.config_error):
-            m.d.sync += status[Status.CONFIG_ERROR.bit_length() - 1].eq(1)
+            m.d.sync += status_bit(status, Status.CONFIG_ERROR).eq(1)
 
     # ------------------------------------------------------------------ block loops
     def _block_loops(self, m, dp, run, parts):
