@@ -168,7 +168,6 @@ class SkewedBuffer(Elaboratable):
         rot_w = (self.wr.row[:lb] if lb else Const(0, 1))
         rot_r = Signal(max(lb, 1))
         m.d.comb += rot_r.eq((rd_start + rd_fixed)[:lb] if lb else 0)
-        rot_r_q = Signal.like(rot_r, reset_less=True)
         # extent - start, a cycle before the lanes compare it with their constant offsets
         # (an add and a compare per lane would sit in series before the lane mux)
         room_q = Signal(signed(len(self.rd_extent) + 1), reset_less=True)
@@ -180,8 +179,12 @@ class SkewedBuffer(Elaboratable):
         extent_p = Signal.like(self.rd_extent, reset_less=True)
         with m.If(rd_en):
             m.d.sync += [rot_r_p.eq(rot_r), start_p.eq(rd_start), extent_p.eq(req["rd_extent"])]
+        # each lane's source bank, (rotation + lane) mod L, in a register of its own: the
+        # add is not in series with the lane mux (nor one rotation net behind every lane)
+        src_q = [Signal(max(lb, 1), name=f"src{l}", reset_less=True) for l in range(L)]
         with m.If(rd_en_q):
-            m.d.sync += [rot_r_q.eq(rot_r_p), room_q.eq(extent_p - start_p)]
+            m.d.sync += room_q.eq(extent_p - start_p)
+            m.d.sync += [src_q[l].eq((rot_r_p + l) if lb else 0) for l in range(L)]
         bank_data = []
         for b in range(L):
             mem = Memory(shape=signed(self.width), depth=depth, init=[])
@@ -229,9 +232,7 @@ class SkewedBuffer(Elaboratable):
         banks = Array(bank_data)
         for l in range(L):
             inside = room_q > l                     # start + l < extent
-            src = Signal(max(lb, 1), name=f"src{l}")
-            m.d.comb += src.eq((rot_r_q + l) if lb else 0)
-            m.d.sync += self.rd_data[l].eq(Mux(inside, banks[src], 0))
+            m.d.sync += self.rd_data[l].eq(Mux(inside, banks[src_q[l]], 0))
         return m
 
 
@@ -326,6 +327,12 @@ class MacCore(wiring.Component):
     still arriving can start a run early and hold it until the data at the requested
     address (``a_req`` / ``b_req``) is in.
 
+    ``settled_config=True`` (opt-in) is a promise that the configuration inputs hold their
+    values for at least one cycle before ``start`` and that ``start`` comes only while the
+    core is idle: the core then decodes the inputs (non-empty, the first tile's extents,
+    ``k == 1``) into registers every cycle, so ``start`` only chooses those registers, and
+    ``start`` itself (not gated with ``busy``) enables the run's registers.
+
     ``depth_flags=True`` (opt-in; off, the core is unchanged) adds two outputs about the
     requested depth index (``a_req.fixed``), both registers: ``depth_last`` (it is the
     run's last, ``k - 1``, once the run started) and ``depth_word_end`` (it ends a word of
@@ -340,7 +347,7 @@ class MacCore(wiring.Component):
                  out_width: int = 16, bias_width: int = 32, partial_sums: bool = False,
                  operand_hold: bool = False, max_total_depth: int = MAX_TOTAL_DEPTH,
                  psum_attrs: dict | None = None, read_latency: int = SkewedBuffer.READ_LATENCY,
-                 depth_flags: bool = False):
+                 depth_flags: bool = False, settled_config: bool = False):
         if not 1 <= rows <= 64 or not 1 <= cols <= 64:
             raise ValueError(f"rows/cols must be in 1..64, got {rows}x{cols}")
         if not max_depth <= max_total_depth <= self.MAX_TOTAL_DEPTH:
@@ -352,6 +359,7 @@ class MacCore(wiring.Component):
         self.partial_sums = partial_sums
         self.operand_hold = operand_hold
         self.depth_flags = depth_flags
+        self.settled_config = settled_config
         if read_latency < 1:
             raise ValueError(f"MacCore read_latency must be >= 1 cycle, got {read_latency}")
         #: cycles from a step's operand requests to their data on ``a_data`` / ``b_data``
@@ -416,23 +424,41 @@ class MacCore(wiring.Component):
         run["running"] = Signal(name="running")
         run["issuing"] = Signal(name="issuing")
         run["starting"] = starting = Signal(name="starting")
-        m.d.comb += starting.eq(self.start & ~run["running"])
+        m.d.comb += starting.eq(self.start if self.settled_config else self.start & ~run["running"])
+        run["decoded"] = decoded = self._decoded_config(m)
         with m.If(starting):
             m.d.sync += [run[k].eq(getattr(self, k)) for k in
                          ("m", "n", "k", "shift", "relu", "use_bias", "bias_shift", "mode")]
             if self.partial_sums:
                 m.d.sync += [run["acc_init"].eq(self.acc_init), run["acc_keep"].eq(self.acc_keep)]
-            m.d.sync += [run["running"].eq(1),
-                         run["issuing"].eq((self.m != 0) & (self.n != 0) & (self.k != 0))]
+            m.d.sync += [run["running"].eq(1), run["issuing"].eq(~decoded["empty"])]
         # the bias is added only in FWD and never to a kept partial sum
         run["bias_on"] = Signal(name="bias_on")
         run["empty"] = Signal(name="run_empty")
         keep_in = self.acc_keep if self.partial_sums else 0
         with m.If(starting):
             m.d.sync += [run["bias_on"].eq(self.use_bias & (self.mode == MacMode.FWD) & ~keep_in),
-                         run["empty"].eq((self.m == 0) | (self.n == 0) | (self.k == 0))]
+                         run["empty"].eq(decoded["empty"])]
         m.d.comb += self.busy.eq(run["running"])
         return run
+
+    def _decoded_config(self, m):
+        """What a start derives from the configuration inputs: ``empty`` (a zero extent),
+        ``k_one``, the first tile row's and column's flags (``m_last``, ``n_last``: the
+        only one) and extents (``rows``, ``cols``). Registered every cycle with
+        ``settled_config`` (see the class doc), else the inputs' decode itself."""
+        R, C = self.rows, self.cols
+        decode = {"empty": (self.m == 0) | (self.n == 0) | (self.k == 0), "k_one": self.k == 1,
+                  "m_last": self.m <= R, "n_last": self.n <= C,
+                  "rows": Mux(self.m <= R, self.m, R), "cols": Mux(self.n <= C, self.n, C)}
+        if not self.settled_config:
+            return decode
+        regs = {}
+        for name, value in decode.items():
+            width = {"rows": range(R + 1), "cols": range(C + 1)}.get(name, 1)
+            regs[name] = Signal(width, name=f"start_{name}", reset_less=True)
+            m.d.sync += regs[name].eq(value)
+        return regs
 
     def _bias_memory(self, m):
         """C banks, bank c holds bias[j] for j = c mod C at address j // C, so a tile's C
@@ -530,14 +556,15 @@ class MacCore(wiring.Component):
             return left <= 2 * size, Mux(left <= 2 * size, left - size, size)
 
         with m.If(starting):
-            n_last, n_cols = self.n <= C, Mux(self.n <= C, self.n, C)
+            dec = run["decoded"]
             m.d.sync += [i0.eq(0), j0.eq(0), kk.eq(0), tj.eq(0), tile.eq(0), gap.eq(0),
                          gap_zero.eq(1), credits.eq(self.out_depth), reserving.eq(0),
                          fired_last.eq(0), ok_otherwise.eq(1),
                          k_rem.eq(self.k - 1), m_left.eq(self.m), n_left.eq(self.n),
-                         last_k.eq(self.k == 1), k_one.eq(self.k == 1), first.eq(1),
-                         last_j.eq(n_last), cols_t.eq(n_cols), n_last0.eq(n_last), n_cols0.eq(n_cols),
-                         last_i.eq(self.m <= R), rows_t.eq(Mux(self.m <= R, self.m, R))]
+                         last_k.eq(dec["k_one"]), k_one.eq(dec["k_one"]), first.eq(1),
+                         last_j.eq(dec["n_last"]), cols_t.eq(dec["cols"]),
+                         n_last0.eq(dec["n_last"]), n_cols0.eq(dec["cols"]),
+                         last_i.eq(dec["m_last"]), rows_t.eq(dec["rows"])]
         with m.Elif(fire_last):
             j_last, j_cols = extent(n_left, C)
             m.d.sync += [kk.eq(0), k_rem.eq(run["k"] - 1), last_k.eq(k_one), first.eq(1),
@@ -886,9 +913,10 @@ class MacUnit(Elaboratable):
     (B side: W or dY), each ``max_dim x max_dim``. The buffers' write ports and the core's
     configuration/result ports are the interface (the AXI front end drives them)."""
 
-    def __init__(self, *, rows: int = 4, cols: int = 4, max_dim: int = 64, out_width: int = 16):
+    def __init__(self, *, rows: int = 4, cols: int = 4, max_dim: int = 64, out_width: int = 16,
+                 settled_config: bool = False):
         self.core = MacCore(rows=rows, cols=cols, max_dim=max_dim, max_depth=max_dim,
-                            out_width=out_width)
+                            out_width=out_width, settled_config=settled_config)
         lanes = self.core.lanes
         self.p = SkewedBuffer(lanes=lanes, rows=max_dim, cols=max(max_dim, lanes))
         self.q = SkewedBuffer(lanes=lanes, rows=max_dim, cols=max(max_dim, lanes))

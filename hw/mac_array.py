@@ -255,8 +255,10 @@ class MacArrayCore(UnitCore):
     def _parts(self, dp, run):
         c = self.config
         aw, D, MD, BD = c.addr_width, c.max_dim, c.max_depth, c.buffer_dim
+        # (the core's configuration is the compute walker's, settled before its start, and
+        # the compute loop starts it only after its last block's done)
         core = MacCore(rows=c.rows, cols=c.cols, max_dim=D, max_depth=MD, partial_sums=True,
-                       max_total_depth=c.max_total_depth,
+                       max_total_depth=c.max_total_depth, settled_config=True,
                        psum_attrs={"ram_style": "ultra"} if c.psum_uram else None)
         lanes = max(core.lanes, c.elems_per_beat)
         # two banks per operand: the next block loads while the array computes this one
@@ -406,7 +408,10 @@ class MacArrayCore(UnitCore):
             return ((nbytes + align) >> beat_bits) << beat_bits
 
         dim_m, dim_n, dim_k = cfg["m"], cfg["n"], cfg["k"]
-        fwd = mode == MacMode.FWD.value
+        # a register of its own (the configuration holds through CHECK): the flags below
+        # combine it with their own compares, not with a second compare of the mode
+        fwd = Signal(name="chk_fwd", reset_less=True)
+        m.d.sync += fwd.eq(mode == MacMode.FWD.value)
 
         def shapes(regs):
             """(rows, row bytes) of each buffer; the bias is checked only with use_bias (zero
@@ -647,7 +652,9 @@ class MacArrayCore(UnitCore):
         bias_first = Signal()
         bias_base = Signal(aw, name="bias_next_base", reset_less=True)
         bias_count = Signal(range(D + 1), name="bias_next_count", reset_less=True)
-        m.d.sync += [bias_base.eq(s.cfg["bias_addr"] + Mux(bias_first, 0, s.cw.next_j0 * BIAS_BYTES)),
+        # (the state's decode only chooses, behind the adder, not in front of it)
+        m.d.sync += [bias_base.eq(Mux(bias_first, s.cfg["bias_addr"],
+                                      s.cfg["bias_addr"] + s.cw.next_j0 * BIAS_BYTES)),
                      bias_count.eq(Mux(bias_first, s.cw.bn, s.cw.next_bn))]
         s.dp.d.comb += [s.bias_reader.base.eq(bias_base), s.bias_reader.count.eq(bias_count)]
         bias_fill = s.parts["bias_fill"]

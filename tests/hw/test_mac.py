@@ -9,11 +9,12 @@ from .test_blocks import simulate
 
 
 def run_unit(rows, cols, mode, p_mat, q_mat, *, shift, relu=False, bias=None, bias_shift=0,
-             ready_pattern=None, out_width=16):
+             ready_pattern=None, out_width=16, settled_config=False):
     """Load P and Q through the write ports, run one operation, return (out, relu_mask, counters)."""
     res = run_mac_rtl(mode, p_mat, q_mat, shift=shift, relu=relu, bias=bias,
                       bias_shift=bias_shift, array_rows=rows, array_cols=cols,
-                      ready_pattern=ready_pattern, out_width=out_width)
+                      ready_pattern=ready_pattern, out_width=out_width,
+                      settled_config=settled_config)
     return res["out"], res["relu_mask"], res
 
 
@@ -35,6 +36,18 @@ def test_modes_bit_exact(mode, rows, cols, m, n, k):
     out, _, cnt = run_unit(rows, cols, mode, p_mat, q_mat, shift=17)
     assert np.array_equal(out, want.out)
     assert cnt["saturations"] == want.saturations
+    assert cnt["mac_ops"] == m * n * k
+
+
+@pytest.mark.parametrize("mode,rows,cols,m,n,k", [("fwd", 3, 2, 5, 7, 3), ("dw", 4, 4, 9, 4, 1)])
+def test_settled_configuration_bit_exact(mode, rows, cols, m, n, k):
+    # the start-time decode from registers (first tile's extents, k == 1, a zero extent)
+    rng = np.random.default_rng(m * 5 + n + k)
+    p_mat = _rand(rng, (k, m) if mode == "dw" else (m, k))
+    q_mat = _rand(rng, (k, n))
+    want = mac(mode, p_mat, q_mat, shift=15)
+    out, _, cnt = run_unit(rows, cols, mode, p_mat, q_mat, shift=15, settled_config=True)
+    assert np.array_equal(out, want.out)
     assert cnt["mac_ops"] == m * n * k
 
 
