@@ -13,7 +13,7 @@ with a constant) away from registers.
 """
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -118,8 +118,17 @@ class BlockLoader(wiring.Component):
         next_row = Signal(self.addr_width, name="next_row", reset_less=True)
         head = Signal(range(A + 1), name="next_head", reset_less=True)
         head_ok = Signal(name="next_head_ok")
-        room = A - (next_row[beat_bits:beat_bits + _log2(A)] if A > 1 else 0)
-        m.d.sync += [head.eq(Mux(row_beats <= room, row_beats, room)), head_ok.eq(1)]
+
+        def room_of(row_addr):
+            """Beats from ``row_addr`` to the next aligned boundary of ``A`` beats."""
+            return A - (row_addr[beat_bits:beat_bits + _log2(A)] if A > 1 else 0)
+        # the next row's room, a register kept with the row (no subtract before the head's
+        # compare): the start's from the base, an issue's from the row after it, which is
+        # registered every cycle (the row has held since the cycle before an issue: head_ok)
+        room = Signal(range(A + 1), name="next_room", reset_less=True)
+        room_after = Signal(range(A + 1), name="after_room", reset_less=True)
+        m.d.sync += [room_after.eq(room_of(next_row + stride)),
+                     head.eq(Mux(row_beats <= room, row_beats, room)), head_ok.eq(1)]
         m.d.comb += [self.request.valid.eq(valid), self.request.payload.addr.eq(addr),
                      self.request.payload.len.eq(length)]
         with m.If(~valid | self.request.ready):
@@ -133,7 +142,7 @@ class BlockLoader(wiring.Component):
                              rest.eq(row_beats - head), rest_any.eq(row_beats != head),
                              rest_long.eq(row_beats > head + A), rows_left.eq(rows_left - 1),
                              rows_any.eq(rows_left != 1),
-                             next_row.eq(next_row + stride), head_ok.eq(0)]
+                             next_row.eq(next_row + stride), room.eq(room_after), head_ok.eq(0)]
             with m.Else():
                 m.d.sync += valid.eq(0)
         # (a job starts once the last one is done: its requests all issued, so the slot
@@ -143,7 +152,7 @@ class BlockLoader(wiring.Component):
                          rows_left.eq(job["nrows"]), rows_any.eq(~job["empty"]), head_ok.eq(0),
                          row_beats.eq((job["ncols"] + epb - 1) >> _log2(epb))]
         with m.If(self.start):
-            m.d.sync += [next_row.eq(self.base), stride.eq(self.stride)]
+            m.d.sync += [next_row.eq(self.base), room.eq(room_of(self.base)), stride.eq(self.stride)]
 
     def _receive(self, m, job, started):
         epb, maxr = self.elems_per_beat, self.max_rows
@@ -289,10 +298,10 @@ class ResultWriter(wiring.Component):
     fits). A beat outside is dropped and raises ``fault`` (held until ``restart``). The
     segments enter through a :class:`~.axi.SkidBuffer` (``rows.ready`` leaves a register)
     and the beats leave through a FIFO of :data:`QUEUE` beats; a segment enters the stages
-    only against a credit (a slot of that FIFO, given back when its beat leaves it or is
-    dropped), so ``beats.ready`` reaches only the FIFO and the credit count, never the
+    only against a credit (a slot of that FIFO, given back the cycle after its beat leaves
+    it or is dropped), so ``beats.ready`` reaches only the FIFO and a register, never the
     stages' registers. ``pending`` is high while a segment is in the slice, the stages or
-    the FIFO.
+    the FIFO, or its credit is on its way back.
     """
 
     #: beats of the output FIFO, the credits: covers the three stages and the credit's
@@ -330,23 +339,13 @@ class ResultWriter(wiring.Component):
                      rows_in.i.payload.seg.eq(self.rows.payload),
                      rows_in.i.payload.base.eq(self.block_base)]
         # how a segment's row offset follows from the last one's, decided as it enters the
-        # slice (the segments enter in the order they leave, so the band is tracked there):
-        # the block's first segment (offset 0), the band's first row again (the band's
-        # offset), or the next row (the last offset plus the stride), which may begin a band
-        row_in = self.rows.payload.row
-        band_row = Signal(len(row_in), name="out_band_row", reset_less=True)
-        next_band = Signal(len(row_in) + 1, name="out_next_band", reset_less=True)
-        first_in = (row_in == 0) & (self.rows.payload.col == 0)
-        # (next_band is tile_rows or more, so the block's first segment never matches it)
-        new_band_in = row_in == next_band
-        m.d.comb += [rows_in.i.payload.first.eq(first_in),
-                     rows_in.i.payload.again.eq(row_in == band_row),
-                     rows_in.i.payload.new_band.eq(new_band_in)]
-        with m.If(self.rows.valid & rows_in.i.ready):
-            with m.If(first_in):
-                m.d.sync += [band_row.eq(0), next_band.eq(self.tile_rows)]
-            with m.Elif(new_band_in):
-                m.d.sync += [band_row.eq(row_in), next_band.eq(next_band + self.tile_rows)]
+        # slice: the block's first segment (offset 0), the band's first row again (the
+        # band's offset), or the next row (the last offset plus the stride), which may
+        # begin a band
+        flags = self._band_flags(m, self.rows.payload, self.rows.valid & rows_in.i.ready)
+        m.d.comb += [rows_in.i.payload.first.eq(flags["first"]),
+                     rows_in.i.payload.again.eq(flags["again"]),
+                     rows_in.i.payload.new_band.eq(flags["new_band"])]
         seg = rows_in.o.payload.seg
         va, vb, vc = Signal(name="wr_a_valid"), Signal(name="wr_b_valid"), Signal(name="wr_c_valid")
         inside_c = Signal(name="wr_c_inside", reset_less=True)
@@ -362,10 +361,17 @@ class ResultWriter(wiring.Component):
         idle = Signal(init=1, name="wr_idle")          # every credit back
         keep_c = vc & inside_c & ~fault
         take = rows_in.o.valid & credit
-        credits_next = (credits + (queue.r_rdy & self.beats.ready) + (vc & ~keep_c) - take)[
-            :len(credits)]
-        m.d.sync += [credits.eq(credits_next), credit.eq(credits_next != 0),
-                     idle.eq(credits_next == self.QUEUE)]
+        # a popped or dropped beat's credit comes back a cycle later, from a register (the
+        # sink's ready reaches no adder); the count after it and its flags with and without
+        # a take are formed side by side, and the take (whose net reaches the stages) only
+        # chooses among them
+        popped, dropped = Signal(name="wr_popped"), Signal(name="wr_dropped")
+        m.d.sync += [popped.eq(queue.r_rdy & self.beats.ready), dropped.eq(vc & ~keep_c)]
+        returned = Signal(len(credits) + 1, name="wr_returned")
+        m.d.comb += returned.eq(credits + popped + dropped)
+        m.d.sync += [credits.eq(Mux(take, returned - 1, returned)),
+                     credit.eq(Mux(take, returned > 1, returned != 0)),
+                     idle.eq(Mux(take, returned == self.QUEUE + 1, returned == self.QUEUE))]
         # ---- A: row offset by adds, the block base plus the column, lanes and strobes
         row_off = Signal(AX, name="out_row_off", reset_less=True)
         band_off = Signal(AX, name="out_band_off", reset_less=True)
@@ -380,7 +386,6 @@ class ResultWriter(wiring.Component):
         col_bytes = Cat(Const(0, beat_bits), (seg.col * elem_bytes)[beat_bits:])
         lane_off = seg.col[:max(1, (epb - 1).bit_length())] if epb > 1 else Const(0, 1)
         lanes = Cat(*[seg.data[i] for i in range(self.cols)])
-        strb_unit = (Const(1, 2 * self.cols + 1) << (seg.count * elem_bytes)) - 1
         a_base = Signal(AX, name="wr_a_base", reset_less=True)
         a_row = Signal(AX, name="wr_a_row", reset_less=True)
         a_data = Signal(self.bus_width, name="wr_a_data", reset_less=True)
@@ -390,7 +395,7 @@ class ResultWriter(wiring.Component):
         m.d.sync += [va.eq(take), a_base.eq(rows_in.o.payload.base + col_bytes),
                      a_row.eq(row_off_next),
                      a_data.eq(lanes << (lane_off * MAC_INPUT_WIDTH)),
-                     a_strb.eq(strb_unit << (lane_off * elem_bytes))]
+                     a_strb.eq(self._strobes(seg.count, lane_off, elem_bytes, bpb))]
         # ---- B: the beat's address
         b_addr = Signal(AX, name="wr_b_addr", reset_less=True)
         b_data = Signal.like(a_data, name="wr_b_data")
@@ -411,3 +416,37 @@ class ResultWriter(wiring.Component):
         with m.Elif(vc & ~inside_c):
             m.d.sync += fault.eq(1)
         return m
+
+    @staticmethod
+    def _strobes(count, lane_off, elem_bytes: int, bpb: int):
+        """WSTRB of ``count`` elements from lane ``lane_off``: a table of the two fields (a
+        few LUTs per strobe bit, no shifter or carry chain)."""
+        table = [((1 << c * elem_bytes) - 1) << (lo * elem_bytes) & ((1 << bpb) - 1)
+                 for lo in range(1 << len(lane_off)) for c in range(1 << len(count))]
+        return Array(Const(t, bpb) for t in table)[Cat(count, lane_off)]
+
+    def _band_flags(self, m, seg, entered):
+        """A segment's place in its block: ``first`` (row 0, column 0), ``again`` (the first
+        row of a band's later tile) and ``new_band`` (the first row of a band; with or
+        without the block's first, whose offset the band takes either way). Tiles start at rows that are multiples of ``tile_rows`` and each band's
+        tiles at column 0, so with ``tile_rows`` a power of two these are compares of the
+        segment's own fields, no state; otherwise the band's first row and the next one
+        are tracked as the segments enter (``entered``), in order."""
+        row, col = seg.row, seg.col
+        col_zero = col == 0
+        if self.tile_rows & (self.tile_rows - 1) == 0:
+            rb = self.tile_rows.bit_length() - 1
+            tile_top = (row[:rb] == 0) if rb else Const(1, 1)
+            return {"first": (row == 0) & col_zero, "again": tile_top & ~col_zero,
+                    "new_band": tile_top & col_zero}
+        band_row = Signal(len(row), name="out_band_row", reset_less=True)
+        next_band = Signal(len(row) + 1, name="out_next_band", reset_less=True)
+        first = (row == 0) & col_zero
+        # (next_band is tile_rows or more, so the block's first segment never matches it)
+        new_band = row == next_band
+        with m.If(entered):
+            with m.If(first):
+                m.d.sync += [band_row.eq(0), next_band.eq(self.tile_rows)]
+            with m.Elif(new_band):
+                m.d.sync += [band_row.eq(row), next_band.eq(next_band + self.tile_rows)]
+        return {"first": first, "again": row == band_row, "new_band": new_band}

@@ -142,14 +142,16 @@ def test_block_walker_visits_every_step_with_its_extents(m, n, k):
         assert next_j0 == (0 if last_j else j0 + D) and next_bn == min(D, n - next_j0)
 
 
-def test_result_writer_addresses_lanes_strobes_and_guard():
-    rows, cols, bus = 4, 4, 128
+@pytest.mark.parametrize("rows", [4, 3])      # band flags from the row's bits / tracked
+def test_result_writer_addresses_lanes_strobes_and_guard(rows):
+    cols, bus = 4, 128
     dut = ResultWriter(rows=rows, cols=cols, index_bits=8, out_width=16, addr_width=32, bus_width=bus)
     stride, block_base, out_lo = 256, 0x1000 + 32, 0x1000
     out_size = 9 * stride        # rows 0..8 fit; row 9 of the block is outside the buffer
-    # a 10 x 8 block, tile by tile (4 x 4 tiles), rows of a tile in order
-    segs = [(r, j0, min(4, 8 - j0)) for i0 in range(0, 10, 4) for j0 in range(0, 8, 4)
-            for r in range(i0, min(i0 + 4, 10))]
+    # a 10 x 7 block, tile by tile (rows x 4 tiles: the last column's are 3 wide), rows of
+    # a tile in order
+    segs = [(r, j0, min(4, 7 - j0)) for i0 in range(0, 10, rows) for j0 in range(0, 7, 4)
+            for r in range(i0, min(i0 + rows, 10))]
     rng = random.Random(5)
     got = []
 
