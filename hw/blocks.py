@@ -259,7 +259,8 @@ class ExtentCheck(wiring.Component):
     verdict is exact and the clamp waits on a flip-flop's bits, not on the adder. No DSP.
 
     Ports:
-        start: In, one cycle: load the operands (they must hold until ``done``).
+        start: In, one cycle: load the operands (``base`` and ``size`` are registered
+            there; the others must hold until ``done``).
         base, size, stride, rows, row_bytes: In, the buffer.
         done: Out, the verdict is ready (held until the next ``start``).
         error: Out, refused (valid with ``done``).
@@ -295,9 +296,13 @@ class ExtentCheck(wiring.Component):
         # the verdicts that need no product, registered while it is formed (the operands
         # hold from start): the last phase compares the extent with the size, nothing more
         some, bad_early = Signal(reset_less=True), Signal(reset_less=True)
+        # the buffer's base and size, registered at start: a caller's choice of them (a
+        # gate, a mux) is not in series with the checks' adders and compares
+        base = Signal(self.aw, name="base_q", reset_less=True)
+        size = Signal(self.aw, name="size_q", reset_less=True)
         with m.If(self.start):
             m.d.sync += [product.eq(0), multiplier.eq(self.rows - 1), bits.eq(self.rw),
-                         phase.eq(1), self.done.eq(0)]
+                         phase.eq(1), self.done.eq(0), base.eq(self.base), size.eq(self.size)]
         with m.Elif(phase == 1):
             m.d.sync += [product.eq(Mux(big, clamp, doubled)),
                          multiplier.eq(multiplier << 1), bits.eq(bits - 1)]
@@ -306,15 +311,15 @@ class ExtentCheck(wiring.Component):
         with m.Elif(phase == 2):
             m.d.sync += [need.eq(product + self.row_bytes), phase.eq(3)]
         with m.Elif(phase == 3):
-            m.d.sync += [self.error.eq(bad_early | (some & (need > self.size))),
+            m.d.sync += [self.error.eq(bad_early | (some & (need > size))),
                          self.done.eq(1), phase.eq(0), self.extent.eq(Mux(some, need, 0))]
         with m.If(phase == 1):
             rows_some = self.rows != 0
             m.d.sync += [some.eq(rows_some),
-                         bad_early.eq(((self.base & align) != 0) | ((self.stride & align) != 0)
+                         bad_early.eq(((base & align) != 0) | ((self.stride & align) != 0)
                                       | (rows_some & (self.stride < self.row_bytes))
                                       | ((self.rows > 1) & (self.stride[aw:] != 0))
-                                      | ((self.base + self.size) >> aw != 0))]
+                                      | ((base + size) >> aw != 0))]
         return m
 
 

@@ -402,8 +402,13 @@ class StreamReader(Elaboratable):
                          sel_last.eq(next_sel_last), has_elems.eq(~last_elem),
                          last_elem.eq(elems_left == 2),
                          ends_beat.eq(~last_elem & (next_sel_last | (elems_left == 2)))]
-        # a burst's credits are taken as it is issued and each beat's given back as it leaves
-        m.d.sync += credits.eq(credits - Mux(issue, burst, 0) + head.o.ready)
+        # a burst's credits are taken a cycle after it is issued (from a register: the
+        # issue, a handshake, reaches no carry chain) and each beat's given back as it
+        # leaves. The next request looks at the credits three cycles after an issue at
+        # the earliest (see _request), when they include it.
+        issued = Signal.like(burst, name="issued_beats")
+        m.d.sync += [issued.eq(Mux(issue, burst, 0)),
+                     credits.eq(credits - issued + head.o.ready)]
 
         with m.If(self.start):
             total_bytes = self.count * elem_bytes
