@@ -80,7 +80,7 @@ from amaranth.lib import enum, wiring
 from amaranth.lib.memory import Memory
 
 from .axi import BOUNDARY_BYTES, SkidBuffer, UnitCore, unit_bus
-from .blocks import BufferedFIFO, ExtentCheck, RunControl
+from .blocks import BufferedFIFO, ExtentCheck, RunControl, status_bit
 from .dma import ReadPort, WritePort
 from .pipeline_writer import BandWriter, CheckedWriteQueue, WriteCompletion
 from .mac import MAC_INPUT_WIDTH, MacBusParams
@@ -974,10 +974,11 @@ class PipelineUnitCore(UnitCore):
                 m.d.sync += self.stat[name].eq(self.stat[name] + inc)
             with m.If(s.logits_b):
                 m.d.sync += s.logits_done.eq(s.logits_done + 1)
+            # each event sets its own bit (its register sees no other bit's events)
             with m.If(s.read_port.resp_error | s.write_port.resp_error):
-                m.d.sync += s.status.eq(s.status | Status.AXI_ERROR)
+                m.d.sync += status_bit(s.status, Status.AXI_ERROR).eq(1)
             with m.If(s.read_port.fault | s.fault_found):
-                m.d.sync += [s.status.eq(s.status | Status.ADDR_FAULT), s.stopped.eq(1)]
+                m.d.sync += [status_bit(s.status, Status.ADDR_FAULT).eq(1), s.stopped.eq(1)]
         m.d.comb += s.read_port.enable.eq(~fault)
 
     def _run_control(self, m, s):
@@ -1023,8 +1024,10 @@ class PipelineUnitCore(UnitCore):
             m.d.sync += [s.cfg[name].eq(sig) for name, sig in self.cfg.items()]
             m.d.sync += [s.status.eq(0), pipe_finished.eq(0), s.stopped.eq(0)]
             m.d.sync += [self.stat[name].eq(0) for name in (*s.increments, "logits_done")]
+        # the check's verdict sets its own bit only: the status was cleared at accept and
+        # nothing sets a bit in CHECK (no traffic)
         with m.If(s.run.config_error):
-            m.d.sync += s.status.eq(Status.CONFIG_ERROR)
+            m.d.sync += status_bit(s.status, Status.CONFIG_ERROR).eq(1)
 
         m.submodules.datapath = ResetInserter(s.clear)(s.dp)
         # the registered phase beside the run control's, for the simulation that checks
