@@ -80,7 +80,7 @@ from amaranth.lib import enum, wiring
 from amaranth.lib.memory import Memory
 
 from .axi import BOUNDARY_BYTES, SkidBuffer, UnitCore, unit_bus
-from .blocks import BufferedFIFO, ExtentCheck, RunControl, status_bit
+from .blocks import BufferedFIFO, ExtentCheck, RunControl, decision, status_bit
 from .dma import ReadPort, WritePort
 from .pipeline_writer import BandWriter, CheckedWriteQueue, WriteCompletion
 from .mac import MAC_INPUT_WIDTH, MacBusParams
@@ -636,14 +636,18 @@ class PipelineUnitCore(UnitCore):
                 s.dp.d.sync += [b_j.eq(b_j + 1), col.eq(col + L), left.eq(left - L),
                                 row_end.eq(left <= 2 * L)]
                 with s.dp.If(row_end):
-                    s.dp.d.comb += reader.pop.eq(1)
                     s.dp.d.sync += [b_j.eq(0), col.eq(0), left.eq(cols_w), row_end.eq(one_seg)]
                     with s.dp.If(last_row):
                         s.dp.d.sync += [r.eq(0), after.eq(rows_m1), last_row.eq(rows_one)]
                     with s.dp.Else():
                         s.dp.d.sync += [r.eq(r + 1), after.eq(after - 1), last_row.eq(after == 1)]
-                with s.dp.Elif(b_j == spb - 1):
-                    s.dp.d.comb += reader.pop.eq(1)
+            # the beat's pop (a segment taken that ends its row or its beat): one LUT of
+            # flip-flops in front of the reader's wide head
+            s.dp.d.comb += reader.pop.eq(decision(
+                s.dp, f"{name}_pop",
+                lambda valid, run, ready, row_end, seg: valid & run & ready
+                & (row_end | (seg == spb - 1)),
+                valid=reader.valid, run=s.train_run, ready=port.ready, row_end=row_end, seg=b_j))
 
         unpack(s.a_reader, s.pipe.act_in, s.d_first, c.max_in, "act")
         unpack(s.g_reader, s.pipe.grad_in, s.d_last, c.max_out, "grad")
@@ -843,9 +847,18 @@ class PipelineUnitCore(UnitCore):
         take_dx = s.train_run & ~s.lg_w.beats.valid & s.dx_w.beats.valid & s.dx_on & room
         take_st = s.store_valid & room
         lg_base = Signal(aw + 40)
-        with s.dp.If(take_lg & lg_pl.last):
+        # a microbatch's last beat taken: decisions of their own (the queue's room, a LUT
+        # of its credits, and five flip-flops), in front of the bases' wide enables
+        lg_last = decision(s.dp, "logits_last_taken",
+                           lambda run, valid, last, room: run & valid & last & room,
+                           run=s.train_run, valid=s.lg_w.beats.valid, last=lg_pl.last, room=room)
+        dx_last = decision(s.dp, "dx_last_taken",
+                           lambda run, lg, valid, on, last, room: run & ~lg & valid & on & last & room,
+                           run=s.train_run, lg=s.lg_w.beats.valid, valid=s.dx_w.beats.valid,
+                           on=s.dx_on, last=dx_pl.last, room=room)
+        with s.dp.If(lg_last):
             s.dp.d.sync += lg_base.eq(lg_base + s.sizes.mb_bytes["logits"])
-        _, dx_base = s.backward_order(take_dx & dx_pl.last, "dx_order", "dx")
+        _, dx_base = s.backward_order(dx_last, "dx_order", "dx")
 
         def buffer(buf):
             return [ep.buf_base.eq(s.cfg[f"{buf}_addr"]), ep.buf_size.eq(s.cfg[f"{buf}_size"])]
@@ -890,8 +903,14 @@ class PipelineUnitCore(UnitCore):
         s.fault_found = Signal()
         s.dp.d.comb += [push.eq(live & head.payload.inside & can_push),
                         s.fault_found.eq(live & ~head.payload.inside),
-                      # after a fault every beat left is dropped, so the queue drains
-                        head.ready.eq(push | (head.valid & (write_fault | s.stopped | ~head.payload.inside)))]
+                      # after a fault every beat left is dropped, so the queue drains; a
+                      # decision of its own (six flip-flops) in front of the queue's pop
+                        head.ready.eq(decision(
+                            s.dp, "write_head_pop",
+                            lambda valid, room, mroom, fault, stopped, inside:
+                            valid & ((room & mroom) | fault | stopped | ~inside),
+                            valid=head.valid, room=s.write_port.room, mroom=s.markers.room,
+                            fault=write_fault, stopped=s.stopped, inside=head.payload.inside))]
         with s.dp.If(s.fault_found):
             s.dp.d.sync += write_fault.eq(1)
         # single-beat bursts (len 0, last 1); Cat in the layouts' field order

@@ -8,8 +8,12 @@ import pytest
 from amaranth.lib import data
 from amaranth.sim import Simulator
 
+from amaranth.back import rtlil
+from amaranth.hdl import Module, Signal
+
 from gnnweave.hw.blocks import (BufferGuard, BurstGenerator, ElementReader, EventCounters,
-                                ExtentCheck, BufferedFIFO, RegisteredFIFO, RunControl, RunState)
+                                ExtentCheck, BufferedFIFO, RegisteredFIFO, RunControl, RunState,
+                                decision)
 
 
 def simulate(dut, bench):
@@ -516,3 +520,25 @@ def test_element_reader_streams_the_buffer_and_never_overfills(elem_width, count
         issued = [a + i * bpb for a, n in bursts for i in range(n)]
         assert issued == [base + i * bpb for i in range(beats)], count
         assert all(n <= max_burst and (a % 4096) + n * bpb <= 4096 for a, n in bursts)
+
+
+# ------------------------------------------------------------------------------ decision
+
+def test_a_decision_is_its_function_of_its_inputs_in_a_module_of_its_own():
+    m = Module()
+    a, b, seg = Signal(), Signal(), Signal(2)
+    out = decision(m, "pick", lambda a, b, seg: a & (b | (seg == 3)), a=a, b=b, seg=seg)
+    assert "module \\top.pick" in rtlil.convert(m, ports=[a, b, seg, out])
+    got = {}
+
+    async def bench(ctx):
+        for x in range(16):
+            ctx.set(a, x & 1)
+            ctx.set(b, x >> 1 & 1)
+            ctx.set(seg, x >> 2)
+            got[x] = ctx.get(out)
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == {x: (x & 1) & ((x >> 1 & 1) | (x >> 2 == 3)) for x in range(16)}
