@@ -19,7 +19,7 @@ from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 
 from .axi import BOUNDARY_BYTES, Burst, Resp, SkidBuffer, size_code
-from .blocks import BufferedFIFO, RegisteredFIFO
+from .blocks import BufferedFIFO, RegisteredFIFO, decision
 
 
 def read_request_layout(addr_width: int) -> data.StructLayout:
@@ -307,8 +307,22 @@ class ReadPort(Elaboratable):
         ar_free = self.enable & (~ar_valid | ar_fire)
         wins = [ready & ~Cat(*[r for r, _ in heads[:i]]).any() if i else ready
                 for i, (ready, _) in enumerate(heads)]
-        takes = [w & ar_free for w in wins]
-        take = Cat(*takes).any()
+        # each grant (a head's pop) and the AR register's take: decisions of their own, a
+        # LUT of the heads' valid flip-flops, the enable and the AR register's room, in
+        # front of the heads' and the AR payload's wide enables
+        room = dict(enable=self.enable, ar_valid=ar_valid, ar_ready=bus.arready)
+        valids = {f"head{i}": ready for i, (ready, _) in enumerate(heads)}
+
+        def free(enable, ar_valid, ar_ready):
+            return enable & (~ar_valid | ar_ready)
+        takes = [decision(m, f"grant{i}",
+                          lambda i=i, **v: free(v["enable"], v["ar_valid"], v["ar_ready"])
+                          & v[f"head{i}"] & ~Cat(*[v[f"head{j}"] for j in range(i)]).any(),
+                          **room, **dict(list(valids.items())[:i + 1]))
+                 for i in range(len(heads))]
+        take = decision(m, "ar_take",
+                        lambda **v: free(v["enable"], v["ar_valid"], v["ar_ready"])
+                        & Cat(*[v[k] for k in valids]).any(), **room, **valids)
         m.d.comb += [
             bus.arvalid.eq(ar_valid),
             bus.arsize.eq(size_code(len(bus.rdata))),
