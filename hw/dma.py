@@ -311,18 +311,15 @@ class ReadPort(Elaboratable):
         # LUT of the heads' valid flip-flops, the enable and the AR register's room, in
         # front of the heads' and the AR payload's wide enables
         room = dict(enable=self.enable, ar_valid=ar_valid, ar_ready=bus.arready)
-        valids = {f"head{i}": ready for i, (ready, _) in enumerate(heads)}
-
-        def free(enable, ar_valid, ar_ready):
-            return enable & (~ar_valid | ar_ready)
+        valids = Cat(*[ready for ready, _ in heads])
         takes = [decision(m, f"grant{i}",
-                          lambda i=i, **v: free(v["enable"], v["ar_valid"], v["ar_ready"])
-                          & v[f"head{i}"] & ~Cat(*[v[f"head{j}"] for j in range(i)]).any(),
-                          **room, **dict(list(valids.items())[:i + 1]))
+                          lambda enable, ar_valid, ar_ready, up_to, i=i:
+                          enable & (~ar_valid | ar_ready) & up_to[i] & ~up_to[:i].any(),
+                          **room, up_to=valids[:i + 1])
                  for i in range(len(heads))]
         take = decision(m, "ar_take",
-                        lambda **v: free(v["enable"], v["ar_valid"], v["ar_ready"])
-                        & Cat(*[v[k] for k in valids]).any(), **room, **valids)
+                        lambda enable, ar_valid, ar_ready, valids:
+                        enable & (~ar_valid | ar_ready) & valids.any(), **room, valids=valids)
         m.d.comb += [
             bus.arvalid.eq(ar_valid),
             bus.arsize.eq(size_code(len(bus.rdata))),
