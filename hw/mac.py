@@ -236,6 +236,22 @@ class SkewedBuffer(Elaboratable):
         return m
 
 
+def _delayed(m: Module, value, cycles: int, name: str, *, keep: bool = False):
+    """``value`` ``cycles`` cycles later, through a chain of registers (``value`` itself for
+    0). Copies of a signal keep its reset; other values' registers are ``reset_less``.
+    ``keep``: the registers' nets are kept."""
+    attrs = {"keep": 1} if keep else {}
+    for i in range(cycles):
+        reg_name = name if cycles == 1 else f"{name}_d{i + 1}"
+        if isinstance(value, Signal):
+            reg = Signal.like(value, name=reg_name, attrs=attrs)
+        else:
+            reg = Signal(Value.cast(value).shape(), name=reg_name, reset_less=True, attrs=attrs)
+        m.d.sync += reg.eq(value)
+        value = reg
+    return value
+
+
 def _wire(m: Module, expr, name: str | None = None):
     """Materialise ``expr`` in a signal: an expression used several times is emitted once
     (Amaranth would otherwise copy the whole tree into every use)."""
@@ -333,6 +349,15 @@ class MacCore(wiring.Component):
     ``k == 1``) into registers every cycle, so ``start`` only chooses those registers, and
     ``start`` itself (not gated with ``busy``) enables the run's registers.
 
+    ``operand_chain=True`` (opt-in; off, the core is unchanged) passes each row's A operand
+    along the row from cell to cell instead of broadcasting it (a systolic chain: each
+    operand register loads one DSP and the next register, not the row's DSPs): column
+    ``c`` runs :attr:`skew`\ ``[c] = c`` cycles behind column 0, its B operand delayed as
+    much, its accumulate enable, first-step flag and drain load a cycle behind the cell to
+    its left; its rows leave the drain's shift register ``cols - 1 - c`` cycles later, so
+    the columns of a row meet again before the partial sum. A run takes ``cols - 1``
+    cycles longer.
+
     ``depth_flags=True`` (opt-in; off, the core is unchanged) adds two outputs about the
     requested depth index (``a_req.fixed``), both registers: ``depth_last`` (it is the
     run's last, ``k - 1``, once the run started) and ``depth_word_end`` (it ends a word of
@@ -347,7 +372,8 @@ class MacCore(wiring.Component):
                  out_width: int = 16, bias_width: int = 32, partial_sums: bool = False,
                  operand_hold: bool = False, max_total_depth: int = MAX_TOTAL_DEPTH,
                  psum_attrs: dict | None = None, read_latency: int = SkewedBuffer.READ_LATENCY,
-                 depth_flags: bool = False, settled_config: bool = False):
+                 depth_flags: bool = False, settled_config: bool = False,
+                 operand_chain: bool = False):
         if not 1 <= rows <= 64 or not 1 <= cols <= 64:
             raise ValueError(f"rows/cols must be in 1..64, got {rows}x{cols}")
         if not max_depth <= max_total_depth <= self.MAX_TOTAL_DEPTH:
@@ -360,6 +386,9 @@ class MacCore(wiring.Component):
         self.operand_hold = operand_hold
         self.depth_flags = depth_flags
         self.settled_config = settled_config
+        self.operand_chain = operand_chain
+        #: cycles column c of the array runs behind column 0
+        self.skew = [c if operand_chain else 0 for c in range(cols)]
         if read_latency < 1:
             raise ValueError(f"MacCore read_latency must be >= 1 cycle, got {read_latency}")
         #: cycles from a step's operand requests to their data on ``a_data`` / ``b_data``
@@ -610,9 +639,11 @@ class MacCore(wiring.Component):
         the step's sum."""
         R, C, AW = self.rows, self.cols, self.acc_width
         L = self.read_latency     # the step's operands are on a_data / b_data at L
-        # stage fields travel along the valid bit (valid with reset, fields reset_less)
+        skew = self.skew
+        # stage fields travel along the valid bit (valid with reset, fields reset_less);
+        # the drain's row walk starts when the last column holds the tile (skew[-1] later)
         valids, stages = [seq["valid"]], [seq["fields"]]
-        for s in range(1, L + 3):
+        for s in range(1, L + 3 + skew[-1]):
             v = Signal(name=f"s{s}_valid")
             m.d.sync += v.eq(valids[-1])
             regs = {k: Signal(Value.cast(x).shape(), name=f"s{s}_{k}", reset_less=True)
@@ -622,32 +653,57 @@ class MacCore(wiring.Component):
             stages.append(regs)
         W = MAC_INPUT_WIDTH
         a_reg = [Signal(signed(W), name=f"a{r}", reset_less=True) for r in range(R)]      # L + 1
-        b_reg = [Signal(signed(W), name=f"b{c}", reset_less=True) for c in range(C)]
         m.d.sync += [a_reg[r].eq(self.a_data[r]) for r in range(R)]
-        m.d.sync += [b_reg[c].eq(self.b_data[c]) for c in range(C)]
+        # column c's operands, c cycles late with an operand chain: row r's A operand passes
+        # from cell to cell along the row (a load of one DSP and one register each, not the
+        # whole row's), column c's B operand through c more registers
+        a_cell = [[a_reg[r]] * C for r in range(R)]
+        for r in range(R):
+            for c in range(1, C if self.operand_chain else 1):
+                a_cell[r][c] = _delayed(m, a_cell[r][c - 1], 1, f"a{r}_{c}")
+        b_reg = [Signal(signed(W), name=f"b{c}", reset_less=True) for c in range(C)]
+        for c in range(C):
+            early = _delayed(m, self.b_data[c], skew[c], f"b{c}_early")
+            if skew[c]:
+                # loaded by a step only: a clock enable unlike the delay's, so the delay's
+                # shift-register LUT (slow to its output) ends here and not at the DSPs
+                with m.If(valids[L + skew[c]]):
+                    m.d.sync += b_reg[c].eq(early)
+            else:
+                m.d.sync += b_reg[c].eq(early)
         prod = [[Signal(signed(2 * W), name=f"p{r}_{c}", reset_less=True) for c in range(C)]
                 for r in range(R)]                                                      # L + 2
-        m.d.sync += [prod[r][c].eq(a_reg[r] * b_reg[c]) for r in range(R) for c in range(C)]
+        m.d.sync += [prod[r][c].eq(a_cell[r][c] * b_reg[c])
+                     for r in range(R) for c in range(C)]
         acc = [[Signal(signed(AW), name=f"acc{r}_{c}", reset_less=True) for c in range(C)]
                for r in range(R)]                                                       # L + 3
-        for r in range(R):
-            # per-row copies of the accumulate enable and the first-step flag (fan-out C)
-            en_r = Signal(name=f"acc_en{r}", attrs={"keep": 1})
-            first_r = Signal(name=f"acc_first{r}", reset_less=True, attrs={"keep": 1})
-            m.d.sync += [en_r.eq(valids[L + 1]), first_r.eq(stages[L + 1]["first"])]
-            for c in range(C):
-                with m.If(en_r):
-                    m.d.sync += acc[r][c].eq(Mux(first_r, 0, acc[r][c]) + prod[r][c])
         v_acc, s_acc = valids[L + 2], stages[L + 2]
+        # the drain's load (a tile's last step is in the accumulators)
+        load = Signal(name="drain_load_next")
+        m.d.comb += load.eq(v_acc & s_acc["last"])
+        load_cells = [[None] * C for _ in range(R)]
+        for r in range(R):
+            # per-row copies of the accumulate enable, the first-step flag and the drain's
+            # load (fan-out C); with an operand chain, per cell, each a cycle behind the
+            # cell to its left
+            en = Signal(name=f"acc_en{r}", attrs={"keep": 1})
+            first = Signal(name=f"acc_first{r}", reset_less=True, attrs={"keep": 1})
+            ld = Signal(name=f"drain_load{r}", attrs={"keep": 1})
+            m.d.sync += [en.eq(valids[L + 1]), first.eq(stages[L + 1]["first"]), ld.eq(load)]
+            for c in range(C):
+                if c and self.operand_chain:
+                    en = _delayed(m, en, 1, f"acc_en{r}_{c}", keep=True)
+                    first = _delayed(m, first, 1, f"acc_first{r}_{c}", keep=True)
+                    ld = _delayed(m, ld, 1, f"drain_load{r}_{c}", keep=True)
+                with m.If(en):
+                    m.d.sync += acc[r][c].eq(Mux(first, 0, acc[r][c]) + prod[r][c])
+                load_cells[r][c] = ld
         v_done = Signal(name="acc_valid")
         done_f = {k: Signal(Value.cast(x).shape(), name=f"acc_{k}", reset_less=True)
-                  for k, x in s_acc.items()}
-        m.d.sync += v_done.eq(v_acc)
-        m.d.sync += [done_f[k].eq(s_acc[k]) for k in done_f]
-        # the drain's load (a tile's last step is in the accumulators), one copy per row
-        load_rows = [Signal(name=f"drain_load{r}", attrs={"keep": 1}) for r in range(R)]
-        m.d.sync += [ld.eq(v_acc & s_acc["last"]) for ld in load_rows]
-        return {"acc": acc, "valid": v_done, "fields": done_f, "load_rows": load_rows,
+                  for k, x in stages[-1].items()}
+        m.d.sync += v_done.eq(valids[-1])
+        m.d.sync += [done_f[k].eq(stages[-1][k]) for k in done_f]
+        return {"acc": acc, "valid": v_done, "fields": done_f, "load_cells": load_cells,
                 "count_valid": v_acc, "count_fields": s_acc, "stall": seq["stall"]}
 
     # ---------------------------------------------------------------- the drain
@@ -666,18 +722,28 @@ class MacCore(wiring.Component):
                   for k in ("i0", "j0", "tile", "rows", "cols", "end")}
         with m.If(load):
             m.d.sync += [tile_f[k].eq(fields[k]) for k in tile_f]
-        # ---- D0: the shift register (row r of the tile leaves r cycles after the load)
-        res = [Signal(signed(AW * C), name=f"res{r}", reset_less=True) for r in range(R)]
+        # ---- D0: the shift registers (row r of the tile leaves r cycles after the load;
+        # one per column, column c loaded skew[c] cycles after column 0 and its rows
+        # delayed skew[-1] - skew[c] cycles more, so all columns of a row leave together)
+        res = [[Signal(signed(AW), name=f"res{r}_{c}", reset_less=True) for c in range(C)]
+               for r in range(R)]
+        for r in range(R):
+            for c in range(C):
+                with m.If(cells["load_cells"][r][c]):
+                    m.d.sync += res[r][c].eq(acc[r][c])
+                with m.Else():
+                    m.d.sync += res[r][c].eq(res[r + 1][c] if r + 1 < R else 0)
         res_valid = [Signal(name=f"res_valid{r}") for r in range(R)]
         res_row = [Signal(range(R), name=f"res_row{r}", reset_less=True) for r in range(R)]
         rows_in_tile = fields["rows"]
         for r in range(R):
-            nxt = (res[r + 1], res_valid[r + 1], res_row[r + 1]) if r + 1 < R else (0, 0, 0)
-            with m.If(cells["load_rows"][r]):
-                m.d.sync += [res[r].eq(Cat(*acc[r])), res_valid[r].eq(r < rows_in_tile),
-                             res_row[r].eq(r)]
+            nxt = (res_valid[r + 1], res_row[r + 1]) if r + 1 < R else (0, 0)
+            with m.If(load):
+                m.d.sync += [res_valid[r].eq(r < rows_in_tile), res_row[r].eq(r)]
             with m.Else():
-                m.d.sync += [res[r].eq(nxt[0]), res_valid[r].eq(nxt[1]), res_row[r].eq(nxt[2])]
+                m.d.sync += [res_valid[r].eq(nxt[0]), res_row[r].eq(nxt[1])]
+        skew = self.skew
+        res_out = [_delayed(m, res[0][c], skew[-1] - skew[c], f"res_out{c}") for c in range(C)]
         row_in_tile = res_row[0]
         sw = self.psum_width if self.partial_sums else AW        # bits of the sum narrowed
         wide = max(sw, self.bias_width + 31) + 2
@@ -706,7 +772,7 @@ class MacCore(wiring.Component):
             return v, {k: regs[k] for k in meta}, {k: regs[k] for k in values}
 
         # ---- D1: the row and its biases (partial-sum read in flight)
-        lanes = [res[0][c * AW:(c + 1) * AW].as_signed() for c in range(C)]
+        lanes = res_out
         bias_hi = self._fanout(m, run["bias_shift"][3:], C, "bias_shift_hi")
         biases = [Array([Mux(run["bias_on"], bias_ports[c].data, 0).as_signed() << (8 * h)
                          for h in range(4)])[bias_hi[c]] for c in range(C)]
@@ -911,12 +977,13 @@ def connect_operand(m: Module, req, buf: SkewedBuffer, data_in):
 class MacUnit(Elaboratable):
     """:class:`MacCore` with its two operand buffers ``p`` (A side: X or dY) and ``q``
     (B side: W or dY), each ``max_dim x max_dim``. The buffers' write ports and the core's
-    configuration/result ports are the interface (the AXI front end drives them)."""
+    configuration/result ports are the interface (the AXI front end drives them);
+    ``core_options`` go to the core."""
 
     def __init__(self, *, rows: int = 4, cols: int = 4, max_dim: int = 64, out_width: int = 16,
-                 settled_config: bool = False):
+                 **core_options):
         self.core = MacCore(rows=rows, cols=cols, max_dim=max_dim, max_depth=max_dim,
-                            out_width=out_width, settled_config=settled_config)
+                            out_width=out_width, **core_options)
         lanes = self.core.lanes
         self.p = SkewedBuffer(lanes=lanes, rows=max_dim, cols=max(max_dim, lanes))
         self.q = SkewedBuffer(lanes=lanes, rows=max_dim, cols=max(max_dim, lanes))

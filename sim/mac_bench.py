@@ -72,7 +72,10 @@ async def load_bias(ctx, core, bias) -> None:
 def run_mac_rtl(mode, p_mat, q_mat, *, shift: int, relu: bool = False, bias=None,
                 bias_shift: int = 0, array_rows: int = 4, array_cols: int = 4,
                 ready_pattern=None, out_width: int = 16, max_cycles: int = 5_000_000,
-                settled_config: bool = False) -> dict:
+                core_options: dict | None = None) -> dict:
+    """Run one operation on a :class:`~gnnweave.hw.mac.MacUnit` in the Amaranth simulator
+    (``core_options``: further :class:`~gnnweave.hw.mac.MacCore` options) and return the
+    output, its ReLU mask and the core's counters."""
     from amaranth.sim import Simulator
 
     from gnnweave.hw.mac import MacMode as HwMode
@@ -88,8 +91,9 @@ def run_mac_rtl(mode, p_mat, q_mat, *, shift: int, relu: bool = False, bias=None
         mm, nn, kk = p_mat.shape[1], q_mat.shape[1], p_mat.shape[0]
     max_dim = _pow2(max(mm, nn, kk, p_mat.shape[0], p_mat.shape[1], q_mat.shape[0], q_mat.shape[1],
                         max(array_rows, array_cols)))
+    core_options = dict(core_options or {})
     unit = MacUnit(rows=array_rows, cols=array_cols, max_dim=max_dim, out_width=out_width,
-                   settled_config=settled_config)
+                   **core_options)
     core, lanes = unit.core, unit.core.lanes
     out = np.full((mm, nn), np.iinfo(np.int64).min, dtype=np.int64)
     mask = np.zeros((mm, nn), dtype=bool)
@@ -104,7 +108,7 @@ def run_mac_rtl(mode, p_mat, q_mat, *, shift: int, relu: bool = False, bias=None
                        (core.shift, shift), (core.relu, int(relu)),
                        (core.use_bias, int(bias is not None)), (core.bias_shift, bias_shift)):
             ctx.set(sig, v)
-        if settled_config:
+        if core_options.get("settled_config"):
             await ctx.tick()        # the core's promise: configuration held a cycle before start
         ctx.set(core.start, 1)
         await ctx.tick()

@@ -9,12 +9,12 @@ from .test_blocks import simulate
 
 
 def run_unit(rows, cols, mode, p_mat, q_mat, *, shift, relu=False, bias=None, bias_shift=0,
-             ready_pattern=None, out_width=16, settled_config=False):
+             ready_pattern=None, out_width=16, **core_options):
     """Load P and Q through the write ports, run one operation, return (out, relu_mask, counters)."""
     res = run_mac_rtl(mode, p_mat, q_mat, shift=shift, relu=relu, bias=bias,
                       bias_shift=bias_shift, array_rows=rows, array_cols=cols,
                       ready_pattern=ready_pattern, out_width=out_width,
-                      settled_config=settled_config)
+                      core_options=core_options)
     return res["out"], res["relu_mask"], res
 
 
@@ -48,6 +48,26 @@ def test_settled_configuration_bit_exact(mode, rows, cols, m, n, k):
     want = mac(mode, p_mat, q_mat, shift=15)
     out, _, cnt = run_unit(rows, cols, mode, p_mat, q_mat, shift=15, settled_config=True)
     assert np.array_equal(out, want.out)
+    assert cnt["mac_ops"] == m * n * k
+
+
+@pytest.mark.parametrize("mode,rows,cols,m,n,k", [("fwd", 4, 4, 8, 8, 8), ("dx", 3, 5, 7, 11, 2),
+                                                  ("dw", 4, 2, 9, 3, 1)])
+def test_operand_chain_bit_exact(mode, rows, cols, m, n, k):
+    # columns run skewed (the A operand passed along the row): with bias, ReLU,
+    # back-pressure and depths shorter than the skew, every row still leaves whole
+    rng = np.random.default_rng(m * 3 + n * 5 + k)
+    p_mat = _rand(rng, (k, m) if mode == "dw" else (m, k), 12)
+    q_mat = _rand(rng, (n, k) if mode == "dx" else (k, n), 12)
+    fwd = mode == "fwd"
+    bias = _rand(rng, (n,), 20) if fwd else None
+    want = mac(mode, p_mat, q_mat, shift=9, relu=fwd, bias_q=bias, bias_shift=3)
+    out, mask, cnt = run_unit(rows, cols, mode, p_mat, q_mat, shift=9, relu=fwd, bias=bias,
+                              bias_shift=3, ready_pattern=[1, 1, 0], operand_chain=True)
+    assert np.array_equal(out, want.out)
+    if fwd:
+        assert np.array_equal(mask, want.relu_mask)
+    assert cnt["saturations"] == want.saturations
     assert cnt["mac_ops"] == m * n * k
 
 
