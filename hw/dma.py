@@ -43,28 +43,38 @@ def _one_hot_select(selects, values):
 
 def _counted(m, inc, dec, limit: int, name: str):
     """A counter of ``inc`` minus ``dec`` pulses (never below 0 nor above ``limit``) and its
-    ``== 0`` flag as a register, decided a cycle ahead: the compare runs on the counter's
-    own flip-flops and the pulses only choose among its outcomes. Returns (count, zero)."""
+    ``== 0`` flag. The pulses are registered first and counted a cycle later (no carry
+    chain behind the handshakes that make them); the flag is decided a cycle ahead from
+    the counter's own flip-flops, and an increment still on its way clears it at once, so
+    it is never high while something is counted. Returns (count, zero); the count lags
+    the pulses by a cycle."""
     count = Signal(range(limit + 1), name=f"{name}_count")
-    zero = Signal(init=1, name=f"{name}_zero")
-    m.d.sync += count.eq(count + inc - dec)
-    with m.If(inc & ~dec):
-        m.d.sync += zero.eq(0)
-    with m.Elif(dec & ~inc):
-        m.d.sync += zero.eq(count == 1)
+    zero_q = Signal(init=1, name=f"{name}_zero")
+    inc_q, dec_q = Signal(name=f"{name}_inc"), Signal(name=f"{name}_dec")
+    m.d.sync += [inc_q.eq(inc), dec_q.eq(dec), count.eq(count + inc_q - dec_q)]
+    with m.If(inc_q & ~dec_q):
+        m.d.sync += zero_q.eq(0)
+    with m.Elif(dec_q & ~inc_q):
+        m.d.sync += zero_q.eq(count == 1)
+    zero = Signal(name=f"{name}_none")
+    m.d.comb += zero.eq(zero_q & ~inc_q)
     return count, zero
 
 
-def _room_for_two(m, queue, name: str):
-    """Whether ``queue`` (a :class:`~.blocks.BufferedFIFO`) holds at most ``depth - 2``
-    entries, as a register decided a cycle ahead from a count of its own (a compare of the
-    FIFO's level would sit between it and the client's push). Returns the flag."""
-    count = Signal(range(queue.depth + 1), name=f"{name}_count")
+def _room_for_two(m, name: str, **queues):
+    """Whether every one of ``queues`` (:class:`~.blocks.BufferedFIFO`\ s, by name) holds
+    at most ``depth - 2`` entries, as one register decided a cycle ahead from counts of
+    their own (a compare of a FIFO's level would sit between it and the client's push, and
+    one flag per queue would need a gate after them). Returns the flag."""
     room = Signal(init=1, name=f"{name}_room")
-    push, pop = queue.w_en, queue.r_en & queue.r_rdy
-    m.d.sync += count.eq(count + push - pop)
-    m.d.sync += room.eq(Mux(push & ~pop, count < queue.depth - 2,
-                            Mux(pop & ~push, count < queue.depth, count < queue.depth - 1)))
+    nexts = []
+    for queue_name, queue in queues.items():
+        count = Signal(range(queue.depth + 1), name=f"{queue_name}_count")
+        push, pop = queue.w_en, queue.r_en & queue.r_rdy
+        m.d.sync += count.eq(count + push - pop)
+        nexts.append(Mux(push & ~pop, count < queue.depth - 2,
+                         Mux(pop & ~push, count < queue.depth, count < queue.depth - 1)))
+    m.d.sync += room.eq(Cat(*nexts).all())
     return room
 
 
@@ -575,22 +585,28 @@ class WritePort(Elaboratable):
         # room for two more beats in the W queue, and (pushed only while it holds at most
         # depth - 2, so its inner queue, whose level compare is its w_rdy, has room) for one
         # more burst in the AW queue
-        w_room = _room_for_two(m, w_q, "w_queue")
-        aw_room = _room_for_two(m, aw_q, "aw_queue")
-        room = aw_room & w_room
+        room = _room_for_two(m, "burst_queues", w_queue=w_q, aw_queue=aw_q)
         # every term of the burst decision is a flip-flop: the queues' heads and flags, the
         # open burst's state and the rooms
-        available = self.address.r_rdy & self.beats.r_rdy
+        # each decision in a module of its own (see blocks.Decision): they enable the
+        # queues' counters and the open burst's registers
+        flags = {"room": room, "head": self.address.r_rdy, "beat": self.beats.r_rdy}
         joins = forming & self.address.r_joinable & ~full
-        take = available & room
-        close = forming & room & ~(available & joins)
+        take = decision(m, "take_beat", lambda room, head, beat: room & head & beat, **flags)
+        close = decision(m, "close_burst", lambda room, head, beat, forming, joinable, full:
+                         forming & room & ~(head & beat & joinable & ~full),
+                         **flags, forming=forming, joinable=self.address.r_joinable, full=full)
+        # an open burst gives the W queue a beat in every cycle there is room: its tail,
+        # either joined by the next beat or closing the burst
+        push_beat = decision(m, "push_beat", lambda room, forming: forming & room,
+                             room=room, forming=forming)
         aw_out = data.Signal(self._aw_layout)
         w_out = data.Signal(self._w_layout)
         m.d.comb += [
             aw_out.addr.eq(start), aw_out.len.eq(count - 1),
             w_out.data.eq(tail.data), w_out.strb.eq(tail.strb), w_out.last.eq(close),
             aw_q.w_data.eq(aw_out), aw_q.w_en.eq(close),
-            w_q.w_data.eq(w_out), w_q.w_en.eq(close | (take & joins)),
+            w_q.w_data.eq(w_out), w_q.w_en.eq(push_beat),
             self.address.r_en.eq(take), self.beats.r_en.eq(take),
         ]
         with m.If(close):
@@ -612,8 +628,8 @@ class WritePort(Elaboratable):
             aw_q, w_q, _ = self._coalescer(m)
         else:
             aw_q, w_q = self.address, self.beats
-        m.d.comb += self.room.eq(_room_for_two(m, self.address, "address") &
-                                 _room_for_two(m, self.beats, "beats"))
+        m.d.comb += self.room.eq(_room_for_two(m, "client_queues", address=self.address,
+                                               beats=self.beats))
         head = data.View(self._aw_layout, aw_q.r_data)
         beat = data.View(self._w_layout, w_q.r_data)
         aw_fire = bus.awvalid & bus.awready

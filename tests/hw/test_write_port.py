@@ -127,3 +127,44 @@ def test_coalesced_bursts_write_memory_exactly(seed, max_burst):
     flat = [a + i * BPB for a, n in log["bursts"] for i in range(n)]
     assert flat == [a for a, _, _ in beats]
     assert len(log["bursts"]) < len(beats) // 3, "consecutive beats were not joined"
+
+
+@pytest.mark.parametrize("b_delay", [1, 6])
+def test_idle_falls_with_a_lone_push_and_rises_after_its_b(b_delay):
+    """One beat into an idle port: ``idle`` is low from the cycle after the push until the
+    B response is taken, then high again."""
+    dut = Port(16)
+    port, bus = dut.port, dut.bus
+    trace = []
+
+    async def bench(ctx):
+        ctx.set(bus.awready, 1)
+        ctx.set(bus.wready, 1)
+        for _ in range(3):
+            await ctx.tick()
+        assert ctx.get(port.idle)
+        ctx.set(port.address.w_data, 0x100)
+        ctx.set(port.beats.w_data, 0x1234 | 0xFF << DW | 1 << (DW + BPB))
+        ctx.set(port.address.w_en, 1)
+        ctx.set(port.beats.w_en, 1)
+        await ctx.tick()
+        ctx.set(port.address.w_en, 0)
+        ctx.set(port.beats.w_en, 0)
+        b_at = None
+        for cycle in range(60):
+            if b_at is None and ctx.get(bus.wvalid) and ctx.get(bus.wlast):
+                b_at = cycle + b_delay
+            b_now = b_at is not None and cycle >= b_at and not trace.count("B")
+            ctx.set(bus.bvalid, int(b_now))
+            trace.append("B" if b_now else int(ctx.get(port.idle)))
+            await ctx.tick()
+        ctx.set(bus.bvalid, 0)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    answered = trace.index("B")
+    assert trace[:answered] == [0] * answered, trace
+    # (the B's pulse is counted a cycle late, so idle rises two cycles after it)
+    assert trace[answered + 1:] == [0] + [1] * (len(trace) - answered - 2), trace
