@@ -258,7 +258,7 @@ class MacArrayCore(UnitCore):
         # (the core's configuration is the compute walker's, settled before its start, and
         # the compute loop starts it only after its last block's done)
         core = MacCore(rows=c.rows, cols=c.cols, max_dim=D, max_depth=MD, partial_sums=True,
-                       max_total_depth=c.max_total_depth, settled_config=True,
+                       max_total_depth=c.max_total_depth, settled_config=True, operand_chain=True,
                        psum_attrs={"ram_style": "ultra"} if c.psum_uram else None)
         lanes = max(core.lanes, c.elems_per_beat)
         # two banks per operand: the next block loads while the array computes this one
@@ -267,7 +267,8 @@ class MacArrayCore(UnitCore):
                   for _ in range(2)]
         q_bufs = [SkewedBuffer(lanes=lanes, rows=BD, cols=max(BD, lanes), bank_mask=True)
                   for _ in range(2)]
-        read_port = ReadPort(self.bus, num_clients=3, registered_requests=True)  # 0 bias, 1 P, 2 Q
+        read_port = ReadPort(self.bus, num_clients=3, registered_requests=True,  # 0 bias, 1 P, 2 Q
+                             zero_flag=True)
         # consecutive beats of an output row leave as one INCR burst
         write_port = WritePort(self.bus, beat_depth=16, address_depth=16, coalesce=True)
         # room for a whole block's bias: it is fetched during the previous block
@@ -510,7 +511,7 @@ class MacArrayCore(UnitCore):
         # nothing in flight: a register of the cycle before, and never of a RUN cycle (a
         # block the compute loop started in RUN's last cycle is busy by then)
         quiet = Signal(name="abort_quiet")
-        m.d.sync += quiet.eq(~ctl.running & ~run["dp_running"] & read_port.idle & writes_idle &
+        m.d.sync += quiet.eq(~ctl.running & ~run["dp_running"] & read_port.no_outstanding & writes_idle &
                              ~run["computing"] & ~core.busy)
         # the block loops see RUN a cycle late, from a flip-flop of their own (the state's
         # decode reaches many of their registers); `quiet` waits for it too

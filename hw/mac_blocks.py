@@ -18,7 +18,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .axi import BOUNDARY_BYTES, SkidBuffer
-from .blocks import BufferedFIFO
+from .blocks import BufferedFIFO, decision
 from .dma import read_request_layout
 from .mac import MAC_INPUT_WIDTH, output_layout
 
@@ -435,10 +435,16 @@ class ResultWriter(wiring.Component):
         row, col = seg.row, seg.col
         col_zero = col == 0
         if self.tile_rows & (self.tile_rows - 1) == 0:
+            # each flag a decision of its own (see blocks.Decision): two LUT levels of the
+            # segment's fields, not spread out to the writer's depth
             rb = self.tile_rows.bit_length() - 1
-            tile_top = (row[:rb] == 0) if rb else Const(1, 1)
-            return {"first": (row == 0) & col_zero, "again": tile_top & ~col_zero,
-                    "new_band": tile_top & col_zero}
+            top = row[:rb] if rb else Const(0, 1)
+            return {"first": decision(m, "seg_first", lambda row, col: (row == 0) & (col == 0),
+                                      row=row, col=col),
+                    "again": decision(m, "seg_again", lambda top, col: (top == 0) & (col != 0),
+                                      top=top, col=col),
+                    "new_band": decision(m, "seg_new_band", lambda top, col: (top == 0) & (col == 0),
+                                         top=top, col=col)}
         band_row = Signal(len(row), name="out_band_row", reset_less=True)
         next_band = Signal(len(row) + 1, name="out_next_band", reset_less=True)
         first = (row == 0) & col_zero
