@@ -949,26 +949,40 @@ class PipelineUnitCore(UnitCore):
         """The configuration check, from registers, once the run's sizes are in."""
         c = self.config
         K = c.stages
-        weights_checks = [s.sel >= K, s.sel_d_in == 0, s.sel_d_in > c.max_in, s.sel_d_out == 0,
-                          s.sel_d_out > c.max_out,
+        count = iter(range(1 << 16))
+
+        def check(fn, **inputs):
+            # each compare of configuration registers alone in a module (blocks.Decision):
+            # mapped together, Yosys shares their subtractions and ABC chains them
+            return decision(m, f"config_check{next(count)}", fn, **inputs)
+
+        def above(value, limit):
+            return check(lambda x: x > limit, x=value)
+
+        def zero(value):
+            return check(lambda x: x == 0, x=value)
+
+        weights_checks = [check(lambda x: x >= K, x=s.sel), zero(s.sel_d_in), above(s.sel_d_in, c.max_in),
+                          zero(s.sel_d_out), above(s.sel_d_out, c.max_out),
                           s.sizes.buffer_bad("w", s.sel_d_out, MASTER_BYTES)]
         train_checks = [
-            s.sched > 2, s.mbs == 0, s.mbs > 255, s.steps == 0, s.steps > 65535, s.rows == 0,
-            s.rows > c.max_rows,
-            s.gpipe & (s.mbs > c.slots),
+            above(s.sched, 2), zero(s.mbs), above(s.mbs, 255), zero(s.steps), above(s.steps, 65535),
+            zero(s.rows), above(s.rows, c.max_rows),
+            check(lambda gpipe, x: gpipe & (x > c.slots), gpipe=s.gpipe, x=s.mbs),
             s.sizes.buffer_bad("act", s.d_first, ELEM_BYTES),
             s.sizes.buffer_bad("logits", s.d_last, ELEM_BYTES),
             s.sizes.buffer_bad("grad", s.d_last, ELEM_BYTES),
-            (s.cfg["dx_addr"] != 0) & s.sizes.buffer_bad("dx", s.d_first, ELEM_BYTES),
+            ~zero(s.cfg["dx_addr"]) & s.sizes.buffer_bad("dx", s.d_first, ELEM_BYTES),
         ]
         for i in range(K):
             reg = lambda name: s.cfg[f"s{i}_{name}"]  # noqa: E731
-            train_checks += [reg("d_in") == 0, reg("d_in") > c.max_in, reg("d_out") == 0,
-                             reg("d_out") > c.max_out, reg("relu") > 1, reg("dx_first") > 1,
-                             reg("fwd_shift") > 63, reg("dx_shift") > 63, reg("dw_shift") > 63,
-                             reg("lr") >> 16 != 0, reg("wd") >> 16 != 0, reg("mu") >> 16 != 0]
+            train_checks += [zero(reg("d_in")), above(reg("d_in"), c.max_in), zero(reg("d_out")),
+                             above(reg("d_out"), c.max_out), above(reg("relu"), 1),
+                             above(reg("dx_first"), 1), above(reg("fwd_shift"), 63),
+                             above(reg("dx_shift"), 63), above(reg("dw_shift"), 63),
+                             above(reg("lr"), 65535), above(reg("wd"), 65535), above(reg("mu"), 65535)]
             if i + 1 < K:
-                train_checks.append(reg("d_out") != s.cfg[f"s{i + 1}_d_in"])
+                train_checks.append(check(lambda x, y: x != y, x=reg("d_out"), y=s.cfg[f"s{i + 1}_d_in"]))
         # every check from registers into a register of its own, their OR into err_config a
         # cycle later (no compare in front of the OR tree): valid once the sizes are in
         def registered(checks, name):
