@@ -352,7 +352,7 @@ class MacCore(wiring.Component):
     ``operand_chain=True`` (opt-in; off, the core is unchanged) passes each row's A operand
     along the row from cell to cell instead of broadcasting it (a systolic chain: each
     operand register loads one DSP and the next register, not the row's DSPs): column
-    ``c`` runs :attr:`skew`\ ``[c] = c`` cycles behind column 0, its B operand delayed as
+    ``c`` runs ``skew[c] = c`` cycles behind column 0, its B operand delayed as
     much, its accumulate enable, first-step flag and drain load a cycle behind the cell to
     its left; its rows leave the drain's shift register ``cols - 1 - c`` cycles later, so
     the columns of a row meet again before the partial sum. A run takes ``cols - 1``

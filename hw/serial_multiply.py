@@ -29,12 +29,16 @@ class SerialMultiplier(Elaboratable):
         shifted = Signal(self.a_width + self.b_width, reset_less=True)   # a << bit
         rest = Signal(self.b_width, reset_less=True)                      # b >> bit
         left = Signal(range(self.b_width + 1))
-        m.d.comb += self.done.eq(left == 0)
+        # steps remain: a flip-flop decided a step ahead (it enables every register here,
+        # so no compare of the count sits in front of them)
+        running = Signal()
+        m.d.comb += self.done.eq(~running)
         with m.If(self.start):
             m.d.sync += [shifted.eq(self.a), rest.eq(self.b), left.eq(self.b_width),
-                         self.product.eq(0)]
-        with m.Elif(left != 0):
-            m.d.sync += [shifted.eq(shifted << 1), rest.eq(rest >> 1), left.eq(left - 1)]
+                         running.eq(1), self.product.eq(0)]
+        with m.Elif(running):
+            m.d.sync += [shifted.eq(shifted << 1), rest.eq(rest >> 1), left.eq(left - 1),
+                         running.eq(left != 1)]
             with m.If(rest[0]):
                 m.d.sync += self.product.eq(self.product + shifted)
         return m

@@ -875,9 +875,11 @@ class TrainStage(wiring.Component):
         ops_inc = Signal()
         mac_inc = Signal.like(s.mac_ops, name="mac_ops_inc")
         sat_inc = Signal.like(s.sats, name="saturations_inc")
+        # (the SGD's count, a sum of its lanes' flags, is registered before the add)
+        sgd_sats = Signal.like(s.sgd.sat_count, name="sgd_saturations", reset_less=True)
         m.d.sync += [ops_inc.eq(s.op_ended), mac_inc.eq(Mux(s.core_done, s.core.mac_ops, 0)),
-                     sat_inc.eq(Mux(s.core_done, s.core.saturations, 0) +
-                                Mux(s.sgd.sat_valid, s.sgd.sat_count, 0)),
+                     sgd_sats.eq(Mux(s.sgd.sat_valid, s.sgd.sat_count, 0)),
+                     sat_inc.eq(Mux(s.core_done, s.core.saturations, 0) + sgd_sats),
                      s.ops_done.eq(s.ops_done + ops_inc), s.mac_ops.eq(s.mac_ops + mac_inc),
                      s.sats.eq(s.sats + sat_inc)]
         with m.If(self.start & ~s.running):
@@ -900,10 +902,14 @@ class TrainStage(wiring.Component):
         for name in ("b_mb_next", "b_done_next", "ahead_up", "ahead_down", "f_mb_next", "step_base",
                      "step_b_mb"):
             setattr(s, name, Signal(24, name=name, reset_less=True))
+        # the first backward's microbatch from the step's base, a run constant registered
+        # (one adder behind the base, not three)
+        step_b_off = Signal(24, name="step_b_off", reset_less=True)
+        m.d.sync += step_b_off.eq(Mux(s.gpipe, s.mbs + s.mbs - 1, s.mbs))
         m.d.sync += [s.b_mb_next.eq(Mux(s.gpipe, s.b_mb - 1, s.b_mb + 1)), s.b_done_next.eq(s.b_done + 1),
                      s.ahead_up.eq(s.ahead + 1), s.ahead_down.eq(s.ahead - 1),
                      s.f_mb_next.eq(s.f_mb + 1), s.step_base.eq(s.base + s.mbs),
-                     s.step_b_mb.eq(Mux(s.gpipe, s.base + s.mbs + s.mbs - 1, s.base + s.mbs))]
+                     s.step_b_mb.eq(s.base + step_b_off)]
 
         def after_backward():
             # an asynchronous schedule updates after every backward (see ``ends["b"]``)

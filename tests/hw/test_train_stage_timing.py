@@ -43,3 +43,21 @@ def test_stage_cycle_counts(schedule, mbs, dim, rows, seed, dx_first, gaps, want
         assert np.array_equal(run.masters[s], trace.masters[s]), s
     assert run.cycles == want_cycles
     assert [tuple(c[k] for k in COUNTS) for c in run.counters] == want
+
+
+def test_stage_saturation_counts_match_golden():
+    """Masters far outside the MAC weight's range: the forward's products and the SGD's
+    narrowing saturate; each stage's counter adds both, as the golden model counts."""
+    fmt = BENCH_FORMAT
+    masters, xs, loss_grad = make_problem(2, 2, 1, dim=4, rows=4, seed=3)
+    masters = [np.clip(m.astype(np.int64) * 64, -(1 << 31), (1 << 31) - 1) for m in masters]
+    lr_q, wd_q, mu_q = fmt.sgd.quantize_hyper(0.25, 1e-3, 0.5)
+    relu = [True, False]
+    trace = GoldenPipeline(masters, relu=relu, fmt=fmt, lr_q=lr_q, wd_q=wd_q, mu_q=mu_q).run(
+        "1f1b-flush", xs, loss_grad, microbatches=2)
+    run = run_pipeline_rtl(masters, xs, loss_grad, schedule="1f1b-flush", microbatches=2, relu=relu,
+                           lr_q=lr_q, wd_q=wd_q, mu_q=mu_q, fmt=fmt, lanes=4)
+    for s in range(2):
+        assert np.array_equal(run.masters[s], trace.masters[s]), s
+    assert min(trace.saturations) > 0
+    assert [c["saturations"] for c in run.counters] == list(trace.saturations)
