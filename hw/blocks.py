@@ -295,7 +295,8 @@ class ExtentCheck(wiring.Component):
         big = product[aw:].any()
         # the verdicts that need no product, registered while it is formed (the operands
         # hold from start): the last phase compares the extent with the size, nothing more
-        some, bad_early = Signal(reset_less=True), Signal(reset_less=True)
+        # (each one in a register of its own: their OR is taken in the last phase)
+        some, bad_early = Signal(reset_less=True), Signal(5, reset_less=True)
         # the buffer's base and size, registered at start: a caller's choice of them (a
         # gate, a mux) is not in series with the checks' adders and compares
         base = Signal(self.aw, name="base_q", reset_less=True)
@@ -311,15 +312,15 @@ class ExtentCheck(wiring.Component):
         with m.Elif(phase == 2):
             m.d.sync += [need.eq(product + self.row_bytes), phase.eq(3)]
         with m.Elif(phase == 3):
-            m.d.sync += [self.error.eq(bad_early | (some & (need > size))),
+            m.d.sync += [self.error.eq(bad_early.any() | (some & (need > size))),
                          self.done.eq(1), phase.eq(0), self.extent.eq(Mux(some, need, 0))]
         with m.If(phase == 1):
             rows_some = self.rows != 0
             m.d.sync += [some.eq(rows_some),
-                         bad_early.eq(((base & align) != 0) | ((self.stride & align) != 0)
-                                      | (rows_some & (self.stride < self.row_bytes))
-                                      | ((self.rows > 1) & (self.stride[aw:] != 0))
-                                      | ((base + size) >> aw != 0))]
+                         bad_early.eq(Cat((base & align) != 0, (self.stride & align) != 0,
+                                          rows_some & (self.stride < self.row_bytes),
+                                          (self.rows > 1) & (self.stride[aw:] != 0),
+                                          (base + size) >> aw != 0))]
         return m
 
 
