@@ -342,7 +342,9 @@ class _RunSizes:
         # from start; the weights' extent check reads it tens of cycles later)
         sel_d_in = Signal(32, name="sizes_sel_d_in", reset_less=True)
         m.d.sync += sel_d_in.eq(Array(cfg[f"s{i}_d_in"] for i in range(stages))[sel[:3] if stages > 1 else 0])
-        gpipe = cfg["schedule"] == 0
+        # (a register: it selects hundreds of bits of the address steps below)
+        gpipe = Signal(name="sizes_gpipe")
+        m.d.sync += gpipe.eq(cfg["schedule"] == 0)
         self.m, self.cfg, self.aw, self.align = m, cfg, aw, c.bytes_per_beat - 1
         self.beat_bits = c.bytes_per_beat.bit_length() - 1
 
@@ -422,12 +424,18 @@ class _RunSizes:
         # is loaded by start), and whether one is left: filled is set a row ahead from
         # that flag, so no compare is in front of the tables' write enables, and the flag
         # is a compare of the count's own flip-flops
-        rows = Mux(cfg["rows"] > c.max_rows, c.max_rows, cfg["rows"])
+        # (the count and its flags as registers of the configuration, which is steady from
+        # before start: a compare and a clamp are not in front of the countdown)
+        rows = Signal(range(c.max_rows + 1), name="sizes_rows", reset_less=True)
+        rows_one = Signal(name="sizes_rows_one", reset_less=True)
+        rows_zero = Signal(name="sizes_rows_zero", reset_less=True)
+        m.d.sync += [rows.eq(Mux(cfg["rows"] > c.max_rows, c.max_rows, cfg["rows"])),
+                     rows_one.eq(cfg["rows"] == 1), rows_zero.eq(cfg["rows"] == 0)]
         fill_left = Signal(range(c.max_rows + 1), name="sizes_fill_left", reset_less=True)
         fill_one = Signal(name="sizes_fill_one", reset_less=True)
         filled = self.filled
         with m.If(self.start):
-            m.d.sync += [fill_left.eq(rows), fill_one.eq(rows == 1), filled.eq(rows == 0)]
+            m.d.sync += [fill_left.eq(rows), fill_one.eq(rows_one), filled.eq(rows_zero)]
         with m.Elif(self.started & ~filled):
             m.d.sync += [fill_left.eq(fill_left - 1), fill_one.eq(fill_left == 2),
                          filled.eq(fill_one)]
@@ -550,7 +558,9 @@ class PipelineUnitCore(UnitCore):
         s.sel_is = [Signal(name=f"sel_is_{i}") for i in range(K)]
         m.d.sync += [s.sel_d_in.eq(Array(s.cfg[f"s{i}_d_in"] for i in range(K))[s.sel[:3] if K > 1 else 0]),
                      s.sel_d_out.eq(Array(s.cfg[f"s{i}_d_out"] for i in range(K))[s.sel[:3] if K > 1 else 0])]
-        m.d.sync += [flag.eq(s.sel == i) for i, flag in enumerate(s.sel_is)]
+        # (each compare a decision of its own: an equality of 32 bits is two LUT levels)
+        m.d.sync += [flag.eq(decision(m, f"sel_is_{i}_term", lambda x, i=i: x == i, x=s.sel))
+                     for i, flag in enumerate(s.sel_is)]
 
     def _datapath(self, m, s):
         """The datapath's ports, write queue and row readers (reset at the start of every run)."""
