@@ -16,6 +16,8 @@ from amaranth.sim import Simulator
 from gnnweave.hw.axi import AXI4Signature
 from gnnweave.hw.dma import WritePort
 
+from .test_blocks import simulate
+
 DW = 64
 BPB = DW // 8
 MEM = 3 * 4096
@@ -160,10 +162,7 @@ def test_idle_falls_with_a_lone_push_and_rises_after_its_b(b_delay):
             await ctx.tick()
         ctx.set(bus.bvalid, 0)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    simulate(dut, bench)
     answered = trace.index("B")
     assert trace[:answered] == [0] * answered, trace
     # (the B's pulse is counted a cycle late, so idle rises two cycles after it)
