@@ -424,18 +424,12 @@ class _RunSizes:
         # is loaded by start), and whether one is left: filled is set a row ahead from
         # that flag, so no compare is in front of the tables' write enables, and the flag
         # is a compare of the count's own flip-flops
-        # (the count and its flags as registers of the configuration, which is steady from
-        # before start: a compare and a clamp are not in front of the countdown)
-        rows = Signal(range(c.max_rows + 1), name="sizes_rows", reset_less=True)
-        rows_one = Signal(name="sizes_rows_one", reset_less=True)
-        rows_zero = Signal(name="sizes_rows_zero", reset_less=True)
-        m.d.sync += [rows.eq(Mux(cfg["rows"] > c.max_rows, c.max_rows, cfg["rows"])),
-                     rows_one.eq(cfg["rows"] == 1), rows_zero.eq(cfg["rows"] == 0)]
+        rows = Mux(cfg["rows"] > c.max_rows, c.max_rows, cfg["rows"])
         fill_left = Signal(range(c.max_rows + 1), name="sizes_fill_left", reset_less=True)
         fill_one = Signal(name="sizes_fill_one", reset_less=True)
         filled = self.filled
         with m.If(self.start):
-            m.d.sync += [fill_left.eq(rows), fill_one.eq(rows_one), filled.eq(rows_zero)]
+            m.d.sync += [fill_left.eq(rows), fill_one.eq(rows == 1), filled.eq(rows == 0)]
         with m.Elif(self.started & ~filled):
             m.d.sync += [fill_left.eq(fill_left - 1), fill_one.eq(fill_left == 2),
                          filled.eq(fill_one)]
