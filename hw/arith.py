@@ -159,3 +159,22 @@ class PipelinedMultiplier(wiring.Component):
         offset, value = partials[0]
         m.d.comb += self.p.eq(value << offset)
         return m
+
+
+class RegisterStages:
+    """Registers for one pipeline: :meth:`reg` is a ``reset_less`` register of an
+    expression (data), :meth:`delay` a chain of them."""
+
+    def __init__(self, m: Module, prefix: str):
+        self.m, self.prefix = m, prefix
+
+    def reg(self, value, name: str, shape=None):
+        sig = Signal(shape if shape is not None else value.shape(), name=f"{self.prefix}_{name}",
+                     reset_less=True)
+        self.m.d.sync += sig.eq(value)
+        return sig
+
+    def delay(self, value, cycles: int, name: str):
+        for i in range(cycles):
+            value = self.reg(value, f"{name}_d{i}")
+        return value

@@ -49,7 +49,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .arith import saturate
+from .arith import RegisterStages, saturate
 from .axi import BusParams
 from .blocks import RegisteredFIFO
 
@@ -234,22 +234,6 @@ class SkewedBuffer(Elaboratable):
             inside = room_q > l                     # start + l < extent
             m.d.sync += self.rd_data[l].eq(Mux(inside, banks[src_q[l]], 0))
         return m
-
-
-def _delayed(m: Module, value, cycles: int, name: str, *, keep: bool = False):
-    """``value`` ``cycles`` cycles later, through a chain of registers (``value`` itself for
-    0). Copies of a signal keep its reset; other values' registers are ``reset_less``.
-    ``keep``: the registers' nets are kept."""
-    attrs = {"keep": 1} if keep else {}
-    for i in range(cycles):
-        reg_name = name if cycles == 1 else f"{name}_d{i + 1}"
-        if isinstance(value, Signal):
-            reg = Signal.like(value, name=reg_name, attrs=attrs)
-        else:
-            reg = Signal(Value.cast(value).shape(), name=reg_name, reset_less=True, attrs=attrs)
-        m.d.sync += reg.eq(value)
-        value = reg
-    return value
 
 
 def _wire(m: Module, expr, name: str | None = None):
@@ -657,13 +641,14 @@ class MacCore(wiring.Component):
         # column c's operands, c cycles late with an operand chain: row r's A operand passes
         # from cell to cell along the row (a load of one DSP and one register each, not the
         # whole row's), column c's B operand through c more registers
+        st = RegisterStages(m, "array")
         a_cell = [[a_reg[r]] * C for r in range(R)]
         for r in range(R):
             for c in range(1, C if self.operand_chain else 1):
-                a_cell[r][c] = _delayed(m, a_cell[r][c - 1], 1, f"a{r}_{c}")
+                a_cell[r][c] = st.reg(a_cell[r][c - 1], f"a{r}_{c}")
         b_reg = [Signal(signed(W), name=f"b{c}", reset_less=True) for c in range(C)]
         for c in range(C):
-            early = _delayed(m, self.b_data[c], skew[c], f"b{c}_early")
+            early = st.delay(self.b_data[c], skew[c], f"b{c}_early")
             if skew[c]:
                 # loaded by a step only: a clock enable unlike the delay's, so the delay's
                 # shift-register LUT (slow to its output) ends here and not at the DSPs
@@ -682,6 +667,12 @@ class MacCore(wiring.Component):
         load = Signal(name="drain_load_next")
         m.d.comb += load.eq(v_acc & s_acc["last"])
         load_cells = [[None] * C for _ in range(R)]
+
+        def next_cell(flag, name):
+            """``flag`` a cycle later (its reset kept), a net of its own."""
+            reg = Signal.like(flag, name=name, attrs={"keep": 1})
+            m.d.sync += reg.eq(flag)
+            return reg
         for r in range(R):
             # per-row copies of the accumulate enable, the first-step flag and the drain's
             # load (fan-out C); with an operand chain, per cell, each a cycle behind the
@@ -692,9 +683,9 @@ class MacCore(wiring.Component):
             m.d.sync += [en.eq(valids[L + 1]), first.eq(stages[L + 1]["first"]), ld.eq(load)]
             for c in range(C):
                 if c and self.operand_chain:
-                    en = _delayed(m, en, 1, f"acc_en{r}_{c}", keep=True)
-                    first = _delayed(m, first, 1, f"acc_first{r}_{c}", keep=True)
-                    ld = _delayed(m, ld, 1, f"drain_load{r}_{c}", keep=True)
+                    en = next_cell(en, f"acc_en{r}_{c}")
+                    first = next_cell(first, f"acc_first{r}_{c}")
+                    ld = next_cell(ld, f"drain_load{r}_{c}")
                 with m.If(en):
                     m.d.sync += acc[r][c].eq(Mux(first, 0, acc[r][c]) + prod[r][c])
                 load_cells[r][c] = ld
@@ -743,7 +734,8 @@ class MacCore(wiring.Component):
             with m.Else():
                 m.d.sync += [res_valid[r].eq(nxt[0]), res_row[r].eq(nxt[1])]
         skew = self.skew
-        res_out = [_delayed(m, res[0][c], skew[-1] - skew[c], f"res_out{c}") for c in range(C)]
+        res_out = [RegisterStages(m, "drain").delay(res[0][c], skew[-1] - skew[c], f"res_out{c}")
+                   for c in range(C)]
         row_in_tile = res_row[0]
         sw = self.psum_width if self.partial_sums else AW        # bits of the sum narrowed
         wide = max(sw, self.bias_width + 31) + 2

@@ -26,32 +26,13 @@ from amaranth.lib.wiring import In, Out
 
 from gnnweave.fixed import FixedFormat
 
-from .arith import saturate
+from .arith import RegisterStages, saturate
 
 #: Bits of the unsigned low partial product's multiplicand (a 27 x 18 signed multiplier
 #: takes it as a 27-bit non-negative value).
 LIMB = 26
 #: Widest multiplicand: the high limb must fit the multiplier's 27-bit signed input.
 MAX_MULTIPLICAND = LIMB + 27
-
-
-class RegisterStages:
-    """Registers for one pipeline: :meth:`reg` is a ``reset_less`` register of an
-    expression (data), :meth:`delay` a chain of them."""
-
-    def __init__(self, m: Module, prefix: str):
-        self.m, self.prefix = m, prefix
-
-    def reg(self, value, name: str, shape=None):
-        sig = Signal(shape if shape is not None else value.shape(), name=f"{self.prefix}_{name}",
-                     reset_less=True)
-        self.m.d.sync += sig.eq(value)
-        return sig
-
-    def delay(self, value, cycles: int, name: str):
-        for i in range(cycles):
-            value = self.reg(value, f"{name}_d{i}")
-        return value
 
 
 def round_up_bit(dropped, kept_lsb, shift: int):
