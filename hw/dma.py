@@ -62,7 +62,7 @@ def _counted(m, inc, dec, limit: int, name: str):
 
 
 def _room_for_two(m, name: str, **queues):
-    """Whether every one of ``queues`` (:class:`~.blocks.BufferedFIFO`\ s, by name) holds
+    """Whether every one of ``queues`` (each a :class:`~.blocks.BufferedFIFO`, by name) holds
     at most ``depth - 2`` entries, as one register decided a cycle ahead from counts of
     their own (a compare of a FIFO's level would sit between it and the client's push, and
     one flag per queue would need a gate after them). Returns the flag."""
@@ -131,10 +131,6 @@ class ReadPort(Elaboratable):
             #: no beat in flight, as a flip-flop updated with the count (no 32-bit
             #: compare behind a client's "nothing in flight" logic)
             self.no_outstanding = Signal(init=1)
-        #: no burst in the AR register and no beat of a sent one still to come: counted
-        #: from the AR handshake (no grant logic behind it); a burst granted in this cycle
-        #: shows from the next
-        self.idle = Signal()
 
     def _inside(self, m, addr, length, base, limit, prefix):
         """Guard: [addr, addr + bytes) inside [base, limit), and no 4 KiB crossing."""
@@ -161,10 +157,6 @@ class ReadPort(Elaboratable):
         # R: always ready; route by ID.
         r_fire = bus.rvalid & bus.rready
         m.d.comb += [bus.rready.eq(1), self.beat.eq(r_fire)]
-        sent = Signal(32, name="sent_beats")      # beats sent on AR and not yet returned
-        ar_fire = bus.arvalid & bus.arready
-        m.d.sync += sent.eq(sent + Mux(ar_fire, bus.arlen + 1, 0) - r_fire)
-        m.d.comb += self.idle.eq((sent == 0) & ~bus.arvalid)
         for i in range(self.num_clients):
             m.d.comb += [
                 self.responses[i].valid.eq(r_fire & (bus.rid == i)),
