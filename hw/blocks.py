@@ -271,6 +271,8 @@ class ExtentCheck(wiring.Component):
                  stride_width: int = 64):
         if bytes_per_beat < 1 or bytes_per_beat & (bytes_per_beat - 1):
             raise ValueError(f"bytes_per_beat must be a power of two, not {bytes_per_beat!r}")
+        if rows_width < 2:
+            raise ValueError(f"rows_width must be at least 2, not {rows_width!r}")
         self.aw, self.bpb, self.rw = addr_width, bytes_per_beat, rows_width
         super().__init__({
             "start": In(1),
@@ -314,12 +316,15 @@ class ExtentCheck(wiring.Component):
         with m.Elif(phase == 3):
             m.d.sync += [self.error.eq(bad_early.any() | (some & (need > size))),
                          self.done.eq(1), phase.eq(0), self.extent.eq(Mux(some, need, 0))]
+        # in two steps over the multiplying phase (``rows_width`` >= 2 cycles): the
+        # compares, then the verdicts that AND two of them
+        overlap, wide = Signal(reset_less=True), Signal(reset_less=True)
+        many = Signal(reset_less=True)
         with m.If(phase == 1):
-            rows_some = self.rows != 0
-            m.d.sync += [some.eq(rows_some),
+            m.d.sync += [some.eq(self.rows != 0), many.eq(self.rows > 1),
+                         overlap.eq(self.stride < self.row_bytes), wide.eq(self.stride[aw:] != 0),
                          bad_early.eq(Cat((base & align) != 0, (self.stride & align) != 0,
-                                          rows_some & (self.stride < self.row_bytes),
-                                          (self.rows > 1) & (self.stride[aw:] != 0),
+                                          some & overlap, many & wide,
                                           (base + size) >> aw != 0))]
         return m
 

@@ -219,12 +219,13 @@ def extent_model(base, size, stride, rows, row_bytes, bpb, aw):
     return bad
 
 
-@pytest.mark.parametrize("stride_width", [40, 48])
-def test_extent_check_matches_the_rule_and_takes_its_cycles(stride_width):
+@pytest.mark.parametrize("stride_width, rw", [(40, 12), (48, 12), (40, 2)])
+def test_extent_check_matches_the_rule_and_takes_its_cycles(stride_width, rw):
     """Against the rule, with products past the address space (the clamp) and, where the
-    stride is wider than an address, strides of 2 ** addr_width and more."""
-    rng = random.Random(7 + stride_width)
-    aw, bpb, rw = 40, 16, 12
+    stride is wider than an address, strides of 2 ** addr_width and more; with the
+    narrowest rows (the shortest multiplying phase) too."""
+    rng = random.Random(7 + stride_width + rw)
+    aw, bpb = 40, 16
     dut = ExtentCheck(addr_width=aw, bytes_per_beat=bpb, rows_width=rw, stride_width=stride_width)
 
     async def bench(ctx):
