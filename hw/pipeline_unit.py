@@ -297,18 +297,30 @@ class RowReader(Elaboratable):
             self.request.payload.len.eq(burst_len),
             self.issued.eq(~active),
         ]
-        m.d.comb += fire.eq(self.request.valid & self.request.ready)
+        # the issue, and whether it ends its row or not: decisions of their own, one LUT of
+        # flip-flops and the request's ready each, the enables of the wide position registers
+        issue = {"active": active, "decided": decided, "enough": enough, "ready": self.request.ready}
+        m.d.comb += fire.eq(decision(m, "fire", lambda active, decided, enough, ready:
+                                     active & decided & enough & ready, **issue))
+        fire_row_end = decision(m, "fire_row_end",
+                                lambda active, decided, enough, ready, row_end:
+                                active & decided & enough & ready & row_end,
+                                **issue, row_end=row_end)
+        fire_in_row = decision(m, "fire_in_row",
+                               lambda active, decided, enough, ready, row_end:
+                               active & decided & enough & ready & ~row_end,
+                               **issue, row_end=row_end)
         next_page = (BOUNDARY_BYTES - next_row[:12]) >> beat_bits
         with m.If(fire):
             m.d.sync += decided.eq(0)
-            with m.If(row_end):
-                m.d.sync += [addr.eq(next_row), next_row.eq(next_row + stride),
-                             to_page.eq(next_page), remain.eq(row_beats),
-                             rows_left.eq(rows_left - 1), active.eq(~last_row)]
-            with m.Else():
-                # a burst that reaches the boundary starts the next page
-                m.d.sync += [addr.eq(addr + (burst << beat_bits)), remain.eq(remain - burst),
-                             to_page.eq(Mux(to_page == burst, page_beats, to_page - burst))]
+        with m.If(fire_row_end):
+            m.d.sync += [addr.eq(next_row), next_row.eq(next_row + stride),
+                         to_page.eq(next_page), remain.eq(row_beats),
+                         rows_left.eq(rows_left - 1), active.eq(~last_row)]
+        with m.If(fire_in_row):
+            # a burst that reaches the boundary starts the next page
+            m.d.sync += [addr.eq(addr + (burst << beat_bits)), remain.eq(remain - burst),
+                         to_page.eq(Mux(to_page == burst, page_beats, to_page - burst))]
         m.d.sync += credits.eq(credits - Mux(fire, burst, 0) + fetch)
         m.d.comb += [beats.w_en.eq(self.response.valid), beats.w_data.eq(self.response.data)]
         with m.If(self.start):
@@ -636,15 +648,23 @@ class PipelineUnitCore(UnitCore):
                 pl.data.as_value().eq(seg), pl.relu_mask.eq(0),
                 pl.last.eq(row_end & last_row),
             ]
-            with s.dp.If(port.valid & port.ready):
+            # a segment taken, and one that ends its row: decisions of their own from
+            # flip-flops, the enables of the position registers
+            take = decision(s.dp, f"{name}_take", lambda valid, run, ready: valid & run & ready,
+                            valid=reader.valid, run=s.train_run, ready=port.ready)
+            take_row_end = decision(s.dp, f"{name}_take_row_end",
+                                    lambda valid, run, ready, row_end: valid & run & ready & row_end,
+                                    valid=reader.valid, run=s.train_run, ready=port.ready,
+                                    row_end=row_end)
+            with s.dp.If(take):
                 s.dp.d.sync += [b_j.eq(b_j + 1), col.eq(col + L), left.eq(left - L),
                                 row_end.eq(left <= 2 * L)]
-                with s.dp.If(row_end):
-                    s.dp.d.sync += [b_j.eq(0), col.eq(0), left.eq(cols_w), row_end.eq(one_seg)]
-                    with s.dp.If(last_row):
-                        s.dp.d.sync += [r.eq(0), after.eq(rows_m1), last_row.eq(rows_one)]
-                    with s.dp.Else():
-                        s.dp.d.sync += [r.eq(r + 1), after.eq(after - 1), last_row.eq(after == 1)]
+            with s.dp.If(take_row_end):
+                s.dp.d.sync += [b_j.eq(0), col.eq(0), left.eq(cols_w), row_end.eq(one_seg)]
+                with s.dp.If(last_row):
+                    s.dp.d.sync += [r.eq(0), after.eq(rows_m1), last_row.eq(rows_one)]
+                with s.dp.Else():
+                    s.dp.d.sync += [r.eq(r + 1), after.eq(after - 1), last_row.eq(after == 1)]
             # the beat's pop (a segment taken that ends its row or its beat): one LUT of
             # flip-flops in front of the reader's wide head
             s.dp.d.comb += reader.pop.eq(decision(
@@ -793,8 +813,6 @@ class PipelineUnitCore(UnitCore):
         # cycles after its row stepped (a take clears sw_settled), so a cycle late is in time
         s.sw_last_row = Signal()
         s.dp.d.sync += s.sw_last_row.eq(s.sw_row == s.sel_d_in_m1)
-        s.store_valid = Signal()
-        s.dp.d.comb += s.store_valid.eq(s.running & s.is_store & s.sw_settled & ~s.store_done)
         with s.dp.If(s.first):
             s.dp.d.sync += [s.sw_left.eq(s.sel_d_out), s.sw_row_end.eq(s.out_one_word),
                             s.store_done.eq(s.sel_d_in == 0), s.sw_keep.eq(s.out_keep)]
@@ -849,7 +867,20 @@ class PipelineUnitCore(UnitCore):
         room = entry.ready
         take_lg = s.train_run & s.lg_w.beats.valid & room
         take_dx = s.train_run & ~s.lg_w.beats.valid & s.dx_w.beats.valid & s.dx_on & room
-        take_st = s.store_valid & room
+        # the store walk gives a beat every other cycle at most (a take clears sw_settled),
+        # so the queue's ready for a beat after a cycle without one is its ready: the take
+        # and the row step (enable of the walk's wide registers) are decisions of their
+        # own from flip-flops
+        store_go = {"run": s.running, "store": s.is_store, "settled": s.sw_settled,
+                    "done": s.store_done, "credit": s.write_queue.credit,
+                    "entering": s.write_queue.entering}
+        take_st = decision(s.dp, "store_take",
+                           lambda run, store, settled, done, credit, entering:
+                           run & store & settled & ~done & credit & ~entering, **store_go)
+        st_row_step = decision(s.dp, "store_row_step",
+                               lambda run, store, settled, done, credit, entering, row_end:
+                               run & store & settled & ~done & credit & ~entering & row_end,
+                               **store_go, row_end=s.sw_row_end)
         lg_base = Signal(aw + 40)
         # a microbatch's last beat taken: decisions of their own (the queue's room, a LUT
         # of its credits, and five flip-flops), in front of the bases' wide enables
@@ -927,18 +958,17 @@ class PipelineUnitCore(UnitCore):
         with s.dp.If(s.first):
             s.dp.d.sync += [lg_base.eq(s.cfg["logits_addr"]), s.sw_row_addr.eq(s.cfg["w_addr"])]
         # store walk: present (row, word), wait a cycle for the read, queue, next word
-        with s.dp.If(s.running & s.is_store & ~s.store_done):
-            with s.dp.If(~s.sw_settled):
-                s.dp.d.sync += s.sw_settled.eq(1)
-            with s.dp.Elif(take_st):
-                s.dp.d.sync += [s.sw_settled.eq(0), s.sw_word.eq(s.sw_word + 1), s.sw_left.eq(s.sw_left - L),
-                                s.sw_row_end.eq(s.sw_left <= 2 * L),
-                                s.sw_keep.eq(Cat(*(s.sw_left > lane + L for lane in range(L))))]
-                with s.dp.If(s.sw_row_end):
-                    s.dp.d.sync += [s.sw_word.eq(0), s.sw_left.eq(s.sel_d_out), s.sw_row.eq(s.sw_row + 1),
-                                    s.sw_row_addr.eq(s.sw_row_addr + s.cfg["w_stride"]),
-                                    s.sw_row_end.eq(s.out_one_word), s.store_done.eq(s.sw_last_row),
-                                    s.sw_keep.eq(s.out_keep)]
+        with s.dp.If(s.running & s.is_store & ~s.store_done & ~s.sw_settled):
+            s.dp.d.sync += s.sw_settled.eq(1)
+        with s.dp.If(take_st):
+            s.dp.d.sync += [s.sw_settled.eq(0), s.sw_word.eq(s.sw_word + 1), s.sw_left.eq(s.sw_left - L),
+                            s.sw_row_end.eq(s.sw_left <= 2 * L),
+                            s.sw_keep.eq(Cat(*(s.sw_left > lane + L for lane in range(L))))]
+        with s.dp.If(st_row_step):
+            s.dp.d.sync += [s.sw_word.eq(0), s.sw_left.eq(s.sel_d_out), s.sw_row.eq(s.sw_row + 1),
+                            s.sw_row_addr.eq(s.sw_row_addr + s.cfg["w_stride"]),
+                            s.sw_row_end.eq(s.out_one_word), s.store_done.eq(s.sw_last_row),
+                            s.sw_keep.eq(s.out_keep)]
 
         # write responses: in order (one ID), each for the burst of the AW before it; a
         # microbatch's logits are in once the responses cover the beats up to its last

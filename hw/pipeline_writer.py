@@ -234,6 +234,10 @@ class CheckedWriteQueue(wiring.Component):
     stages never stall and no ready path runs through them; ``beats.ready`` is one LUT
     from flip-flops and nothing in the queue depends on ``beats.valid`` but the first
     stage. ``empty``: no beat is in a stage or the FIFO, and every credit is back.
+    ``credit`` and ``entering`` are flip-flops ``beats.ready`` is made of: a credit is
+    left, and a beat is in the first stage (it takes one more). ``credit & ~entering``
+    never exceeds ``beats.ready`` and equals it after a cycle without a beat: a client
+    that never gives beats in consecutive cycles may decide its take from them in one LUT.
 
     Args:
         addr_width: bits of the computed address (wide enough that no sum wraps).
@@ -252,6 +256,8 @@ class CheckedWriteQueue(wiring.Component):
             "beats": In(stream.Signature(checked_beat_layout(addr_width, offset_width, bus_width))),
             "queued": Out(stream.Signature(checked_out_layout(addr_width, bus_width))),
             "empty": Out(1),
+            "credit": Out(1),
+            "entering": Out(1),
         })
 
     def elaborate(self, platform):
@@ -272,7 +278,8 @@ class CheckedWriteQueue(wiring.Component):
         leave = Signal(name="wq_left")
         m.d.sync += leave.eq(self.queued.valid & self.queued.ready)
         s1_valid = Signal(name="wq_operands_valid")
-        m.d.comb += self.beats.ready.eq(Mux(s1_valid, credits[1], credits[0]))
+        m.d.comb += [self.beats.ready.eq(Mux(s1_valid, credits[1], credits[0])),
+                     self.credit.eq(credits[0]), self.entering.eq(s1_valid)]
         with m.If(s1_valid & ~leave):
             m.d.sync += credits.eq(credits[1:])
         with m.Elif(leave & ~s1_valid):

@@ -230,8 +230,13 @@ def run_checked_queue(beats, *, aw, ow, depth=4, offer_p=0.8, take_p=0.5, seed=6
     out, cycles = [], []
 
     async def bench(ctx):
-        i, cycle = 0, 0
+        i, cycle, entered = 0, 0, False
         while len(out) < n and cycle < 20 * n + 50:
+            # the flip-flops ready is made of: the beat taken last cycle, and a credit
+            # left, which is the ready after a cycle without a beat
+            assert ctx.get(dut.entering) == entered
+            if not entered:
+                assert ctx.get(dut.beats.ready) == ctx.get(dut.credit)
             offer = i < n and rng.random() < offer_p
             ctx.set(dut.beats.valid, int(offer))
             if offer:
@@ -242,7 +247,8 @@ def run_checked_queue(beats, *, aw, ow, depth=4, offer_p=0.8, take_p=0.5, seed=6
                     ctx.set(getattr(dut.beats.payload, k), v)
             take = rng.random() < take_p
             ctx.set(dut.queued.ready, int(take))
-            if offer and ctx.get(dut.beats.ready):
+            entered = bool(offer and ctx.get(dut.beats.ready))
+            if entered:
                 i += 1
             if take and ctx.get(dut.queued.valid):
                 p = dut.queued.payload
