@@ -393,17 +393,22 @@ class _RunSizes:
         groups = {1: first, 2: second, 3: list(self.extent.values())}
         done = {p: Signal(name=f"sizes_phase{p}_done") for p in groups}
         m.d.sync += [done[p].eq((phase == p) & Cat(*(x.done for x in ms)).all()) for p, ms in groups.items()]
+        # the starts of the second and third groups (each reaches a few hundred enables): a
+        # decision of its own each, one LUT of the start, the phase and its done
+        starts = {p: decision(m, f"sizes_start{p + 1}",
+                              lambda start, phase, done, p=p: ~start & (phase == p) & done,
+                              start=self.start, phase=phase, done=done[p]) for p in (1, 2)}
+        m.d.comb += [x.start.eq(starts[1]) for x in second]
+        m.d.comb += [x.start.eq(starts[2]) for x in self.extent.values()]
         with m.If(self.start):
             m.d.sync += [phase.eq(1), self.started.eq(1)]
             m.d.comb += [x.start.eq(1) for x in first]
         with m.Elif(phase == 1):
             with m.If(done[1]):
                 m.d.sync += phase.eq(2)
-                m.d.comb += [x.start.eq(1) for x in second]
         with m.Elif(phase == 2):
             with m.If(done[2]):
                 m.d.sync += phase.eq(3)
-                m.d.comb += [x.start.eq(1) for x in self.extent.values()]
         with m.Elif(phase == 3):
             with m.If(done[3]):
                 m.d.sync += phase.eq(4)
@@ -611,6 +616,9 @@ class PipelineUnitCore(UnitCore):
         s.running = Signal()        # RUN, no fault: traffic may proceed (run.running & ~stopped)
         s.train_run = Signal()      # running & is_train
         s.first = Signal()          # first RUN cycle (== run.first)
+        # ... of a TRAIN / LOAD_WEIGHTS run: registers of their own, so the starts of the
+        # Pipeline and of the readers (a few hundred loads) are not a LUT behind ``first``
+        s.first_train, s.first_load = Signal(), Signal()
 
     def _stream_unpacking(self, m, s):
         """Read beats into row segments of ``lanes`` elements for the Pipeline's streams."""
@@ -680,7 +688,7 @@ class PipelineUnitCore(UnitCore):
         m.d.comb += [s.a_reader.base.eq(s.cfg["act_addr"]), s.a_reader.stride.eq(s.cfg["act_stride"]),
                      s.a_reader.nrows.eq(s.sizes.n_rows),
                      s.a_reader.row_beats.eq(s.row_beats(s.d_first, ELEM_BYTES))]
-        s.dp.d.comb += s.a_reader.start.eq(s.first & s.is_train)
+        s.dp.d.comb += s.a_reader.start.eq(s.first_train)
 
     def _backward_order(self, m, s):
         """The microbatch order of a backward stream (the last stage's dY, stage 0's dX)."""
@@ -748,7 +756,7 @@ class PipelineUnitCore(UnitCore):
         m.d.comb += [s.w_reader.base.eq(s.cfg["w_addr"]), s.w_reader.stride.eq(s.cfg["w_stride"]),
                      s.w_reader.nrows.eq(s.sel_d_in),
                      s.w_reader.row_beats.eq(s.row_beats(s.sel_d_out, MASTER_BYTES))]
-        s.dp.d.comb += s.w_reader.start.eq(s.first & s.is_load)
+        s.dp.d.comb += s.w_reader.start.eq(s.first_load)
         s.lw_row = Signal(16)
         s.lw_word = Signal(16)
         lw_left = Signal(16)       # elements of the row from this word on
@@ -1081,12 +1089,11 @@ class PipelineUnitCore(UnitCore):
         stays = s.running & ~s.run.completing & ~(s.read_port.fault | s.fault_found)
         m.d.sync += [s.checking.eq(s.run.accept | (s.checking & ~check_done)),
                      s.running.eq(enter_run | stays), s.train_run.eq((enter_run | stays) & s.is_train),
-                     s.first.eq(enter_run)]
+                     s.first.eq(enter_run), s.first_train.eq(enter_run & s.is_train),
+                     s.first_load.eq(enter_run & s.is_load)]
         # the Pipeline starts from a register, in the first RUN cycle: no path runs from the
         # sizes and the check into the stages' start decisions
-        pipe_start = Signal()
-        m.d.sync += pipe_start.eq(enter_run & s.is_train)
-        m.d.comb += s.pipe.start.eq(pipe_start)
+        m.d.comb += s.pipe.start.eq(s.first_train)
         with m.If(s.run.accept):
             m.d.sync += [s.cfg[name].eq(sig) for name, sig in self.cfg.items()]
             m.d.sync += [s.status.eq(0), pipe_finished.eq(0), s.stopped.eq(0)]
