@@ -615,6 +615,7 @@ class PipelineUnitCore(UnitCore):
         s.checking = Signal()       # CHECK (== run.checking)
         s.running = Signal()        # RUN, no fault: traffic may proceed (run.running & ~stopped)
         s.train_run = Signal()      # running & is_train
+        s.store_run = Signal()      # running & is_store
         s.first = Signal()          # first RUN cycle (== run.first)
         # ... of a TRAIN / LOAD_WEIGHTS run: registers of their own, so the starts of the
         # Pipeline and of the readers (a few hundred loads) are not a LUT behind ``first``
@@ -879,15 +880,14 @@ class PipelineUnitCore(UnitCore):
         # so the queue's ready for a beat after a cycle without one is its ready: the take
         # and the row step (enable of the walk's wide registers) are decisions of their
         # own from flip-flops
-        store_go = {"run": s.running, "store": s.is_store, "settled": s.sw_settled,
-                    "done": s.store_done, "credit": s.write_queue.credit,
-                    "entering": s.write_queue.entering}
+        store_go = {"run": s.store_run, "settled": s.sw_settled, "done": s.store_done,
+                    "credit": s.write_queue.credit, "entering": s.write_queue.entering}
         take_st = decision(s.dp, "store_take",
-                           lambda run, store, settled, done, credit, entering:
-                           run & store & settled & ~done & credit & ~entering, **store_go)
+                           lambda run, settled, done, credit, entering:
+                           run & settled & ~done & credit & ~entering, **store_go)
         st_row_step = decision(s.dp, "store_row_step",
-                               lambda run, store, settled, done, credit, entering, row_end:
-                               run & store & settled & ~done & credit & ~entering & row_end,
+                               lambda run, settled, done, credit, entering, row_end:
+                               run & settled & ~done & credit & ~entering & row_end,
                                **store_go, row_end=s.sw_row_end)
         lg_base = Signal(aw + 40)
         # a microbatch's last beat taken: decisions of their own (the queue's room, a LUT
@@ -916,13 +916,16 @@ class PipelineUnitCore(UnitCore):
         # the beat's fields are chosen by the writers' valid flags alone (flip-flops; the
         # queue takes the fields only with entry.valid), so its ready, a credit count, is
         # not in front of the hundreds of loads the choice reaches
+        # the row offset tables' reads, addressed by their writers' rows always (a read
+        # addressed inside the If below would wait on the writers' valid flags)
+        lg_row_offset = s.sizes.row_offset(s.dp, "logits", lg_pl.row)
+        dx_row_offset = s.sizes.row_offset(s.dp, "dx", dx_pl.row)
         with s.dp.If(s.lg_w.beats.valid):
-            s.dp.d.comb += [ep.base.eq(lg_base),
-                            ep.row_offset.eq(s.sizes.row_offset(s.dp, "logits", lg_pl.row)),
+            s.dp.d.comb += [ep.base.eq(lg_base), ep.row_offset.eq(lg_row_offset),
                             ep.beat_offset.eq(lg_pl.beat << beat_bits), ep.data.eq(lg_pl.data),
                             ep.strb.eq(lg_pl.strb), ep.mark.eq(lg_pl.last), *buffer("logits")]
         with s.dp.Elif(s.dx_w.beats.valid):
-            s.dp.d.comb += [ep.base.eq(dx_base), ep.row_offset.eq(s.sizes.row_offset(s.dp, "dx", dx_pl.row)),
+            s.dp.d.comb += [ep.base.eq(dx_base), ep.row_offset.eq(dx_row_offset),
                             ep.beat_offset.eq(dx_pl.beat << beat_bits), ep.data.eq(dx_pl.data),
                             ep.strb.eq(dx_pl.strb), *buffer("dx")]
         with s.dp.Else():
@@ -966,7 +969,7 @@ class PipelineUnitCore(UnitCore):
         with s.dp.If(s.first):
             s.dp.d.sync += [lg_base.eq(s.cfg["logits_addr"]), s.sw_row_addr.eq(s.cfg["w_addr"])]
         # store walk: present (row, word), wait a cycle for the read, queue, next word
-        with s.dp.If(s.running & s.is_store & ~s.store_done & ~s.sw_settled):
+        with s.dp.If(s.store_run & ~s.store_done & ~s.sw_settled):
             s.dp.d.sync += s.sw_settled.eq(1)
         with s.dp.If(take_st):
             s.dp.d.sync += [s.sw_settled.eq(0), s.sw_word.eq(s.sw_word + 1), s.sw_left.eq(s.sw_left - L),
@@ -1089,6 +1092,7 @@ class PipelineUnitCore(UnitCore):
         stays = s.running & ~s.run.completing & ~(s.read_port.fault | s.fault_found)
         m.d.sync += [s.checking.eq(s.run.accept | (s.checking & ~check_done)),
                      s.running.eq(enter_run | stays), s.train_run.eq((enter_run | stays) & s.is_train),
+                     s.store_run.eq((enter_run | stays) & s.is_store),
                      s.first.eq(enter_run), s.first_train.eq(enter_run & s.is_train),
                      s.first_load.eq(enter_run & s.is_load)]
         # the Pipeline starts from a register, in the first RUN cycle: no path runs from the
