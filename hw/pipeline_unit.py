@@ -659,12 +659,12 @@ class PipelineUnitCore(UnitCore):
             ]
             # a segment taken, and one that ends its row: decisions of their own from
             # flip-flops, the enables of the position registers
+            offer = {"valid": reader.valid, "run": s.train_run, "ready": port.ready}
             take = decision(s.dp, f"{name}_take", lambda valid, run, ready: valid & run & ready,
-                            valid=reader.valid, run=s.train_run, ready=port.ready)
+                            **offer)
             take_row_end = decision(s.dp, f"{name}_take_row_end",
                                     lambda valid, run, ready, row_end: valid & run & ready & row_end,
-                                    valid=reader.valid, run=s.train_run, ready=port.ready,
-                                    row_end=row_end)
+                                    **offer, row_end=row_end)
             with s.dp.If(take):
                 s.dp.d.sync += [b_j.eq(b_j + 1), col.eq(col + L), left.eq(left - L),
                                 row_end.eq(left <= 2 * L)]
@@ -680,7 +680,7 @@ class PipelineUnitCore(UnitCore):
                 s.dp, f"{name}_pop",
                 lambda valid, run, ready, row_end, seg: valid & run & ready
                 & (row_end | (seg == spb - 1)),
-                valid=reader.valid, run=s.train_run, ready=port.ready, row_end=row_end, seg=b_j))
+                **offer, row_end=row_end, seg=b_j))
 
         unpack(s.a_reader, s.pipe.act_in, s.d_first, c.max_in, "act")
         unpack(s.g_reader, s.pipe.grad_in, s.d_last, c.max_out, "grad")
