@@ -300,15 +300,13 @@ class RowReader(Elaboratable):
         # the issue, and whether it ends its row or not: decisions of their own, one LUT of
         # flip-flops and the request's ready each, the enables of the wide position registers
         issue = {"active": active, "decided": decided, "enough": enough, "ready": self.request.ready}
-        m.d.comb += fire.eq(decision(m, "fire", lambda active, decided, enough, ready:
-                                     active & decided & enough & ready, **issue))
-        fire_row_end = decision(m, "fire_row_end",
-                                lambda active, decided, enough, ready, row_end:
-                                active & decided & enough & ready & row_end,
+
+        def issued(active, decided, enough, ready):
+            return active & decided & enough & ready
+        m.d.comb += fire.eq(decision(m, "fire", issued, **issue))
+        fire_row_end = decision(m, "fire_row_end", lambda row_end, **k: issued(**k) & row_end,
                                 **issue, row_end=row_end)
-        fire_in_row = decision(m, "fire_in_row",
-                               lambda active, decided, enough, ready, row_end:
-                               active & decided & enough & ready & ~row_end,
+        fire_in_row = decision(m, "fire_in_row", lambda row_end, **k: issued(**k) & ~row_end,
                                **issue, row_end=row_end)
         next_page = (BOUNDARY_BYTES - next_row[:12]) >> beat_bits
         with m.If(fire):
@@ -660,10 +658,12 @@ class PipelineUnitCore(UnitCore):
             # a segment taken, and one that ends its row: decisions of their own from
             # flip-flops, the enables of the position registers
             offer = {"valid": reader.valid, "run": s.train_run, "ready": port.ready}
-            take = decision(s.dp, f"{name}_take", lambda valid, run, ready: valid & run & ready,
-                            **offer)
+
+            def taken(valid, run, ready):
+                return valid & run & ready
+            take = decision(s.dp, f"{name}_take", taken, **offer)
             take_row_end = decision(s.dp, f"{name}_take_row_end",
-                                    lambda valid, run, ready, row_end: valid & run & ready & row_end,
+                                    lambda row_end, **k: taken(**k) & row_end,
                                     **offer, row_end=row_end)
             with s.dp.If(take):
                 s.dp.d.sync += [b_j.eq(b_j + 1), col.eq(col + L), left.eq(left - L),
@@ -678,8 +678,7 @@ class PipelineUnitCore(UnitCore):
             # flip-flops in front of the reader's wide head
             s.dp.d.comb += reader.pop.eq(decision(
                 s.dp, f"{name}_pop",
-                lambda valid, run, ready, row_end, seg: valid & run & ready
-                & (row_end | (seg == spb - 1)),
+                lambda row_end, seg, **k: taken(**k) & (row_end | (seg == spb - 1)),
                 **offer, row_end=row_end, seg=b_j))
 
         unpack(s.a_reader, s.pipe.act_in, s.d_first, c.max_in, "act")
@@ -882,12 +881,12 @@ class PipelineUnitCore(UnitCore):
         # own from flip-flops
         store_go = {"run": s.store_run, "settled": s.sw_settled, "done": s.store_done,
                     "credit": s.write_queue.credit, "entering": s.write_queue.entering}
-        take_st = decision(s.dp, "store_take",
-                           lambda run, settled, done, credit, entering:
-                           run & settled & ~done & credit & ~entering, **store_go)
+
+        def store_takes(run, settled, done, credit, entering):
+            return run & settled & ~done & credit & ~entering
+        take_st = decision(s.dp, "store_take", store_takes, **store_go)
         st_row_step = decision(s.dp, "store_row_step",
-                               lambda run, settled, done, credit, entering, row_end:
-                               run & settled & ~done & credit & ~entering & row_end,
+                               lambda row_end, **k: store_takes(**k) & row_end,
                                **store_go, row_end=s.sw_row_end)
         lg_base = Signal(aw + 40)
         # a microbatch's last beat taken: decisions of their own (the queue's room, a LUT
