@@ -332,6 +332,8 @@ class MacCore(wiring.Component):
     core is idle: the core then decodes the inputs (non-empty, the first tile's extents,
     ``k == 1``) into registers every cycle, so ``start`` only chooses those registers, and
     ``start`` itself (not gated with ``busy``) enables the run's registers.
+    ``idle_start=True`` (opt-in) makes the second promise alone: ``start`` comes only while
+    the core is idle (the configuration is decoded at ``start``, as without either).
 
     ``operand_chain=True`` (opt-in; off, the core is unchanged) passes each row's A operand
     along the row from cell to cell instead of broadcasting it (a systolic chain: each
@@ -357,7 +359,7 @@ class MacCore(wiring.Component):
                  operand_hold: bool = False, max_total_depth: int = MAX_TOTAL_DEPTH,
                  psum_attrs: dict | None = None, read_latency: int = SkewedBuffer.READ_LATENCY,
                  depth_flags: bool = False, settled_config: bool = False,
-                 operand_chain: bool = False):
+                 idle_start: bool = False, operand_chain: bool = False):
         if not 1 <= rows <= 64 or not 1 <= cols <= 64:
             raise ValueError(f"rows/cols must be in 1..64, got {rows}x{cols}")
         if not max_depth <= max_total_depth <= self.MAX_TOTAL_DEPTH:
@@ -370,6 +372,7 @@ class MacCore(wiring.Component):
         self.operand_hold = operand_hold
         self.depth_flags = depth_flags
         self.settled_config = settled_config
+        self.idle_start = idle_start or settled_config
         self.operand_chain = operand_chain
         #: cycles column c of the array runs behind column 0
         self.skew = [c if operand_chain else 0 for c in range(cols)]
@@ -437,7 +440,7 @@ class MacCore(wiring.Component):
         run["running"] = Signal(name="running")
         run["issuing"] = Signal(name="issuing")
         run["starting"] = starting = Signal(name="starting")
-        m.d.comb += starting.eq(self.start if self.settled_config else self.start & ~run["running"])
+        m.d.comb += starting.eq(self.start if self.idle_start else self.start & ~run["running"])
         run["decoded"] = decoded = self._decoded_config(m)
         with m.If(starting):
             m.d.sync += [run[k].eq(getattr(self, k)) for k in
@@ -636,29 +639,13 @@ class MacCore(wiring.Component):
             valids.append(v)
             stages.append(regs)
         W = MAC_INPUT_WIDTH
-        a_reg = [Signal(signed(W), name=f"a{r}", reset_less=True) for r in range(R)]      # L + 1
-        m.d.sync += [a_reg[r].eq(self.a_data[r]) for r in range(R)]
-        # column c's operands, c cycles late with an operand chain: row r's A operand passes
-        # from cell to cell along the row (a load of one DSP and one register each, not the
-        # whole row's), column c's B operand through c more registers
-        st = RegisterStages(m, "array")
-        a_cell = [[a_reg[r]] * C for r in range(R)]
-        for r in range(R):
-            for c in range(1, C if self.operand_chain else 1):
-                a_cell[r][c] = st.reg(a_cell[r][c - 1], f"a{r}_{c}")
-        b_reg = [Signal(signed(W), name=f"b{c}", reset_less=True) for c in range(C)]
-        for c in range(C):
-            early = st.delay(self.b_data[c], skew[c], f"b{c}_early")
-            if skew[c]:
-                # loaded by a step only: a clock enable unlike the delay's, so the delay's
-                # shift-register LUT (slow to its output) ends here and not at the DSPs
-                with m.If(valids[L + skew[c]]):
-                    m.d.sync += b_reg[c].eq(early)
-            else:
-                m.d.sync += b_reg[c].eq(early)
+        if self.operand_chain:
+            a_cell, b_cell = self._chained_operands(m, valids)
+        else:
+            a_cell, b_cell = self._cell_operands(m, valids, stages)
         prod = [[Signal(signed(2 * W), name=f"p{r}_{c}", reset_less=True) for c in range(C)]
                 for r in range(R)]                                                      # L + 2
-        m.d.sync += [prod[r][c].eq(a_cell[r][c] * b_reg[c])
+        m.d.sync += [prod[r][c].eq(a_cell[r][c] * b_cell[r][c])
                      for r in range(R) for c in range(C)]
         acc = [[Signal(signed(AW), name=f"acc{r}_{c}", reset_less=True) for c in range(C)]
                for r in range(R)]                                                       # L + 3
@@ -696,6 +683,67 @@ class MacCore(wiring.Component):
         m.d.sync += [done_f[k].eq(stages[-1][k]) for k in done_f]
         return {"acc": acc, "valid": v_done, "fields": done_f, "load_cells": load_cells,
                 "count_valid": v_acc, "count_fields": s_acc, "stall": seq["stall"]}
+
+    def _chained_operands(self, m, valids):
+        """The cells' operand registers with an operand chain (``a[r][c]``, ``b[r][c]``):
+        row r's A operand passes from cell to cell along the row (a load of one DSP and
+        one register each, not the whole row's), column c's B operand through ``c`` more
+        registers."""
+        R, C, W, L = self.rows, self.cols, MAC_INPUT_WIDTH, self.read_latency
+        a_reg = [Signal(signed(W), name=f"a{r}", reset_less=True) for r in range(R)]      # L + 1
+        m.d.sync += [a_reg[r].eq(self.a_data[r]) for r in range(R)]
+        st = RegisterStages(m, "array")
+        a_cell = [[a_reg[r]] * C for r in range(R)]
+        for r in range(R):
+            for c in range(1, C):
+                a_cell[r][c] = st.reg(a_cell[r][c - 1], f"a{r}_{c}")
+        b_reg = [Signal(signed(W), name=f"b{c}", reset_less=True) for c in range(C)]
+        for c in range(C):
+            early = st.delay(self.b_data[c], self.skew[c], f"b{c}_early")
+            if self.skew[c]:
+                # loaded by a step only: a clock enable unlike the delay's, so the delay's
+                # shift-register LUT (slow to its output) ends here and not at the DSPs
+                with m.If(valids[L + self.skew[c]]):
+                    m.d.sync += b_reg[c].eq(early)
+            else:
+                m.d.sync += b_reg[c].eq(early)
+        return a_cell, [list(b_reg) for _ in range(R)]
+
+    def _cell_operands(self, m, valids, stages):
+        """The cells' operand registers without an operand chain: a pair per cell, loaded
+        with a step's operands (at stage ``read_latency``; the loads are flip-flops set a
+        stage ahead where there is one).
+
+        One register per row (column) would load the row's (column's) DSPs, so it could
+        not be a DSP's own input register, and the multiply would start from a fabric net
+        of several loads. Copies loaded alike are merged by synthesis; these are not alike:
+        cell ``(r, c)`` loads A only when column ``c`` is in the step's tile and B only
+        when row ``r`` is. Every product a drained row holds is as before: a cell whose
+        column is out of the tile keeps an old A but loads B, which reads 0 there (outside
+        the request's extent); a row out of the tile is not drained."""
+        R, C, W, L = self.rows, self.cols, MAC_INPUT_WIDTH, self.read_latency
+        ahead = L >= 2
+        valid, fields = (valids[L - 1], stages[L - 1]) if ahead else (valids[L], stages[L])
+
+        def load(name, cond):
+            flag = Signal(name=name)
+            m.d["sync" if ahead else "comb"] += flag.eq(cond)
+            return flag
+        col_on = [valids[L]] + [load(f"a_load_col{c}", valid & (fields["cols"] > c))
+                                for c in range(1, C)]
+        row_on = [valids[L]] + [load(f"b_load_row{r}", valid & (fields["rows"] > r))
+                                for r in range(1, R)]
+        a_cell = [[Signal(signed(W), name=f"a{r}" if c == 0 else f"a{r}_{c}", reset_less=True)
+                   for c in range(C)] for r in range(R)]                                # L + 1
+        b_cell = [[Signal(signed(W), name=f"b{c}" if r == 0 else f"b{c}_{r}", reset_less=True)
+                   for c in range(C)] for r in range(R)]
+        for r in range(R):
+            for c in range(C):
+                with m.If(col_on[c]):
+                    m.d.sync += a_cell[r][c].eq(self.a_data[r])
+                with m.If(row_on[r]):
+                    m.d.sync += b_cell[r][c].eq(self.b_data[c])
+        return a_cell, b_cell
 
     # ---------------------------------------------------------------- the drain
     def _drain(self, m, run, cells, bias_ports, fifo):
@@ -746,20 +794,23 @@ class MacCore(wiring.Component):
         valid = res_valid[0]
         stage_no = [0]
 
-        def stage(valid, meta, values):
-            """One drain register stage: valid (with reset), meta and values (reset_less)."""
+        def stage(valid, meta, values, keep=()):
+            """One drain register stage: valid (with reset), meta and values (reset_less);
+            the registers of the values named in ``keep`` are kept nets."""
             stage_no[0] += 1
             n = stage_no[0]
             v = Signal(name=f"d{n}_valid")
             m.d.sync += v.eq(valid)
             regs = {}
             for k, x in (meta | values).items():
+                attrs = {"keep": 1} if k in keep else None
                 if isinstance(x, list):
-                    regs[k] = [Signal(Value.cast(e).shape(), name=f"d{n}_{k}{i}", reset_less=True)
-                               for i, e in enumerate(x)]
+                    regs[k] = [Signal(Value.cast(e).shape(), name=f"d{n}_{k}{i}", reset_less=True,
+                                      attrs=attrs) for i, e in enumerate(x)]
                     m.d.sync += [r.eq(e) for r, e in zip(regs[k], x)]
                 else:
-                    regs[k] = Signal(Value.cast(x).shape(), name=f"d{n}_{k}", reset_less=True)
+                    regs[k] = Signal(Value.cast(x).shape(), name=f"d{n}_{k}", reset_less=True,
+                                     attrs=attrs)
                     m.d.sync += regs[k].eq(x)
             return v, {k: regs[k] for k in meta}, {k: regs[k] for k in values}
 
@@ -782,7 +833,7 @@ class MacCore(wiring.Component):
         aligned = [Array([x1["bias"][c] << f for f in range(8)])[bias_lo[c]].as_signed()
                    for c in range(C)]
         extra = {"psum": [psum_rd.data[c * sw:(c + 1) * sw] for c in range(C)]} if self.partial_sums else {}
-        v2, meta2, x2 = stage(v1, meta1, {"lane": x1["lane"], "bias": aligned} | extra)
+        v2, meta2, x2 = stage(v1, meta1, {"lane": x1["lane"], "bias": aligned} | extra, keep=("lane",))
 
         def split_add(v, meta, xs, ys, width, extra):
             """``xs[i] + ys[i]`` (signed, ``width`` bits) over two register stages: the low
