@@ -472,6 +472,15 @@ def decision(m: Module, name: str, fn, **inputs):
     return block.out
 
 
+def own_module(m: Module, name: str) -> Module:
+    """A fresh :class:`Module`, submodule ``name`` of ``m``: logic written into it is a module
+    of its own for Yosys, mapped apart from ``m``'s (see :class:`Decision`), with the
+    ports Amaranth infers from the signals it reads and drives."""
+    sub = Module()
+    m.submodules[name] = sub
+    return sub
+
+
 def status_bit(status, flag: int):
     """The bit of a one-bit status ``flag`` in a unit's ``status`` register: an event sets
     it alone (``status_bit(status, Status.X).eq(1)``), so the bit's register sees no other

@@ -57,6 +57,7 @@ from amaranth.lib.wiring import In, Out
 from gnnweave.fixed import FixedFormat
 
 from .arith import saturate
+from .blocks import own_module
 from .mac import MAC_INPUT_WIDTH, MacCore, MacMode, SkewedBuffer, _log2_exact, output_layout
 from .sgd_pipeline import RegisterStages, SgdPipeline, round_up_bit
 
@@ -87,6 +88,7 @@ class _FillTracker:
 
     def __init__(self, m, name, *, lanes: int, blocks: int, words: int, rows_last, words_last,
                  fire, row, col, last):
+        m = own_module(m, name)      # mapped apart from the stage's logic
         lb = lanes.bit_length() - 1
         self.lb, self.L = lb, lanes
         # block and word counts as narrow as the capacity allows (``blocks`` row blocks,
@@ -126,7 +128,10 @@ class _FillTracker:
         words_last_m1 = Signal(pw + 1, name=f"{name}_words_last_m1", reset_less=True)
         first_end = Signal(name=f"{name}_first_end", reset_less=True)      # a block of one row
         words_one = Signal(name=f"{name}_words_one", reset_less=True)      # one word per row
-        low_zero = (rows_last[:lb] == 0) if lb else Const(1, 1)
+        # the last block's rows - 1 in it is 0 (a block of one row): a register like the
+        # other copies, so the compare is not in front of ``block_end``'s candidates
+        low_zero = Signal(name=f"{name}_rows_low_zero", reset_less=True)
+        m.d.sync += low_zero.eq((rows_last[:lb] == 0) if lb else 1)
         row_next_end = (self.row == lanes - 2) if lanes > 1 else Const(1, 1)
         # ``in_last``: the position's block is the microbatch's last (a register, moved with
         # the block), so the checks against the last row look at the row's low bits only:
@@ -334,8 +339,11 @@ class TrainStage(wiring.Component):
         big = max(self.max_in, self.max_out, max_rows)
         # the operand buffers register the routed requests (the core's step index reaches
         # three buffers through the op's routing muxes): one cycle more read latency
+        # (the core starts only from a START phase, a cycle after the op before it ended:
+        # idle, so its start need not be gated with its busy)
         self.core = MacCore(rows=lanes, cols=lanes, max_dim=big, max_depth=big, operand_hold=True,
-                            depth_flags=True, read_latency=SkewedBuffer.READ_LATENCY + 1)
+                            depth_flags=True, idle_start=True,
+                            read_latency=SkewedBuffer.READ_LATENCY + 1)
         ib = self.core.index_bits
         self.index_bits = ib
         seg = output_layout(lanes, ib, 16)
@@ -517,11 +525,6 @@ class TrainStage(wiring.Component):
         """Gradients in: masked by the stashed ReLU and written to the dY slots."""
         L, S, DO, RM = self.lanes, self.slots, self.max_out, self.max_rows
         s.rx_b = Signal(24)                 # dY microbatches fully received (global count)
-        s.rx_b_loc = Signal(24)
-        s.rx_b_base = Signal(24)
-        rx_b_mb = Signal(24)
-        m.d.comb += rx_b_mb.eq(Mux(s.gpipe, s.rx_b_base + s.mbs - 1 - s.rx_b_loc,
-                                   s.rx_b_base + s.rx_b_loc))
         # ``ready`` registered as the act receiver's (b_done + 2 lags, so it only errs safe)
         g_ok = Signal()
         s.rx_b_next = Signal(24)            # rx_b + 1
@@ -534,18 +537,24 @@ class TrainStage(wiring.Component):
         m.d.comb += self.grad_in.ready.eq(g_ok)
         g_fire = self.grad_in.valid & g_ok
         gp = self.grad_in.payload
-        mb_slot = rx_b_mb[:max(S.bit_length() - 1, 1)] if S > 1 else Const(0, 1)
+        # the slot of the microbatch the next dY belongs to: a step's microbatches come in
+        # reverse order with GPipe (base + mbs - 1 - i), else in order (base + i); only
+        # the slot's bits are kept, moved at each microbatch's last segment (below), so no
+        # add of the counts is in front of the mask memory's address
+        sb = max(S.bit_length() - 1, 1)
+        mb_slot = Signal(sb, name="rx_b_slot")
         m.d.comb += [s.mask_rp.addr.eq(s.mask_addr(mb_slot, gp.row, gp.col)), s.mask_rp.en.eq(1)]
         m.d.sync += [g_valid_q.eq(g_fire), g_pl_q.eq(gp), g_slot_q.eq(s.rx_b[0])]
         # (not in SETUP, while the registered configuration's decodes settle)
         m.d.sync += g_ok.eq(s.running & ~s.ph.flag["setup"] &
                             Mux(g_fire & gp.last, s.rx_b_next < g_lim, s.rx_b < g_lim))
-        # ``rx_b_wrap``: the next dY completes a synchronous step's microbatches (rx_b_loc ==
-        # mbs - 1), a register kept current for the count the receiver has after each one.
-        # It is set from ``rx_b_left`` (mbs - 1 - rx_b_loc, counted down; loaded in SETUP,
-        # before any dY, and at each wrap): compared with 0 and 1, which differ in the low
-        # bit only, so the handshake chooses at the end, not in front of a compare of the
-        # count with two limits (a tree ABC built behind the handshake's enables)
+        # ``rx_b_wrap``: the next dY completes a synchronous step's microbatches (it is the
+        # step's last), a register kept current for the count the receiver has after each
+        # one. It is set from ``rx_b_left`` (the step's dY to come after the next, counted
+        # down; loaded in SETUP, before any dY, and at each wrap): compared with 0 and 1,
+        # which differ in the low bit only, so the handshake chooses at the end, not in
+        # front of a compare of the count with two limits (a tree ABC built behind the
+        # handshake's enables)
         rx_b_wrap = Signal(name="rx_b_wrap")
         mbs_m1 = Signal(8, name="mbs_m1", reset_less=True)
         mbs_one = Signal(name="mbs_one", reset_less=True)      # one microbatch per step
@@ -555,15 +564,17 @@ class TrainStage(wiring.Component):
         m.d.sync += rx_b_wrap.eq(~s.is_async & Mux(g_fire & gp.last,
                                                    Mux(rx_b_wrap, mbs_one, left_high_zero & rx_b_left[0]),
                                                    left_high_zero & ~rx_b_left[0]))
+        # (GPipe: a step's last microbatch is its base, the next step's first is 2 mbs - 1
+        # past it)
+        slot_wrap_step = Signal(sb, name="rx_b_slot_wrap_step", reset_less=True)
+        m.d.sync += slot_wrap_step.eq(Mux(s.gpipe, s.mbs + mbs_m1, 1))
         with m.If(s.ph.flag["setup"]):
-            m.d.sync += rx_b_left.eq(mbs_m1)
+            m.d.sync += [rx_b_left.eq(mbs_m1), mb_slot.eq(Mux(s.gpipe, mbs_m1, 0))]
         with m.Elif(g_fire & gp.last):
-            m.d.sync += rx_b_left.eq(Mux(rx_b_wrap, mbs_m1, rx_b_left - 1))
+            m.d.sync += [rx_b_left.eq(Mux(rx_b_wrap, mbs_m1, rx_b_left - 1)),
+                         mb_slot.eq(mb_slot + Mux(rx_b_wrap, slot_wrap_step, Mux(s.gpipe, -1, 1)))]
         with m.If(g_fire & gp.last):
-            m.d.sync += [s.rx_b.eq(s.rx_b + 1), s.rx_b_next.eq(s.rx_b_next + 1),
-                         s.rx_b_loc.eq(s.rx_b_loc + 1)]
-            with m.If(rx_b_wrap):
-                m.d.sync += [s.rx_b_loc.eq(0), s.rx_b_base.eq(s.rx_b_base + s.mbs)]
+            m.d.sync += [s.rx_b.eq(s.rx_b + 1), s.rx_b_next.eq(s.rx_b_next + 1)]
         # stage 3: write the masked segment, from registers (the mask memory's read data
         # reaches no further than them)
         masked = [Mux(~s.cfg.relu | s.mask_rp.data[l], g_pl_q.data[l], 0) for l in range(L)]
@@ -815,7 +826,15 @@ class TrainStage(wiring.Component):
         x_whole, y_whole, x_at = Signal(name="x_whole"), Signal(name="y_whole"), Signal(name="x_at")
         m.d.sync += [x_whole.eq(s.rx_f > s.f_mb), y_whole.eq(s.rx_b_written > s.b_done),
                      x_at.eq(s.rx_f == s.f_mb)]
-        hold = Signal()
+        # ``hold`` is the OR of a register per op kind, each set only while its kind is the
+        # op's: three cones, each from its own compares, mapped apart from the sequencer's
+        # logic (which ABC would otherwise relax to their depth). While an op's RUN phase
+        # reads ``hold``, only its own kind's register can be set (another kind's is clear
+        # from the cycle after its phase flag falls, the START cycle at the latest), so each
+        # cone reads its own register: one LUT level fewer behind the compares
+        part = {k: Signal(name=f"hold_{k}") for k in ("f", "dx", "dw")}
+        hold = Signal(name="hold")
+        m.d.comb += hold.eq(part["f"] | part["dx"] | part["dw"])
         kk = s.core.a_req.fixed           # the depth step (== b_req.fixed)
         i0, j0 = s.core.a_req.start, s.core.b_req.start
         # whether the depth step is the run's last / ends a word: the core's registers (current
@@ -826,19 +845,25 @@ class TrainStage(wiring.Component):
         # ``cur & (hold | nxt)``: the read is in, and so is the next one unless held. The
         # next read's segment lies past the current one's in the streaming order, so ``nxt``
         # implies ``cur``: that is ``(cur & hold) | nxt``, with ``nxt`` off the AND
-        def ok(cur, nxt):
-            return (cur & hold) | nxt
+        def ok(cur, nxt, held):
+            return (cur & held) | nxt
         f_cur, dx_cur = s.x_fill.has_block_word(i0, kk), s.y_fill.has_block_word(i0, kk)
-        run_f = x_at & Mux(word_end | at_depth_end, ok(f_cur, s.x_fill.has_next_block_word(i0, kk)), f_cur)
-        run_dx = Mux(word_end | at_depth_end, ok(dx_cur, s.y_fill.has_next_block_word(i0, kk)), dx_cur)
+        run_f = x_at & Mux(word_end | at_depth_end,
+                           ok(f_cur, s.x_fill.has_next_block_word(i0, kk), part["f"]), f_cur)
+        run_dx = Mux(word_end | at_depth_end,
+                     ok(dx_cur, s.y_fill.has_next_block_word(i0, kk), part["dx"]), dx_cur)
         run_dw = ok(s.y_fill.has_row_word(kk, j0), Mux(
             word_end & ~at_depth_end, s.y_fill.has_row_word_next_block(kk, j0),
-            s.y_fill.has_next_row_word(kk, j0)))
+            s.y_fill.has_next_row_word(kk, j0)), part["dw"])
         starting = s.ph.flag["start"]
         ok_f = x_whole | Mux(starting, x_at & s.x_fill.has_block_word(zero, zero), run_f)
         ok_dx = y_whole | Mux(starting, s.y_fill.has_block_word(zero, zero), run_dx)
         ok_dw = y_whole | Mux(starting, s.y_fill.has_row_word(zero, zero), run_dw)
-        m.d.sync += hold.eq((s.in_f & ~ok_f) | (s.in_dx & ~ok_dx) | (s.in_dw & ~ok_dw))
+        for kind, in_kind, ok_kind in (("f", s.in_f, ok_f), ("dx", s.in_dx, ok_dx),
+                                       ("dw", s.in_dw, ok_dw)):
+            held_next = Signal(name=f"hold_{kind}_next")
+            own_module(m, f"hold_{kind}_decision").d.comb += held_next.eq(in_kind & ~ok_kind)
+            m.d.sync += part[kind].eq(held_next)
         m.d.comb += s.core.hold.eq(hold)
         s.held = hold & s.ph.flag["run"]        # counted as waiting
 
@@ -887,7 +912,7 @@ class TrainStage(wiring.Component):
             m.d.sync += [s.running.eq(1), s.setup_left.eq(1 << 5), s.f_loc.eq(0), s.b_loc.eq(0), s.ahead.eq(0),
                          s.base.eq(0), s.f_mb.eq(0),
                          s.step_idx.eq(0), s.b_done.eq(0), s.rx_f.eq(0), s.rx_b.eq(0), s.rx_f_next.eq(1),
-                         s.rx_b_next.eq(1), s.rx_b_loc.eq(0), s.rx_b_base.eq(0),
+                         s.rx_b_next.eq(1),
                          s.busy_c.eq(0), s.fwd_c.eq(0), s.bwd_c.eq(0), s.upd_c.eq(0), s.wait_c.eq(0),
                          s.mac_ops.eq(0), s.sats.eq(0), s.ops_done.eq(0)]
 
@@ -922,9 +947,10 @@ class TrainStage(wiring.Component):
         # DECIDE's outcome is a set of exclusive registers computed every cycle from the
         # counters (so no priority chain of its conditions sits in front of the phase flags
         # and the core's configuration); the first DECIDE cycle only lets them see the
-        # counters the ended op just updated
-        s.settled = Signal()
-        m.d.sync += s.settled.eq(s.ph.flag["decide"])
+        # counters the ended op just updated: an outcome is set only from a DECIDE cycle,
+        # so it is set in the second and later ones (the flag and the outcome in one
+        # register, one LUT input of the moves). Their cones (the counts' compares) are
+        # mapped apart from the sequencer's logic.
         want_f = Mux(s.is_async, (s.f_loc < s.n_total) & (s.ahead < s.window),
                      (s.f_loc < s.mbs) & (s.gpipe | (s.ahead <= s.window)))
         f_ready = (s.rx_f > s.f_mb) | (s.is_first & (s.rx_f == s.f_mb) & s.rx_row_ok)
@@ -934,15 +960,16 @@ class TrainStage(wiring.Component):
         s.decide = {n: Signal(name=f"decide_{n}") for n in ("done", "f", "dx", "dw", "u", "wait")}
         b_go = ~finished & ~want_f & b_left & b_ready
         s.b_ver = Signal(range(V), name="decide_b_ver")
-        m.d.sync += [
-            s.decide["done"].eq(finished),
-            s.decide["f"].eq(~finished & want_f & f_ready),
-            s.decide["dx"].eq(b_go & s.cfg.dx_first),
-            s.decide["dw"].eq(b_go & ~s.cfg.dx_first),
-            s.decide["u"].eq(~finished & ~want_f & ~b_left),
-            s.decide["wait"].eq(~finished & Mux(want_f, ~f_ready, b_left & ~b_ready)),
-            s.b_ver.eq(Mux(s.is_async, s.ver_of_slot[mb_slot_of(s.b_mb)], s.cur_ver)),
-        ]
+        outcome = {
+            "done": finished, "f": ~finished & want_f & f_ready, "dx": b_go & s.cfg.dx_first,
+            "dw": b_go & ~s.cfg.dx_first, "u": ~finished & ~want_f & ~b_left,
+            "wait": ~finished & Mux(want_f, ~f_ready, b_left & ~b_ready)}
+        outcome_m = own_module(m, "decide_outcome")
+        for name, cond in outcome.items():
+            nxt = Signal(name=f"decide_{name}_next")
+            outcome_m.d.comb += nxt.eq(s.ph.flag["decide"] & cond)
+            m.d.sync += s.decide[name].eq(nxt)
+        m.d.sync += s.b_ver.eq(Mux(s.is_async, s.ver_of_slot[mb_slot_of(s.b_mb)], s.cur_ver))
 
         # the core latches its configuration in an op's START cycle, so the registers only
         # have to hold that op's by then: they load, every cycle, the op that starts next
@@ -954,6 +981,7 @@ class TrainStage(wiring.Component):
 
     def _phases(self, m, s):
         """Each phase's logic and its moves."""
+        u_restart = Signal(name="u_restart")      # the U walk starts from word 0
         # one phase flag is set at a time: each phase's block reads its own register
         with s.ph.block(Phase.SETUP):
             # the configuration is steady from start: its operands, product, N and the
@@ -965,21 +993,20 @@ class TrainStage(wiring.Component):
                 m.d.sync += s.n_total.eq(s.n_prod)
         with s.ph.block(Phase.DECIDE):
             # the outcomes are exclusive: one If each, no priority between them
-            with m.If(s.settled & s.decide["done"]):
+            with m.If(s.decide["done"]):
                 s.go(Phase.DONE)
-            with m.If(s.settled & s.decide["f"]):
+            with m.If(s.decide["f"]):
                 # forward of microbatch base + f_loc, once its input arrived
                 s.go(Phase.F_START)
                 m.d.sync += s.op_mb.eq(s.f_mb)
             for kind, phase in (("dx", Phase.DX_START), ("dw", Phase.DW_START)):
-                with m.If(s.settled & s.decide[kind]):
+                with m.If(s.decide[kind]):
                     s.go(phase)
                     m.d.sync += [s.op_mb.eq(s.b_mb), s.op_yslot.eq(s.b_done[0]), s.op_ver.eq(s.b_ver)]
-            with m.If(s.settled & s.decide["u"]):
+            with m.If(s.decide["u"]):
                 s.go(Phase.U_RUN)
-                m.d.sync += [s.u_row.eq(0), s.u_word.eq(0), s.u_word_end.eq(s.words_last == 0),
-                             s.u_row_end.eq(s.d_in_last == 0)]
-            with m.If(s.settled & s.decide["wait"]):
+                m.d.comb += u_restart.eq(1)
+            with m.If(s.decide["wait"]):
                 m.d.sync += s.wait_c.eq(s.wait_c + 1)
         with s.ph.block(Phase.F_START):
             s.go(Phase.F_RUN)
@@ -1010,8 +1037,7 @@ class TrainStage(wiring.Component):
             m.d.sync += [s.b_loc.eq(s.b_loc + 1), s.ahead.eq(s.ahead_down), s.b_mb.eq(s.b_mb_next)]
             m.d.comb += s.op_ended.eq(1)
             with m.If(s.is_async):
-                m.d.sync += [s.u_row.eq(0), s.u_word.eq(0), s.u_word_end.eq(s.words_last == 0),
-                             s.u_row_end.eq(s.d_in_last == 0)]
+                m.d.comb += u_restart.eq(1)
             with m.Else():
                 m.d.sync += s.b_done.eq(s.b_done_next)
         # the walk steps while U_RUN is the phase and no gradient-sum write is in flight:
@@ -1019,11 +1045,17 @@ class TrainStage(wiring.Component):
         # walk's counters then start from one flip-flop, not from the phase and dw_busy)
         in_u_run = s.ph.into(Phase.U_RUN) | (s.now[Phase.U_RUN] & ~s.ph.leaves(Phase.U_RUN))
         m.d.sync += s.u_issue.eq(in_u_run & ~(s.dw_fire | s.dw_q1))
-        with m.If(s.u_issue):
-            m.d.sync += [s.u_word.eq(s.u_word + 1), s.u_word_end.eq(s.u_word == s.u_words_last_m1)]
-            with m.If(s.u_word_end):
-                m.d.sync += [s.u_word.eq(0), s.u_row.eq(s.u_row + 1), s.u_word_end.eq(s.words_last == 0),
-                             s.u_row_end.eq(s.u_row == s.u_rows_last_m1)]
+        # the walk's position in a module of its own (mapped apart from the sequencer's
+        # logic; the restart and the step never meet: the walk issues in U_RUN only)
+        walk = own_module(m, "u_walk")
+        with walk.If(u_restart):
+            walk.d.sync += [s.u_row.eq(0), s.u_word.eq(0), s.u_word_end.eq(s.words_last == 0),
+                            s.u_row_end.eq(s.d_in_last == 0)]
+        with walk.If(s.u_issue):
+            walk.d.sync += [s.u_word.eq(s.u_word + 1), s.u_word_end.eq(s.u_word == s.u_words_last_m1)]
+            with walk.If(s.u_word_end):
+                walk.d.sync += [s.u_word.eq(0), s.u_row.eq(s.u_row + 1), s.u_word_end.eq(s.words_last == 0),
+                                s.u_row_end.eq(s.u_row == s.u_rows_last_m1)]
         with s.ph.block(Phase.U_RUN):
             with m.If(s.u_issue & s.u_word_end & s.u_row_end):
                 s.go(Phase.U_DRAIN)
