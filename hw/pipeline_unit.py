@@ -80,7 +80,7 @@ from amaranth.lib import enum, wiring
 from amaranth.lib.memory import Memory
 
 from .axi import BOUNDARY_BYTES, SkidBuffer, UnitCore, unit_bus
-from .blocks import BufferedFIFO, ExtentCheck, RunControl, decision, status_bit
+from .blocks import BufferedFIFO, ExtentCheck, RunControl, decision, own_module, status_bit
 from .dma import ReadPort, WritePort
 from .pipeline_writer import BandWriter, CheckedWriteQueue, WriteCompletion
 from .mac import MAC_INPUT_WIDTH, MacBusParams
@@ -205,7 +205,8 @@ class RowReader(Elaboratable):
     """Reads ``nrows`` rows of ``row_beats`` beats (``stride`` bytes apart from ``base``)
     through one :class:`~.dma.ReadPort` client into a beat FIFO, with INCR bursts of at most
     ``max_burst`` beats that never cross 4 KiB. Room in the FIFO is reserved when a burst
-    is issued, so R is never back-pressured. ``start`` (one cycle) latches a job; ``issued``
+    is issued, so R is never back-pressured. ``start`` (one cycle) latches a job (``nrows``
+    and ``row_beats`` steady from the cycle before it, ``base`` and ``stride`` at it); ``issued``
     is high once every burst of it went out (a new job may start while its beats are still
     in the FIFO). The consumer reads ``data`` while ``valid`` and pulses ``pop``.
 
@@ -276,20 +277,29 @@ class RowReader(Elaboratable):
         # cycle before (credits only grow while a decided burst waits, so it is never
         # early); the request's valid is one LUT from flip-flops
         enough = Signal()
+        # the job has rows and beats, a register (no compare of the counts at start); no
+        # reset, so a start in the cycle after a reset finds it current
+        nonempty = Signal(name="nonempty", reset_less=True)
+        m.d.sync += nonempty.eq((self.row_beats != 0) & (self.nrows != 0))
 
         # the decision: min(remain, to_page, max_burst), its compares side by side
         page_short = to_page < mb
         capped = Mux(page_short, to_page, mb)
         remain_shorter = Mux(page_short, remain <= to_page, remain <= mb)
         fire = Signal()
+        # (enough's cone, compares of the credits, is mapped apart from the reader's wider
+        # arithmetic, which ABC would otherwise relax it to)
+        enough_next = Signal(name="enough_next")
+        own_module(m, "enough_decision").d.comb += enough_next.eq(Mux(
+            ~decided, Mux(remain_shorter, credits >= remain,
+                          Mux(page_short, credits >= to_page, credits >= mb)),
+            ~fire & (credits >= burst)))
         with m.If(active & ~decided):
             m.d.sync += [decided.eq(1), burst.eq(Mux(remain_shorter, remain, capped)),
                          burst_len.eq(Mux(remain_shorter, remain - 1, capped - 1)),
-                         row_end.eq(remain_shorter), last_row.eq(rows_left == 1),
-                         enough.eq(Mux(remain_shorter, credits >= remain,
-                                       Mux(page_short, credits >= to_page, credits >= mb)))]
-        with m.Elif(decided):
-            m.d.sync += enough.eq(~fire & (credits >= burst))
+                         row_end.eq(remain_shorter), last_row.eq(rows_left == 1)]
+        with m.If(active | decided):
+            m.d.sync += enough.eq(enough_next)
 
         m.d.comb += [
             self.request.valid.eq(active & decided & enough),
@@ -326,8 +336,7 @@ class RowReader(Elaboratable):
                          stride.eq(self.stride), row_beats.eq(self.row_beats),
                          remain.eq(self.row_beats), decided.eq(0),
                          to_page.eq((BOUNDARY_BYTES - self.base[:12]) >> beat_bits),
-                         rows_left.eq(self.nrows),
-                         active.eq((self.row_beats != 0) & (self.nrows != 0))]
+                         rows_left.eq(self.nrows), active.eq(nonempty)]
         return m
 
 
@@ -440,11 +449,15 @@ class _RunSizes:
         # that flag, so no compare is in front of the tables' write enables, and the flag
         # is a compare of the count's own flip-flops
         rows = Mux(cfg["rows"] > c.max_rows, c.max_rows, cfg["rows"])
+        # (the clamped count is 0, or 1, exactly when the configured one is: the flags
+        # compare the configuration's flip-flops, not the clamp)
+        rows_zero = cfg["rows"] == 0
+        rows_one = (cfg["rows"] == 1) if c.max_rows > 1 else ~rows_zero
         fill_left = Signal(range(c.max_rows + 1), name="sizes_fill_left", reset_less=True)
         fill_one = Signal(name="sizes_fill_one", reset_less=True)
         filled = self.filled
         with m.If(self.start):
-            m.d.sync += [fill_left.eq(rows), fill_one.eq(rows == 1), filled.eq(rows == 0)]
+            m.d.sync += [fill_left.eq(rows), fill_one.eq(rows_one), filled.eq(rows_zero)]
         with m.Elif(self.started & ~filled):
             m.d.sync += [fill_left.eq(fill_left - 1), fill_one.eq(fill_left == 2),
                          filled.eq(fill_one)]
@@ -703,19 +716,27 @@ class PipelineUnitCore(UnitCore):
             step_end = Signal(name=f"{name}_step_end")   # left == 0
             mb = Signal(24, name=f"{name}_mb")
             addr = Signal(aw + 40, name=f"{name}_addr")
+            # the address's next move, a register chosen with ``step_end``'s next value (the
+            # stream may end microbatches in consecutive cycles): the add starts from it, no
+            # select of the two steps in front of the wide carry chain
+            delta = Signal(aw + 40, name=f"{name}_delta", reset_less=True)
+
+            def move(ends_step):
+                return Mux(ends_step, s.sizes.step_delta[buf], s.sizes.inner_delta[buf])
             with s.dp.If(fire_last):
                 s.dp.d.sync += [left.eq(left - 1), step_end.eq(left == 1),
                                 mb.eq(Mux(s.gpipe, Mux(step_end, mb + s.two_mbs_m1, mb - 1), mb + 1))]
                 with s.dp.If(step_end):
                     s.dp.d.sync += [left.eq(s.mbs_m1), step_end.eq(s.mbs_m1 == 0)]
                 if buf is not None:
-                    delta = Mux(step_end, s.sizes.step_delta[buf], s.sizes.inner_delta[buf])
-                    s.dp.d.sync += addr.eq(addr + delta)
+                    s.dp.d.sync += [addr.eq(addr + delta),
+                                    delta.eq(move(Mux(step_end, s.mbs_m1 == 0, left == 1)))]
             with s.dp.If(s.first):
                 s.dp.d.sync += [left.eq(s.mbs_m1), step_end.eq(s.mbs_m1 == 0),
                                 mb.eq(Mux(s.gpipe, s.mbs_m1, 0))]
                 if buf is not None:
-                    s.dp.d.sync += addr.eq(s.cfg[f"{buf}_addr"] + Mux(s.gpipe, s.sizes.last_off[buf], 0))
+                    s.dp.d.sync += [addr.eq(s.cfg[f"{buf}_addr"] + Mux(s.gpipe, s.sizes.last_off[buf], 0)),
+                                    delta.eq(move(s.mbs_m1 == 0))]
             return mb, addr
         s.backward_order = backward_order
 
@@ -825,8 +846,12 @@ class PipelineUnitCore(UnitCore):
             s.dp.d.sync += [s.sw_left.eq(s.sel_d_out), s.sw_row_end.eq(s.out_one_word),
                             s.store_done.eq(s.sel_d_in == 0), s.sw_keep.eq(s.out_keep)]
 
-        w_row = Mux(s.is_load, s.lw_row, s.sw_row)
-        w_word = Mux(s.is_load, s.lw_word, s.sw_word)
+        # the stages' host-port position: the load walk's or the store walk's. The datapath
+        # is cleared in every run's CHECK and a run moves its own walk only, so the other
+        # one is 0 and an OR selects (no select by the mode, a net of a hundred loads, in
+        # front of the stages' memory addresses)
+        w_row = s.lw_row | s.sw_row
+        w_word = s.lw_word | s.sw_word
         rd_words = []
         for i in range(K):
             m.d.comb += [getattr(s.pipe, f"s{i}_w_row").eq(w_row), getattr(s.pipe, f"s{i}_w_word").eq(w_word),
