@@ -278,9 +278,13 @@ class RowReader(Elaboratable):
         # early); the request's valid is one LUT from flip-flops
         enough = Signal()
         # the job has rows and beats, a register (no compare of the counts at start); no
-        # reset, so a start in the cycle after a reset finds it current
+        # reset, so a start in the cycle after a reset finds it current (its OR of 56 bits
+        # mapped apart from the reader's arithmetic)
         nonempty = Signal(name="nonempty", reset_less=True)
-        m.d.sync += nonempty.eq((self.row_beats != 0) & (self.nrows != 0))
+        nonempty_next = Signal(name="nonempty_next")
+        own_module(m, "nonempty_decision").d.comb += nonempty_next.eq(
+            (self.row_beats != 0) & (self.nrows != 0))
+        m.d.sync += nonempty.eq(nonempty_next)
 
         # the decision: min(remain, to_page, max_burst), its compares side by side
         page_short = to_page < mb

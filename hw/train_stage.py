@@ -1082,15 +1082,19 @@ class TrainStage(wiring.Component):
         # the last U of a synchronous run is followed by a DECIDE that finds step_idx == steps
         with m.If(s.running):
             m.d.sync += s.busy_c.eq(s.busy_c + 1)
-            # a held core waits for data: that is idle time, not forward/backward time
-            with m.If(s.in_f & ~s.held):
-                m.d.sync += s.fwd_c.eq(s.fwd_c + 1)
-            with m.If((s.in_dx | s.in_dw) & ~s.held):
-                m.d.sync += s.bwd_c.eq(s.bwd_c + 1)
-            with m.If(s.held):
-                m.d.sync += s.wait_c.eq(s.wait_c + 1)
             with m.If(s.ph.flag["upd"]):
                 m.d.sync += s.upd_c.eq(s.upd_c + 1)
+        # a held core waits for data: that is idle time, not forward/backward time. These
+        # counts step a cycle after the cycle they count (each step a register): the hold
+        # is not in front of their adders; an op's last step lands a cycle after its last
+        # RUN cycle, long before DONE, and none at a start, which finds them clear
+        steps = {name: Signal(name=f"{name}_step") for name in ("fwd", "bwd", "wait")}
+        m.d.sync += [steps["fwd"].eq(s.running & s.in_f & ~s.held),
+                     steps["bwd"].eq(s.running & (s.in_dx | s.in_dw) & ~s.held),
+                     steps["wait"].eq(s.running & s.held)]
+        for name, count in (("fwd", s.fwd_c), ("bwd", s.bwd_c), ("wait", s.wait_c)):
+            with m.If(steps[name]):
+                m.d.sync += count.eq(count + 1)
         m.d.comb += [self.busy_cycles.eq(s.busy_c), self.fwd_cycles.eq(s.fwd_c),
                      self.bwd_cycles.eq(s.bwd_c), self.upd_cycles.eq(s.upd_c),
                      self.wait_cycles.eq(s.wait_c), self.mac_ops.eq(s.mac_ops),
