@@ -812,9 +812,10 @@ class TrainStage(wiring.Component):
         # arriving, and the last stage's backward while its dY (the host's loss gradient)
         # is: the core is held until the data it is about to read is in (x_fill / y_fill).
         # Between stages a microbatch is handed over whole, as in the schedule model.
-        # ``hold`` gates the core's whole sequencer, so it is a register, computed one cycle
-        # ahead: while held the core's read stays where it is and that read must be in; else
-        # the core may step, so its next read must be in too. The next read is the same
+        # ``hold`` gates the core's whole sequencer, so it comes from registers (one per op
+        # kind, below), computed one cycle ahead: while held the core's read stays where it
+        # is and that read must be in; else the core may step, so its next read must be in
+        # too. The next read is the same
         # word until the depth step crosses a word (or the run's depth ends), then the next
         # the next row block. A START phase (the core does not step) needs its first read
         # (address 0) only; the choice comes last, so the compares start from registers.
