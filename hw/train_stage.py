@@ -815,10 +815,10 @@ class TrainStage(wiring.Component):
         # ``hold`` gates the core's whole sequencer, so it comes from registers (one per op
         # kind, below), computed one cycle ahead: while held the core's read stays where it
         # is and that read must be in; else the core may step, so its next read must be in
-        # too. The next read is the same
-        # word until the depth step crosses a word (or the run's depth ends), then the next
-        # the next row block. A START phase (the core does not step) needs its first read
-        # (address 0) only; the choice comes last, so the compares start from registers.
+        # too. The next read is the same word until the depth step crosses a word (or the
+        # run's depth ends), then the next the next row block. A START phase (the core does
+        # not step) needs its first read (address 0) only; the choice comes last, so the
+        # compares start from registers.
         # Whether the op's microbatch is in whole (or is the one arriving) are registers, a
         # cycle behind the counts: when a count moves on they lag on the safe side (the
         # tracker has just been reset, so the partial checks say "not in" for that cycle),
