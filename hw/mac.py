@@ -583,8 +583,7 @@ class MacCore(wiring.Component):
                          last_i.eq(dec["m_last"]), rows_t.eq(dec["rows"])]
         with m.Elif(fire_last):
             j_last, j_cols = extent(n_left, C)
-            m.d.sync += [kk.eq(0), k_rem.eq(run["k"] - 1), last_k.eq(k_one), first.eq(1),
-                         j0.eq(j0 + C), n_left.eq(n_left - C), last_j.eq(j_last),
+            m.d.sync += [j0.eq(j0 + C), n_left.eq(n_left - C), last_j.eq(j_last),
                          cols_t.eq(j_cols), tj.eq(tj + 1), tile.eq(tile + 1)]
             with m.If(last_j):
                 i_last, i_rows = extent(m_left, R)
@@ -593,8 +592,14 @@ class MacCore(wiring.Component):
                              rows_t.eq(i_rows)]
                 with m.If(last_i):
                     m.d.sync += run["issuing"].eq(0)
-        with m.Elif(fire):
-            m.d.sync += [kk.eq(kk + 1), k_rem.eq(k_rem - 1), last_k.eq(k_rem == 1), first.eq(0)]
+        # the depth walk selects on last_k (a step that fires with last_k is the tile's
+        # last): its registers are no loads of fire_last, whose net stays short
+        with m.If(~starting & fire):
+            with m.If(last_k):
+                m.d.sync += [kk.eq(0), k_rem.eq(run["k"] - 1), last_k.eq(k_one), first.eq(1)]
+            with m.Else():
+                m.d.sync += [kk.eq(kk + 1), k_rem.eq(k_rem - 1), last_k.eq(k_rem == 1),
+                             first.eq(0)]
         if self.depth_flags:
             # kk's low bits reach lanes - 1 one step ahead (kk only moves at start and fire)
             lb = self.lanes.bit_length() - 1
