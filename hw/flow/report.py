@@ -255,13 +255,16 @@ def section(results: list[dict]) -> str:
 def timing_table(timing: dict) -> str:
     """Markdown: one row per unit of a ``bench_timing`` result."""
     lines = ["| unit | build | figure | Fmax (MHz) | meets 100 MHz | nextpnr wall s | "
-             "nextpnr CPU s | why it stopped | commit |", "|---|---|---|---|---|---|---|---|---|"]
+             "nextpnr CPU s | why it stopped | seed | commit |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for unit, u in timing.get("units", {}).items():
         secs = u.get("seconds") or {}
+        # rows routed before the bench had --seed used seed 1
         lines.append(f"| {unit} | `{u['config']}` | {u.get('stage') or 'none'} | "
                      f"{_n(u.get('fmax_mhz'))} | {_yes(u.get('meets_target'))} | "
                      f"{_n(secs.get('nextpnr'))} | {_n(secs.get('nextpnr_cpu'))} | "
-                     f"{u.get('stopped') or '-'} | {u.get('commit') or timing.get('commit', '?')} |")
+                     f"{u.get('stopped') or '-'} | {u.get('seed', 1)} | "
+                     f"{u.get('commit') or timing.get('commit', '?')} |")
     return "\n".join(lines)
 
 
