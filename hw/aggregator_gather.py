@@ -40,7 +40,7 @@ class RowAddress(wiring.Component):
 
     def __init__(self, *, addr_width: int, bytes_per_beat: int, max_beats: int):
         self.aw, self.bpb, self.max_beats = addr_width, bytes_per_beat, max_beats
-        self._multiplier = PipelinedMultiplier(unsigned(32), unsigned(32))
+        self._multiplier = PipelinedMultiplier(unsigned(32), unsigned(32), enable=True)
         self.latency = self._multiplier.latency + 4
         super().__init__({
             "i": In(stream.Signature(32, always_ready=True)),
@@ -55,7 +55,7 @@ class RowAddress(wiring.Component):
         m = Module()
         m.submodules.multiplier = mul = self._multiplier
         aw, beat_bits = self.aw, self.bpb.bit_length() - 1
-        m.d.comb += [mul.a.eq(self.i.payload), mul.b.eq(self.stride)]
+        m.d.comb += [mul.a.eq(self.i.payload), mul.b.eq(self.stride), mul.en.eq(self.i.valid)]
         valids = [self.i.valid]
         for k in range(self.latency):
             v = Signal(name=f"v{k}")

@@ -95,7 +95,8 @@ class OutputStage(wiring.Component):
         self.lanes, self.acc_width, self.elem_width, self.has_mean = (
             lanes, acc_width, elem_width, mean)
         self.has_max = reduce_max
-        self._multipliers = [PipelinedMultiplier(signed(MEAN_SUM_WIDTH), MEAN_RECIP_BITS + 1)
+        self._multipliers = [PipelinedMultiplier(signed(MEAN_SUM_WIDTH), MEAN_RECIP_BITS + 1,
+                                                 enable=True)
                              for _ in range(lanes)] if mean else []
         # combine, shift, align, round, flags, clamp | multiply, round terms, round |
         # flags, clamp
@@ -214,7 +215,7 @@ class OutputStage(wiring.Component):
         products = []
         for k, (s, mul) in enumerate(zip(self._lanes(value, MEAN_SUM_WIDTH), self._multipliers)):
             m.submodules[f"recip_mul{k}"] = mul
-            m.d.comb += [mul.a.eq(s), mul.b.eq(side["recip"])]
+            m.d.comb += [mul.a.eq(s), mul.b.eq(side["recip"]), mul.en.eq(chain.valid & self._mean_sel)]
             products.append(mul.p)
         carried = {**side, "plain": value}
         for step in range(mul.latency):

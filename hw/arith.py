@@ -105,9 +105,16 @@ class PipelinedMultiplier(wiring.Component):
     Args:
         a_shape, b_shape: operand shapes (signed or unsigned); ``p`` is wide enough for
             every product.
+        enable: add an ``en`` input, the operands' valid: from the M registers on, each
+            stage's registers load only behind it (the DSP's clock enables CEM and CEP, then
+            the adders'), so an idle multiplier holds still. ``en`` drives one flip-flop (the
+            operand registers load every cycle), so it adds no fan-out to its producer's
+            valid. ``p`` is the product :attr:`latency` cycles after ``en``, and stale while
+            no product is due.
     """
 
-    def __init__(self, a_shape, b_shape):
+    def __init__(self, a_shape, b_shape, *, enable: bool = False):
+        self._enable = enable
         self._a, self._b = unsigned(0).cast(a_shape), unsigned(0).cast(b_shape)
         self._p = (signed if self._a.signed or self._b.signed else unsigned)(
             self._a.width + self._b.width)
@@ -120,7 +127,8 @@ class PipelinedMultiplier(wiring.Component):
             self._a_chunks, self._b_chunks = swapped_a, swapped_b
         tiles = len(self._a_chunks) * len(self._b_chunks)
         self.latency = 3 + (tiles - 1).bit_length()
-        super().__init__({"a": In(self._a), "b": In(self._b), "p": Out(self._p)})
+        super().__init__({"a": In(self._a), "b": In(self._b), "p": Out(self._p),
+                          **({"en": In(1)} if enable else {})})
 
     @property
     def tiles(self) -> int:
@@ -129,6 +137,18 @@ class PipelinedMultiplier(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         pw = self._p.width
+        # stage k's registers load under `enables[k]`, `en` delayed k cycles
+        enables = [self.en] if self._enable else []
+        for k in range(self.latency - 1 if self._enable else 0):
+            enables.append(Signal(name=f"en{k + 1}"))
+            m.d.sync += enables[-1].eq(enables[-2])
+
+        def load(stage, *assigns):
+            if not self._enable or stage == 0:
+                m.d.sync += assigns
+                return
+            with m.If(enables[stage]):
+                m.d.sync += assigns
 
         def piece(value, offset, width, is_signed):
             bits = value.as_unsigned()[offset:offset + width]
@@ -142,9 +162,9 @@ class PipelinedMultiplier(wiring.Component):
                 m_reg = Signal(signed(len(a_reg) + len(b_reg)), name=f"a{ai}b{bi}_mreg",
                                reset_less=True)
                 p_reg = Signal.like(m_reg, name=f"a{ai}b{bi}_preg", reset_less=True)
-                m.d.sync += [a_reg.eq(piece(self.a, ao, aw, asg)),
-                             b_reg.eq(piece(self.b, bo, bw, bsg)),
-                             m_reg.eq(a_reg * b_reg), p_reg.eq(m_reg)]
+                load(0, a_reg.eq(piece(self.a, ao, aw, asg)), b_reg.eq(piece(self.b, bo, bw, bsg)))
+                load(1, m_reg.eq(a_reg * b_reg))
+                load(2, p_reg.eq(m_reg))
                 partials.append((ao + bo, p_reg))
         level = 0
         while len(partials) > 1:
@@ -153,7 +173,7 @@ class PipelinedMultiplier(wiring.Component):
                 pair = partials[i:i + 2]
                 low = min(o for o, _ in pair)
                 s = Signal(signed(pw + 1), name=f"sum{level}_{i // 2}", reset_less=True)
-                m.d.sync += s.eq(sum(v << (o - low) for o, v in pair))
+                load(3 + level, s.eq(sum(v << (o - low) for o, v in pair)))
                 merged.append((low, s))
             partials, level = merged, level + 1
         offset, value = partials[0]
