@@ -56,6 +56,7 @@ from pathlib import Path
 
 from amaranth.back import rtlil
 
+from . import ecp5_context
 from .boards import Board, get_board
 # the command-line options and the constants they name live in an Amaranth-free module, so
 # `gnnweave build estimate` declares them without importing the toolchain
@@ -405,7 +406,7 @@ _PHASES = (("placement", ("Creating initial analytic placement", "Creating initi
            ("routing", ("Routing globals", "Running router2", "Routing..")))
 
 
-SCOPE_UNITS = "per unit, out of context (paths between units and the top's glue not timed)"
+SCOPE_UNITS = "per unit, each in a port wrapper (paths between units and the top's glue not timed)"
 
 
 def rtlil_hierarchy(text: str) -> dict[str, dict[str, int]]:
@@ -440,6 +441,13 @@ def timing_units(design: str, top: str) -> dict[str, str]:
         or {top.rsplit(".", 1)[-1]: top}
 
 
+def _clock_name(net: str) -> str:
+    """The clock port a nextpnr clock net comes from: a clock on a global network is named
+    ``$glbnet$<port>$TRELLIS_IO_IN`` (its pin's input buffer, then the DCCA)."""
+    m = re.fullmatch(r"\$glbnet\$(.+?)(?:\$TRELLIS_IO_IN)?", net)
+    return m[1] if m else net
+
+
 def parse_nextpnr_log(text: str) -> dict:
     """What a nextpnr-ecp5 log (complete or cut short) says: the phase it reached, the Fmax it
     printed after placement and after routing (``{clock: MHz}`` plus the printed lines) and
@@ -450,7 +458,7 @@ def parse_nextpnr_log(text: str) -> dict:
             if any(line.startswith(f"Info: {x}") for x in starts):
                 reached = phase
         if m := _FMAX_LINE.search(line):
-            (routed if reached == "routing" else placed)[m["clk"]] = float(m["mhz"])
+            (routed if reached == "routing" else placed)[_clock_name(m["clk"])] = float(m["mhz"])
             printed.append(line.strip())
         elif reached == "packing" and (m := _UTIL_LINE.match(line)):
             util[m["kind"]] = {"used": int(m["used"]), "available": int(m["avail"])}
@@ -524,19 +532,24 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
     if pnr_cpu_limit_s is not None and not pnr_cpu_limit_s > 0:
         raise ValueError(f"pnr_cpu_limit_s must be positive seconds, got {pnr_cpu_limit_s!r}")
     t0 = time.monotonic()
-    options = [f"--{device}", "--package", "CABGA381", "--out-of-context", "--freq",
+    options = [f"--{device}", "--package", "CABGA381", "--freq",
                f"{target_mhz:g}", "--seed", str(seed), "--placer", "heap", "--router", "router2",
                "--timing-allow-fail"] + ([] if route else ["--no-route"])
     args = ["--json", "ecp5.json", "--log", "nextpnr.log", *options]
+    wrapper = ecp5_context.port_wrapper(design, top)
     with tempfile.TemporaryDirectory(prefix="gnnweave-ecp5-") as tmp:
         tmp = Path(tmp)
         (tmp / "design.il").write_text(design)
+        (tmp / "wrapper.v").write_text(wrapper.verilog)
+        top_name = ecp5_context.WRAPPER_TOP
         runner("yosys", ["-q", "-l", "synth.log", "-p",
                             # Xilinx-only memory styles (ram_style = "ultra") have no ECP5
                             # mapping: the ECP5 picks its own memories
-                            f"read_rtlil design.il; setattr -unset ram_style m:*; "
-                            f"synth_ecp5 -top {top} -json ecp5.json"],
+                            f"read_rtlil design.il; read_verilog wrapper.v; "
+                            f"hierarchy -top {top_name}; setattr -unset ram_style m:*; "
+                            f"synth_ecp5 -top {top_name} -json ecp5.json"],
                tmp, what="yosys synth_ecp5", progress=progress)
+        promoted = ecp5_context.promote_control_nets(tmp / "ecp5.json")
         t_synth, cpu0 = time.monotonic() - t0, tools_cpu_seconds()
         stopped = None
         try:
@@ -561,7 +574,9 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
         Path(log_path).write_text(log)
     parsed = parse_nextpnr_log(log)
     result = {"label": TIMING_LABEL, "device": ECP5_DEVICES[device], "target_mhz": target_mhz,
-              "flow": "yosys synth_ecp5; nextpnr-ecp5 " + " ".join(options),
+              "flow": f"yosys synth_ecp5 of {top} in {ecp5_context.WRAPPER_TOP}; DCCA on "
+                      f"{len(promoted)} control nets; nextpnr-ecp5 " + " ".join(options),
+              "promoted_nets": promoted,
               "printed": parsed["printed"], "ecp5_utilisation": parsed["utilisation"]}
     if stopped is None and route:
         result.update(stage=STAGE_ROUTED, fmax_mhz=parsed["routed"])

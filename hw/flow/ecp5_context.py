@@ -1,0 +1,147 @@
+"""What an ECP5 place-and-route of one unit needs to see the unit as a board build would.
+
+nextpnr's ``--out-of-context`` mode (a module with more ports than the part has pins)
+turns global promotion off: the clock of every flip-flop is then routed over general
+wiring, like any net. :func:`port_wrapper` instead puts the module inside a wrapper with
+three pins (clock, serial in, serial out), so nextpnr places it in context and gives the
+clock a global network. :func:`promote_control_nets` does what Lattice's own flow does for
+high-fanout resets and clock enables and nextpnr-ecp5 does not (it promotes clocks only):
+each of the highest-fanout nets that reach flip-flops' LSR or CE pins gets a DCCA, which
+nextpnr routes over one of the eight global networks that may carry fabric signals.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+#: the wrapper's module name
+WRAPPER_TOP = "gnnweave_ecp5_wrap"
+#: names a module's clock input may have (a unit's ``clk``, the accelerator top's ``ap_clk``)
+CLOCK_PORTS = ("clk", "ap_clk")
+#: XOR inputs per register of the output tree: one ECP5 LUT4
+_TREE_FANIN = 4
+#: global networks a DCCA may drive into fabric pins, less the one the clock takes
+PROMOTED_NETS = 7
+#: the least fanout a promoted net has
+PROMOTE_MIN_FANOUT = 64
+_PORT_LINE = re.compile(r"^\s*wire (?:width (?P<width>\d+) )?(?P<dir>input|output|inout) "
+                        r"(?P<index>\d+)\s+\\(?P<name>\S+)$", re.M)
+
+
+def module_ports(design: str, module: str) -> list[tuple[str, str, int]]:
+    """``(name, direction, width)`` of each port of RTLIL module ``module``, in port order."""
+    head = f"module \\{module}\n"
+    if head not in design:
+        raise ValueError(f"module {module!r} not in the design")
+    body = design[design.index(head):]
+    body = body[:body.index("\nend\n")]
+    ports = sorted((int(m["index"]), m["name"], m["dir"], int(m["width"] or 1))
+                   for m in _PORT_LINE.finditer(body))
+    return [(name, direction, width) for _, name, direction, width in ports]
+
+
+@dataclass(frozen=True)
+class PortWrapper:
+    """A :func:`port_wrapper`: its Verilog, the clock port's name, its own flip-flops."""
+    verilog: str
+    clock: str
+    flip_flops: int
+
+
+def port_wrapper(design: str, module: str) -> PortWrapper:
+    """``module`` inside WRAPPER_TOP: its clock from the wrapper's, every other input from a
+    shift register fed by pin ``si``, and every output registered, then XOR-reduced four
+    inputs per register, a level per cycle, to pin ``so``.
+
+    The wrapper's own paths are one flip-flop or one LUT4 between flip-flops, so the slowest
+    path of the placed design is the module's; nothing of the module is left unloaded."""
+    ports = module_ports(design, module)
+    clocks = [name for name, direction, _ in ports if direction == "input" and name in CLOCK_PORTS]
+    if len(clocks) != 1:
+        raise ValueError(f"module {module!r} needs one clock input named "
+                         f"{' or '.join(CLOCK_PORTS)}; it has {clocks or 'none'}")
+    clock = clocks[0]
+    if any(direction == "inout" for _, direction, _ in ports):
+        raise ValueError(f"module {module!r} has an inout port: no wrapper for it")
+    inputs = [(n, w) for n, d, w in ports if d == "input" and n != clock]
+    outputs = [(n, w) for n, d, w in ports if d == "output"]
+    n_in, n_out = sum(w for _, w in inputs), sum(w for _, w in outputs)
+    lines = [f"module {WRAPPER_TOP}(input {clock}, input si, output so);"]
+    connections = [f".{clock}({clock})"]
+    if n_in:
+        lines += [f"  reg [{n_in - 1}:0] chain;",
+                  f"  always @(posedge {clock}) chain <= {{chain, si}};"
+                  if n_in > 1 else f"  always @(posedge {clock}) chain <= si;"]
+        low = 0
+        for name, width in inputs:
+            connections.append(f".\\{name} (chain[{low + width - 1}:{low}])")
+            low += width
+    if not n_out:
+        raise ValueError(f"module {module!r} has no output: nothing would keep its logic")
+    lines += [f"  wire [{n_out - 1}:0] outs;", f"  reg [{n_out - 1}:0] level0;",
+              f"  always @(posedge {clock}) level0 <= outs;"]
+    low = 0
+    for name, width in outputs:
+        connections.append(f".\\{name} (outs[{low + width - 1}:{low}])")
+        low += width
+    lines.append(f"  \\{module} unit ({', '.join(connections)});")
+    width, level, flip_flops = n_out, 0, n_in + n_out
+    while width > 1:
+        narrower = -(-width // _TREE_FANIN)
+        lines += [f"  reg [{narrower - 1}:0] level{level + 1};",
+                  f"  always @(posedge {clock}) begin"]
+        for i in range(narrower):
+            terms = " ^ ".join(f"level{level}[{j}]"
+                               for j in range(i * _TREE_FANIN, min((i + 1) * _TREE_FANIN, width)))
+            lines.append(f"    level{level + 1}[{i}] <= {terms};")
+        lines.append("  end")
+        width, level, flip_flops = narrower, level + 1, flip_flops + narrower
+    lines += [f"  assign so = level{level}[0];", "endmodule"]
+    return PortWrapper("\n".join(lines) + "\n", clock, flip_flops)
+
+
+def promote_control_nets(netlist: Path, top: str = WRAPPER_TOP, count: int = PROMOTED_NETS,
+                         min_fanout: int = PROMOTE_MIN_FANOUT) -> list[dict]:
+    """Put a DCCA on each of the ``count`` nets of Yosys JSON ``netlist`` (module ``top``) that
+    reach the most flip-flop LSR and CE pins (``min_fanout`` or more), in place; only those
+    pins move to the DCCA's output, a net's other loads stay on it. Returns ``{net, fanout}``
+    of each promoted net, the highest first."""
+    doc = json.loads(Path(netlist).read_text())
+    module = doc["modules"].get(top)
+    if module is None:
+        raise ValueError(f"{netlist}: no module {top!r}")
+    cells, netnames = module.setdefault("cells", {}), module.setdefault("netnames", {})
+    control = [(cell, pin) for cell in cells.values() if cell["type"] == "TRELLIS_FF"
+               for pin in ("LSR", "CE") if _one_bit(cell, pin) is not None]
+    fanout = Counter(_one_bit(cell, pin) for cell, pin in control)
+    names = {}
+    for name, net in sorted(netnames.items(), key=lambda item: item[1].get("hide_name", 0)):
+        for bit in net["bits"]:
+            names.setdefault(bit, name)
+    next_bit = 1 + max((b for net in netnames.values() for b in net["bits"] if isinstance(b, int)),
+                       default=1)
+    promoted = []
+    for k, (bit, loads) in enumerate(fanout.most_common(count)):
+        if loads < min_fanout:
+            break
+        glb, next_bit = next_bit, next_bit + 1
+        for cell, pin in control:
+            if cell["connections"][pin] == [bit]:
+                cell["connections"][pin] = [glb]
+        cells[f"$promoted{k}"] = {
+            "hide_name": 1, "type": "DCCA", "parameters": {}, "attributes": {},
+            "port_directions": {"CLKI": "input", "CE": "input", "CLKO": "output"},
+            "connections": {"CLKI": [bit], "CE": ["1"], "CLKO": [glb]}}
+        netnames[f"$promoted{k}"] = {"hide_name": 1, "bits": [glb], "attributes": {}}
+        promoted.append({"net": names.get(bit, str(bit)), "fanout": loads})
+    Path(netlist).write_text(json.dumps(doc))
+    return promoted
+
+
+def _one_bit(cell: dict, pin: str):
+    """The net bit on ``pin`` of ``cell`` if it is one non-constant bit, else None."""
+    bits = cell["connections"].get(pin)
+    return bits[0] if bits and len(bits) == 1 and isinstance(bits[0], int) else None
