@@ -51,7 +51,6 @@ def test_pipelined_multiplier_matches_integer_products(a_shape, b_shape):
         (a_shape.width, b_shape.width)]
 
 
-
 @pytest.mark.parametrize("a_shape, b_shape", [(signed(32), unsigned(25)), (unsigned(32), unsigned(32))])
 def test_pipelined_multiplier_with_enable_holds_still_between_operands(a_shape, b_shape):
     """With ``enable``, a product comes ``latency`` cycles after each ``en`` and ``p``
