@@ -69,6 +69,8 @@ def port_wrapper(design: str, module: str) -> PortWrapper:
     inputs = [(n, w) for n, d, w in ports if d == "input" and n != clock]
     outputs = [(n, w) for n, d, w in ports if d == "output"]
     n_in, n_out = sum(w for _, w in inputs), sum(w for _, w in outputs)
+    if not n_out:
+        raise ValueError(f"module {module!r} has no output: nothing would keep its logic")
     lines = [f"module {WRAPPER_TOP}(input {clock}, input si, output so);"]
     connections = [f".{clock}({clock})"]
     if n_in:
@@ -79,8 +81,6 @@ def port_wrapper(design: str, module: str) -> PortWrapper:
         for name, width in inputs:
             connections.append(f".\\{name} (chain[{low + width - 1}:{low}])")
             low += width
-    if not n_out:
-        raise ValueError(f"module {module!r} has no output: nothing would keep its logic")
     lines += [f"  wire [{n_out - 1}:0] outs;", f"  reg [{n_out - 1}:0] level0;",
               f"  always @(posedge {clock}) level0 <= outs;"]
     low = 0
@@ -88,7 +88,15 @@ def port_wrapper(design: str, module: str) -> PortWrapper:
         connections.append(f".\\{name} (outs[{low + width - 1}:{low}])")
         low += width
     lines.append(f"  \\{module} unit ({', '.join(connections)});")
-    width, level, flip_flops = n_out, 0, n_in + n_out
+    tree, tree_flip_flops = _xor_tree(clock, n_out)
+    lines += [*tree, "endmodule"]
+    return PortWrapper("\n".join(lines) + "\n", clock, n_in + n_out + tree_flip_flops)
+
+
+def _xor_tree(clock: str, width: int) -> tuple[list[str], int]:
+    """Verilog lines that XOR-reduce register ``level0`` (``width`` bits) to ``so``, one LUT4
+    per register, a level per cycle; and the flip-flops the levels take."""
+    lines, level, flip_flops = [], 0, 0
     while width > 1:
         narrower = -(-width // _TREE_FANIN)
         lines += [f"  reg [{narrower - 1}:0] level{level + 1};",
@@ -99,8 +107,7 @@ def port_wrapper(design: str, module: str) -> PortWrapper:
             lines.append(f"    level{level + 1}[{i}] <= {terms};")
         lines.append("  end")
         width, level, flip_flops = narrower, level + 1, flip_flops + narrower
-    lines += [f"  assign so = level{level}[0];", "endmodule"]
-    return PortWrapper("\n".join(lines) + "\n", clock, flip_flops)
+    return lines + [f"  assign so = level{level}[0];"], flip_flops
 
 
 def promote_control_nets(netlist: Path, top: str = WRAPPER_TOP, count: int = PROMOTED_NETS,
