@@ -19,6 +19,26 @@ def _run(dut, bench, clock=True):
     sim.run()
 
 
+def _multiply(dut, a_values, b_values, enables=None):
+    """Drive a :class:`PipelinedMultiplier` with one operand pair per cycle (and ``en`` from
+    ``enables``, 0 once they run out); returns ``p`` after each of the ``len(a_values) +
+    latency`` edges."""
+    seen = []
+
+    async def bench(ctx):
+        for t in range(len(a_values) + dut.latency):
+            if t < len(a_values):
+                ctx.set(dut.a, a_values[t])
+                ctx.set(dut.b, b_values[t])
+            if enables is not None:
+                ctx.set(dut.en, enables[t] if t < len(enables) else 0)
+            await ctx.tick()
+            seen.append(ctx.get(dut.p))
+
+    _run(dut, bench)
+    return seen
+
+
 @pytest.mark.parametrize("a_shape, b_shape", [
     (signed(32), unsigned(25)), (unsigned(32), unsigned(32)), (signed(16), signed(16)),
     (signed(40), signed(20))])
@@ -34,24 +54,14 @@ def test_pipelined_multiplier_matches_integer_products(a_shape, b_shape):
 
     a_values, b_values = draw(a_shape, 40), draw(b_shape, 40)
     n = min(len(a_values), len(b_values))
-    got = []
-
-    async def bench(ctx):
-        for t in range(n + dut.latency):
-            if t < n:
-                ctx.set(dut.a, a_values[t])
-                ctx.set(dut.b, b_values[t])
-            await ctx.tick()
-            if t + 1 >= dut.latency:
-                got.append(ctx.get(dut.p))
-
-    _run(dut, bench)
-    assert got[:n] == [a * b for a, b in zip(a_values[:n], b_values[:n])]
+    seen = _multiply(dut, a_values[:n], b_values[:n])
+    assert seen[dut.latency - 1:dut.latency - 1 + n] == [a * b for a, b in zip(a_values, b_values)]
     assert dut.tiles == {(32, 25): 2, (32, 32): 4, (16, 16): 1, (40, 20): 3}[
         (a_shape.width, b_shape.width)]
 
 
-@pytest.mark.parametrize("a_shape, b_shape", [(signed(32), unsigned(25)), (unsigned(32), unsigned(32))])
+@pytest.mark.parametrize("a_shape, b_shape", [(signed(32), unsigned(25)),
+                                              (unsigned(32), unsigned(32))])
 def test_pipelined_multiplier_with_enable_holds_still_between_operands(a_shape, b_shape):
     """With ``enable``, a product comes ``latency`` cycles after each ``en`` and ``p``
     keeps its value on every cycle no product is due (the stages load only behind ``en``)."""
@@ -62,20 +72,7 @@ def test_pipelined_multiplier_with_enable_holds_still_between_operands(a_shape, 
     a_values = [int(v) for v in rng.integers(lo, lo + (1 << a_shape.width), size=n, dtype=np.int64)]
     b_values = [int(v) for v in rng.integers(0, 1 << b_shape.width, size=n, dtype=np.int64)]
     enables = [int(v) for v in rng.random(n) < 0.3]
-    seen = []
-
-    async def bench(ctx):
-        for t in range(n + dut.latency):
-            if t < n:
-                ctx.set(dut.a, a_values[t])
-                ctx.set(dut.b, b_values[t])
-                ctx.set(dut.en, enables[t])
-            else:
-                ctx.set(dut.en, 0)
-            await ctx.tick()
-            seen.append(ctx.get(dut.p))      # p after edge t + 1
-
-    _run(dut, bench)
+    seen = _multiply(dut, a_values, b_values, enables)
     due = {t + dut.latency - 1: a_values[t] * b_values[t] for t in range(n) if enables[t]}
     assert len(due) > 20
     for k in range(len(seen)):
