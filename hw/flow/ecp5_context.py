@@ -23,6 +23,9 @@ WRAPPER_TOP = "gnnweave_ecp5_wrap"
 CLOCK_PORTS = ("clk", "ap_clk")
 #: XOR inputs per register of the output tree: one ECP5 LUT4
 _TREE_FANIN = 4
+#: how nextpnr names a net it routes over a global network (a promoted clock:
+#: ``$glbnet$<port>$TRELLIS_IO_IN``, the pin's input buffer then the DCCA)
+GLOBAL_NET_PREFIX = "$glbnet$"
 #: global networks a DCCA may drive into fabric pins, less the one the clock takes
 PROMOTED_NETS = 7
 #: the least fanout a promoted net has

@@ -444,9 +444,9 @@ def timing_units(design: str, top: str) -> dict[str, str]:
 
 
 def _clock_name(net: str) -> str:
-    """The clock port a nextpnr clock net comes from: a clock on a global network is named
-    ``$glbnet$<port>$TRELLIS_IO_IN`` (its pin's input buffer, then the DCCA)."""
-    m = re.fullmatch(r"\$glbnet\$(.+?)(?:\$TRELLIS_IO_IN)?", net)
+    """The clock port a nextpnr clock net comes from (see
+    :data:`.ecp5_context.GLOBAL_NET_PREFIX`)."""
+    m = re.fullmatch(re.escape(ecp5_context.GLOBAL_NET_PREFIX) + r"(.+?)(?:\$TRELLIS_IO_IN)?", net)
     return m[1] if m else net
 
 

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from gnnweave.errors import InputError
 
+from .ecp5_context import GLOBAL_NET_PREFIX
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS = REPO_ROOT / "benchmarks" / "data" / "estimate_boards.json"
 #: the open-flow ECP5 figures of ``python -m benchmarks.bench_timing``, kept (``--add-timing``)
@@ -270,8 +272,8 @@ def timing_table(timing: dict) -> str:
 
 def placement(unit: dict) -> str:
     """How a unit of a bench_timing result was placed: in its port wrapper (its clock on a
-    global network, which nextpnr names ``$glbnet$...``) or, in older rows, out of context."""
-    in_context = any("$glbnet$" in line for line in unit.get("printed") or ())
+    global network, named so in nextpnr's Fmax lines) or, in older rows, out of context."""
+    in_context = any(GLOBAL_NET_PREFIX in line for line in unit.get("printed") or ())
     return "in a port wrapper" if in_context else "out of context"
 
 
