@@ -215,7 +215,8 @@ class OutputStage(wiring.Component):
         products = []
         for k, (s, mul) in enumerate(zip(self._lanes(value, MEAN_SUM_WIDTH), self._multipliers)):
             m.submodules[f"recip_mul{k}"] = mul
-            m.d.comb += [mul.a.eq(s), mul.b.eq(side["recip"]), mul.en.eq(chain.valid & self._mean_sel)]
+            m.d.comb += [mul.a.eq(s), mul.b.eq(side["recip"]),
+                         mul.en.eq(chain.valid & self._mean_sel)]
             products.append(mul.p)
         carried = {**side, "plain": value}
         for step in range(mul.latency):
