@@ -104,19 +104,31 @@ def run_job(job, *, latency: int = 32, config: str = "small", max_cycles: int | 
                            region_violations=outside)
 
 
+#: The profile run's jobs: ``(R-MAT scale, reduction, weighted, feature width)``.
+PGO_JOBS = ((10, "sum", False, 16), (9, "mean", False, 24), (9, "max", False, 16),
+            (9, "sum", True, 8))
+
+
+def pgo_jobs(config: str) -> list[tuple]:
+    """The :data:`PGO_JOBS` whose reduction the build ``config`` has (a build without
+    ``mean`` or ``max`` refuses those jobs)."""
+    from gnnweave.buildconfig import get_build
+    ops = get_build(config).aggregator.reduce_ops
+    return [job for job in PGO_JOBS if job[1] in ops]
+
 
 def pgo_train(library: str, config: str):
     """The profile run of a PGO build (in a child process, which writes the profile when it
-    exits): a few short Aggregator jobs covering every reduction, weights and the control
-    path, each checked against the golden model."""
+    exits): a few short Aggregator jobs covering every reduction the build has
+    (:func:`pgo_jobs`), weights and the control path, each checked against the golden
+    model."""
     from gnnweave.generators import rmat
     from gnnweave.golden.aggregate import Reduce, aggregate_raw
     from gnnweave.layout import AggregateJob
     build = NativeBuild(Path(library), config, bus_bytes(config), "pgo", True, 0.0)
     rng = np.random.default_rng(1)
     sim = None
-    for scale, reduce, weighted, feat in ((10, "sum", False, 16), (9, "mean", False, 24),
-                                          (9, "max", False, 16), (9, "sum", True, 8)):
+    for scale, reduce, weighted, feat in pgo_jobs(config):
         graph = rmat(scale, 8, seed=scale)
         x = rng.integers(-600, 601, size=(graph.num_nodes, feat), dtype=np.int64)
         w = rng.integers(-32768, 32768, size=graph.num_edges, dtype=np.int64) if weighted else None

@@ -350,3 +350,11 @@ def test_device_package_imports_no_bench():
                       if n.rsplit(".", 1)[-1].endswith("_bench") or n.endswith("sim.verify")
                       or n.endswith("sim.tb")]
     assert found == []
+
+
+def test_profile_run_covers_only_the_reductions_a_build_has():
+    """A PGO build's profile run would stop on a job its build refuses (``small-sum`` has
+    no divider and no comparator)."""
+    from gnnweave.sim.device.jobs import pgo_jobs
+    assert {job[1] for job in pgo_jobs("small")} == {"sum", "mean", "max"}
+    assert [job[1] for job in pgo_jobs("small-sum")] == ["sum", "sum"]
