@@ -45,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, Value
+from amaranth.hdl import Cat, Const, DomainRenamer, Module, Mux, ResetInserter, Signal, Value
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -126,7 +126,7 @@ class ReciprocalPipe(wiring.Component):
     A restoring divider unrolled into ``MEAN_RECIP_BITS + 1`` registered stages behind an
     input register; the payload (which holds ``count``, the divisor) travels alongside.
     Nothing stalls it: the producer must have room for every element in flight (see
-    :attr:`latency`); ``recip`` is 0 for a count of 0.
+    :attr:`latency`); ``recip`` is 0 for a count of 0. ``busy``: an element is in a stage.
     """
 
     def __init__(self, payload_layout: data.StructLayout):
@@ -135,6 +135,7 @@ class ReciprocalPipe(wiring.Component):
         super().__init__({
             "i": In(stream.Signature(payload_layout, always_ready=True)),
             "o": Out(stream.Signature(reciprocal_layout(payload_layout), always_ready=True)),
+            "busy": Out(1),
         })
 
     def elaborate(self, platform):
@@ -158,6 +159,7 @@ class ReciprocalPipe(wiring.Component):
         # a count of 0 (whose division is all ones) as a flag carried down the stages: the
         # output's zeroing is one LUT from flip-flops, not a compare of the count
         zero = payload.count == 0
+        valids = [in_valid]
         for stage in range(qbits):
             bit = qbits - 1 - stage
             trial = Cat(num[bit], rem)                   # (rem << 1) | numerator bit
@@ -174,7 +176,9 @@ class ReciprocalPipe(wiring.Component):
                 n_quo.eq(Cat(fits, quo)), n_zero.eq(zero),
             ]
             valid, payload, rem, num, quo, zero = n_valid, n_payload, n_rem, n_num, n_quo, n_zero
+            valids.append(n_valid)
         m.d.comb += [
+            self.busy.eq(Cat(*valids).any()),
             self.o.valid.eq(valid), self.o.payload.desc.eq(payload),
             self.o.payload.recip.eq(Mux(zero, 0, quo)),
         ]
@@ -190,6 +194,22 @@ class AggregatorCore(UnitCore):
 
     def __init__(self, config: AggregatorConfig = AggregatorConfig()):
         super().__init__(config, CONFIG_REGISTERS, STATUS_REGISTERS)
+        #: ``{part: clock domain}`` for the parts of :meth:`parts` that run on a domain of
+        #: their own (the simulated device, :mod:`gnnweave.sim.device.top`, gives each a
+        #: clock that stops while the part is idle); a part not named runs on ``sync``
+        self.part_domains = {}
+        #: per part: it holds or takes work (or the datapath is cleared), so an edge of
+        #: its clock may change what it holds; low, an edge changes nothing that is read
+        self.part_busy = {part: Signal(name=f"{part}_busy") for part in self.parts()}
+
+    def parts(self) -> tuple[str, ...]:
+        """The parts that may have a clock domain of their own: the output stage, and the
+        mean's reciprocal pipeline (a build with ``mean``; it is idle in other runs)."""
+        return ("output",) + (("recip",) if "mean" in self.config.reduce_ops else ())
+
+    def _add_part(self, s, name: str, part):
+        domain = self.part_domains.get(name, "sync")
+        s.dp.submodules[name] = part if domain == "sync" else DomainRenamer(domain)(part)
 
     def elaborate(self, platform):
         m = Module()
@@ -241,10 +261,10 @@ class AggregatorCore(UnitCore):
         for name, sub in [("read_port", s.read_port), ("write_port", s.write_port),
                           ("ptr_reader", s.ptr_reader), ("idx_reader", s.idx_reader),
                           ("w_reader", s.w_reader), ("row_fifo", s.row_fifo), ("row_ids", s.row_ids),
-                          ("row_address", s.row_address),
-                          ("recip_pipe", s.recip_pipe), ("desc_fifo", s.desc_fifo)]:
-            if sub is not None:
-                s.dp.submodules[name] = sub
+                          ("row_address", s.row_address), ("desc_fifo", s.desc_fifo)]:
+            s.dp.submodules[name] = sub
+        if s.recip_pipe is not None:
+            self._add_part(s, "recip", s.recip_pipe)
 
         # derived run constants
         s.check = ConfigCheck(CONFIG_REGISTERS, lanes=lanes, bytes_per_beat=bpb, elem_width=ew,
@@ -343,15 +363,27 @@ class AggregatorCore(UnitCore):
                         s.walk.row_done.eq(s.row_ids.r.valid & s.row_ids.r.ready),
                         s.walk.desc_done.eq(s.desc_pop)]
         s.edge_pulse, s.rejected_pulse, s.bad_indptr = s.walk.edge, s.walk.rejected, s.walk.bad_indptr
+        # recip 0 where there is no mean: the output stage's mean is not chosen
+        direct = Signal(s.desc_full_layout)
+        s.dp.d.comb += direct.desc.eq(s.walk.descriptors.payload)
+        valid, payload = s.walk.descriptors.valid, direct
         if s.recip_pipe is not None:
-            wiring.connect(s.dp, s.walk.descriptors, s.recip_pipe.i)
-            described = s.recip_pipe.o
-        else:   # recip 0: the output stage's mean is never chosen
-            described = stream.Signature(s.desc_full_layout, always_ready=True).create()
-            s.dp.d.comb += [described.valid.eq(s.walk.descriptors.valid),
-                            described.payload.desc.eq(s.walk.descriptors.payload)]
-        s.dp.d.comb += [s.desc_fifo.w.valid.eq(described.valid),
-                        s.desc_fifo.w.payload.eq(described.payload)]
+            # only a mean run's descriptors take the divider (and its latency): in other
+            # runs it is idle (and its own clock stops in the simulated device). The others
+            # pass a register; a run's descriptors take one path, so the FIFO's write
+            # valid is the OR of the two paths' valid flip-flops
+            mean_run = Signal(name="mean_run")             # set with the run's start
+            m.d.sync += mean_run.eq(s.reduce_op == ReduceOp.MEAN)
+            bypass_valid = Signal(name="desc_bypass_valid")
+            bypass = Signal(s.desc_full_layout, name="desc_bypass", reset_less=True)
+            s.dp.d.sync += [bypass_valid.eq(valid & ~mean_run), bypass.eq(direct)]
+            recip = s.recip_pipe
+            s.dp.d.comb += [recip.i.valid.eq(valid & mean_run),
+                            recip.i.payload.eq(s.walk.descriptors.payload),
+                            self.part_busy["recip"].eq(recip.i.valid | recip.busy | s.clear)]
+            valid = recip.o.valid | bypass_valid
+            payload = Mux(mean_run, recip.o.payload, bypass)
+        s.dp.d.comb += [s.desc_fifo.w.valid.eq(valid), s.desc_fifo.w.payload.eq(payload)]
 
     def _reduce_and_drain(self, m, s):
         """Reduce: products accumulated per node into two banks; drain: a closed bank,
@@ -368,7 +400,9 @@ class AggregatorCore(UnitCore):
         # drain's credits reserve the write port's room for every beat in flight)
         output = OutputStage(lanes=lanes, acc_width=acc_w, elem_width=ew,
                              mean=s.recip_pipe is not None, reduce_max="max" in c.reduce_ops)
-        s.dp.submodules.reduce, s.dp.submodules.drain, s.dp.submodules.output = s.reduce, s.drain, output
+        s.dp.submodules.reduce, s.dp.submodules.drain = s.reduce, s.drain
+        self._add_part(s, "output", output)
+        s.dp.d.comb += self.part_busy["output"].eq(output.busy | s.clear)
         s.dp.d.comb += [
             s.reduce.rows.valid.eq(s.row_fifo.r_rdy), s.reduce.rows.payload.eq(s.row_fifo.r_data),
             s.row_fifo.r_en.eq(s.reduce.rows.ready), s.row_pop.eq(s.row_fifo.r_en),
@@ -417,7 +451,8 @@ class AggregatorCore(UnitCore):
         s.drained = Signal(name="drained", attrs={"keep": 1})
         s.dp.d.comb += s.drained.eq(s.quiet["walk"] & s.quiet["nodes"] & s.in_flight_done)
 
-        m.submodules.datapath = ResetInserter(s.clear)(s.dp)
+        domains = {"sync", *self.part_domains.values()}
+        m.submodules.datapath = ResetInserter({d: s.clear for d in domains})(s.dp)
 
     def _check_and_run(self, m, s):
         """The configuration check and the run FSM."""
