@@ -229,13 +229,26 @@ class NativeAccelerator:
         with self._lock:
             return int(self._lib.gw_set_unit_gating(self._h(), int(bool(on))))
 
-    def unit_edges(self) -> dict[int, int]:
-        """Clock edges each unit got since the device was made, by unit value."""
+    def _clock_edges(self) -> dict[int, int]:
+        """Edges of each gated clock (units and parts) since the device was made, by bit."""
         with self._lock:
             mask = int(self._lib.gw_unit_mask())
             buf = (ctypes.c_uint64 * 32)()
             self._lib.gw_unit_edge_counts(self._h(), buf, 32)
-        return {u: int(buf[u]) for u in range(32) if mask >> u & 1}
+        return {b: int(buf[b]) for b in range(32) if mask >> b & 1}
+
+    def unit_edges(self) -> dict[int, int]:
+        """Clock edges each unit got since the device was made, by unit value."""
+        from .top import FIRST_PART_BIT
+        return {b: n for b, n in self._clock_edges().items() if b < FIRST_PART_BIT}
+
+    def part_edges(self) -> dict[str, int]:
+        """Clock edges each part of a unit with a clock of its own got since the device
+        was made, by ``"<unit>.<part>"`` (see :mod:`.top`)."""
+        from .top import PART_CLOCK_BITS
+        edges = self._clock_edges()
+        return {f"{unit}.{part}": edges[bit] for (unit, part), bit in PART_CLOCK_BITS.items()
+                if bit in edges}
 
     def control_edges(self) -> int:
         """Clock edges the control slave's bus side got since the device was made (its

@@ -8,7 +8,11 @@ unit's clock a port (``unit_clk_<u>``, ``u`` the :class:`~gnnweave.hw.accelerato
 value) and a ``unit_busy_<u>`` output (the unit is running, or starts at the next
 edge). The harness (``sim/native/harness.cpp``) gives a unit's clock an edge only while
 it is busy, for a drain margin after that, and for a wake margin after every register
-write or reset; otherwise the unit's logic is not evaluated at all. The control slave's
+write or reset; otherwise the unit's logic is not evaluated at all. Parts of a unit
+whose logic is often idle while the unit runs have clocks of their own the same way
+(:data:`PART_CLOCK_BITS`, the core's ``parts()``, busy per part): the Aggregator's output
+stage, busy while beats pass through it, and its mean's reciprocal pipeline, which only a
+mean run's descriptors take (in other runs its clock stays stopped). The control slave's
 bus side (its handshakes, the RW registers, the read response and snapshots: see
 :attr:`~gnnweave.hw.control.AxiLiteControl.bus_domain`) runs on a clock of its own too
 (``ctl_clk``), which the harness runs only during register accesses and reset: the
@@ -24,8 +28,11 @@ stay on ``ap_clk``.
 Why that is exact: outside those windows a unit is idle, not selected by a start, its
 configuration inputs are steady, its slice is empty and the port's handshakes are masked
 (it does not own the bus, or owns it with nothing in flight), so a clock edge would leave
-its state as it is. The tests run the same jobs with every clock free-running and compare
-cycles, counters and results.
+its state as it is. A part outside its busy window holds no element and takes none, the
+datapath's clear at a run's start counts as busy (it resets the part), and the run
+constants it registers change with the start's register write, inside the wake margin.
+The tests run the same jobs with every clock free-running and compare cycles, counters
+and results.
 
 The board build (:func:`gnnweave.hw.flow.verilog.write_accelerator_verilog`) is unchanged:
 one clock, no extra ports.
@@ -66,8 +73,19 @@ CONTROL_DOMAIN = "control_bus"
 CONTROL_CLOCK_BIT = 31
 
 
+#: Parts of a unit with a clock of their own (a unit core's ``parts()``, see the module
+#: docstring): ``(unit, part)`` -> the part's bit in the harness's clock masks (its ports are
+#: named like a unit's, by the bit). Units take the bits below :data:`FIRST_PART_BIT`.
+PART_CLOCK_BITS = {("aggregator", "output"): 16, ("aggregator", "recip"): 17}
+FIRST_PART_BIT = 16
+
+
 def _unit_domain(unit) -> str:
     return f"unit_{unit.name.lower()}"
+
+
+def _part_domain(unit, part: str) -> str:
+    return f"unit_{unit.name.lower()}_{part}"
 
 
 def gated_accelerator(config: str):
@@ -81,10 +99,18 @@ def gated_accelerator(config: str):
 
     top = build_accelerator(config)
     units = list(top.units)
+    parts = {}                  # clock bit -> (unit, part, domain)
     for u in units:
+        for part in (u.core.parts() if hasattr(u.core, "parts") else ()):
+            bit = PART_CLOCK_BITS[(u.unit.name.lower(), part)]
+            u.core.part_domains[part] = domain = _part_domain(u.unit, part)
+            parts[bit] = (u, part, domain)
         # the core's attributes (bus, cfg, stat, start, idle, done) stay reachable through
         # the renamer, which the top's elaborate reads
         u.core = DomainRenamer({"sync": _unit_domain(u.unit)})(u.core)
+    bits = {u.unit: u.unit.value for u in units}
+    if max(bits.values(), default=0) >= FIRST_PART_BIT:
+        raise ValueError(f"unit values reach the parts' clock bits ({FIRST_PART_BIT} up)")
     # each unit's gmem register slice on the unit's clock; the status multiplexer's owner
     # on the control's bus clock (see AcceleratorTop)
     top.unit_slice_domains = {u.unit: _unit_domain(u.unit) for u in units}
@@ -105,27 +131,32 @@ def gated_accelerator(config: str):
             super().__init__(top)
             self.ctl_clk = Signal(name=CONTROL_CLOCK_PORT)
             self.ctl_rst_n = Signal(name=CONTROL_RESET_PORT)
-            self.unit_clk = {u.unit: Signal(name=unit_clock_port(u.unit.value)) for u in units}
-            self.unit_busy = {u.unit: Signal(name=unit_busy_port(u.unit.value)) for u in units}
-            self.unit_rst_n = {u.unit: Signal(name=unit_reset_port(u.unit.value)) for u in units}
+            clocked = [*bits.values(), *parts]
+            self.unit_clk = {b: Signal(name=unit_clock_port(b)) for b in clocked}
+            self.unit_busy = {b: Signal(name=unit_busy_port(b)) for b in clocked}
+            self.unit_rst_n = {b: Signal(name=unit_reset_port(b)) for b in clocked}
+
+        def _clock(self, m, bit: int, domain: str, busy):
+            m.domains += (cd := ClockDomain(domain))
+            m.d.comb += [cd.clk.eq(self.unit_clk[bit]), cd.rst.eq(~self.unit_rst_n[bit]),
+                         self.unit_busy[bit].eq(busy)]
 
         def elaborate(self, platform):
             m = super().elaborate(platform)
             for u in units:
-                cd = ClockDomain(_unit_domain(u.unit))
-                m.domains += cd
-                m.d.comb += [cd.clk.eq(self.unit_clk[u.unit]), cd.rst.eq(~self.unit_rst_n[u.unit]),
-                             self.unit_busy[u.unit].eq(~u.core.idle | u.core.start)]
+                self._clock(m, bits[u.unit], _unit_domain(u.unit), ~u.core.idle | u.core.start)
+            for bit, (u, part, domain) in parts.items():
+                self._clock(m, bit, domain, u.core.part_busy[part])
             m.domains += (cd := ClockDomain(CONTROL_DOMAIN))
             m.d.comb += [cd.clk.eq(self.ctl_clk), cd.rst.eq(~self.ctl_rst_n)]
             return m
 
         def ports(self) -> dict:
             ports = super().ports()
-            for u in units:
-                ports[unit_clock_port(u.unit.value)] = (self.unit_clk[u.unit], PortDirection.Input)
-                ports[unit_busy_port(u.unit.value)] = (self.unit_busy[u.unit], PortDirection.Output)
-                ports[unit_reset_port(u.unit.value)] = (self.unit_rst_n[u.unit], PortDirection.Input)
+            for b in self.unit_clk:
+                ports[unit_clock_port(b)] = (self.unit_clk[b], PortDirection.Input)
+                ports[unit_busy_port(b)] = (self.unit_busy[b], PortDirection.Output)
+                ports[unit_reset_port(b)] = (self.unit_rst_n[b], PortDirection.Input)
             ports[CONTROL_CLOCK_PORT] = (self.ctl_clk, PortDirection.Input)
             ports[CONTROL_RESET_PORT] = (self.ctl_rst_n, PortDirection.Input)
             return ports
@@ -251,7 +282,8 @@ def sim_top_verilog(verilog_text: str, top: str = TOP) -> str:
 
 
 def units_header(units: list[int]) -> str:
-    """C++ the harness includes: the unit clocks of this build as a bit mask.
+    """C++ the harness includes: the unit clocks of this build as a bit mask
+    (``kUnitMask``; ``kPartMask``: those of parts, from :data:`FIRST_PART_BIT` up).
 
     ``gw_unit_busy(top)``: bit u set while unit u is busy; ``gw_unit_clocks(top, mask)``
     sets each unit clock to its bit, and the control's bus clock to bit
@@ -268,9 +300,11 @@ def units_header(units: list[int]) -> str:
     detectors = "".join(f"GW_UNIT_EDGE_DETECTOR({tag}, __Vtrigprevexpr___TOP__{port}__0)\n"
                         for tag, _, port in clocks)
     mask = sum(1 << u for u in units)
+    parts = sum(1 << u for u in units if u >= FIRST_PART_BIT)
     return ("// Generated by gnnweave.sim.device.top: the unit clocks of this build.\n"
             "#pragma once\n"
             f"constexpr uint32_t kUnitMask = 0x{mask:x}u;\n"
+            f"constexpr uint32_t kPartMask = 0x{parts:x}u;\n"
             f"constexpr uint32_t kControlClock = 1u << {CONTROL_CLOCK_BIT};\n"
             f"{detectors}"
             "template <typename T>\ninline uint32_t gw_unit_busy(const T* t) {\n"

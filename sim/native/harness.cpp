@@ -102,6 +102,9 @@ constexpr bool kOneEvalPossible = HasClockPrev<Root>::value && gw_unit_edges_pos
 // its done pulse ends) and after a register write or reset (configuration settles into
 // any register that copies it). Generous: both are short against a job's cycles.
 constexpr uint64_t kUnitDrainCycles = 64;
+// A part of a unit with a clock of its own (kPartMask) is busy while any of its stages
+// holds an element, so it needs no edge beyond its busy ones.
+constexpr uint64_t kPartDrainCycles = 1;
 constexpr uint64_t kUnitWakeCycles = 64;
 // Edges the control's bus clock keeps getting after a register read (the register slice
 // and the read response have drained long before).
@@ -234,7 +237,9 @@ struct Sim {
         uint32_t mask = cycle < control_awake_until ? kControlClock : 0;
         for (uint32_t m = kUnitMask; m; m &= m - 1) {
             const int u = __builtin_ctz(m);
-            if (busy >> u & 1) unit_awake_until[u] = cycle + kUnitDrainCycles;
+            if (busy >> u & 1)
+                unit_awake_until[u] = cycle + (kPartMask >> u & 1 ? kPartDrainCycles
+                                                                 : kUnitDrainCycles);
             if (cycle < unit_awake_until[u]) mask |= 1u << u;
         }
         if (!gate_units || cycle < wake_until) mask = kUnitMask | kControlClock;

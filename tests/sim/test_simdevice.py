@@ -249,7 +249,9 @@ def test_model_triggers_only_on_clocks(native):
     header = native.build.library.parent / "obj" / "Vgnnweave_sim_top___024root.h"
     triggers = set(re.findall(r"__Vtrigprevexpr___TOP__(\w+?)__\d+\b", header.read_text()))
     assert triggers, f"no trigger variables in {header}"
-    clocks = {"ap_clk", "ctl_clk"} | {f"unit_clk_{u}" for u in native.unit_edges()}
+    gated = {**native.unit_edges(), **{simdevice.top.PART_CLOCK_BITS[tuple(name.split("."))]: n
+                                        for name, n in native.part_edges().items()}}
+    clocks = {"ap_clk", "ctl_clk"} | {f"unit_clk_{b}" for b in gated}
     assert triggers <= clocks, sorted(triggers - clocks)
 
 
@@ -269,6 +271,29 @@ def test_idle_units_get_no_clock_edges(native):
     assert got[0] >= res.cycles
     for idle in (1, 2):
         assert got[idle] <= writes * 80 < res.cycles, (idle, got, res.cycles)
+
+
+def test_idle_parts_get_no_clock_edges(native):
+    """The Aggregator's reciprocal pipeline and output stage have clocks of their own: a
+    sum job leaves the divider's stopped (edges only in the wake margins after register
+    writes), a mean job runs it for its descriptors, and the output stage's runs while
+    beats pass, not for the whole job."""
+    assert set(native.part_edges()) == {"aggregator.recip", "aggregator.output"}
+    rng = np.random.default_rng(23)
+    regs = simdevice.regmap(CONFIG)
+    got = {}
+    for name, reduce in (("sum", SUM), ("mean", MEAN)):
+        job = random_graph_job(rng, 400, 8.0, 32, reduce, False)
+        before = native.part_edges()
+        res = simdevice.run_job(job, latency=16, sim=native, config=CONFIG)
+        check(job, res, name)
+        got[name] = ({k: n - before[k] for k, n in native.part_edges().items()}, res.cycles)
+    writes = sum(regs[name].words for name in job.registers()) + 4   # GIE, IER, start, ISR
+    (sum_edges, sum_cycles), (mean_edges, mean_cycles) = got["sum"], got["mean"]
+    assert sum_edges["aggregator.recip"] <= writes * 80 < sum_cycles
+    assert mean_edges["aggregator.recip"] > writes * 80 + 400
+    for edges, cycles in ((sum_edges, sum_cycles), (mean_edges, mean_cycles)):
+        assert 400 < edges["aggregator.output"] < 0.8 * cycles, (edges, cycles)
 
 
 def test_control_bus_clock_runs_only_for_register_accesses(native):
@@ -314,6 +339,7 @@ def _unit_mix(gated: bool) -> dict:
         seen["pipeline"] = (run.logits, run.dx, run.weights, run.counters)
         seen["dx"] = accel.mac("dx", p, q.T.copy(), shift=9)
         seen["agg1"] = accel.aggregate(g, x, "max", 0)
+        seen["agg2"] = accel.aggregate(g, x, "sum", 2)
         seen["cycles"] = device.cycles
         return seen
     finally:
@@ -325,7 +351,7 @@ def test_unit_clocks_change_nothing():
     clocks stop while idle (the default) or run every cycle."""
     gated, free = _unit_mix(True), _unit_mix(False)
     assert gated["cycles"] == free["cycles"]
-    for key in ("agg0", "mac", "dx", "agg1"):
+    for key in ("agg0", "mac", "dx", "agg1", "agg2"):
         (out_g, cnt_g), (out_f, cnt_f) = gated[key], free[key]
         np.testing.assert_array_equal(out_g, out_f, err_msg=key)
         assert cnt_g == cnt_f, key
