@@ -229,8 +229,9 @@ class NativeAccelerator:
         with self._lock:
             return int(self._lib.gw_set_unit_gating(self._h(), int(bool(on))))
 
-    def _clock_edges(self) -> dict[int, int]:
-        """Edges of each gated clock (units and parts) since the device was made, by bit."""
+    def clock_edges(self) -> dict[int, int]:
+        """Edges of each gated clock (units and parts) since the device was made, by its
+        bit in the harness's clock masks (its port ``unit_clk_<bit>``)."""
         with self._lock:
             mask = int(self._lib.gw_unit_mask())
             buf = (ctypes.c_uint64 * 32)()
@@ -240,13 +241,13 @@ class NativeAccelerator:
     def unit_edges(self) -> dict[int, int]:
         """Clock edges each unit got since the device was made, by unit value."""
         from .top import FIRST_PART_BIT
-        return {b: n for b, n in self._clock_edges().items() if b < FIRST_PART_BIT}
+        return {b: n for b, n in self.clock_edges().items() if b < FIRST_PART_BIT}
 
     def part_edges(self) -> dict[str, int]:
         """Clock edges each part of a unit with a clock of its own got since the device
         was made, by ``"<unit>.<part>"`` (see :mod:`.top`)."""
         from .top import PART_CLOCK_BITS
-        edges = self._clock_edges()
+        edges = self.clock_edges()
         return {f"{unit}.{part}": edges[bit] for (unit, part), bit in PART_CLOCK_BITS.items()
                 if bit in edges}
 
