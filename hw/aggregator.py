@@ -203,13 +203,15 @@ class AggregatorCore(UnitCore):
         self.part_busy = {part: Signal(name=f"{part}_busy") for part in self.parts()}
 
     def parts(self) -> tuple[str, ...]:
-        """The parts that may have a clock domain of their own: the output stage, and the
+        """The parts that may have a clock domain of their own: the output stage, the
+        weights' reader and its register slices (idle in runs without weights), and the
         mean's reciprocal pipeline (a build with ``mean``; it is idle in other runs)."""
-        return ("output",) + (("recip",) if "mean" in self.config.reduce_ops else ())
+        return ("output", "weights") + (("recip",) if "mean" in self.config.reduce_ops else ())
 
-    def _add_part(self, s, name: str, part):
-        domain = self.part_domains.get(name, "sync")
-        s.dp.submodules[name] = part if domain == "sync" else DomainRenamer(domain)(part)
+    def _add_part(self, s, part: str, name: str, module):
+        """``module`` as the datapath's submodule ``name``, on the domain of ``part``."""
+        domain = self.part_domains.get(part, "sync")
+        s.dp.submodules[name] = module if domain == "sync" else DomainRenamer(domain)(module)
 
     def elaborate(self, platform):
         m = Module()
@@ -260,11 +262,12 @@ class AggregatorCore(UnitCore):
         s.desc_fifo = RegisteredFIFO(s.desc_full_layout, c.desc_depth)
         for name, sub in [("read_port", s.read_port), ("write_port", s.write_port),
                           ("ptr_reader", s.ptr_reader), ("idx_reader", s.idx_reader),
-                          ("w_reader", s.w_reader), ("row_fifo", s.row_fifo), ("row_ids", s.row_ids),
+                          ("row_fifo", s.row_fifo), ("row_ids", s.row_ids),
                           ("row_address", s.row_address), ("desc_fifo", s.desc_fifo)]:
             s.dp.submodules[name] = sub
+        self._add_part(s, "weights", "w_reader", s.w_reader)
         if s.recip_pipe is not None:
-            self._add_part(s, "recip", s.recip_pipe)
+            self._add_part(s, "recip", "recip", s.recip_pipe)
 
         # derived run constants
         s.check = ConfigCheck(CONFIG_REGISTERS, lanes=lanes, bytes_per_beat=bpb, elem_width=ew,
@@ -288,7 +291,11 @@ class AggregatorCore(UnitCore):
         request_layout = read_request_layout(aw)
         for i, (reader, buf) in enumerate([(s.ptr_reader, "indptr"), (s.idx_reader, "indices"),
                                            (s.w_reader, "weights")]):
-            s.dp.submodules[f"{buf}_request"] = request = StreamRegister(request_layout)
+            request = StreamRegister(request_layout)
+            if buf == "weights":
+                self._add_part(s, "weights", f"{buf}_request", request)
+            else:
+                s.dp.submodules[f"{buf}_request"] = request
             s.dp.d.comb += [
                 request.i.valid.eq(reader.request.valid),
                 request.i.payload.eq(reader.request.payload),
@@ -301,17 +308,19 @@ class AggregatorCore(UnitCore):
         m.d.comb += [s.read_port.guard_base[3].eq(s.cfg["feat_addr"]),
                      s.read_port.guard_size[3].eq(s.cfg["feat_size"])]
         s.launch = Signal()       # first cycle of a run that passed the checks
-        # the readers' counts from registers (set during CHECK, outside the datapath's
-        # reset): no adder before the readers' compares of their count
-        ptr_count, w_count = Signal(32, name="ptr_count"), Signal(32, name="w_count")
-        m.d.sync += [ptr_count.eq(s.num_nodes + 1), w_count.eq(Mux(s.use_weights, s.num_edges, 0))]
+        # the pointers' count from a register (set during CHECK, outside the datapath's
+        # reset): no adder before the reader's compares of its count
+        ptr_count = Signal(32, name="ptr_count")
+        m.d.sync += ptr_count.eq(s.num_nodes + 1)
+        # the weights' reader starts only in a run with weights: in the others it stays
+        # as the clear left it (and its own clock stops in the simulated device)
         m.d.comb += [
             s.ptr_reader.start.eq(s.launch), s.ptr_reader.base.eq(s.cfg["indptr_addr"]),
             s.ptr_reader.count.eq(ptr_count),
             s.idx_reader.start.eq(s.launch), s.idx_reader.base.eq(s.cfg["indices_addr"]),
             s.idx_reader.count.eq(s.num_edges),
-            s.w_reader.start.eq(s.launch), s.w_reader.base.eq(s.cfg["weights_addr"]),
-            s.w_reader.count.eq(w_count),
+            s.w_reader.start.eq(s.launch & s.use_weights), s.w_reader.base.eq(s.cfg["weights_addr"]),
+            s.w_reader.count.eq(s.num_edges),
         ]
 
     def _row_gather(self, m, s):
@@ -352,7 +361,10 @@ class AggregatorCore(UnitCore):
         s.dp.submodules.walk = s.walk
         for (name, sl), reader, port in zip(slices.items(), (s.ptr_reader, s.idx_reader, s.w_reader),
                                             (s.walk.pointers, s.walk.indices, s.walk.weights)):
-            s.dp.submodules[name] = sl
+            if name == "w_slice":
+                self._add_part(s, "weights", name, sl)
+            else:
+                s.dp.submodules[name] = sl
             wiring.connect(s.dp, reader.elements, sl.i)
             wiring.connect(s.dp, sl.o, port)
         wiring.connect(s.dp, s.walk.rows, s.row_address.i)
@@ -401,7 +413,7 @@ class AggregatorCore(UnitCore):
         output = OutputStage(lanes=lanes, acc_width=acc_w, elem_width=ew,
                              mean=s.recip_pipe is not None, reduce_max="max" in c.reduce_ops)
         s.dp.submodules.reduce, s.dp.submodules.drain = s.reduce, s.drain
-        self._add_part(s, "output", output)
+        self._add_part(s, "output", "output", output)
         s.dp.d.comb += self.part_busy["output"].eq(output.busy | s.clear)
         s.dp.d.comb += [
             s.reduce.rows.valid.eq(s.row_fifo.r_rdy), s.reduce.rows.payload.eq(s.row_fifo.r_data),
@@ -476,6 +488,9 @@ class AggregatorCore(UnitCore):
             run.finished.eq(s.drained), run.quiet.eq(s.in_flight_done & s.quiet["bank"]),
             s.check.start.eq(run.accept), s.clear.eq(run.checking),
             self.idle.eq(run.idle), self.done.eq(run.done),
+            # a run with weights keeps their reader busy until the unit is idle; in a run
+            # without, only the clear changes it
+            self.part_busy["weights"].eq((s.use_weights & ~run.idle) | s.clear),
         ]
         bus = self.bus
         stall = ((bus.arvalid & ~bus.arready) | (bus.awvalid & ~bus.awready) |

@@ -11,8 +11,9 @@ it is busy, for a drain margin after that, and for a wake margin after every reg
 write or reset; otherwise the unit's logic is not evaluated at all. Parts of a unit
 whose logic is often idle while the unit runs have clocks of their own the same way
 (:data:`PART_CLOCK_BITS`, the core's ``parts()``, busy per part): the Aggregator's output
-stage, busy while beats pass through it, and its mean's reciprocal pipeline, which only a
-mean run's descriptors take (in other runs its clock stays stopped). The control slave's
+stage, busy while beats pass through it, its weights' reader, which only a run with
+weights starts, and its mean's reciprocal pipeline, which only a mean run's descriptors
+take (in other runs their clocks stay stopped). The control slave's
 bus side (its handshakes, the RW registers, the read response and snapshots: see
 :attr:`~gnnweave.hw.control.AxiLiteControl.bus_domain`) runs on a clock of its own too
 (``ctl_clk``), which the harness runs only during register accesses and reset: the
@@ -76,7 +77,8 @@ CONTROL_CLOCK_BIT = 31
 #: Parts of a unit with a clock of their own (a unit core's ``parts()``, see the module
 #: docstring): ``(unit, part)`` -> the part's bit in the harness's clock masks (its ports are
 #: named like a unit's, by the bit). Units take the bits below :data:`FIRST_PART_BIT`.
-PART_CLOCK_BITS = {("aggregator", "output"): 16, ("aggregator", "recip"): 17}
+PART_CLOCK_BITS = {("aggregator", "output"): 16, ("aggregator", "recip"): 17,
+                   ("aggregator", "weights"): 18}
 FIRST_PART_BIT = 16
 
 

@@ -272,24 +272,31 @@ def test_idle_units_get_no_clock_edges(native):
 
 
 def test_idle_parts_get_no_clock_edges(native):
-    """The Aggregator's reciprocal pipeline and output stage have clocks of their own: a
-    sum job leaves the divider's stopped (edges only in the wake margins after register
-    writes), a mean job runs it for its descriptors, and the output stage's runs while
-    beats pass, not for the whole job."""
-    assert set(native.part_edges()) == {"aggregator.recip", "aggregator.output"}
+    """The Aggregator's reciprocal pipeline, weights' reader and output stage have clocks
+    of their own: a sum job leaves the divider's stopped (edges only in the wake margins
+    after register writes), a mean job runs it for its descriptors; a job without weights
+    leaves the weights' reader stopped, one with weights runs it throughout; the output
+    stage's runs while beats pass, not for the whole job."""
+    assert set(native.part_edges()) == {"aggregator.recip", "aggregator.output",
+                                        "aggregator.weights"}
     rng = np.random.default_rng(23)
     regs = simdevice.regmap(CONFIG)
     got = {}
-    for name, reduce in (("sum", SUM), ("mean", MEAN)):
-        job = random_graph_job(rng, 400, 8.0, 32, reduce, False)
+    for name, reduce, weighted in (("sum", SUM, False), ("mean", MEAN, False),
+                                   ("weighted", SUM, True)):
+        job = random_graph_job(rng, 400, 8.0, 32, reduce, weighted)
         before = native.part_edges()
         res = simdevice.run_job(job, latency=16, sim=native, config=CONFIG)
         check(job, res, name)
         got[name] = ({k: n - before[k] for k, n in native.part_edges().items()}, res.cycles)
     writes = sum(regs[name].words for name in job.registers()) + 4   # GIE, IER, start, ISR
     (sum_edges, sum_cycles), (mean_edges, mean_cycles) = got["sum"], got["mean"]
+    weighted_edges, weighted_cycles = got["weighted"]
     assert sum_edges["aggregator.recip"] <= writes * 80 < sum_cycles
     assert mean_edges["aggregator.recip"] > writes * 80 + 400
+    for edges, cycles in ((sum_edges, sum_cycles), (mean_edges, mean_cycles)):
+        assert edges["aggregator.weights"] <= writes * 80 < cycles, (edges, cycles)
+    assert weighted_edges["aggregator.weights"] >= weighted_cycles
     for edges, cycles in ((sum_edges, sum_cycles), (mean_edges, mean_cycles)):
         assert 400 < edges["aggregator.output"] < 0.8 * cycles, (edges, cycles)
 
@@ -338,6 +345,9 @@ def _unit_mix(gated: bool) -> dict:
         seen["dx"] = accel.mac("dx", p, q.T.copy(), shift=9)
         seen["agg1"] = accel.aggregate(g, x, "max", 0)
         seen["agg2"] = accel.aggregate(g, x, "sum", 2)
+        edge_weights = rng.integers(-300, 300, size=g.num_edges)
+        seen["agg3"] = accel.aggregate(g, x, "sum", 3, edge_weights)
+        seen["agg4"] = accel.aggregate(g, x, "mean", 0)
         seen["cycles"] = device.cycles
         return seen
     finally:
@@ -349,7 +359,7 @@ def test_unit_clocks_change_nothing():
     clocks stop while idle (the default) or run every cycle."""
     gated, free = _unit_mix(True), _unit_mix(False)
     assert gated["cycles"] == free["cycles"]
-    for key in ("agg0", "mac", "dx", "agg1", "agg2"):
+    for key in ("agg0", "mac", "dx", "agg1", "agg2", "agg3", "agg4"):
         (out_g, cnt_g), (out_f, cnt_f) = gated[key], free[key]
         np.testing.assert_array_equal(out_g, out_f, err_msg=key)
         assert cnt_g == cnt_f, key
