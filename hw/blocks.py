@@ -22,7 +22,7 @@ Each is a small :class:`~amaranth.lib.wiring.Component`; where data flows it is 
   :class:`BurstGenerator`, credits for every beat, the beats unpacked into an element stream.
 """
 
-from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -439,46 +439,28 @@ def up_down_counter(m: Module, limit: int, up, down, name: str):
     return count
 
 
-class Decision(Elaboratable):
-    """One control decision of a few flip-flops, ``fn(**inputs)``, in a module of its own.
-
-    Yosys maps every module alone, and ABC relaxes a module's paths up to the deepest one
-    in it: a decision of six flip-flops that one LUT can make is spread over several
-    levels inside a large module, in front of the wide registers it enables. Alone, it is
-    mapped as shallow as it is.
-
-    Args:
-        fn: the decision, from keyword arguments named like the inputs.
-        widths: each input's name and width.
-    """
-
-    def __init__(self, fn, **widths):
-        self.fn = fn
-        self.inputs = {name: Signal(width, name=name) for name, width in widths.items()}
-        self.out = Signal(name="decision")
-
-    def elaborate(self, platform):
-        m = Module()
-        m.d.comb += self.out.eq(self.fn(**self.inputs))
-        return m
-
-
-def decision(m: Module, name: str, fn, **inputs):
-    """``fn(**inputs)`` as a :class:`Decision` submodule ``name`` of ``m``; returns its
-    output."""
-    block = Decision(fn, **{k: len(Value.cast(v)) for k, v in inputs.items()})
-    m.submodules[name] = block
-    m.d.comb += [block.inputs[k].eq(v) for k, v in inputs.items()]
-    return block.out
-
-
 def own_module(m: Module, name: str) -> Module:
     """A fresh :class:`Module`, submodule ``name`` of ``m``: logic written into it is a module
-    of its own for Yosys, mapped apart from ``m``'s (see :class:`Decision`), with the
-    ports Amaranth infers from the signals it reads and drives."""
+    of its own for Yosys, with the ports Amaranth infers from the signals it reads and
+    drives.
+
+    Yosys maps every module alone, and ABC relaxes a module's paths up to the deepest one
+    in it: a decision of six flip-flops that one LUT can make is spread over several levels
+    inside a large module, in front of the wide registers it enables. Alone, it is mapped as
+    shallow as it is."""
     sub = Module()
     m.submodules[name] = sub
     return sub
+
+
+def decision(m: Module, name: str, fn, **inputs):
+    """``fn(**inputs)`` in a module of its own (:func:`own_module`) named ``name``, each
+    input a port named like its keyword; returns the output."""
+    ports = {k: Signal(len(Value.cast(v)), name=k) for k, v in inputs.items()}
+    m.d.comb += [ports[k].eq(v) for k, v in inputs.items()]
+    out = Signal(name="decision")
+    own_module(m, name).d.comb += out.eq(fn(**ports))
+    return out
 
 
 def status_bit(status, flag: int):

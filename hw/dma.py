@@ -580,7 +580,7 @@ class WritePort(Elaboratable):
         room = _room_for_two(m, "burst_queues", w_queue=w_q, aw_queue=aw_q)
         # every term of the burst decision is a flip-flop: the queues' heads and flags, the
         # open burst's state and the rooms
-        # each decision in a module of its own (see blocks.Decision): they enable the
+        # each decision in a module of its own (see blocks.own_module): they enable the
         # queues' counters and the open burst's registers
         flags = {"room": room, "head": self.address.r_rdy, "beat": self.beats.r_rdy}
         joins = forming & self.address.r_joinable & ~full

@@ -435,7 +435,7 @@ class ResultWriter(wiring.Component):
         row, col = seg.row, seg.col
         col_zero = col == 0
         if self.tile_rows & (self.tile_rows - 1) == 0:
-            # each flag a decision of its own (see blocks.Decision): two LUT levels of the
+            # each flag a decision of its own (see blocks.own_module): two LUT levels of the
             # segment's fields, not spread out to the writer's depth
             rb = self.tile_rows.bit_length() - 1
             top = row[:rb] if rb else Const(0, 1)

@@ -1025,7 +1025,7 @@ class PipelineUnitCore(UnitCore):
         count = iter(range(1 << 16))
 
         def check(fn, **inputs):
-            # each compare of configuration registers alone in a module (blocks.Decision):
+            # each compare of configuration registers alone in a module (blocks.own_module):
             # mapped together, Yosys shares their subtractions and ABC chains them
             return decision(m, f"config_check{next(count)}", fn, **inputs)
 
