@@ -244,7 +244,8 @@ class AggregatorCore(UnitCore):
         s.dp = Module()
         # 0 indptr, 1 indices, 2 weights, 3 rows; registered requests keep the readers' request
         # logic and the guard's adders out of the arbitration (the ECP5 critical path)
-        s.read_port = ReadPort(self.bus, num_clients=4, registered_requests=True, zero_flag=True)
+        s.read_port = ReadPort(self.bus, num_clients=4, registered_requests=True, zero_flag=True,
+                               held_limits=True)
         s.write_port = WritePort(self.bus, beat_depth=W_BEATS, address_depth=4)
         s.ptr_reader, s.idx_reader, s.w_reader = (
             ElementReader(addr_width=aw, data_width=c.bus_width, elem_width=width,
@@ -487,6 +488,8 @@ class AggregatorCore(UnitCore):
             run.check_error.eq(s.check.error), run.stop.eq(fault),
             run.finished.eq(s.drained), run.quiet.eq(s.in_flight_done & s.quiet["bank"]),
             s.check.start.eq(run.accept), s.clear.eq(run.checking),
+            # the guards' limits follow the configuration until the run's readers start
+            s.read_port.load_limits.eq(~s.running),
             self.idle.eq(run.idle), self.done.eq(run.done),
             # a run with weights keeps their reader busy until the unit is idle; in a run
             # without, only the clear changes it

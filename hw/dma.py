@@ -99,6 +99,12 @@ class ReadPort(Elaboratable):
 
     With ``zero_flag``, ``no_outstanding`` is a flip-flop: no beat requested (granted) and
     not yet returned.
+
+    With ``held_limits`` (and ``registered_requests``) the guards' limits follow
+    ``guard_base``/``guard_size`` only while ``load_limits`` is high, and hold (through
+    resets too) while it is low: the owner raises it for at least two cycles between setting
+    the guards and its clients' first request, and may keep it low for the rest of a run
+    (the limits' adders then stay still).
     """
 
     #: requests per client between its ready and the arbiter (registered mode): the queue
@@ -106,11 +112,17 @@ class ReadPort(Elaboratable):
     QUEUE_DEPTH = 6
 
     def __init__(self, bus, num_clients: int, *, registered_requests: bool = False,
-                 zero_flag: bool = False):
+                 zero_flag: bool = False, held_limits: bool = False):
+        if held_limits and not registered_requests:
+            raise ValueError("held_limits needs registered_requests (the limits are "
+                             "registered only there)")
         self.bus = bus
         self.num_clients = num_clients
         self.registered_requests = registered_requests
         self.zero_flag = zero_flag
+        self.held_limits = held_limits
+        #: with ``held_limits``: the limits follow the guards while high
+        self.load_limits = Signal() if held_limits else Const(1)
         aw = len(bus.araddr)
         dw = len(bus.rdata)
         self.bytes_per_beat = dw // 8
@@ -252,10 +264,12 @@ class ReadPort(Elaboratable):
             m.submodules[f"queue{i}"] = queue
             # the limits, registered: the buffer is [base, limit), and a burst's last beat
             # may start at limit - bytes_per_beat at the latest
-            limit = Signal(aw + 1, name=f"guard_limit{i}")
-            last_end = Signal(signed(aw + 2), name=f"guard_last_end{i}")
-            m.d.sync += [limit.eq(self.guard_base[i] + self.guard_size[i]),
-                         last_end.eq(limit - self.bytes_per_beat)]
+            limit = Signal(aw + 1, name=f"guard_limit{i}", reset_less=self.held_limits)
+            last_end = Signal(signed(aw + 2), name=f"guard_last_end{i}",
+                              reset_less=self.held_limits)
+            with m.If(self.load_limits):
+                m.d.sync += [limit.eq(self.guard_base[i] + self.guard_size[i]),
+                             last_end.eq(limit - self.bytes_per_beat)]
             # credits: room in the two guard stages and the queue
             room = Signal(range(self.QUEUE_DEPTH + 1), init=self.QUEUE_DEPTH, name=f"room{i}")
             has_room = Signal(init=1, name=f"has_room{i}")
@@ -284,11 +298,15 @@ class ReadPort(Elaboratable):
             verdict = Signal(entry, name=f"g{i}_entry", reset_less=True)
             verdict_valid = Signal(name=f"g{i}_verdict_valid")
             inside = Signal(name=f"g{i}_inside")
-            m.d.sync += [
-                verdict_valid.eq(s1_valid), verdict.addr.eq(s1["addr"]),
-                verdict.len.eq(s1["len"]), verdict.beats.eq(s1["beats"]),
-                inside.eq(s1["low"] & ~s1["crosses"] & (s1["end_m1"].as_signed() <= last_end)),
-            ]
+            # it loads only behind a request (the simulation skips its 66-bit compare in
+            # the cycles without one)
+            m.d.sync += verdict_valid.eq(s1_valid)
+            with m.If(s1_valid):
+                m.d.sync += [
+                    verdict.addr.eq(s1["addr"]), verdict.len.eq(s1["len"]),
+                    verdict.beats.eq(s1["beats"]),
+                    inside.eq(s1["low"] & ~s1["crosses"] & (s1["end_m1"].as_signed() <= last_end)),
+                ]
             refused.append(verdict_valid & ~inside)
             # the head leaves the queue through a register slice: the grant pops the
             # slice's two registers, not the queue's counters (the queue's pop is the

@@ -5,8 +5,8 @@
   random back-pressure; every job bit-exact against golden.
 * ``injected_errors``: SLVERR/DECERR on a chosen read or write burst sets ``axi_error``,
   the run ends, and the next job on the same kernel is bit-exact.
-* ``forced_addr_fault``: the run's latched feature-buffer size is cut to zero in the
-  middle of a run (a deposit on the register, which no host can do): the guard refuses
+* ``forced_addr_fault``: the read guard's limit for the feature rows is cut to nothing
+  in the middle of a run (a deposit on the register, which no host can do): the guard refuses
   the next feature read, ``addr_fault`` is set, the run ends without a burst outside the
   buffers, and the next job is bit-exact.
 
@@ -97,7 +97,9 @@ if cocotb is not None:
                 break
         else:
             raise AssertionError("the run never read a feature row")
-        dut.top.core.run_feat_size.value = 0
+        # the feature rows' guard shrinks to nothing: the last beat of a burst may start
+        # at address 0 at the latest (the guard holds its limits while the run runs)
+        dut.top.core.datapath.read_port.guard_last_end3.value = 0
         reads_at_fault = len(tb.bursts)
         ctrl = await tb.wait_done(100_000)
         status = await tb.read_reg("status")
