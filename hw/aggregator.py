@@ -208,8 +208,9 @@ class AggregatorCore(UnitCore):
         mean's reciprocal pipeline (a build with ``mean``; it is idle in other runs)."""
         return ("output", "weights") + (("recip",) if "mean" in self.config.reduce_ops else ())
 
-    def _add_part(self, s, part: str, name: str, module):
-        """``module`` as the datapath's submodule ``name``, on the domain of ``part``."""
+    def _add_part(self, s, part: str | None, name: str, module):
+        """``module`` as the datapath's submodule ``name``, on the domain of ``part`` (``sync``
+        for None, or a part without a domain of its own)."""
         domain = self.part_domains.get(part, "sync")
         s.dp.submodules[name] = module if domain == "sync" else DomainRenamer(domain)(module)
 
@@ -290,13 +291,10 @@ class AggregatorCore(UnitCore):
         # each request reaches the read port through a register slice: the arbiter's ready
         # goes no further than a flip-flop, and no client's logic reaches the arbiter
         request_layout = read_request_layout(aw)
-        for i, (reader, buf) in enumerate([(s.ptr_reader, "indptr"), (s.idx_reader, "indices"),
-                                           (s.w_reader, "weights")]):
-            request = StreamRegister(request_layout)
-            if buf == "weights":
-                self._add_part(s, "weights", f"{buf}_request", request)
-            else:
-                s.dp.submodules[f"{buf}_request"] = request
+        for i, (reader, buf, part) in enumerate([(s.ptr_reader, "indptr", None),
+                                                 (s.idx_reader, "indices", None),
+                                                 (s.w_reader, "weights", "weights")]):
+            self._add_part(s, part, f"{buf}_request", request := StreamRegister(request_layout))
             s.dp.d.comb += [
                 request.i.valid.eq(reader.request.valid),
                 request.i.payload.eq(reader.request.payload),
@@ -356,16 +354,14 @@ class AggregatorCore(UnitCore):
         # indices' slice is the walk's own)
         # (and the index reader's ready is the slice's flip-flop, not the walk's join of
         # indices and weights, which would fan out to the reader's every beat register)
-        slices = {name: StreamRegister(width) for name, width in
-                  (("ptr_slice", 32), ("idx_slice", 32), ("w_slice", ew))}
+        slices = {name: (StreamRegister(width), part) for name, width, part in
+                  (("ptr_slice", 32, None), ("idx_slice", 32, None), ("w_slice", ew, "weights"))}
         s.walk = EdgeWalk(elem_width=ew, row_slots=s.id_slots, desc_slots=c.desc_depth)
         s.dp.submodules.walk = s.walk
-        for (name, sl), reader, port in zip(slices.items(), (s.ptr_reader, s.idx_reader, s.w_reader),
-                                            (s.walk.pointers, s.walk.indices, s.walk.weights)):
-            if name == "w_slice":
-                self._add_part(s, "weights", name, sl)
-            else:
-                s.dp.submodules[name] = sl
+        for (name, (sl, part)), reader, port in zip(slices.items(),
+                                                    (s.ptr_reader, s.idx_reader, s.w_reader),
+                                                    (s.walk.pointers, s.walk.indices, s.walk.weights)):
+            self._add_part(s, part, name, sl)
             wiring.connect(s.dp, reader.elements, sl.i)
             wiring.connect(s.dp, sl.o, port)
         wiring.connect(s.dp, s.walk.rows, s.row_address.i)
