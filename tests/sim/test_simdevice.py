@@ -294,10 +294,9 @@ def test_idle_parts_get_no_clock_edges(native):
     weighted_edges, weighted_cycles = got["weighted"]
     assert sum_edges["aggregator.recip"] <= writes * 80 < sum_cycles
     assert mean_edges["aggregator.recip"] > writes * 80 + 400
-    for edges, cycles in ((sum_edges, sum_cycles), (mean_edges, mean_cycles)):
-        assert edges["aggregator.weights"] <= writes * 80 < cycles, (edges, cycles)
     assert weighted_edges["aggregator.weights"] >= weighted_cycles
     for edges, cycles in ((sum_edges, sum_cycles), (mean_edges, mean_cycles)):
+        assert edges["aggregator.weights"] <= writes * 80 < cycles, (edges, cycles)
         assert 400 < edges["aggregator.output"] < 0.8 * cycles, (edges, cycles)
 
 
