@@ -8,6 +8,8 @@ clock a global network. :func:`promote_control_nets` does what Lattice's own flo
 high-fanout resets and clock enables and nextpnr-ecp5 does not (it promotes clocks only):
 each of the highest-fanout nets that reach flip-flops' LSR or CE pins gets a DCCA, which
 nextpnr routes over one of the eight global networks that may carry fabric signals.
+:func:`pack_multiplier_registers` moves the flip-flop behind a product into the
+multiplier's output register, which Lattice's synthesis does and Yosys does not.
 """
 from __future__ import annotations
 
@@ -149,6 +151,71 @@ def promote_control_nets(netlist: Path, top: str = WRAPPER_TOP, count: int = PRO
         promoted.append({"net": names.get(bit, str(bit)), "fanout": loads})
     Path(netlist).write_text(json.dumps(doc))
     return promoted
+
+
+def pack_multiplier_registers(netlist: Path, top: str = WRAPPER_TOP) -> int:
+    """Move the flip-flops behind each MULT18X18D into its output register, in place, as
+    Lattice's synthesis does and Yosys' ``synth_ecp5`` does not (it maps every multiplier
+    without registers). A multiplier qualifies when every product bit that anything reads
+    has one load, the data input of a flip-flop without reset that starts at 0, and those
+    flip-flops share one clock and one clock enable (or none); its ``REG_OUTPUT`` then
+    takes them (clock ``CLK0``, enable ``CE0``) and the flip-flops go. Returns the
+    multipliers packed."""
+    doc = json.loads(Path(netlist).read_text())
+    module = doc["modules"].get(top)
+    if module is None:
+        raise ValueError(f"{netlist}: no module {top!r}")
+    cells = module.setdefault("cells", {})
+    loads: dict = {}
+    for name, cell in cells.items():
+        for pin, bits in cell["connections"].items():
+            if cell["port_directions"].get(pin) == "input":
+                for bit in bits:
+                    loads.setdefault(bit, []).append((name, pin))
+    ports = {b for port in module.get("ports", {}).values() for b in port["bits"]}
+    packed = 0
+    for mult in [c for c in cells.values() if c["type"] == "MULT18X18D"]:
+        group = _output_flip_flops(mult, [f"P{i}" for i in range(36)], cells, loads, ports)
+        if group is None:
+            continue
+        flops, (clock, enable) = group
+        for pin, name in flops.items():
+            mult["connections"][pin] = cells.pop(name)["connections"]["Q"]
+        mult["parameters"].update(REG_OUTPUT_CLK="CLK0", REG_OUTPUT_CE="CE0",
+                                  REG_OUTPUT_RST="RST0", GSR="DISABLED")
+        mult["connections"].update(CLK0=list(clock), CE0=list(enable), RST0=["0"])
+        mult["port_directions"].update(CLK0="input", CE0="input", RST0="input")
+        packed += 1
+    Path(netlist).write_text(json.dumps(doc))
+    return packed
+
+
+def _output_flip_flops(block: dict, pins: list, cells: dict, loads: dict, ports: set):
+    """``({pin: flip-flop}, (clock, enable))`` when every used bit of ``pins`` of ``block``
+    feeds exactly one packable flip-flop (see :func:`pack_multiplier_registers`), else
+    None."""
+    flops, key = {}, None
+    for pin in pins:
+        bit = _one_bit(block, pin)
+        if bit is None or (bit not in loads and bit not in ports):
+            continue                        # a bit nothing reads
+        if bit in ports or len(loads[bit]) != 1 or loads[bit][0][1] != "DI":
+            return None
+        name = loads[bit][0][0]
+        ff = cells[name]
+        params = ff["parameters"]
+        if (ff["type"] != "TRELLIS_FF" or params.get("CLKMUX") != "CLK"
+                or params.get("REGSET") != "RESET"
+                or ff["connections"].get("LSR", ["0"]) != ["0"]
+                or params.get("CEMUX", "1").strip() not in ("1", "CE")):
+            return None
+        enable = tuple(ff["connections"]["CE"]) if params["CEMUX"] == "CE" else ("1",)
+        if key is None:
+            key = (tuple(ff["connections"]["CLK"]), enable)
+        elif key != (tuple(ff["connections"]["CLK"]), enable):
+            return None
+        flops[pin] = name
+    return (flops, key) if flops else None
 
 
 def _one_bit(cell: dict, pin: str):

