@@ -55,6 +55,7 @@ def time_unit(unit: str, config: str, *, pnr_limit_s: float, log_dir: Path | Non
             else fmax >= TARGET_MHZ,
             "printed": res["printed"], "promoted_nets": res.get("promoted_nets"),
             "packed_multipliers": res.get("packed_multipliers"),
+            "slow_endpoints": res.get("slow_endpoints"),
             "seconds": res["seconds"],
             "wall_s": round(time.monotonic() - t0, 1),
             "tools_cpu_s": round(tools_cpu_seconds() - cpu0, 1)}

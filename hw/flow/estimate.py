@@ -450,6 +450,37 @@ def _clock_name(net: str) -> str:
     return m[1] if m else net
 
 
+#: Yosys' and nextpnr's suffixes on a mapped cell's name, after the register it came from
+_MAPPED_SUFFIX = re.compile(r"(_TRELLIS_FF_Q(_\d+)?|\$DPRAM_COMB\d|(_(LUT4|CCU2C|PFUMX|L6MUX21|"
+                            r"MULT18X18D|TRELLIS_FF)\w*))+$")
+
+
+def slow_endpoints(report: dict, target_mhz: float, top: int = 12) -> dict:
+    """The endpoints of a routed design that miss ``target_mhz``, from nextpnr's ``--report``
+    JSON (each sink's latest arrival): how many of all, and the ``top`` slowest registers
+    (bits of one register and one pin taken together) with their latest arrival and how
+    many of their endpoints miss. The critical path report names one path; this says
+    whether a handful of registers or thousands miss, and which."""
+    period = 1000.0 / target_mhz
+    groups: dict = {}
+    total = late = 0
+    for net in report.get("detailed_net_timings", []):
+        for sink in net["endpoints"]:
+            total += 1
+            arrival = sink["delay"][1]
+            if arrival <= period:
+                continue
+            late += 1
+            name = re.sub(r"(\.\d+)+$", "", _MAPPED_SUFFIX.sub("", sink["cell"]))
+            name = name.removeprefix("unit.")
+            group = groups.setdefault((name, sink["port"]), [0.0, 0])
+            group[0], group[1] = max(group[0], arrival), group[1] + 1
+    slowest = sorted(groups.items(), key=lambda item: -item[1][0])[:top]
+    return {"period_ns": round(period, 3), "endpoints": total, "late": late,
+            "slowest": [{"register": name, "pin": pin, "arrival_ns": round(arrival, 2),
+                         "late_endpoints": n} for (name, pin), (arrival, n) in slowest]}
+
+
 def parse_nextpnr_log(text: str) -> dict:
     """What a nextpnr-ecp5 log (complete or cut short) says: the phase it reached, the Fmax it
     printed after placement and after routing (``{clock: MHz}`` plus the printed lines) and
@@ -539,7 +570,8 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
     options = [f"--{device}", "--package", "CABGA381", "--freq",
                f"{target_mhz:g}", "--seed", str(seed), "--placer", "heap", "--router", "router2",
                "--timing-allow-fail"] + ([] if route else ["--no-route"])
-    args = ["--json", "ecp5.json", "--log", "nextpnr.log", *options]
+    args = ["--json", "ecp5.json", "--log", "nextpnr.log", "--report", "report.json",
+            "--detailed-timing-report", *options]
     wrapper = ecp5_context.port_wrapper(design, top)
     with tempfile.TemporaryDirectory(prefix="gnnweave-ecp5-") as tmp:
         tmp = Path(tmp)
@@ -571,6 +603,9 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
             # a unit larger than the ECP5 is a result (no Fmax on this part), not a crash
             log, stopped = e.output, (f"does not fit the {ECP5_DEVICES[device]}: no "
                                       f"{full['cell']} left to place")
+        report = tmp / "report.json"
+        late = (slow_endpoints(json.loads(report.read_text()), target_mhz)
+                if stopped is None and route and report.exists() else None)
     t_pnr = time.monotonic() - t0 - t_synth
     if keep_log is not None:
         keep_log.append(log)
@@ -586,6 +621,8 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
               "printed": parsed["printed"], "ecp5_utilisation": parsed["utilisation"]}
     if stopped is None and route:
         result.update(stage=STAGE_ROUTED, fmax_mhz=parsed["routed"])
+        if late is not None:
+            result["slow_endpoints"] = late
     elif parsed["reached"] == "routing" or (stopped is None and not route):
         result.update(stage=STAGE_PLACED, fmax_mhz=parsed["placed"])
         if stopped is not None:

@@ -265,6 +265,29 @@ def test_ecp5_timing_of_a_counter(counter_routed):
     assert t["ecp5_utilisation"]["TRELLIS_FF"]["used"] == 16 + wrapper.flip_flops == 16 + 1 + 16 + 4 + 1
     # in context: the clock on a global network (a DCCA), nothing else fans out that far
     assert t["ecp5_utilisation"]["DCCA"]["used"] == 1 and t["promoted_nets"] == []
+    # every endpoint makes 100 MHz; the latest one arrives about a clock period of its Fmax
+    late = t["slow_endpoints"]
+    assert late["late"] == 0 and late["slowest"] == [] and late["endpoints"] > 16
+    assert late["period_ns"] == 10.0
+
+
+def test_slow_endpoints_groups_the_late_bits_of_each_register():
+    def sink(cell, port, arrival):
+        return {"cell": cell, "port": port, "delay": [arrival / 2, arrival]}
+    report = {"detailed_net_timings": [
+        {"net": "a", "endpoints": [sink("unit.walk.pos_TRELLIS_FF_Q", "CE", 12.5),
+                                   sink("unit.walk.pos_TRELLIS_FF_Q_7", "CE", 11.0),
+                                   sink("unit.walk.pos_TRELLIS_FF_Q_8", "DI", 10.5)]},
+        {"net": "b", "endpoints": [sink("unit.fifo.storage.0.9$DPRAM_COMB3", "WRE", 10.2),
+                                   sink("unit.fifo.storage.0.3$DPRAM_COMB0", "WRE", 10.4),
+                                   sink("unit.walk.pos_TRELLIS_FF_Q_9", "CE", 9.9),
+                                   sink("unit.core.p0_TRELLIS_FF_Q_DI_MULT18X18D_P0", "A3", 3.0)]}]}
+    late = est_mod.slow_endpoints(report, 100.0)
+    assert late["endpoints"] == 7 and late["late"] == 5 and late["period_ns"] == 10.0
+    assert [(s["register"], s["pin"], s["arrival_ns"], s["late_endpoints"]) for s in late["slowest"]] == [
+        ("walk.pos", "CE", 12.5, 2), ("walk.pos", "DI", 10.5, 1), ("fifo.storage", "WRE", 10.4, 2)]
+    assert est_mod.slow_endpoints(report, 100.0, top=1)["slowest"][0]["register"] == "walk.pos"
+    assert est_mod.slow_endpoints(report, 50.0)["late"] == 0
 
 
 @needs_ecp5
