@@ -129,10 +129,7 @@ def promote_control_nets(netlist: Path, top: str = WRAPPER_TOP, count: int = PRO
     control = [(cell, pin) for cell in cells.values() if cell["type"] == "TRELLIS_FF"
                for pin in ("LSR", "CE") if _one_bit(cell, pin) is not None]
     fanout = Counter(_one_bit(cell, pin) for cell, pin in control)
-    names = {}
-    for name, net in sorted(netnames.items(), key=lambda item: item[1].get("hide_name", 0)):
-        for bit in net["bits"]:
-            names.setdefault(bit, name)
+    names = _net_names(netnames)
     next_bit = 1 + max((b for net in netnames.values() for b in net["bits"] if isinstance(b, int)),
                        default=1)
     promoted = []
@@ -151,6 +148,45 @@ def promote_control_nets(netlist: Path, top: str = WRAPPER_TOP, count: int = PRO
         promoted.append({"net": names.get(bit, str(bit)), "fanout": loads})
     Path(netlist).write_text(json.dumps(doc))
     return promoted
+
+
+def _net_names(netnames: dict) -> dict:
+    """``{bit: name}``, a visible name where the bit has one."""
+    names = {}
+    for name, net in sorted(netnames.items(), key=lambda item: item[1].get("hide_name", 0)):
+        for bit in net["bits"]:
+            names.setdefault(bit, name)
+    return names
+
+
+def unpromote_net(netlist: Path, net: str, top: str = WRAPPER_TOP) -> str:
+    """Undo :func:`promote_control_nets` for the net named ``net`` (any name of a promoted
+    DCCA's input), in place: its pins go back to the net and the DCCA goes. nextpnr may
+    fail to route a net from where its driver lies to the DCCA's input; without the DCCA it
+    is routed like any net. Returns the name :func:`promote_control_nets` gave the net."""
+    doc = json.loads(Path(netlist).read_text())
+    module = doc["modules"][top]
+    cells, netnames = module["cells"], module["netnames"]
+    bits = netnames.get(net, {}).get("bits", [])
+    if not bits and (one := re.fullmatch(r"(?P<name>.+)\[(?P<index>\d+)\]", net)):
+        # nextpnr names a bit of a wider net by its index
+        wide = netnames.get(one["name"], {}).get("bits", [])
+        bits = wide[int(one["index"]):int(one["index"]) + 1]
+    found = [(name, c) for name, c in cells.items()
+             if c["type"] == "DCCA" and name.startswith("$promoted")
+             and c["connections"]["CLKI"][0] in bits]
+    if not found:
+        raise ValueError(f"{netlist}: no promoted net named {net!r}")
+    name, dcca = found[0]
+    bit, glb = dcca["connections"]["CLKI"], dcca["connections"]["CLKO"]
+    for cell in cells.values():
+        for pin in ("LSR", "CE"):
+            if cell["connections"].get(pin) == glb:
+                cell["connections"][pin] = bit
+    del cells[name]
+    netnames.pop(name, None)
+    Path(netlist).write_text(json.dumps(doc))
+    return _net_names(netnames).get(bit[0], str(bit[0]))
 
 
 def pack_multiplier_registers(netlist: Path, top: str = WRAPPER_TOP) -> int:

