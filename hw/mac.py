@@ -516,9 +516,10 @@ class MacCore(wiring.Component):
         tj = Signal(ib, name="tj")
         tile = Signal(range(self.max_tiles + 1), name="tile")
         # remaining extents, kept incrementally (no subtract-and-compare per cycle)
-        k_rem = Signal(ib, name="k_rem")           # dim_k - 1 - kk
-        m_left = Signal(ib, name="m_left")         # dim_m - i0
-        n_left = Signal(ib, name="n_left")         # dim_n - j0
+        # (loaded at every start as well: no reset, no reset net across the core)
+        k_rem = Signal(ib, name="k_rem", reset_less=True)     # dim_k - 1 - kk
+        m_left = Signal(ib, name="m_left", reset_less=True)   # dim_m - i0
+        n_left = Signal(ib, name="n_left", reset_less=True)   # dim_n - j0
         # flags of the next step, a step ahead: last_k = (k_rem == 0), last_j = (n_left <= C),
         # last_i = (m_left <= R), first = (kk == 0); and the tile's extents
         last_k, last_j, last_i = Signal(name="last_k"), Signal(name="last_j"), Signal(name="last_i")

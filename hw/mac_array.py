@@ -415,16 +415,16 @@ class MacArrayCore(UnitCore):
         m.d.sync += fwd.eq(mode == MacMode.FWD.value)
 
         def shapes(regs):
-            """(rows, row bytes) of each buffer; the bias is checked only with use_bias (zero
-            rows: nothing needed, nothing misaligned)."""
+            """(rows, row elements, element bytes) of each buffer; the bias is checked only
+            with use_bias (zero rows: nothing needed, nothing misaligned)."""
             m_, n_, k_ = regs["m"], regs["n"], regs["k"]
             dx, dw = regs["mode"] == MacMode.DX.value, regs["mode"] == MacMode.DW.value
             bias = regs["use_bias"][0]
             return {
-                "p": (Mux(dw, k_, m_), whole_beats(Mux(dw, m_, k_) * ELEM_BYTES)),
-                "q": (Mux(dx, n_, k_), whole_beats(Mux(dx, k_, n_) * ELEM_BYTES)),
-                "out": (m_, whole_beats(n_ * ELEM_BYTES)),
-                "bias": (Mux(bias, 1, 0), Mux(bias, whole_beats(n_ * BIAS_BYTES), 0)),
+                "p": (Mux(dw, k_, m_), Mux(dw, m_, k_), ELEM_BYTES),
+                "q": (Mux(dx, n_, k_), Mux(dx, k_, n_), ELEM_BYTES),
+                "out": (m_, n_, ELEM_BYTES),
+                "bias": (Mux(bias, 1, 0), Mux(bias, n_, 0), BIAS_BYTES),
             }
         # latched with the configuration itself (from the registers it is latched from)
         buffers = shapes(self.cfg)
@@ -442,16 +442,21 @@ class MacArrayCore(UnitCore):
         if c.max_total_depth < 2**32 - 1:
             checks.append(dim_k > c.max_total_depth)
         done, errors = [], []
-        for buf, (rows, row_bytes) in buffers.items():
+        for buf, (rows, row_elems, elem_bytes) in buffers.items():
             check = ExtentCheck(addr_width=aw, bytes_per_beat=bpb, rows_width=32, stride_width=64)
             m.submodules[f"check_{buf}"] = check
             gate = use_bias if buf == "bias" else 1
             base, size = cfg[f"{buf}_addr"], cfg[f"{buf}_size"]
-            # the operands, registered at accept and held through the check
+            # the operands, registered at accept and held through the check; the row's
+            # bytes rounded to whole beats a cycle later (the mode's decode and the
+            # rounding's carry chain in registers of their own), in time for the check's
+            # first step, two cycles after accept
             rows_q = Signal(32, name=f"chk_{buf}_rows", reset_less=True)
+            elems_q = Signal(32, name=f"chk_{buf}_row_elems", reset_less=True)
             bytes_q = Signal(64, name=f"chk_{buf}_row_bytes", reset_less=True)
             with m.If(run["accept"]):
-                m.d.sync += [rows_q.eq(rows), bytes_q.eq(row_bytes)]
+                m.d.sync += [rows_q.eq(rows), elems_q.eq(row_elems)]
+            m.d.sync += bytes_q.eq(whole_beats(elems_q * elem_bytes))
             stride = bytes_q if buf == "bias" else cfg[f"{buf}_stride"]
             m.d.comb += [check.start.eq(start), check.rows.eq(rows_q), check.row_bytes.eq(bytes_q),
                          check.stride.eq(stride), check.base.eq(Mux(gate, base, 0)),
@@ -702,10 +707,15 @@ class MacArrayCore(UnitCore):
                 s.dp.d.sync += s.c_par.eq(~s.c_par)
             with s.dp.If(block_flags["last"]):
                 s.dp.d.sync += s.run["all_computed"].eq(1)
-            with s.dp.Else():
-                # a later depth block keeps the output block; otherwise the next block
-                # column, or the first column of the next block row
-                s.dp.d.sync += [s.block_row.eq(next_block_row), s.block_base.eq(next_base)]
+        # a later depth block keeps the output block; otherwise the next block column, or
+        # the first column of the next block row. The bases move a cycle after the block's
+        # end, enabled by a flip-flop (the core's done reaches no wide enable); the next
+        # block's first segment leaves the core many cycles later, and the next bases
+        # still hold the values from before the walker's step
+        base_step = Signal(name="out_base_step")
+        s.dp.d.sync += base_step.eq(s.block_end & ~block_flags["last"])
+        with s.dp.If(base_step):
+            s.dp.d.sync += [s.block_row.eq(next_block_row), s.block_base.eq(next_base)]
         m.d.comb += s.run["computing"].eq(s.in_run)
         # the bias reader starts a cycle after the loop decides it, from a register (its
         # base and count are registers that hold until the compute walker steps; its done

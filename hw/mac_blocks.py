@@ -220,6 +220,9 @@ class BlockWalker(wiring.Component):
     """
 
     def __init__(self, *, block: int, depth_block: int, settle: int = 2):
+        if settle < 1:
+            raise ValueError(f"BlockWalker settle must be at least 1 (a step reads the "
+                             f"registered flags), not {settle}")
         self.block, self.depth_block, self.settle = block, depth_block, settle
         D, MD = block, depth_block
         super().__init__({
@@ -242,18 +245,26 @@ class BlockWalker(wiring.Component):
         last_j = Signal(name="walk_last_j")
         last_i = Signal(name="walk_last_i")
         m.d.comb += [last_k.eq(k_left <= MD), last_j.eq(n_left <= D), last_i.eq(m_left <= D)]
-        with m.If(self.restart):
-            m.d.sync += [i0.eq(0), j0.eq(0), k0.eq(0), m_left.eq(self.m), n_left.eq(self.n),
-                         k_left.eq(self.k)]
-        with m.Elif(self.step):
-            with m.If(~last_k):
-                m.d.sync += [k0.eq(k0 + MD), k_left.eq(k_left - MD)]
-            with m.Else():
-                m.d.sync += [k0.eq(0), k_left.eq(self.k)]
-                with m.If(~last_j):
-                    m.d.sync += [j0.eq(j0 + D), n_left.eq(n_left - D)]
-                with m.Else():
-                    m.d.sync += [j0.eq(0), n_left.eq(self.n), i0.eq(i0 + D), m_left.eq(m_left - D)]
+        # A step moves the depth; at the last depth block the column, at the last column
+        # too the row. It chooses by the registered flags (a step comes only while
+        # `ready`, after they settled): the step reaches each level's enable through one
+        # LUT of its own, and the next values are chosen from flip-flops alone
+        restart, step = self.restart, self.step
+        enable = {
+            level: decision(m, f"walk_{level}_enable", fn, restart=restart, step=step,
+                            last_k=self.last_k, last_j=self.last_j)
+            for level, fn in (
+                ("k", lambda restart, step, last_k, last_j: restart | step),
+                ("j", lambda restart, step, last_k, last_j: restart | (step & last_k)),
+                ("i", lambda restart, step, last_k, last_j: restart | (step & last_k & last_j)))}
+        with m.If(enable["k"]):
+            first = restart | self.last_k
+            m.d.sync += [k0.eq(Mux(first, 0, k0 + MD)), k_left.eq(Mux(first, self.k, k_left - MD))]
+        with m.If(enable["j"]):
+            first = restart | self.last_j
+            m.d.sync += [j0.eq(Mux(first, 0, j0 + D)), n_left.eq(Mux(first, self.n, n_left - D))]
+        with m.If(enable["i"]):
+            m.d.sync += [i0.eq(Mux(restart, 0, i0 + D)), m_left.eq(Mux(restart, self.m, m_left - D))]
         # registered view of the step (settles `settle` cycles after a step)
         nj_left = Signal(32, name="next_n_left", reset_less=True)   # n - next_j0
         m.d.sync += [
