@@ -98,9 +98,9 @@ class OutputStage(wiring.Component):
         self._multipliers = [PipelinedMultiplier(signed(MEAN_SUM_WIDTH), MEAN_RECIP_BITS + 1,
                                                  enable=True)
                              for _ in range(lanes)] if mean else []
-        # combine, shift, align, round, flags, clamp | multiply, round terms, round |
+        # pair, combine, shift, align, round, flags, clamp | multiply, round terms, round |
         # flags, clamp
-        self.latency = 6 + (self._multipliers[0].latency + 2 if mean else 0) + 2
+        self.latency = 7 + (self._multipliers[0].latency + 2 if mean else 0) + 2
         super().__init__({
             "i": In(stream.Signature(accumulator_beat_layout(lanes, acc_width),
                                      always_ready=True)),
@@ -132,15 +132,28 @@ class OutputStage(wiring.Component):
         # combine each lane's even and odd accumulators (wrapping like the accumulate)
         max_sel = Signal(reset_less=True, attrs={"max_fanout": 64})
         m.d.sync += max_sel.eq(self.max if self.has_max else 0)
+        # in two stages: the sum and the compare (two carry chains side by side), then the
+        # choice among sum, larger and even (muxes only)
         halves = lanes * acc_w
+        evens = self._lanes(beat.acc[:halves], acc_w)
+        odds = self._lanes(beat.acc[halves:], acc_w)
+        side = dict(mask=beat.mask, last=beat.last, zero=beat.zero, recip=beat.recip,
+                    single=beat.single)
+        operands = dict(even=Cat(*evens))
+        if self.has_max:
+            operands.update(odd=Cat(*odds), odd_larger=Cat(*[o > e for e, o in zip(evens, odds)]))
+        r = chain.stage("pair", summed=Cat(*[(e + o)[:acc_w] for e, o in zip(evens, odds)]),
+                        **operands, **side)
         combined = []
-        for even, odd in zip(self._lanes(beat.acc[:halves], acc_w),
-                             self._lanes(beat.acc[halves:], acc_w)):
-            summed = (even + odd)[:acc_w]
-            value = Mux(max_sel, Mux(odd > even, odd, even), summed) if self.has_max else summed
-            combined.append(Mux(beat.single, even, value)[:acc_w])
-        r = chain.stage("combine", acc=Cat(*combined), mask=beat.mask, last=beat.last,
-                        zero=beat.zero, recip=beat.recip)
+        for k, (even, summed) in enumerate(zip(self._lanes(r["even"], acc_w),
+                                              self._lanes(r["summed"], acc_w))):
+            value = summed
+            if self.has_max:
+                odd = self._lanes(r["odd"], acc_w)[k]
+                value = Mux(max_sel, Mux(r["odd_larger"][k], odd, even), summed)
+            combined.append(Mux(r["single"], even, value)[:acc_w])
+        r = chain.stage("combine", acc=Cat(*combined),
+                        **{k: r[k] for k in ("mask", "last", "zero", "recip")})
 
         # shift, in two stages of three mux levels: by the shift's multiple of 8, then by
         # the rest. Beside it, how the dropped bits compare with one half: the half bit
