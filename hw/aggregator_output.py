@@ -145,12 +145,12 @@ class OutputStage(wiring.Component):
         r = chain.stage("pair", summed=Cat(*[(e + o)[:acc_w] for e, o in zip(evens, odds)]),
                         **operands, **side)
         combined = []
+        odd_q = self._lanes(r["odd"], acc_w) if self.has_max else None
         for k, (even, summed) in enumerate(zip(self._lanes(r["even"], acc_w),
                                               self._lanes(r["summed"], acc_w))):
             value = summed
             if self.has_max:
-                odd = self._lanes(r["odd"], acc_w)[k]
-                value = Mux(max_sel, Mux(r["odd_larger"][k], odd, even), summed)
+                value = Mux(max_sel, Mux(r["odd_larger"][k], odd_q[k], even), summed)
             combined.append(Mux(r["single"], even, value)[:acc_w])
         r = chain.stage("combine", acc=Cat(*combined),
                         **{k: r[k] for k in ("mask", "last", "zero", "recip")})

@@ -211,7 +211,7 @@ def pack_multiplier_registers(netlist: Path, top: str = WRAPPER_TOP) -> int:
     ports = {b for port in module.get("ports", {}).values() for b in port["bits"]}
     packed = 0
     for mult in [c for c in cells.values() if c["type"] == "MULT18X18D"]:
-        group = _output_flip_flops(mult, [f"P{i}" for i in range(36)], cells, loads, ports)
+        group = _product_flip_flops(mult, cells, loads, ports)
         if group is None:
             continue
         flops, (clock, enable) = group
@@ -226,13 +226,13 @@ def pack_multiplier_registers(netlist: Path, top: str = WRAPPER_TOP) -> int:
     return packed
 
 
-def _output_flip_flops(block: dict, pins: list, cells: dict, loads: dict, ports: set):
-    """``({pin: flip-flop}, (clock, enable))`` when every used bit of ``pins`` of ``block``
+def _product_flip_flops(mult: dict, cells: dict, loads: dict, ports: set):
+    """``({P pin: flip-flop}, (clock, enable))`` when every used product bit of ``mult``
     feeds exactly one packable flip-flop (see :func:`pack_multiplier_registers`), else
     None."""
     flops, key = {}, None
-    for pin in pins:
-        bit = _one_bit(block, pin)
+    for pin in (f"P{i}" for i in range(36)):
+        bit = _one_bit(mult, pin)
         if bit is None or (bit not in loads and bit not in ports):
             continue                        # a bit nothing reads
         if bit in ports or len(loads[bit]) != 1 or loads[bit][0][1] != "DI":
