@@ -215,11 +215,19 @@ class Reduce(wiring.Component):
         # meets the identity
         p1_index, p1_fresh, p1_odd, p1_x, p1_w = regs(
             "p1", index=depth, fresh=1, odd=1, x=lanes * ew, w=signed(ew))
-        p2_index, p2_fresh, p2_odd, p2_prod = regs(
-            "p2", index=depth, fresh=1, odd=1, prod=lanes * 2 * ew)
-        s2_index, s2_odd, s2_prod, s2_old = regs(
-            "s2", index=depth, odd=1, prod=lanes * 2 * ew, old=half)
-        s3_index, s3_odd, s3_new = regs("s3", index=depth, odd=1, new=half)
+        p2_index, p2_fresh, p2_odd = regs("p2", index=depth, fresh=1, odd=1)
+        s2_index, s2_odd = regs("s2", index=depth, odd=1)
+        s3_index, s3_odd = regs("s3", index=depth, odd=1)
+
+        def lane_regs(prefix, shape):
+            # one register per lane, not one wide vector: the same flip-flops, and a
+            # simulator computes each lane once instead of per 32-bit word of the vector
+            return [Signal(shape, name=f"{prefix}{k}", reset_less=True) for k in range(lanes)]
+
+        p2_prod = lane_regs("p2_prod", signed(2 * ew))
+        s2_prod = lane_regs("s2_prod", signed(2 * ew))
+        s2_old = lane_regs("s2_old", signed(acc_w))
+        s3_new = lane_regs("s3_new", signed(acc_w))
         forward = Signal(reset_less=True)     # s3 writes the entry and half p2 reads
         is_max = Signal(reset_less=True)
         update_read = acc.read_port(domain="comb")
@@ -229,10 +237,9 @@ class Reduce(wiring.Component):
             p1_x.eq(self.rows.payload), p1_w.eq(weight),
             p2_valid.eq(p1_valid), p2_index.eq(p1_index), p2_fresh.eq(p1_fresh),
             p2_odd.eq(p1_odd),
-            p2_prod.eq(Cat(*[(p1_x.word_select(k, ew).as_signed() * p1_w)[:2 * ew]
-                             for k in range(lanes)])),
+            [p.eq(p1_x.word_select(k, ew).as_signed() * p1_w) for k, p in enumerate(p2_prod)],
             s2_valid.eq(p2_valid), s2_index.eq(p2_index), s2_odd.eq(p2_odd),
-            s2_prod.eq(p2_prod),
+            [s.eq(p) for s, p in zip(s2_prod, p2_prod)],
             s3_valid.eq(s2_valid), s3_index.eq(s2_index), s3_odd.eq(s2_odd),
             # the beat two behind one into the same entry and half (a one-beat row two
             # edges on) reads before s3 writes it; the beat right behind never shares both
@@ -242,19 +249,17 @@ class Reduce(wiring.Component):
         # a half's first product meets the identity of its reduction instead of the old
         # accumulator (0 for sum, the least value for max: every product is above it), so
         # the accumulate stage has no `first` to decide
-        identity = Cat(Const(0, acc_w - 1), is_max).replicate(lanes)
+        identity = Cat(Const(0, acc_w - 1), is_max)
         stored = Mux(p2_odd, update_read.data[half:], update_read.data[:half])
-        m.d.sync += s2_old.eq(Mux(p2_fresh, identity, Mux(forward, s3_new, stored)))
         m.d.comb += update_read.addr.eq(p2_index)
-        new = []
-        for lane in range(lanes):
-            prod = s2_prod.word_select(lane, 2 * ew).as_signed()
-            prev = s2_old.word_select(lane, acc_w).as_signed()
+        for lane, (old, new) in enumerate(zip(s2_old, s3_new)):
+            m.d.sync += old.eq(Mux(p2_fresh, identity,
+                                   Mux(forward, new, stored.word_select(lane, acc_w))))
+        for prod, prev, new in zip(s2_prod, s2_old, s3_new):
             summed = (prev + prod)[:acc_w]
             value = Mux(is_max, Mux(prod > prev, prod, prev), summed) if self.reduce_max else summed
-            new.append(value[:acc_w])
-        m.d.sync += s3_new.eq(Cat(*new))
-        m.d.comb += [write.addr.eq(s3_index), write.data.eq(s3_new.replicate(2)),
+            m.d.sync += new.eq(value[:acc_w])
+        m.d.comb += [write.addr.eq(s3_index), write.data.eq(Cat(*s3_new).replicate(2)),
                      write.en.eq(Cat(s3_valid & ~s3_odd, s3_valid & s3_odd))]
 
         # per bank, whether a product of it will be in p2 or s2 next cycle (the one entering
