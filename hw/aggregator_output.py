@@ -48,7 +48,10 @@ class _Chain:
 
     A stage's values load only behind a valid beat (clock enables from the previous
     stage's ``valid`` flip-flop, no logic): the hardware is the same, and a simulator
-    skips the stage's arithmetic while no beat passes."""
+    skips the stage's arithmetic while no beat passes. A list of values (one per lane)
+    becomes a list of registers: the same flip-flops as one wide vector, and a simulator
+    computes each lane in machine words instead of slicing a vector of several hundred
+    bits."""
 
     def __init__(self, m: Module, valid):
         self.m, self.valid, self.valids = m, valid, []
@@ -60,11 +63,19 @@ class _Chain:
         self.valids.append(self.valid)
         regs = {}
         for key, value in values.items():
-            value = Value.cast(value)
-            regs[key] = Signal(value.shape(), name=f"{name}_{key}", reset_less=True)
-            with self.m.If(enable):
-                self.m.d.sync += regs[key].eq(value)
+            if isinstance(value, list):
+                regs[key] = [self._register(f"{name}_{key}{k}", v, enable)
+                             for k, v in enumerate(value)]
+            else:
+                regs[key] = self._register(f"{name}_{key}", value, enable)
         return regs
+
+    def _register(self, name, value, enable):
+        value = Value.cast(value)
+        reg = Signal(value.shape(), name=name, reset_less=True)
+        with self.m.If(enable):
+            self.m.d.sync += reg.eq(value)
+        return reg
 
 
 class OutputStage(wiring.Component):
@@ -113,6 +124,10 @@ class OutputStage(wiring.Component):
         })
 
     def _lanes(self, value, width):
+        """A beat's ``lanes`` signed values of ``width`` bits each: the slices of a vector,
+        or the elements of a list narrowed to ``width``."""
+        if isinstance(value, list):
+            return [Value.cast(v)[:width].as_signed() for v in value]
         return [value.word_select(k, width).as_signed() for k in range(self.lanes)]
 
     def elaborate(self, platform):
@@ -139,10 +154,10 @@ class OutputStage(wiring.Component):
         odds = self._lanes(beat.acc[halves:], acc_w)
         side = dict(mask=beat.mask, last=beat.last, zero=beat.zero, recip=beat.recip,
                     single=beat.single)
-        operands = dict(even=Cat(*evens))
+        operands = dict(even=evens)
         if self.has_max:
-            operands.update(odd=Cat(*odds), odd_larger=Cat(*[o > e for e, o in zip(evens, odds)]))
-        r = chain.stage("pair", summed=Cat(*[(e + o)[:acc_w] for e, o in zip(evens, odds)]),
+            operands.update(odd=odds, odd_larger=Cat(*[o > e for e, o in zip(evens, odds)]))
+        r = chain.stage("pair", summed=self._lanes([e + o for e, o in zip(evens, odds)], acc_w),
                         **operands, **side)
         combined = []
         odd_q = self._lanes(r["odd"], acc_w) if self.has_max else None
@@ -151,8 +166,8 @@ class OutputStage(wiring.Component):
             value = summed
             if self.has_max:
                 value = Mux(max_sel, Mux(r["odd_larger"][k], odd_q[k], even), summed)
-            combined.append(Mux(r["single"], even, value)[:acc_w])
-        r = chain.stage("combine", acc=Cat(*combined),
+            combined.append(Mux(r["single"], even, value))
+        r = chain.stage("combine", acc=self._lanes(combined, acc_w),
                         **{k: r[k] for k in ("mask", "last", "zero", "recip")})
 
         # shift, in two stages of three mux levels: by the shift's multiple of 8, then by
@@ -167,7 +182,8 @@ class OutputStage(wiring.Component):
                     for a in accs for i in chunks])
         rest = Cat(*[(a.as_unsigned()[i:i + self.ROUND_CHUNK]
                       & below_half[i:i + self.ROUND_CHUNK]).any() for a in accs for i in chunks])
-        r = chain.stage("shift", coarse=Cat(*[a >> Cat(Const(0, 3), shift[3:]) for a in accs]),
+        r = chain.stage("shift", coarse=self._lanes([a >> Cat(Const(0, 3), shift[3:])
+                                                     for a in accs], acc_w),
                         top=top, rest=rest, **{k: r[k] for k in ("mask", "last", "zero", "recip")})
         side = {k: r[k] for k in ("mask", "last", "zero", "recip")}
         inside = shift < acc_w          # beyond the width the quotient rounds to 0
@@ -175,13 +191,14 @@ class OutputStage(wiring.Component):
         n = len(chunks)
         tops = [rounds & r["top"][k * n:(k + 1) * n].any() for k in range(lanes)]
         rests = [r["rest"][k * n:(k + 1) * n].any() for k in range(lanes)]
-        r = chain.stage("align", kept=Cat(*kept), above=Cat(*[t & s for t, s in zip(tops, rests)]),
+        r = chain.stage("align", kept=self._lanes(kept, acc_w),
+                        above=Cat(*[t & s for t, s in zip(tops, rests)]),
                         tie=Cat(*[t & ~s for t, s in zip(tops, rests)]), **side)
         side = {k: r[k] for k in side}
         # round: kept + round-up, one carry chain
-        rounded = [(k + (r["above"][i] | (r["tie"][i] & k[0])))[:acc_w + 1]
+        rounded = [k + (r["above"][i] | (r["tie"][i] & k[0]))
                    for i, k in enumerate(self._lanes(r["kept"], acc_w))]
-        r = chain.stage("round", value=Cat(*rounded), **side)
+        r = chain.stage("round", value=self._lanes(rounded, acc_w + 1), **side)
         value, sat, side = self._saturate(chain, "sum", r.pop("value"), acc_w + 1,
                                           MEAN_SUM_WIDTH, r)
         width = MEAN_SUM_WIDTH
@@ -192,7 +209,7 @@ class OutputStage(wiring.Component):
         saturated = (sat_out | side["sat"]) & side["mask"] & Cat(*[~side["zero"]] * lanes)
         m.d.comb += [
             self.o.valid.eq(chain.valid),
-            self.o.payload.data.eq(Mux(side["zero"], 0, value)),
+            self.o.payload.data.eq(Mux(side["zero"], 0, Cat(*value))),
             self.o.payload.strb.eq(Cat(*[Mux(side["mask"][k], (1 << (ew // 8)) - 1, 0)
                                          for k in range(lanes)])),
             self.o.payload.last.eq(side["last"]),
@@ -214,11 +231,11 @@ class OutputStage(wiring.Component):
         """Two stages: each lane's saturation flags, then its clamped value.
         Returns (values, per-lane flags, side values)."""
         flags = [saturation_flags(v, out_width) for v in self._lanes(value, width)]
-        r = chain.stage(f"{name}_flags", value=value, big=Cat(*[b for b, _ in flags]),
-                        small=Cat(*[s for _, s in flags]), **side)
+        r = chain.stage(f"{name}_flags", value=self._lanes(value, width),
+                        big=Cat(*[b for b, _ in flags]), small=Cat(*[s for _, s in flags]), **side)
         clamped = [clamp(v, out_width, r["big"][k], r["small"][k])
                    for k, v in enumerate(self._lanes(r["value"], width))]
-        c = chain.stage(f"{name}_clamp", value=Cat(*clamped), flag=r["big"] | r["small"],
+        c = chain.stage(f"{name}_clamp", value=clamped, flag=r["big"] | r["small"],
                         **{k: r[k] for k in side})
         return c.pop("value"), c.pop("flag"), c
 
@@ -231,18 +248,17 @@ class OutputStage(wiring.Component):
             m.d.comb += [mul.a.eq(s), mul.b.eq(side["recip"]),
                          mul.en.eq(chain.valid & self._mean_sel)]
             products.append(mul.p)
-        carried = {**side, "plain": value}
+        carried = {**side, "plain": self._lanes(value, MEAN_SUM_WIDTH)}
         for step in range(mul.latency):
             carried = chain.stage(f"mul{step}", **carried)
         terms = [rounding_terms(p.as_signed(), MEAN_RECIP_BITS) for p in products]
         kw = len(terms[0][0])
-        r = chain.stage("recip_terms", kept=Cat(*[t[0] for t in terms]),
+        r = chain.stage("recip_terms", kept=self._lanes([t[0] for t in terms], kw),
                         above=Cat(*[t[1] for t in terms]), tie=Cat(*[t[2] for t in terms]),
                         **carried)
         plain = self._lanes(r["plain"], MEAN_SUM_WIDTH)
         chosen = [Mux(self._mean_sel, (k + (r["above"][i] | (r["tie"][i] & k[0]))), plain[i])
-                  .as_signed()[:kw + 1]
                   for i, k in enumerate(self._lanes(r["kept"], kw))]
-        q = chain.stage("recip_round", value=Cat(*chosen),
+        q = chain.stage("recip_round", value=self._lanes(chosen, kw + 1),
                         **{k: r[k] for k in side})
         return q.pop("value"), kw + 1, q
