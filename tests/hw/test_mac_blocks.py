@@ -191,3 +191,36 @@ def test_result_writer_addresses_lanes_strobes_and_guard(rows):
         strb = ((1 << (2 * count)) - 1) << (2 * lane)
         want.append((addr - addr % 16, data, strb))
     assert got == want
+
+
+def test_result_writer_takes_a_segment_every_cycle_into_an_always_ready_sink():
+    """The credits cover the stages and the credit's way back: with the sink always ready,
+    a long run of segments enters at one per cycle once the first is in."""
+    cols, bus, rows = 4, 128, 4
+    dut = ResultWriter(rows=rows, cols=cols, index_bits=8, out_width=16, addr_width=32, bus_width=bus)
+    segs = [(r, j0, 4) for i0 in range(0, 64, rows) for j0 in range(0, 8, 4)
+            for r in range(i0, i0 + rows)]
+    taken = []
+
+    async def bench(ctx):
+        ctx.set(dut.out_stride, 256)
+        ctx.set(dut.out_lo, 0)
+        ctx.set(dut.out_hi, 1 << 20)
+        ctx.set(dut.out_room, 1)
+        ctx.set(dut.beats.ready, 1)
+        queue = list(segs)
+        for cycle in range(len(segs) + 40):
+            ctx.set(dut.rows.valid, bool(queue))
+            if queue:
+                r, c, count = queue[0]
+                ctx.set(dut.rows.payload, {"row": r, "col": c, "count": count, "last": 0,
+                                           "relu_mask": 0, "data": [0] * cols})
+            if queue and ctx.get(dut.rows.ready):
+                queue.pop(0)
+                taken.append(cycle)
+            await ctx.tick()
+
+    _run(dut, bench)
+    assert len(taken) == len(segs)
+    # after the first few, one per cycle
+    assert taken[-1] - taken[4] == len(segs) - 1 - 4
