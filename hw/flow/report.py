@@ -265,9 +265,17 @@ def timing_table(timing: dict) -> str:
         lines.append(f"| {unit} | `{u['config']}` | {placement(u)} | {u.get('stage') or 'none'} | "
                      f"{_n(u.get('fmax_mhz'))} | {_yes(u.get('meets_target'))} | "
                      f"{_n(secs.get('nextpnr'))} | {_n(secs.get('nextpnr_cpu'))} | "
-                     f"{u.get('stopped') or '-'} | {u.get('seed', 1)} | "
+                     f"{u.get('stopped') or '-'} | {_seed(u)} | "
                      f"{u.get('commit') or timing.get('commit', '?')} |")
     return "\n".join(lines)
+
+
+def _seed(unit: dict) -> str:
+    """The row's seed, and the other seeds a sweep routed with their figures."""
+    seed = unit.get("seed", 1)
+    others = [f"{t['seed']}: {_n(t.get('fmax_mhz'))}" for t in unit.get("seeds") or ()
+              if t["seed"] != seed]
+    return f"{seed} ({', '.join(others)})" if others else str(seed)
 
 
 def placement(unit: dict) -> str:

@@ -164,6 +164,16 @@ def test_timing_table_from_a_bench_result(tmp_path):
            "| def5678 |" in text
 
 
+def test_timing_row_of_a_seed_sweep_names_the_other_seeds():
+    unit = {"config": "small", "stage": "post-route", "fmax_mhz": 87.62, "meets_target": False,
+            "seed": 2, "seconds": {"nextpnr": 443.0},
+            "seeds": [{"seed": 1, "stage": "post-route", "fmax_mhz": 83.24, "late_endpoints": 247},
+                      {"seed": 2, "stage": "post-route", "fmax_mhz": 87.62, "late_endpoints": 220},
+                      {"seed": 3, "stage": "post-route", "fmax_mhz": 68.24, "late_endpoints": 928}]}
+    row = report.timing_table({"commit": "abc1234", "units": {"mac_array": unit}}).splitlines()[2]
+    assert "| 2 (1: 83.24, 3: 68.24) | abc1234 |" in row
+
+
 def test_a_budget_alone_is_a_row_without_yosys_figures(tmp_path):
     bud = dict(_budget(9), config="pynqz2", board="pynqz2")
     (tmp_path / "e.budget.json").write_text(json.dumps(bud))

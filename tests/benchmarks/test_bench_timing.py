@@ -1,0 +1,53 @@
+"""The ECP5 timing bench's seed sweep: which route it keeps, and the seeds it refuses
+(no tool runs here)."""
+import pytest
+
+from benchmarks import bench_timing
+
+
+def _route(seed, stage, fmax, late=None):
+    return {"unit": "mac_array", "seed": seed, "stage": stage, "fmax_mhz": fmax,
+            "slow_endpoints": None if late is None else {"late": late}}
+
+
+def test_best_of_seeds_keeps_the_fastest_route_and_lists_every_seed():
+    best = bench_timing.best_of_seeds([_route(1, "post-route", 83.24, 247),
+                                       _route(2, "post-route", 87.62, 220),
+                                       _route(3, "post-route", 68.24, 928)])
+    assert best["seed"] == 2 and best["fmax_mhz"] == 87.62
+    assert best["seeds"] == [
+        {"seed": 1, "stage": "post-route", "fmax_mhz": 83.24, "late_endpoints": 247},
+        {"seed": 2, "stage": "post-route", "fmax_mhz": 87.62, "late_endpoints": 220},
+        {"seed": 3, "stage": "post-route", "fmax_mhz": 68.24, "late_endpoints": 928}]
+
+
+def test_a_routed_figure_beats_a_higher_post_placement_estimate():
+    best = bench_timing.best_of_seeds([_route(1, "post-placement estimate", 61.0),
+                                       _route(2, "post-route", 49.9, 3000),
+                                       _route(3, None, None)])
+    assert best["seed"] == 2 and best["stage"] == "post-route"
+
+
+def test_one_seed_is_its_own_entry_without_a_sweep():
+    route = _route(4, "post-route", 70.0, 12)
+    assert bench_timing.best_of_seeds([route]) == route
+
+
+@pytest.mark.parametrize("seed", ["0", "1,1", "a", "2,", ""])
+def test_bad_seeds_are_refused_before_any_route(seed, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(bench_timing, "run", lambda *a, **k: pytest.fail("routed anyway"))
+    assert bench_timing.main([str(tmp_path), "--seed", seed]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --seed {seed}: ") and err.count("\n") == 1
+
+
+def test_a_seed_list_reaches_every_unit(tmp_path, monkeypatch):
+    seen = {}
+
+    def fake_run(out_dir, units, **kw):
+        seen.update(units=units, seeds=kw["seeds"])
+        return {"units": {}}
+
+    monkeypatch.setattr(bench_timing, "run", fake_run)
+    assert bench_timing.main([str(tmp_path), "--seed", "1,2,3", "--units", "mac_array"]) == 0
+    assert seen == {"units": ("mac_array",), "seeds": (1, 2, 3)}
