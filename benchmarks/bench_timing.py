@@ -20,6 +20,7 @@ RTL is judged on several.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -40,14 +41,20 @@ def smallest_build(unit: str) -> str:
     raise ValueError(f"no build has a {unit}")
 
 
+@functools.lru_cache(maxsize=1)
+def _design(config: str) -> tuple:
+    """The build's RTLIL and its top's name, elaborated once for all of a unit's seeds."""
+    from gnnweave.hw.flow.estimate import component_rtlil, config_top
+    component, name = config_top(config)
+    return component_rtlil(component, name), name
+
+
 def time_unit(unit: str, config: str, *, pnr_limit_s: float, log_dir: Path | None,
               pnr_cpu_limit_s: float | None = None, seed: int = 1,
               log_name: str | None = None) -> dict:
-    from gnnweave.hw.flow.estimate import (component_rtlil, config_top, ecp5_timing,
-                                           timing_units, tools_cpu_seconds)
+    from gnnweave.hw.flow.estimate import ecp5_timing, timing_units, tools_cpu_seconds
     t0, cpu0 = time.monotonic(), tools_cpu_seconds()
-    component, name = config_top(config)
-    design = component_rtlil(component, name)
+    design, name = _design(config)
     module = timing_units(design, name)[unit]
     res = ecp5_timing(design, module, device=DEVICE, target_mhz=TARGET_MHZ, seed=seed,
                       route=True, pnr_limit_s=pnr_limit_s, pnr_cpu_limit_s=pnr_cpu_limit_s,

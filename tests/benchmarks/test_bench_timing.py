@@ -51,3 +51,25 @@ def test_a_seed_list_reaches_every_unit(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_timing, "run", fake_run)
     assert bench_timing.main([str(tmp_path), "--seed", "1,2,3", "--units", "mac_array"]) == 0
     assert seen == {"units": ("mac_array",), "seeds": (1, 2, 3)}
+
+
+def test_a_sweep_elaborates_the_build_once_and_routes_every_seed(tmp_path, monkeypatch):
+    from gnnweave.hw.flow import estimate
+    elaborated, routed = [], []
+    monkeypatch.setattr(estimate, "config_top",
+                        lambda config: elaborated.append(config) or (None, "top"))
+    monkeypatch.setattr(estimate, "component_rtlil", lambda component, name: "design")
+    monkeypatch.setattr(estimate, "timing_units", lambda design, name: {"mac_array": "top.mac"})
+
+    def fake_route(design, module, *, seed, **kw):
+        routed.append((design, module, seed, kw["log_path"].name))
+        return {"fmax_mhz": {"clk": 80.0 + seed}, "stage": "post-route", "printed": [],
+                "seconds": {}}
+
+    monkeypatch.setattr(estimate, "ecp5_timing", fake_route)
+    bench_timing._design.cache_clear()
+    res = bench_timing.run(tmp_path, ("mac_array",), config="small", seeds=(1, 2, 3))
+    bench_timing._design.cache_clear()
+    assert elaborated == ["small"]
+    assert routed == [("design", "top.mac", s, f"mac_array.seed{s}.nextpnr.log") for s in (1, 2, 3)]
+    assert res["units"]["mac_array"]["seed"] == 3
