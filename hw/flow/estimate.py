@@ -396,6 +396,8 @@ def _design_cells(modules: dict, children: dict, top: str) -> Counter:
 # --------------------------------------------------------------------------------------------
 
 ECP5_DEVICES = {"25k": "LFE5U-25F", "45k": "LFE5U-45F", "85k": "LFE5U-85F"}
+#: nextpnr-ecp5's speed grades, slowest first: the -6 part is the one most boards carry
+ECP5_SPEED_GRADES = (6, 7, 8)
 
 _FMAX_LINE = re.compile(r"Max frequency for clock '(?P<clk>[^']+)': (?P<mhz>[\d.]+) MHz "
                         r"\((?P<verdict>PASS|FAIL) at (?P<target>[\d.]+) MHz\)")
@@ -505,7 +507,8 @@ def parse_nextpnr_log(text: str) -> dict:
 def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float = 100.0,
                 seed: int = 1, route: bool = True, pnr_limit_s: float | None = DEFAULT_PNR_LIMIT_S,
                 per_unit: bool = False, log_path=None, progress: bool = False,
-                runner=run_tool, pnr_cpu_limit_s: float | None = None) -> dict:
+                runner=run_tool, pnr_cpu_limit_s: float | None = None,
+                speed_grade: int = 6) -> dict:
     """Fmax of ``design`` (RTLIL) placed and (with ``route``) routed on an ECP5, inside the
     port wrapper of :func:`.ecp5_context.port_wrapper` (the result's ``promoted_nets``: the
     control nets given a global network, :func:`.ecp5_context.promote_control_nets`).
@@ -517,24 +520,25 @@ def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float
     units and the top's own glue logic are not timed. ``runner`` runs the tools
     (:func:`run_tool`). ``pnr_cpu_limit_s`` also stops each nextpnr run after that many
     seconds of its own CPU time (a limit that does not depend on the machine's load).
+    ``speed_grade`` is the part's (:data:`ECP5_SPEED_GRADES`; the result's ``speed_grade``).
     """
     if not per_unit:
         return _ecp5_timing_one(design, top, device=device, target_mhz=target_mhz, seed=seed,
                                 route=route, pnr_limit_s=pnr_limit_s, log_path=log_path,
                                 progress=progress, runner=runner,
-                                pnr_cpu_limit_s=pnr_cpu_limit_s)
+                                pnr_cpu_limit_s=pnr_cpu_limit_s, speed_grade=speed_grade)
     units = timing_units(design, top)
     result = {"label": TIMING_LABEL, "scope": SCOPE_UNITS, "device": ECP5_DEVICES[device],
-              "target_mhz": target_mhz, "units": {}}
+              "speed_grade": speed_grade, "target_mhz": target_mhz, "units": {}}
     logs = []
     for label, module in units.items():
         one = _ecp5_timing_one(design, module, device=device, target_mhz=target_mhz, seed=seed,
                                route=route, pnr_limit_s=pnr_limit_s, log_path=None,
                                progress=progress, keep_log=logs, runner=runner,
-                               pnr_cpu_limit_s=pnr_cpu_limit_s)
+                               pnr_cpu_limit_s=pnr_cpu_limit_s, speed_grade=speed_grade)
         logs[-1] = f"==== unit {label} (module {module}) ====\n{logs[-1]}"
         result.setdefault("flow", one.pop("flow"))
-        for k in ("label", "device", "target_mhz"):
+        for k in ("label", "device", "speed_grade", "target_mhz"):
             one.pop(k)
         result["units"][label] = {"module": module, **one}
     result["fmax_mhz"] = {label: (min(u["fmax_mhz"].values()) if u["fmax_mhz"] else None)
@@ -553,7 +557,7 @@ def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float
 def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, seed: int,
                      route: bool, pnr_limit_s: float | None, log_path, progress: bool,
                      keep_log: list | None = None, runner=run_tool,
-                     pnr_cpu_limit_s: float | None = None) -> dict:
+                     pnr_cpu_limit_s: float | None = None, speed_grade: int = 6) -> dict:
     """:func:`ecp5_timing` of the whole ``top`` of ``design``.
 
     nextpnr-ecp5 (HeAP placer, router2; ``--timing-allow-fail`` so a slow design still gets a
@@ -569,8 +573,11 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
         raise ValueError(f"pnr_limit_s must be positive seconds, got {pnr_limit_s!r}")
     if pnr_cpu_limit_s is not None and not pnr_cpu_limit_s > 0:
         raise ValueError(f"pnr_cpu_limit_s must be positive seconds, got {pnr_cpu_limit_s!r}")
+    if speed_grade not in ECP5_SPEED_GRADES:
+        raise ValueError(f"unknown ECP5 speed grade {speed_grade!r}; choose one of "
+                         f"{', '.join(map(str, ECP5_SPEED_GRADES))}")
     t0 = time.monotonic()
-    options = [f"--{device}", "--package", "CABGA381", "--freq",
+    options = [f"--{device}", "--speed", str(speed_grade), "--package", "CABGA381", "--freq",
                f"{target_mhz:g}", "--seed", str(seed), "--placer", "heap", "--router", "router2",
                "--timing-allow-fail"] + ([] if route else ["--no-route"])
     args = ["--json", "ecp5.json", "--log", "nextpnr.log", "--report", "report.json",
@@ -631,7 +638,8 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         Path(log_path).write_text(log)
     parsed = parse_nextpnr_log(log)
-    result = {"label": TIMING_LABEL, "device": ECP5_DEVICES[device], "target_mhz": target_mhz,
+    result = {"label": TIMING_LABEL, "device": ECP5_DEVICES[device], "speed_grade": speed_grade,
+              "target_mhz": target_mhz,
               "flow": f"yosys synth_ecp5 of {top} in {ecp5_context.WRAPPER_TOP}; "
                       f"{packed} multipliers' output registers packed; DCCA on "
                       f"{len(promoted) - len(unpromoted)} control nets; nextpnr-ecp5 "

@@ -269,6 +269,23 @@ def test_ecp5_timing_of_a_counter(counter_routed):
     late = t["slow_endpoints"]
     assert late["late"] == 0 and late["slowest"] == [] and late["endpoints"] > 16
     assert late["period_ns"] == 10.0
+    assert t["speed_grade"] == 6 and "--speed 6" in t["flow"]
+
+
+@needs_ecp5
+def test_a_faster_speed_grade_routes_the_counter_faster(counter_routed):
+    slow, _ = counter_routed
+    fast = est_mod.ecp5_timing(est_mod.component_rtlil(Counter16(), "counter16"), "counter16",
+                               speed_grade=8)
+    assert fast["speed_grade"] == 8 and "--speed 8" in fast["flow"]
+    assert fast["stage"] == est_mod.STAGE_ROUTED
+    assert fast["fmax_mhz"]["ap_clk"] > slow["fmax_mhz"]["ap_clk"]
+
+
+def test_an_unknown_speed_grade_is_refused_before_any_tool_runs():
+    with pytest.raises(ValueError, match=r"unknown ECP5 speed grade 5; choose one of 6, 7, 8"):
+        est_mod.ecp5_timing("", "x", speed_grade=5,
+                            runner=lambda *a, **k: pytest.fail("a tool ran"))
 
 
 def test_slow_endpoints_groups_the_late_bits_of_each_register():
