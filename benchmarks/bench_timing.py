@@ -1,7 +1,7 @@
 """Open-flow ECP5 post-route Fmax of the Aggregator, the MacArray and the Pipeline.
 
-Each unit of the smallest named build that has it (the builds in
-``gnnweave.buildconfig.BUILDS`` order, the smallest first) is synthesised with
+Each unit of the smallest named build that has it (:func:`smallest_build`: the fewest
+multipliers, then block RAMs, by the analytic budget) is synthesised with
 ``synth_ecp5`` inside a port wrapper and placed and routed on an LFE5U-85F by nextpnr-ecp5
 (``gnnweave.hw.flow.estimate.ecp5_timing``; docs/estimate.md says what the figure can
 tell). Target: >= 100 MHz post-route for each. A run cut by its wall-clock limit records
@@ -9,7 +9,7 @@ nextpnr's post-placement estimate and says so (``stage``, ``stopped``).
 
     python -m benchmarks.bench_timing [OUT_DIR] [--units aggregator,mac_array]
         [--pnr-limit SECONDS] [--pnr-cpu-limit SECONDS] [--config NAME] [--seed N[,N...]]
-                                                       # OUT_DIR/bench_timing.json
+        [--speed-grade 6|7|8]                          # OUT_DIR/bench_timing.json
 
 ``--seed`` picks nextpnr's placement seed (1 unless given; each unit's entry records it):
 another seed is another placement, for a unit whose routing does not converge with one.
@@ -32,13 +32,29 @@ UNITS = ("aggregator", "mac_array", "pipeline")
 DEVICE = "85k"
 
 
-def smallest_build(unit: str) -> str:
-    """The first build in ``BUILDS`` (smallest first) with ``unit``."""
+@functools.lru_cache(maxsize=None)
+def unit_sizes(unit: str) -> dict[str, tuple[int, float]]:
+    """``{build: (DSPs, block RAMs)}`` of ``unit`` in every build that has it, by the analytic
+    budget (BRAM36 and URAM together; seconds per build, no synthesis)."""
     from gnnweave.buildconfig import BUILDS
+    from gnnweave.hw.flow.budget import budget
+    sizes = {}
     for name, build in BUILDS.items():
-        if getattr(build, unit) is not None:
-            return name
-    raise ValueError(f"no build has a {unit}")
+        if getattr(build, unit) is None:
+            continue
+        res = budget(name)["units"].get(unit, {})
+        sizes[name] = (res.get("dsp", 0), res.get("bram36", 0) + res.get("uram", 0))
+    return sizes
+
+
+def smallest_build(unit: str) -> str:
+    """The build whose ``unit`` takes the fewest multipliers, then the fewest block RAMs
+    (:func:`unit_sizes`; the first in ``BUILDS`` order of equals): the resources an ECP5 has
+    at fixed sites only, which spread a unit over the part."""
+    sizes = unit_sizes(unit)
+    if not sizes:
+        raise ValueError(f"no build has a {unit}")
+    return min(sizes, key=lambda name: sizes[name])
 
 
 @functools.lru_cache(maxsize=1)
@@ -51,18 +67,20 @@ def _design(config: str) -> tuple:
 
 def time_unit(unit: str, config: str, *, pnr_limit_s: float, log_dir: Path | None,
               pnr_cpu_limit_s: float | None = None, seed: int = 1,
-              log_name: str | None = None) -> dict:
+              log_name: str | None = None, speed_grade: int = 6) -> dict:
     from gnnweave.hw.flow.estimate import ecp5_timing, timing_units, tools_cpu_seconds
     t0, cpu0 = time.monotonic(), tools_cpu_seconds()
     design, name = _design(config)
     module = timing_units(design, name)[unit]
-    res = ecp5_timing(design, module, device=DEVICE, target_mhz=TARGET_MHZ, seed=seed,
+    res = ecp5_timing(design, module, device=DEVICE, speed_grade=speed_grade,
+                      target_mhz=TARGET_MHZ, seed=seed,
                       route=True, pnr_limit_s=pnr_limit_s, pnr_cpu_limit_s=pnr_cpu_limit_s,
                       progress=False,
                       log_path=None if log_dir is None
                       else log_dir / f"{log_name or unit}.nextpnr.log")
     fmax = min(res["fmax_mhz"].values()) if res.get("fmax_mhz") else None
-    return {"unit": unit, "config": config, "module": module, "seed": seed, "fmax_mhz": fmax,
+    return {"unit": unit, "config": config, "module": module, "seed": seed,
+            "speed_grade": speed_grade, "fmax_mhz": fmax,
             "stage": res.get("stage"), "stopped": res.get("stopped"),
             "meets_target": None if fmax is None or res.get("stage") != "post-route"
             else fmax >= TARGET_MHZ,
@@ -90,21 +108,24 @@ def best_of_seeds(routes: list[dict]) -> dict:
 
 def run(out_dir: Path | None = None, units=UNITS, *, pnr_limit_s: float = 7200.0,
         config: str | None = None, pnr_cpu_limit_s: float | None = None,
-        seeds=(1,)) -> dict:
+        seeds=(1,), speed_grade: int = 6) -> dict:
     out_dir = Path(out_dir) if out_dir is not None else None
     from gnnweave.hw.flow.report import source_commit
     commit = source_commit()
     result = {"label": "open-flow ECP5 post-route Fmax (not a Xilinx timing figure)",
-              "device": "LFE5U-85F", "target_mhz": TARGET_MHZ, "commit": commit,
+              "device": "LFE5U-85F", "speed_grade": speed_grade, "target_mhz": TARGET_MHZ,
+              "commit": commit,
               "load_average_start": round(os.getloadavg()[0], 2), "units": {}}
     for unit in units:
         routes = []
+        build = config or smallest_build(unit)
         for seed in seeds:
-            print(f"ECP5 place and route of {unit}, seed {seed} ...", file=sys.stderr)
+            print(f"ECP5 place and route of the {unit} of {build}, seed {seed} ...", file=sys.stderr)
             # with several seeds each keeps its nextpnr log (the unit's name and the seed)
-            routes.append(time_unit(unit, config or smallest_build(unit),
+            routes.append(time_unit(unit, build,
                                     pnr_limit_s=pnr_limit_s, log_dir=out_dir,
                                     pnr_cpu_limit_s=pnr_cpu_limit_s, seed=seed,
+                                    speed_grade=speed_grade,
                                     log_name=f"{unit}.seed{seed}" if len(seeds) > 1 else unit))
         result["units"][unit] = best_of_seeds(routes)
         if out_dir is not None:        # keep what is done if a later unit is cut short
@@ -131,6 +152,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", default="1",
                     help="nextpnr's placement seed, or several (1,2,3): each unit routed once "
                          "per seed, its best route kept (default 1)")
+    ap.add_argument("--speed-grade", type=int, default=6, choices=(6, 7, 8),
+                    help="the part's speed grade (default 6, the slowest, on most boards)")
     a = ap.parse_args(argv)
     units = tuple(u for u in a.units.split(",") if u)
     bad = [u for u in units if u not in UNITS]
@@ -146,7 +169,7 @@ def main(argv=None) -> int:
               "(e.g. 2 or 1,2,3)", file=sys.stderr)
         return 2
     res = run(Path(a.out_dir), units, pnr_limit_s=a.pnr_limit, config=a.config,
-              pnr_cpu_limit_s=a.pnr_cpu_limit, seeds=seeds)
+              pnr_cpu_limit_s=a.pnr_cpu_limit, seeds=seeds, speed_grade=a.speed_grade)
     print(json.dumps(res, indent=1))
     return 0
 

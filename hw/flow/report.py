@@ -254,20 +254,35 @@ def section(results: list[dict]) -> str:
                       "Per unit (Yosys, the budget beside):", "", table(results), END])
 
 
+def timing_rows(timing: dict) -> list[dict]:
+    """The routed units of a ``bench_timing`` result (``units``, by unit) or of the kept file
+    (``rows``, a unit of a build each), each with its ``unit``."""
+    if "rows" in timing:
+        return [dict(r) for r in timing["rows"]]
+    return [{"unit": unit, **u} for unit, u in timing.get("units", {}).items()]
+
+
 def timing_table(timing: dict) -> str:
-    """Markdown: one row per unit of a ``bench_timing`` result."""
-    lines = ["| unit | build | placed | figure | Fmax (MHz) | meets 100 MHz | nextpnr wall s | "
-             "nextpnr CPU s | why it stopped | seed | commit |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for unit, u in timing.get("units", {}).items():
+    """Markdown: one row per unit and build of a ``bench_timing`` result or the kept file."""
+    lines = ["| unit | build | speed grade | placed | figure | Fmax (MHz) | meets 100 MHz | "
+             "nextpnr wall s | nextpnr CPU s | why it stopped | seed | commit |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for u in timing_rows(timing):
         secs = u.get("seconds") or {}
         # rows routed before the bench had --seed used seed 1
-        lines.append(f"| {unit} | `{u['config']}` | {placement(u)} | {u.get('stage') or 'none'} | "
+        lines.append(f"| {u['unit']} | `{u['config']}` | -{_grade(u)} | {placement(u)} | "
+                     f"{u.get('stage') or 'none'} | "
                      f"{_n(u.get('fmax_mhz'))} | {_yes(u.get('meets_target'))} | "
                      f"{_n(secs.get('nextpnr'))} | {_n(secs.get('nextpnr_cpu'))} | "
                      f"{u.get('stopped') or '-'} | {_seed(u)} | "
                      f"{u.get('commit') or timing.get('commit', '?')} |")
     return "\n".join(lines)
+
+
+def _grade(row: dict) -> int:
+    """A row's ECP5 speed grade (rows routed before the bench had --speed-grade: nextpnr's
+    default, 6)."""
+    return row.get("speed_grade", 6)
 
 
 def _seed(unit: dict) -> str:
@@ -287,18 +302,36 @@ def placement(unit: dict) -> str:
 
 def merge_timing(kept: dict | None, added: dict, commit: str) -> dict:
     """``added`` (a bench_timing result of the sources at ``commit``) over ``kept``: each of its
-    units replaces that unit's row, the others stay, and every row keeps the commit and the
-    load it was measured at (units are routed one at a time, often at different commits)."""
+    units replaces the row of that unit of the same build and speed grade, the others stay
+    (another build's or grade's row of the unit too), and every row keeps the commit and the
+    load it was measured at (units are routed one at a time, often at different commits).
+    Rows go in unit order, then in the order of the builds, then by grade."""
+    from gnnweave.buildconfig import BUILDS
+
     def stamped(timing, default_commit):
-        return {unit: {"commit": default_commit,
-                       "load_average_start": timing.get("load_average_start"), **u}
-                for unit, u in timing.get("units", {}).items()}
-    units = stamped(kept, kept.get("commit")) if kept else {}
+        grade = {"speed_grade": timing["speed_grade"]} if "speed_grade" in timing else {}
+        return [{"commit": default_commit,
+                 "load_average_start": timing.get("load_average_start"), **grade, **r}
+                for r in timing_rows(timing)]
+
+    def key(row):
+        return row["unit"], row.get("config"), _grade(row)
+
     # the added units are of `commit`, whatever a copied row says
-    units.update({unit: dict(u, commit=commit) for unit, u in stamped(added, commit).items()})
-    merged = {k: v for k, v in added.items() if k not in ("units", "commit", "load_average_start",
+    new = [dict(r, commit=commit) for r in stamped(added, commit)]
+    replaced = {key(r) for r in new}
+    rows = [r for r in (stamped(kept, kept.get("commit")) if kept else []) if key(r) not in replaced]
+    builds = list(BUILDS)
+
+    def order(row):
+        unit, config, grade = key(row)
+        return (UNITS.index(unit) if unit in UNITS else len(UNITS),
+                builds.index(config) if config in builds else len(builds), grade)
+    # what differs between rows (commit, load, speed grade) stays in the rows
+    merged = {k: v for k, v in added.items() if k not in ("units", "rows", "commit",
+                                                          "speed_grade", "load_average_start",
                                                           "load_average_end")}
-    merged["units"] = units
+    merged["rows"] = sorted(rows + new, key=order)
     return merged
 
 
@@ -348,7 +381,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--add-timing", metavar="FILE",
                         help="keep the units of this bench_timing.json (python -m "
                              f"benchmarks.bench_timing) in {TIMING_NAME} beside --results, "
-                             "replacing those units' rows")
+                             "replacing the rows of those units of the same builds")
     parser.add_argument("--write", metavar="FILE",
                         help="replace the generated tables in FILE (docs/estimate.md)")
 

@@ -1,5 +1,5 @@
-"""The ECP5 timing bench's seed sweep: which route it keeps, and the seeds it refuses
-(no tool runs here)."""
+"""The ECP5 timing bench's seed sweep: which route it keeps, the seeds it refuses, and the
+build it routes each unit of (no tool runs here)."""
 import pytest
 
 from benchmarks import bench_timing
@@ -45,12 +45,14 @@ def test_a_seed_list_reaches_every_unit(tmp_path, monkeypatch):
     seen = {}
 
     def fake_run(out_dir, units, **kw):
-        seen.update(units=units, seeds=kw["seeds"])
+        seen.update(units=units, seeds=kw["seeds"], speed_grade=kw["speed_grade"])
         return {"units": {}}
 
     monkeypatch.setattr(bench_timing, "run", fake_run)
     assert bench_timing.main([str(tmp_path), "--seed", "1,2,3", "--units", "mac_array"]) == 0
-    assert seen == {"units": ("mac_array",), "seeds": (1, 2, 3)}
+    assert seen == {"units": ("mac_array",), "seeds": (1, 2, 3), "speed_grade": 6}
+    assert bench_timing.main([str(tmp_path), "--units", "mac_array", "--speed-grade", "8"]) == 0
+    assert seen["speed_grade"] == 8
 
 
 def test_a_sweep_elaborates_the_build_once_and_routes_every_seed(tmp_path, monkeypatch):
@@ -62,6 +64,7 @@ def test_a_sweep_elaborates_the_build_once_and_routes_every_seed(tmp_path, monke
     monkeypatch.setattr(estimate, "timing_units", lambda design, name: {"mac_array": "top.mac"})
 
     def fake_route(design, module, *, seed, **kw):
+        assert kw["speed_grade"] == 6
         routed.append((design, module, seed, kw["log_path"].name))
         return {"fmax_mhz": {"clk": 80.0 + seed}, "stage": "post-route", "printed": [],
                 "seconds": {}}
@@ -73,3 +76,22 @@ def test_a_sweep_elaborates_the_build_once_and_routes_every_seed(tmp_path, monke
     assert elaborated == ["small"]
     assert routed == [("design", "top.mac", s, f"mac_array.seed{s}.nextpnr.log") for s in (1, 2, 3)]
     assert res["units"]["mac_array"]["seed"] == 3
+
+
+def test_the_smallest_build_has_the_fewest_multipliers_then_block_rams(monkeypatch):
+    from gnnweave.buildconfig import BUILDS
+    from gnnweave.hw.flow import budget
+    sizes = {"small": (8, 0.0), "pynqz2": (4, 1.5), "ultra96v2": (4, 1.5), "default": (4, 0.5)}
+    monkeypatch.setattr(budget, "budget", lambda name: {"units": {"aggregator": {
+        "dsp": sizes.get(name, (99, 0))[0], "bram36": sizes.get(name, (99, 0))[1], "uram": 0}}})
+    bench_timing.unit_sizes.cache_clear()
+    try:
+        assert bench_timing.smallest_build("aggregator") == "default"
+        sizes["default"] = (4, 1.5)
+        bench_timing.unit_sizes.cache_clear()
+        # equals: the first in BUILDS order
+        first = next(n for n in BUILDS if n in ("default", "ultra96v2", "pynqz2"))
+        assert bench_timing.smallest_build("aggregator") == first
+    finally:
+        bench_timing.unit_sizes.cache_clear()
+

@@ -135,12 +135,12 @@ def test_timing_table_from_a_bench_result(tmp_path):
     assert report.main(["--add-timing", str(bench), "--results", str(tmp_path / "r.json"),
                         "--write", str(doc)]) == 0
     kept = json.loads((tmp_path / report.TIMING_NAME).read_text())
-    assert kept["units"]["aggregator"] == dict(timing["units"]["aggregator"], commit="abc1234",
-                                               load_average_start=3.5)
+    assert kept["rows"][0] == dict(timing["units"]["aggregator"], unit="aggregator",
+                                   commit="abc1234", load_average_start=3.5)
     text = doc.read_text()
-    assert "| aggregator | `small` | out of context | post-route | 41.2 | **no** | 900 | 850 | - | 1 " \
+    assert "| aggregator | `small` | -6 | out of context | post-route | 41.2 | **no** | 900 | 850 | - | 1 " \
            "| abc1234 |" in text
-    assert "| pipeline | `small` | out of context | none | - | - | 30 | - | does not fit the LFE5U-85F" \
+    assert "| pipeline | `small` | -6 | out of context | none | - | - | 30 | - | does not fit the LFE5U-85F" \
         in text
 
     # a later run of one unit replaces that unit's row only, under its own commit
@@ -154,14 +154,40 @@ def test_timing_table_from_a_bench_result(tmp_path):
     assert report.main(["--add-timing", str(bench), "--results", str(tmp_path / "r.json"),
                         "--write", str(doc)]) == 0
     kept = json.loads((tmp_path / report.TIMING_NAME).read_text())
-    assert set(kept["units"]) == {"aggregator", "pipeline"}
-    assert kept["units"]["aggregator"]["commit"] == "abc1234"
-    assert kept["units"]["pipeline"]["commit"] == "def5678"
+    assert [(r["unit"], r["config"], r["commit"]) for r in kept["rows"]] == [
+        ("aggregator", "small", "abc1234"), ("pipeline", "small", "def5678")]
     text = doc.read_text()
-    assert "| aggregator | `small` | out of context | post-route | 41.2 | **no** | 900 | 850 | - | 1 " \
+    assert "| aggregator | `small` | -6 | out of context | post-route | 41.2 | **no** | 900 | 850 | - | 1 " \
            "| abc1234 |" in text
-    assert "| pipeline | `small` | in a port wrapper | post-route | 55 | **no** | 2000 | - | - | 3 " \
+    assert "| pipeline | `small` | -6 | in a port wrapper | post-route | 55 | **no** | 2000 | - | - | 3 " \
            "| def5678 |" in text
+
+    # a unit of another build is a row beside the first build's, in BUILDS order
+    other = dict(later, commit="0a1b2c3", units={"pipeline": dict(later["units"]["pipeline"],
+                                                                 config="pynqz2", fmax_mhz=76.26)})
+    bench.write_text(json.dumps(other))
+    assert report.main(["--add-timing", str(bench), "--results", str(tmp_path / "r.json"),
+                        "--write", str(doc)]) == 0
+    kept = json.loads((tmp_path / report.TIMING_NAME).read_text())
+    assert [(r["unit"], r["config"], r["commit"]) for r in kept["rows"]] == [
+        ("aggregator", "small", "abc1234"), ("pipeline", "small", "def5678"),
+        ("pipeline", "pynqz2", "0a1b2c3")]
+    lines = doc.read_text().splitlines()
+    assert lines.index(next(l for l in lines if l.startswith("| pipeline | `small`"))) + 1 == \
+        lines.index(next(l for l in lines if l.startswith("| pipeline | `pynqz2` |")))
+
+    # and a unit routed at another speed grade is a row of its own beside the -6 one
+    faster = dict(later, commit="1f2e3d4", speed_grade=8,
+                  units={"pipeline": dict(later["units"]["pipeline"], speed_grade=8, fmax_mhz=62.0)})
+    bench.write_text(json.dumps(faster))
+    assert report.main(["--add-timing", str(bench), "--results", str(tmp_path / "r.json"),
+                        "--write", str(doc)]) == 0
+    kept = json.loads((tmp_path / report.TIMING_NAME).read_text())
+    assert [(r["unit"], r["config"], r.get("speed_grade", 6), r["commit"]) for r in kept["rows"]] == [
+        ("aggregator", "small", 6, "abc1234"), ("pipeline", "small", 6, "def5678"),
+        ("pipeline", "small", 8, "1f2e3d4"), ("pipeline", "pynqz2", 6, "0a1b2c3")]
+    assert "speed_grade" not in kept
+    assert "| pipeline | `small` | -8 | in a port wrapper | post-route | 62 |" in doc.read_text()
 
 
 def test_timing_row_of_a_seed_sweep_names_the_other_seeds():
