@@ -27,6 +27,9 @@ import sys
 import time
 from pathlib import Path
 
+# the estimate's options, without Amaranth
+from gnnweave.hw.flow.estimate_options import DEFAULT_SPEED_GRADE, ECP5_SPEED_GRADES
+
 TARGET_MHZ = 100.0
 UNITS = ("aggregator", "mac_array", "pipeline")
 DEVICE = "85k"
@@ -67,7 +70,7 @@ def _design(config: str) -> tuple:
 
 def time_unit(unit: str, config: str, *, pnr_limit_s: float, log_dir: Path | None,
               pnr_cpu_limit_s: float | None = None, seed: int = 1,
-              log_name: str | None = None, speed_grade: int = 6) -> dict:
+              log_name: str | None = None, speed_grade: int = DEFAULT_SPEED_GRADE) -> dict:
     from gnnweave.hw.flow.estimate import ecp5_timing, timing_units, tools_cpu_seconds
     t0, cpu0 = time.monotonic(), tools_cpu_seconds()
     design, name = _design(config)
@@ -108,7 +111,7 @@ def best_of_seeds(routes: list[dict]) -> dict:
 
 def run(out_dir: Path | None = None, units=UNITS, *, pnr_limit_s: float = 7200.0,
         config: str | None = None, pnr_cpu_limit_s: float | None = None,
-        seeds=(1,), speed_grade: int = 6) -> dict:
+        seeds=(1,), speed_grade: int = DEFAULT_SPEED_GRADE) -> dict:
     out_dir = Path(out_dir) if out_dir is not None else None
     from gnnweave.hw.flow.report import source_commit
     commit = source_commit()
@@ -152,8 +155,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", default="1",
                     help="nextpnr's placement seed, or several (1,2,3): each unit routed once "
                          "per seed, its best route kept (default 1)")
-    from gnnweave.hw.flow.estimate import ECP5_SPEED_GRADES
-    ap.add_argument("--speed-grade", type=int, default=6, choices=ECP5_SPEED_GRADES,
+    ap.add_argument("--speed-grade", type=int, default=DEFAULT_SPEED_GRADE, choices=ECP5_SPEED_GRADES,
                     help="the part's speed grade (default 6, the slowest, on most boards)")
     a = ap.parse_args(argv)
     units = tuple(u for u in a.units.split(",") if u)

@@ -63,7 +63,8 @@ from .boards import Board, get_board
 # the command-line options and the constants they name live in an Amaranth-free module, so
 # `gnnweave build estimate` declares them without importing the toolchain
 from . import estimate_options
-from .estimate_options import (DEFAULT_PNR_LIMIT_S, FAMILIES, STAGE_PLACED, STAGE_ROUTED,  # noqa: F401
+from .estimate_options import (DEFAULT_PNR_LIMIT_S, DEFAULT_SPEED_GRADE,  # noqa: F401
+                               ECP5_SPEED_GRADES, FAMILIES, STAGE_PLACED, STAGE_ROUTED,
                                SYNTH_SCOPES, TIMING_LABEL, TIMING_SCOPES, TOPS)
 from ..configs import get_config
 
@@ -396,8 +397,6 @@ def _design_cells(modules: dict, children: dict, top: str) -> Counter:
 # --------------------------------------------------------------------------------------------
 
 ECP5_DEVICES = {"25k": "LFE5U-25F", "45k": "LFE5U-45F", "85k": "LFE5U-85F"}
-#: nextpnr-ecp5's speed grades, slowest first: the -6 part is the one most boards carry
-ECP5_SPEED_GRADES = (6, 7, 8)
 
 _FMAX_LINE = re.compile(r"Max frequency for clock '(?P<clk>[^']+)': (?P<mhz>[\d.]+) MHz "
                         r"\((?P<verdict>PASS|FAIL) at (?P<target>[\d.]+) MHz\)")
@@ -508,7 +507,7 @@ def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float
                 seed: int = 1, route: bool = True, pnr_limit_s: float | None = DEFAULT_PNR_LIMIT_S,
                 per_unit: bool = False, log_path=None, progress: bool = False,
                 runner=run_tool, pnr_cpu_limit_s: float | None = None,
-                speed_grade: int = 6) -> dict:
+                speed_grade: int = DEFAULT_SPEED_GRADE) -> dict:
     """Fmax of ``design`` (RTLIL) placed and (with ``route``) routed on an ECP5, inside the
     port wrapper of :func:`.ecp5_context.port_wrapper` (the result's ``promoted_nets``: the
     control nets given a global network, :func:`.ecp5_context.promote_control_nets`).
@@ -557,7 +556,8 @@ def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float
 def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, seed: int,
                      route: bool, pnr_limit_s: float | None, log_path, progress: bool,
                      keep_log: list | None = None, runner=run_tool,
-                     pnr_cpu_limit_s: float | None = None, speed_grade: int = 6) -> dict:
+                     pnr_cpu_limit_s: float | None = None,
+                     speed_grade: int = DEFAULT_SPEED_GRADE) -> dict:
     """:func:`ecp5_timing` of the whole ``top`` of ``design``.
 
     nextpnr-ecp5 (HeAP placer, router2; ``--timing-allow-fail`` so a slow design still gets a

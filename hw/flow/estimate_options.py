@@ -12,6 +12,10 @@ TIMING_LABEL = "open-flow ECP5 Fmax (not a Xilinx timing figure)"
 #: yet) and again after routing (real wires)
 STAGE_PLACED = "post-placement estimate"
 STAGE_ROUTED = "post-route"
+#: nextpnr-ecp5's speed grades, slowest first; the default is nextpnr's own and the part most
+#: ECP5 boards carry
+ECP5_SPEED_GRADES = (6, 7, 8)
+DEFAULT_SPEED_GRADE = 6
 #: default wall-clock limit of nextpnr in ``--timing`` runs (seconds)
 DEFAULT_PNR_LIMIT_S = 1200.0
 TIMING_SCOPES = ("units", "top")

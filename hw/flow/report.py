@@ -24,6 +24,7 @@ from pathlib import Path
 from gnnweave.errors import InputError
 
 from .ecp5_context import GLOBAL_NET_PREFIX
+from .estimate_options import DEFAULT_SPEED_GRADE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS = REPO_ROOT / "benchmarks" / "data" / "estimate_boards.json"
@@ -281,8 +282,8 @@ def timing_table(timing: dict) -> str:
 
 def _grade(row: dict) -> int:
     """A row's ECP5 speed grade (rows routed before the bench had --speed-grade: nextpnr's
-    default, 6)."""
-    return row.get("speed_grade", 6)
+    default)."""
+    return row.get("speed_grade", DEFAULT_SPEED_GRADE)
 
 
 def _seed(unit: dict) -> str:
@@ -309,9 +310,8 @@ def merge_timing(kept: dict | None, added: dict, commit: str) -> dict:
     from gnnweave.buildconfig import BUILDS
 
     def stamped(timing, default_commit):
-        grade = {"speed_grade": timing["speed_grade"]} if "speed_grade" in timing else {}
         return [{"commit": default_commit,
-                 "load_average_start": timing.get("load_average_start"), **grade, **r}
+                 "load_average_start": timing.get("load_average_start"), **r}
                 for r in timing_rows(timing)]
 
     def key(row):
