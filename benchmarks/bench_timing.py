@@ -35,18 +35,20 @@ UNITS = ("aggregator", "mac_array", "pipeline")
 DEVICE = "85k"
 
 
-@functools.lru_cache(maxsize=None)
-def unit_sizes(unit: str) -> dict[str, tuple[int, float]]:
-    """``{build: (DSPs, block RAMs)}`` of ``unit`` in every build that has it, by the analytic
-    budget (BRAM36 and URAM together; seconds per build, no synthesis)."""
+@functools.lru_cache(maxsize=1)
+def unit_sizes() -> dict[str, dict[str, tuple[int, float]]]:
+    """``{unit: {build: (DSPs, block RAMs)}}`` of every unit of every build that has it, by
+    the analytic budget (BRAM36 and URAM together; each build elaborated once, seconds per
+    build, no synthesis)."""
     from gnnweave.buildconfig import BUILDS
     from gnnweave.hw.flow.budget import budget
-    sizes = {}
+    sizes = {unit: {} for unit in UNITS}
     for name, build in BUILDS.items():
-        if getattr(build, unit) is None:
-            continue
-        res = budget(name)["units"].get(unit, {})
-        sizes[name] = (res.get("dsp", 0), res.get("bram36", 0) + res.get("uram", 0))
+        units = budget(name)["units"]
+        for unit in UNITS:
+            if getattr(build, unit) is not None:
+                res = units.get(unit, {})
+                sizes[unit][name] = (res.get("dsp", 0), res.get("bram36", 0) + res.get("uram", 0))
     return sizes
 
 
@@ -54,7 +56,7 @@ def smallest_build(unit: str) -> str:
     """The build whose ``unit`` takes the fewest multipliers, then the fewest block RAMs
     (:func:`unit_sizes`; the first in ``BUILDS`` order of equals): the resources an ECP5 has
     at fixed sites only, which spread a unit over the part."""
-    sizes = unit_sizes(unit)
+    sizes = unit_sizes().get(unit)
     if not sizes:
         raise ValueError(f"no build has a {unit}")
     return min(sizes, key=lambda name: sizes[name])

@@ -82,11 +82,20 @@ def test_the_smallest_build_has_the_fewest_multipliers_then_block_rams(monkeypat
     from gnnweave.buildconfig import BUILDS
     from gnnweave.hw.flow import budget
     sizes = {"small": (8, 0.0), "pynqz2": (4, 1.5), "ultra96v2": (4, 1.5), "default": (4, 0.5)}
-    monkeypatch.setattr(budget, "budget", lambda name: {"units": {"aggregator": {
-        "dsp": sizes.get(name, (99, 0))[0], "bram36": sizes.get(name, (99, 0))[1], "uram": 0}}})
+    budgeted = []
+
+    def fake_budget(name):
+        budgeted.append(name)
+        return {"units": {"aggregator": {"dsp": sizes.get(name, (99, 0))[0],
+                                         "bram36": sizes.get(name, (99, 0))[1], "uram": 0}}}
+
+    monkeypatch.setattr(budget, "budget", fake_budget)
     bench_timing.unit_sizes.cache_clear()
     try:
         assert bench_timing.smallest_build("aggregator") == "default"
+        # every build is elaborated once, whichever units are asked for
+        bench_timing.smallest_build("pipeline")
+        assert budgeted == list(BUILDS)
         sizes["default"] = (4, 1.5)
         bench_timing.unit_sizes.cache_clear()
         # equals: the first in BUILDS order
