@@ -64,10 +64,11 @@ def smallest_build(unit: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _design(config: str) -> tuple:
-    """The build's RTLIL and its top's name, elaborated once for all of a unit's seeds."""
-    from gnnweave.hw.flow.estimate import component_rtlil, config_top
+    """The build's RTLIL as the ECP5 flow maps it and its top's name, elaborated once for
+    all of a unit's seeds."""
+    from gnnweave.hw.flow.estimate import config_top, ecp5_rtlil
     component, name = config_top(config)
-    return component_rtlil(component, name), name
+    return ecp5_rtlil(component, name), name
 
 
 def time_unit(unit: str, config: str, *, pnr_limit_s: float, log_dir: Path | None,

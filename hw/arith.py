@@ -1,6 +1,9 @@
 """Fixed-point arithmetic building blocks, mirroring :mod:`gnnweave.fixed` bit for bit."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -80,6 +83,50 @@ def clamp(value: Value, width: int, too_big: Value, too_small: Value) -> Value:
 
 #: The widest operands one DSP48E2 multiplier takes (signed): A x B.
 DSP_TILE = (27, 18)
+#: The widest operands one ECP5 MULT18X18D takes (signed).
+ECP5_TILE = (18, 18)
+
+#: The multiplier tile of the part a build maps to, where it is smaller than
+#: :data:`DSP_TILE` (see :func:`fabric_multiplier_tile`); None: the DSP48E2's.
+_fabric_tile: contextvars.ContextVar = contextvars.ContextVar("fabric_tile", default=None)
+
+
+@contextlib.contextmanager
+def fabric_multiplier_tile(tile: tuple[int, int] | None):
+    """Components built (and elaborated) inside map their products to multipliers of
+    ``tile`` (e.g. :data:`ECP5_TILE`): each M register holds one such multiplier's product
+    (so a part's output register can take it) and the P stage adds them up. Cycles, latency
+    and results stay those of the :data:`DSP_TILE` build; only where the adder sits moves."""
+    if tile is not None and (len(tile) != 2 or min(tile) < 2):
+        raise ValueError(f"a multiplier tile is two port widths of at least 2 bits, got {tile!r}")
+    token = _fabric_tile.set(tuple(tile) if tile is not None else None)
+    try:
+        yield
+    finally:
+        _fabric_tile.reset(token)
+
+
+def fabric_products(a: Value, b: Value) -> list[tuple[int, Value]]:
+    """``a * b`` as ``(shift, product)`` pieces, each one multiplier of the current fabric
+    tile (:func:`fabric_multiplier_tile`): ``a * b == sum(product << shift)``; the one piece
+    ``a * b`` without a fabric tile, or where it fits one."""
+    tile = _fabric_tile.get()
+    if tile is None:
+        return [(0, a * b)]
+    a_sh, b_sh = a.shape(), b.shape()
+    a_chunks = _chunks(a_sh.width, a_sh.signed, tile[0])
+    b_chunks = _chunks(b_sh.width, b_sh.signed, tile[1])
+    if len(a_chunks) * len(b_chunks) == 1:
+        return [(0, a * b)]
+    return [(ao + bo, _piece(a, ao, aw, asg) * _piece(b, bo, bw, bsg))
+            for ao, aw, asg in a_chunks for bo, bw, bsg in b_chunks]
+
+
+def _piece(value, offset, width, is_signed):
+    """Bits ``[offset, offset + width)`` of ``value``, signed for a top signed piece, else
+    zero-extended to a non-negative signed value."""
+    bits = value.as_unsigned()[offset:offset + width]
+    return bits.as_signed() if is_signed else Cat(bits, Const(0, 1)).as_signed()
 
 
 def _chunks(width: int, is_signed: bool, port: int) -> list[tuple[int, int, bool]]:
@@ -150,21 +197,24 @@ class PipelinedMultiplier(wiring.Component):
             with m.If(enables[stage]):
                 m.d.sync += assigns
 
-        def piece(value, offset, width, is_signed):
-            bits = value.as_unsigned()[offset:offset + width]
-            return bits.as_signed() if is_signed else Cat(bits, Const(0, 1)).as_signed()
-
         partials = []
         for ai, (ao, aw, asg) in enumerate(self._a_chunks):
             for bi, (bo, bw, bsg) in enumerate(self._b_chunks):
                 a_reg = Signal(signed(aw + (not asg)), name=f"a{ai}b{bi}_areg", reset_less=True)
                 b_reg = Signal(signed(bw + (not bsg)), name=f"a{ai}b{bi}_breg", reset_less=True)
-                m_reg = Signal(signed(len(a_reg) + len(b_reg)), name=f"a{ai}b{bi}_mreg",
+                p_reg = Signal(signed(len(a_reg) + len(b_reg)), name=f"a{ai}b{bi}_preg",
                                reset_less=True)
-                p_reg = Signal.like(m_reg, name=f"a{ai}b{bi}_preg", reset_less=True)
-                load(0, a_reg.eq(piece(self.a, ao, aw, asg)), b_reg.eq(piece(self.b, bo, bw, bsg)))
-                load(1, m_reg.eq(a_reg * b_reg))
-                load(2, p_reg.eq(m_reg))
+                load(0, a_reg.eq(_piece(self.a, ao, aw, asg)), b_reg.eq(_piece(self.b, bo, bw, bsg)))
+                # one M register per fabric multiplier; P adds them (one piece: P = M)
+                pieces = fabric_products(a_reg, b_reg)
+                m_regs = []
+                for k, (shift, product) in enumerate(pieces):
+                    suffix = "" if len(pieces) == 1 else str(k)
+                    m_regs.append((shift, Signal(product.shape(), name=f"a{ai}b{bi}_mreg{suffix}",
+                                                 reset_less=True)))
+                    load(1, m_regs[-1][1].eq(product))
+                total = m_regs[0][1] if len(m_regs) == 1 else sum(m << sh for sh, m in m_regs)
+                load(2, p_reg.eq(total))
                 partials.append((ao + bo, p_reg))
         level = 0
         while len(partials) > 1:

