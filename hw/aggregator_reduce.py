@@ -217,8 +217,7 @@ class Reduce(wiring.Component):
             "p1", index=depth, fresh=1, odd=1, x=lanes * ew, w=signed(ew))
         p2_index, p2_fresh, p2_odd = regs("p2", index=depth, fresh=1, odd=1)
         s2_index, s2_odd = regs("s2", index=depth, odd=1)
-        (s3_index,) = regs("s3", index=depth)
-        s3_write = Signal(2, name="s3_write")     # (even, odd): s3 writes that half
+        s3_index, s3_odd = regs("s3", index=depth, odd=1)
 
         def lane_regs(prefix, shape):
             # one register per lane, not one wide vector: the same flip-flops, and a
@@ -241,10 +240,7 @@ class Reduce(wiring.Component):
             [p.eq(p1_x.word_select(k, ew).as_signed() * p1_w) for k, p in enumerate(p2_prod)],
             s2_valid.eq(p2_valid), s2_index.eq(p2_index), s2_odd.eq(p2_odd),
             [s.eq(p) for s, p in zip(s2_prod, p2_prod)],
-            s3_valid.eq(s2_valid), s3_index.eq(s2_index),
-            # each half's write enable straight from a flip-flop: it reaches every LUT RAM
-            # cell of its half
-            s3_write.eq(Cat(s2_valid & ~s2_odd, s2_valid & s2_odd)),
+            s3_valid.eq(s2_valid), s3_index.eq(s2_index), s3_odd.eq(s2_odd),
             # the beat two behind one into the same entry and half (a one-beat row two
             # edges on) reads before s3 writes it; the beat right behind never shares both
             forward.eq(s2_valid & (p1_index == s2_index) & (p1_odd == s2_odd)),
@@ -264,7 +260,7 @@ class Reduce(wiring.Component):
             value = Mux(is_max, Mux(prod > prev, prod, prev), summed) if self.reduce_max else summed
             m.d.sync += new.eq(value[:acc_w])
         m.d.comb += [write.addr.eq(s3_index), write.data.eq(Cat(*s3_new).replicate(2)),
-                     write.en.eq(s3_write)]
+                     write.en.eq(Cat(s3_valid & ~s3_odd, s3_valid & s3_odd))]
 
         # per bank, whether a product of it will be in p2 or s2 next cycle (the one entering
         # p1 is the caller's to know; one in s3 is written before the drain reads)
