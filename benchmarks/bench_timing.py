@@ -158,7 +158,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", default="1",
                     help="nextpnr's placement seed, or several (1,2,3): each unit routed once "
                          "per seed, its best route kept (default 1)")
-    ap.add_argument("--speed-grade", type=int, default=DEFAULT_SPEED_GRADE, choices=ECP5_SPEED_GRADES,
+    ap.add_argument("--speed-grade", type=int, default=DEFAULT_SPEED_GRADE,
+                    choices=ECP5_SPEED_GRADES,
                     help="the part's speed grade (default 6, the slowest, on most boards)")
     a = ap.parse_args(argv)
     units = tuple(u for u in a.units.split(",") if u)

@@ -65,9 +65,8 @@ class _Product:
     def _m_stage(st: RegisterStages, a, b, name: str) -> list:
         """``a * b``'s M registers: one per fabric multiplier (:func:`fabric_products`)."""
         pieces = fabric_products(a, b)
-        if len(pieces) == 1:
-            return [(0, st.reg(pieces[0][1], name))]
-        return [(shift, st.reg(product, f"{name}{k}")) for k, (shift, product) in enumerate(pieces)]
+        return [(shift, st.reg(product, name if len(pieces) == 1 else f"{name}{k}"))
+                for k, (shift, product) in enumerate(pieces)]
 
     @staticmethod
     def _p_stage(st: RegisterStages, m_regs: list, shape, name: str):
