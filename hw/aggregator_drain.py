@@ -164,17 +164,17 @@ class Drain(wiring.Component):
             m.d.sync += self.nodes.eq(self.nodes + 1)
 
         # the beat leaves from registers in two steps; they load every cycle (no enable to
-        # fan out), and the valids qualify them. At the go: the beat's number and the bank's
-        # flags; a cycle later its accumulators, read at that number (the bank's last
-        # product, still in the reduce's last stage at the go, is written by then)
+        # fan out), and the valids qualify them. At the go: the bank's flags (and the beat's
+        # number to the reduce, which registers it beside its RAMs); a cycle later its
+        # accumulators, read at that number (the bank's last product, still in the reduce's
+        # last stage at the go, is written by then)
         layout = accumulator_beat_layout(self.lanes, self.acc_w)
         beat = Signal(layout, reset_less=True)
         side = Signal(data.StructLayout({k: v.shape for k, v in layout if k != "acc"}),
                       reset_less=True)
         side_valid = Signal()
-        read_beat = Signal.like(d_beat, reset_less=True)
         m.d.sync += [
-            side_valid.eq(go), read_beat.eq(d_beat),
+            side_valid.eq(go),
             side.mask.eq(Mux(d_last, self.last_mask, (1 << self.lanes) - 1)),
             side.last.eq(d_last | ends_first),
             side.zero.eq(self.bank.zero), side.single.eq(self.bank.single),
@@ -182,6 +182,6 @@ class Drain(wiring.Component):
             self.o.valid.eq(side_valid), beat.acc.eq(self.bank.data),
             *[beat[k].eq(side[k]) for k, _ in side.shape()],
         ]
-        m.d.comb += [self.bank.beat.eq(read_beat),
+        m.d.comb += [self.bank.beat.eq(d_beat),
                      self.o.payload.eq(beat), self.busy.eq(side_valid | self.o.valid)]
         return m

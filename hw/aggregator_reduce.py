@@ -24,6 +24,10 @@ end in one::
 
     row beat  -> [x, w] -> M -> P ------------------> + / max -> new -> bank RAM
     descriptor (register slice) ->  old: RAM read | forwarded new ^
+
+The banks are a RAM per lane and half (even, odd), each with copies of its own of the
+address and write-enable registers, and each lane with its own copies of the stage's
+selects: no register drives more than one RAM's cells or one lane's multiplexers.
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ from amaranth.lib.wiring import In, Out
 from gnnweave.fixed import MEAN_RECIP_BITS
 
 from .aggregator_walk import descriptor_layout
-from .blocks import StreamRegister, last_beat_flag
+from .blocks import StreamRegister, last_beat_flag, register_copies
 
 
 def bank_entries(max_beats: int) -> int:
@@ -50,8 +54,9 @@ def bank_read_signature(lanes: int, acc_width: int, max_beats: int) -> wiring.Si
         ready: the drain's bank is closed and its last product is in.
         zero: that bank's node had no valid edge (its outputs are 0).
         recip: that node's mean reciprocal.
-        beat: the beat the drain reads, the cycle after it read the flags above
-            (combinational read of ``data``, in the bank those flags were of).
+        beat: the beat the drain reads a cycle later, given in the cycle it reads the
+            flags above: the reduce registers it beside each of its RAMs, and ``data`` is
+            then a combinational read at those registers, in the bank the flags were of.
         single: that bank's node had one edge (only the even accumulators hold it).
         data: that beat's ``lanes`` accumulators of the node's even edges, then the
             ``lanes`` of its odd edges (meaningless with ``single``).
@@ -103,11 +108,16 @@ class Reduce(wiring.Component):
         m = Module()
         entries = bank_entries(self.max_beats)
         entry_bits = (entries - 1).bit_length()
-        # a RAM, not registers: distributed RAM on the FPGA, and an indexed array (instead of
-        # a wide multiplexer evaluated every cycle) in Verilator's model; a word holds a
-        # beat's even and odd accumulators, written a half at a time
-        m.submodules.acc = acc = Memory(shape=unsigned(2 * self.lanes * self.acc_w),
-                                        depth=2 * entries, init=[])
+        # RAMs, not registers: distributed RAM on the FPGA, and an indexed array (instead of
+        # a wide multiplexer evaluated every cycle) in Verilator's model. One per lane and
+        # half (even, odd), each addressed and written from registers of its own: a shared
+        # address would be a net to every LUT RAM cell of the bank (1,024 in a 64 x 512-bit
+        # one), the longest wire of the placed unit
+        acc = [[Memory(shape=unsigned(self.acc_w), depth=2 * entries, init=[]) for _ in range(2)]
+               for _ in range(self.lanes)]
+        for lane, halves in enumerate(acc):
+            for half, ram in zip(("even", "odd"), halves):
+                m.submodules[f"acc{lane}_{half}"] = ram
         # the descriptor's control bits leave flip-flops, not the FIFO's block RAM
         m.submodules.head = head_slice = StreamRegister(reduce_descriptor_layout(self.ew))
         wiring.connect(m, wiring.flipped(self.descriptors), head_slice.i)
@@ -187,15 +197,19 @@ class Reduce(wiring.Component):
         m.d.sync += ready.eq(Mux(release, ready_of[1], ready_of[0]))
         # the drain reads a beat's accumulators a cycle after its flags (and its go): the
         # bank the flags were of, with any product that was still in s3 then written
-        read_bank = Signal()
-        m.d.sync += read_bank.eq(dbank)
-        drain_read = acc.read_port(domain="comb")
+        drain_addr = iter(register_copies(m, index(self.bank.beat, dbank), 2 * self.lanes,
+                                          "drain_addr"))
+        drained = [[], []]
+        for halves in acc:
+            for half, ram in enumerate(halves):
+                port = ram.read_port(domain="comb")
+                m.d.comb += port.addr.eq(next(drain_addr))
+                drained[half].append(port.data)
         m.d.comb += [
             self.bank.ready.eq(ready),
             self.bank.zero.eq(bank_zero[dbank]), self.bank.single.eq(bank_single[dbank]),
             self.bank.recip.eq(bank_recip[dbank]),
-            drain_read.addr.eq(index(self.bank.beat, read_bank)),
-            self.bank.data.eq(drain_read.data),
+            self.bank.data.eq(Cat(*drained[0], *drained[1])),
         ]
         return m
 
@@ -204,7 +218,6 @@ class Reduce(wiring.Component):
         product of it will be in p2 or s2), and drives ``busy``."""
         lanes, ew, acc_w = self.lanes, self.ew, self.acc_w
         depth = len(entry)
-        half = lanes * acc_w
 
         def regs(prefix, **shapes):
             return [Signal(shape, name=f"{prefix}_{n}", reset_less=True) for n, shape in shapes.items()]
@@ -215,9 +228,8 @@ class Reduce(wiring.Component):
         # meets the identity
         p1_index, p1_fresh, p1_odd, p1_x, p1_w = regs(
             "p1", index=depth, fresh=1, odd=1, x=lanes * ew, w=signed(ew))
-        p2_index, p2_fresh, p2_odd = regs("p2", index=depth, fresh=1, odd=1)
+        p2_index, p2_odd = regs("p2", index=depth, odd=1)
         s2_index, s2_odd = regs("s2", index=depth, odd=1)
-        s3_index, s3_odd = regs("s3", index=depth, odd=1)
 
         def lane_regs(prefix, shape):
             # one register per lane, not one wide vector: the same flip-flops, and a
@@ -228,39 +240,55 @@ class Reduce(wiring.Component):
         s2_prod = lane_regs("s2_prod", signed(2 * ew))
         s2_old = lane_regs("s2_old", signed(acc_w))
         s3_new = lane_regs("s3_new", signed(acc_w))
-        forward = Signal(reset_less=True)     # s3 writes the entry and half p2 reads
-        is_max = Signal(reset_less=True)
-        update_read = acc.read_port(domain="comb")
-        write = acc.write_port(granularity=half)
         m.d.sync += [
             p1_valid.eq(valid), p1_index.eq(entry), p1_fresh.eq(first | second), p1_odd.eq(odd),
             p1_x.eq(self.rows.payload), p1_w.eq(weight),
-            p2_valid.eq(p1_valid), p2_index.eq(p1_index), p2_fresh.eq(p1_fresh),
-            p2_odd.eq(p1_odd),
+            p2_valid.eq(p1_valid), p2_index.eq(p1_index), p2_odd.eq(p1_odd),
             [p.eq(p1_x.word_select(k, ew).as_signed() * p1_w) for k, p in enumerate(p2_prod)],
             s2_valid.eq(p2_valid), s2_index.eq(p2_index), s2_odd.eq(p2_odd),
             [s.eq(p) for s, p in zip(s2_prod, p2_prod)],
-            s3_valid.eq(s2_valid), s3_index.eq(s2_index), s3_odd.eq(s2_odd),
-            # the beat two behind one into the same entry and half (a one-beat row two
-            # edges on) reads before s3 writes it; the beat right behind never shares both
-            forward.eq(s2_valid & (p1_index == s2_index) & (p1_odd == s2_odd)),
-            is_max.eq(self.max if self.reduce_max else 0),
+            s3_valid.eq(s2_valid),
         ]
-        # a half's first product meets the identity of its reduction instead of the old
-        # accumulator (0 for sum, the least value for max: every product is above it), so
-        # the accumulate stage has no `first` to decide
-        identity = Cat(Const(0, acc_w - 1), is_max)
-        stored = Mux(p2_odd, update_read.data[half:], update_read.data[:half])
-        m.d.comb += update_read.addr.eq(p2_index)
-        for lane, (old, new) in enumerate(zip(s2_old, s3_new)):
-            m.d.sync += old.eq(Mux(p2_fresh, identity,
-                                   Mux(forward, new, stored.word_select(lane, acc_w))))
-        for prod, prev, new in zip(s2_prod, s2_old, s3_new):
+        # each lane's controls, and each RAM's addresses and write enable, from copies of
+        # their own (a lane's select reaches its acc_w multiplexers, not every lane's)
+        per_ram = 2 * lanes
+        update_addr = register_copies(m, p1_index, per_ram, "update_addr")
+        write_addr = register_copies(m, s2_index, per_ram, "write_addr")
+        write_en = [register_copies(m, s2_valid & (s2_odd == half), lanes, f"write_en{half}_")
+                    for half in range(2)]
+        fresh = register_copies(m, p1_fresh, lanes, "p2_fresh")
+        use_odd = register_copies(m, p1_odd, lanes, "p2_odd")
+        # the beat two behind one into the same entry and half (a one-beat row two edges
+        # on) reads before s3 writes it; the beat right behind never shares both
+        forward = register_copies(m, s2_valid & (p1_index == s2_index) & (p1_odd == s2_odd),
+                                  lanes, "forward")
+        is_max = register_copies(m, self.max if self.reduce_max else Const(0, 1), lanes, "is_max")
+
+        for lane in range(lanes):
+            stored = []
+            for half, ram in enumerate(acc[lane]):
+                ram_no = 2 * lane + half
+                read, write = ram.read_port(domain="comb"), ram.write_port()
+                m.d.comb += [read.addr.eq(update_addr[ram_no]), write.addr.eq(write_addr[ram_no]),
+                             write.data.eq(s3_new[lane]), write.en.eq(write_en[half][lane])]
+                stored.append(read.data)
+            # a half's first product meets the identity of its reduction instead of the old
+            # accumulator, so the accumulate stage has no `first` to decide: 0 for sum, and
+            # for max the least value of a product's width (every product of two ew-bit
+            # elements is above it), sign-extended
+            identity = Cat(Const(0, 2 * ew - 1), is_max[lane].replicate(acc_w - 2 * ew + 1))
+            m.d.sync += s2_old[lane].eq(Mux(fresh[lane], identity,
+                                            Mux(forward[lane], s3_new[lane],
+                                                Mux(use_odd[lane], stored[1], stored[0]))))
+            prod, prev = s2_prod[lane], s2_old[lane]
             summed = (prev + prod)[:acc_w]
-            value = Mux(is_max, Mux(prod > prev, prod, prev), summed) if self.reduce_max else summed
-            m.d.sync += new.eq(value[:acc_w])
-        m.d.comb += [write.addr.eq(s3_index), write.data.eq(Cat(*s3_new).replicate(2)),
-                     write.en.eq(Cat(s3_valid & ~s3_odd, s3_valid & s3_odd))]
+            # in a max run the accumulator holds the identity or a product, each a
+            # product's width sign-extended, so a compare of that width decides (a carry
+            # chain of half the accumulator's)
+            larger = prod > prev[:2 * ew].as_signed()
+            value = (Mux(is_max[lane], Mux(larger, prod, prev), summed) if self.reduce_max
+                     else summed)
+            m.d.sync += s3_new[lane].eq(value[:acc_w])
 
         # per bank, whether a product of it will be in p2 or s2 next cycle (the one entering
         # p1 is the caller's to know; one in s3 is written before the drain reads)

@@ -78,7 +78,7 @@ def test_reduce_accumulates_like_integer_arithmetic(op, row_beats, p_row, p_drai
         ctx.set(dut.max, op == "max")
         r = d = 0
         beat, beats = 0, []
-        read = None         # (beat, single, node done) the drain read the flags of last cycle
+        read = None         # (single, node done) the drain read the flags of last cycle
         for _ in range(20 * len(rows) + 500):
             ctx.set(dut.rows.valid, r < len(rows) and rng.random() < p_row)
             ctx.set(dut.rows.payload, rows[r] if r < len(rows) else 0)
@@ -87,8 +87,7 @@ def test_reduce_accumulates_like_integer_arithmetic(op, row_beats, p_row, p_drai
             if read is not None:
                 # a cycle after the flags, the accumulators: the node's even and odd edges',
                 # as the output stage combines them (the even ones alone for one edge)
-                read_beat, single, done = read
-                ctx.set(dut.bank.beat, read_beat)
+                single, done = read
                 data = ctx.get(dut.bank.data)
                 even = [_wrap(data >> (ACC_W * k)) for k in range(LANES)]
                 odd = [_wrap(data >> (ACC_W * (LANES + k))) for k in range(LANES)]
@@ -103,7 +102,9 @@ def test_reduce_accumulates_like_integer_arithmetic(op, row_beats, p_row, p_drai
             read = None
             if reading:
                 done = (ctx.get(dut.bank.zero), ctx.get(dut.bank.recip)) if release else None
-                read = (beat, ctx.get(dut.bank.single), done)
+                # the beat's number goes with the flags, its accumulators come a cycle later
+                ctx.set(dut.bank.beat, beat)
+                read = (ctx.get(dut.bank.single), done)
                 beat = 0 if release else beat + 1
             r += ctx.get(dut.rows.valid) and ctx.get(dut.rows.ready)
             d += ctx.get(dut.descriptors.valid) and ctx.get(dut.descriptors.ready)
@@ -195,13 +196,14 @@ def test_drain_sends_every_row_and_its_bursts(row_beats, stride, p_ready, p_aw, 
         ctx.set(dut.launch, 0)
         node, owed = 0, 0
         read_node = 0           # the bank the drain read flags of a cycle ago
+        read_beat = 0           # the beat it asked for then (the reduce registers it)
         for _ in range(nodes * row_beats * 12 + 100):
             ready = node < nodes and rng.random() < p_ready
             ctx.set(dut.bank.ready, ready)
             ctx.set(dut.bank.zero, zeros[node] if node < nodes else 0)
             ctx.set(dut.bank.recip, recips[node] if node < nodes else 0)
-            ctx.set(dut.bank.data, acc(read_node, ctx.get(dut.bank.beat)))
-            read_node = node
+            ctx.set(dut.bank.data, acc(read_node, read_beat))
+            read_node, read_beat = node, ctx.get(dut.bank.beat)
             ctx.set(dut.aw.ready, rng.random() < p_aw)
             back = owed > 0 and rng.random() < p_w        # the write port takes a beat
             ctx.set(dut.beat_done, back)
