@@ -439,15 +439,20 @@ def up_down_counter(m: Module, limit: int, up, down, name: str):
     return count
 
 
+#: the attribute of a register's copy (:func:`register_copies`) that the ECP5 timing flow
+#: keeps apart from its equals (``gnnweave.hw.flow.estimate.KEEP_REGISTERS``)
+COPY_ATTRIBUTE = "register_copy"
+
+
 def register_copies(m: Module, value, copies: int, name: str) -> list[Signal]:
     """``copies`` registers that each take ``value`` every cycle (no reset), so that each
     drives a share of its loads: a net to hundreds of LUT RAM cells or multiplexers is
-    the longest wire of a placed design. Each is kept (attribute ``keep``): synthesis
-    merges equal registers back into one unless told not to (Yosys' ``opt_merge``; the
-    flows here keep every flip-flop whose output carries ``keep``, as Vivado keeps a
-    register marked KEEP)."""
+    the longest wire of a placed design. Synthesis merges equal registers back into one
+    unless told not to (Yosys' ``opt_merge``, whatever the wire's attributes): each copy
+    carries ``keep`` (Vivado keeps a register marked KEEP) and :data:`COPY_ATTRIBUTE`,
+    which the ECP5 timing flow keeps."""
     regs = [Signal(Value.cast(value).shape(), name=f"{name}{k}", reset_less=True,
-                   attrs={"keep": 1}) for k in range(copies)]
+                   attrs={"keep": 1, COPY_ATTRIBUTE: 1}) for k in range(copies)]
     m.d.sync += [r.eq(value) for r in regs]
     return regs
 

@@ -59,6 +59,8 @@ from pathlib import Path
 
 from amaranth.back import rtlil
 
+from ..blocks import COPY_ATTRIBUTE
+
 from . import ecp5_context
 from .boards import Board, get_board
 # the command-line options and the constants they name live in an Amaranth-free module, so
@@ -395,10 +397,11 @@ def _design_cells(modules: dict, children: dict, top: str) -> Counter:
 
 # --------------------------------------------------------------------------------------------
 # Yosys merges equal flip-flops (opt_merge) whatever their wires' attributes; the RTL's
-# copies of a register (``register_copies``: each drives a share of a wide fan-out) carry
-# ``keep`` on their wires, and this keeps the flip-flops that drive them, as Vivado keeps a
-# register marked KEEP
-KEEP_REGISTERS = "setattr -set keep 1 a:keep %ci1:+[Q] a:keep %d"
+# copies of a register (``blocks.register_copies``: each drives a share of a wide fan-out
+# of data pins) are marked, and this keeps the flip-flops that drive them. Other registers
+# marked ``keep`` stay merged: a clock enable's copies split a net that, whole, the flow
+# would put on a global (``ecp5_context.promote_control_nets``)
+KEEP_REGISTERS = f"setattr -set keep 1 a:{COPY_ATTRIBUTE} %ci1:+[Q] a:{COPY_ATTRIBUTE} %d"
 
 # open-flow timing: synth_ecp5 + nextpnr-ecp5, each design in a port wrapper
 # --------------------------------------------------------------------------------------------

