@@ -21,8 +21,9 @@ place-and-route on PyPI, so each unit of the top (``--timing-scope units``, the 
 the whole top) is mapped with ``synth_ecp5`` inside a port wrapper of three pins
 (:mod:`.ecp5_context`: the clock on a global network, the highest-fanout resets and clock
 enables on DCCAs; the build elaborated with the ECP5's 18 x 18 multiplier tile,
-:func:`ecp5_rtlil`; the RTL's copies of a register kept apart, :data:`KEEP_REGISTERS`) and placed (HeAP, then its simulated-annealing refinement) and routed
-(router2) on a Lattice LFE5U-85F by ``nextpnr-ecp5``;
+:func:`ecp5_rtlil`; the RTL's copies of a register kept apart, :data:`KEEP_REGISTERS`) and
+placed (HeAP, then its simulated-annealing refinement) and routed (router2) on a Lattice
+LFE5U-85F by ``nextpnr-ecp5``;
 its Fmax is reported as "open-flow ECP5 Fmax (not a Xilinx timing figure)": a relative figure
 (critical paths, regressions between builds), typically well below what a -2 UltraScale+
 part reaches. Each nextpnr run gets a wall-clock limit (``--pnr-limit``, default 20 min): the
@@ -396,15 +397,15 @@ def _design_cells(modules: dict, children: dict, top: str) -> Counter:
 
 
 # --------------------------------------------------------------------------------------------
+# open-flow timing: synth_ecp5 + nextpnr-ecp5, each design in a port wrapper
+# --------------------------------------------------------------------------------------------
+
 # Yosys merges equal flip-flops (opt_merge) whatever their wires' attributes; the RTL's
 # copies of a register (``blocks.register_copies``: each drives a share of a wide fan-out
 # of data pins) are marked, and this keeps the flip-flops that drive them. Other registers
 # marked ``keep`` stay merged: a clock enable's copies split a net that, whole, the flow
 # would put on a global (``ecp5_context.promote_control_nets``)
 KEEP_REGISTERS = f"setattr -set keep 1 a:{COPY_ATTRIBUTE} %ci1:+[Q] a:{COPY_ATTRIBUTE} %d"
-
-# open-flow timing: synth_ecp5 + nextpnr-ecp5, each design in a port wrapper
-# --------------------------------------------------------------------------------------------
 
 ECP5_DEVICES = {"25k": "LFE5U-25F", "45k": "LFE5U-45F", "85k": "LFE5U-85F"}
 
