@@ -191,9 +191,12 @@ class Reduce(wiring.Component):
         # an empty descriptor can make its bank ready at once)
         ready = Signal()
         closing_empty = head.valid & desc.empty & other_free
-        ready_of = [~self._in_pipe.bit_select(b, 1) &
-                    (filled.bit_select(b, 1) | (closing_empty & (bank == b)))
-                    for b in (dbank, ~dbank)]
+        # (kept nets: the release, which the write-address ready decides, only chooses
+        # between them, in the last LUT, and ABC builds no deeper tree around it)
+        ready_of = [Signal(name=f"ready_{k}", attrs={"keep": 1}) for k in ("held", "released")]
+        m.d.comb += [ready_of[k].eq(~self._in_pipe.bit_select(b, 1) &
+                                    (filled.bit_select(b, 1) | (closing_empty & (bank == b))))
+                     for k, b in enumerate((dbank, ~dbank))]
         m.d.sync += ready.eq(Mux(release, ready_of[1], ready_of[0]))
         # the drain reads a beat's accumulators a cycle after its flags (and its go): the
         # bank the flags were of, with any product that was still in s3 then written
