@@ -17,17 +17,21 @@ result is registered before it is written or forwarded, and no add or compare si
 one-cycle loop.
 
 Node ``k + 1`` accumulates in one bank while node ``k`` drains from the other. Each
-product is in DSP shape (operand registers, M, P); the old accumulator is read a stage
-ahead, beside the P register, and the value the accumulate stage registered is forwarded
-to the read two beats behind it, so the add and the compare start from flip-flops and
-end in one::
+product is in DSP shape (operand registers, M, P). The old accumulator is read while the
+beat's operands are registered (p1) and registered itself; beside M it becomes ``old``
+(or the value the accumulate stage holds, for a beat two behind one into the same entry
+and half; three behind, that value replaces the RAM's read), and a max run's compare of
+the product with it is registered there too. So the add and the choice start from
+flip-flops and end in one::
 
-    row beat  -> [x, w] -> M -> P ------------------> + / max -> new -> bank RAM
-    descriptor (register slice) ->  old: RAM read | forwarded new ^
+    row beat   -> [x, w]  --> M ------> P --------> + / max -> new -> bank RAM
+    descriptor -> RAM read -> stored --> old, larger --^
+                               ^ new (3 behind)  ^ new (2 behind)
 
-The banks are a RAM per lane and half (even, odd), each with copies of its own of the
-address and write-enable registers, and each lane with its own copies of the stage's
-selects: no register drives more than one RAM's cells or one lane's multiplexers.
+The banks are a RAM per lane, half (even, odd) and 16-bit slice of the accumulator, each
+with copies of its own of the address and write-enable registers, and each lane with its
+own copies of the stage's selects: no register drives more than one RAM's cells or one
+lane's multiplexers.
 """
 from __future__ import annotations
 
@@ -40,6 +44,11 @@ from gnnweave.fixed import MEAN_RECIP_BITS
 
 from .aggregator_walk import descriptor_layout
 from .blocks import StreamRegister, last_beat_flag, register_copies
+
+
+#: bits of an accumulator per LUT RAM: each RAM's addresses and write enable are
+#: registers of its own, so no register drives more than RAM_SLICE_BITS bits' cells
+RAM_SLICE_BITS = 16
 
 
 def bank_entries(max_beats: int) -> int:
@@ -109,15 +118,17 @@ class Reduce(wiring.Component):
         entries = bank_entries(self.max_beats)
         entry_bits = (entries - 1).bit_length()
         # RAMs, not registers: distributed RAM on the FPGA, and an indexed array (instead of
-        # a wide multiplexer evaluated every cycle) in Verilator's model. One per lane and
-        # half (even, odd), each addressed and written from registers of its own: a shared
-        # address would be a net to every LUT RAM cell of the bank (1,024 in a 64 x 512-bit
-        # one), the longest wire of the placed unit
-        acc = [[Memory(shape=unsigned(self.acc_w), depth=2 * entries, init=[]) for _ in range(2)]
-               for _ in range(self.lanes)]
+        # a wide multiplexer evaluated every cycle) in Verilator's model. One per lane, half
+        # (even, odd) and slice of RAM_SLICE_BITS, each addressed and written from
+        # registers of its own: a shared address would be a net to every LUT RAM cell of
+        # the bank (1,024 in a 64 x 512-bit one), the longest wire of the placed unit
+        slices = self.acc_w // RAM_SLICE_BITS if self.acc_w % RAM_SLICE_BITS == 0 else 1
+        acc = [[[Memory(shape=unsigned(self.acc_w // slices), depth=2 * entries, init=[])
+                 for _ in range(slices)] for _ in range(2)] for _ in range(self.lanes)]
         for lane, halves in enumerate(acc):
-            for half, ram in zip(("even", "odd"), halves):
-                m.submodules[f"acc{lane}_{half}"] = ram
+            for half, rams in zip(("even", "odd"), halves):
+                for k, ram in enumerate(rams):
+                    m.submodules[f"acc{lane}_{half}_{k}"] = ram
         # the descriptor's control bits leave flip-flops, not the FIFO's block RAM
         m.submodules.head = head_slice = StreamRegister(reduce_descriptor_layout(self.ew))
         wiring.connect(m, wiring.flipped(self.descriptors), head_slice.i)
@@ -200,14 +211,17 @@ class Reduce(wiring.Component):
         m.d.sync += ready.eq(Mux(release, ready_of[1], ready_of[0]))
         # the drain reads a beat's accumulators a cycle after its flags (and its go): the
         # bank the flags were of, with any product that was still in s3 then written
-        drain_addr = iter(register_copies(m, index(self.bank.beat, dbank), 2 * self.lanes,
-                                          "drain_addr"))
+        drain_addr = iter(register_copies(m, index(self.bank.beat, dbank),
+                                          2 * self.lanes * slices, "drain_addr"))
         drained = [[], []]
         for halves in acc:
-            for half, ram in enumerate(halves):
-                port = ram.read_port(domain="comb")
-                m.d.comb += port.addr.eq(next(drain_addr))
-                drained[half].append(port.data)
+            for half, rams in enumerate(halves):
+                words = []
+                for ram in rams:
+                    port = ram.read_port(domain="comb")
+                    m.d.comb += port.addr.eq(next(drain_addr))
+                    words.append(port.data)
+                drained[half].append(Cat(*words))
         m.d.comb += [
             self.bank.ready.eq(ready),
             self.bank.zero.eq(bank_zero[dbank]), self.bank.single.eq(bank_single[dbank]),
@@ -240,6 +254,7 @@ class Reduce(wiring.Component):
             return [Signal(shape, name=f"{prefix}{k}", reset_less=True) for k in range(lanes)]
 
         p2_prod = lane_regs("p2_prod", signed(2 * ew))
+        p2_stored = lane_regs("p2_stored", unsigned(acc_w))
         s2_prod = lane_regs("s2_prod", signed(2 * ew))
         s2_old = lane_regs("s2_old", signed(acc_w))
         s3_new = lane_regs("s3_new", signed(acc_w))
@@ -254,41 +269,58 @@ class Reduce(wiring.Component):
         ]
         # each lane's controls, and each RAM's addresses and write enable, from copies of
         # their own (a lane's select reaches its acc_w multiplexers, not every lane's)
-        per_ram = 2 * lanes
-        update_addr = register_copies(m, p1_index, per_ram, "update_addr")
+        slices = len(acc[0][0])
+        per_ram = 2 * lanes * slices
+        # the old accumulator is read while the beat is in p1 (at copies of its entry),
+        # and registered: the RAM's read is a stage of its own
+        update_addr = register_copies(m, entry, per_ram, "update_addr")
+        read_odd = register_copies(m, odd, lanes, "p1_odd")
         write_addr = register_copies(m, s2_index, per_ram, "write_addr")
-        write_en = [register_copies(m, s2_valid & (s2_odd == half), lanes, f"write_en{half}_")
-                    for half in range(2)]
+        write_en = [register_copies(m, s2_valid & (s2_odd == half), lanes * slices,
+                                    f"write_en{half}_") for half in range(2)]
         fresh = register_copies(m, p1_fresh, lanes, "p2_fresh")
-        use_odd = register_copies(m, p1_odd, lanes, "p2_odd")
-        # the beat two behind one into the same entry and half (a one-beat row two edges
-        # on) reads before s3 writes it; the beat right behind never shares both
+        # a beat two behind one into the same entry and half (a one-beat row two edges on)
+        # takes its value from s3 in p2; three behind, from s3 in p1 (s3 writes the RAM
+        # at the end of that cycle); the beat right behind never shares both
         forward = register_copies(m, s2_valid & (p1_index == s2_index) & (p1_odd == s2_odd),
                                   lanes, "forward")
+        forward_read = register_copies(m, s2_valid & (entry == s2_index) & (odd == s2_odd),
+                                       lanes, "forward_read")
         is_max = register_copies(m, self.max if self.reduce_max else Const(0, 1), lanes, "is_max")
 
         for lane in range(lanes):
             stored = []
-            for half, ram in enumerate(acc[lane]):
-                ram_no = 2 * lane + half
-                read, write = ram.read_port(domain="comb"), ram.write_port()
-                m.d.comb += [read.addr.eq(update_addr[ram_no]), write.addr.eq(write_addr[ram_no]),
-                             write.data.eq(s3_new[lane]), write.en.eq(write_en[half][lane])]
-                stored.append(read.data)
+            for half, rams in enumerate(acc[lane]):
+                words = []
+                for k, ram in enumerate(rams):
+                    ram_no = (2 * lane + half) * slices + k
+                    read, write = ram.read_port(domain="comb"), ram.write_port()
+                    m.d.comb += [read.addr.eq(update_addr[ram_no]),
+                                 write.addr.eq(write_addr[ram_no]),
+                                 write.data.eq(s3_new[lane].word_select(k, len(write.data))),
+                                 write.en.eq(write_en[half][lane * slices + k])]
+                    words.append(read.data)
+                stored.append(Cat(*words))
+            m.d.sync += p2_stored[lane].eq(Mux(forward_read[lane], s3_new[lane],
+                                               Mux(read_odd[lane], stored[1], stored[0])))
             # a half's first product meets the identity of its reduction instead of the old
             # accumulator, so the accumulate stage has no `first` to decide: 0 for sum, and
             # for max the least value of a product's width (every product of two ew-bit
             # elements is above it), sign-extended
             identity = Cat(Const(0, 2 * ew - 1), is_max[lane].replicate(acc_w - 2 * ew + 1))
             m.d.sync += s2_old[lane].eq(Mux(fresh[lane], identity,
-                                            Mux(forward[lane], s3_new[lane],
-                                                Mux(use_odd[lane], stored[1], stored[0]))))
-            prod, prev = s2_prod[lane], s2_old[lane]
-            summed = (prev + prod)[:acc_w]
+                                            Mux(forward[lane], s3_new[lane], p2_stored[lane])))
             # in a max run the accumulator holds the identity or a product, each a
             # product's width sign-extended, so a compare of that width decides (a carry
-            # chain of half the accumulator's)
-            larger = prod > prev[:2 * ew].as_signed()
+            # chain of half the accumulator's). It is made beside s2_old, against both
+            # values s2_old can take (every product is above the identity), and registered
+            larger = Signal(name=f"s2_larger{lane}", reset_less=True)
+            p2 = p2_prod[lane]
+            m.d.sync += larger.eq(fresh[lane] |
+                                  Mux(forward[lane], p2 > s3_new[lane][:2 * ew].as_signed(),
+                                      p2 > p2_stored[lane][:2 * ew].as_signed()))
+            prod, prev = s2_prod[lane], s2_old[lane]
+            summed = (prev + prod)[:acc_w]
             value = (Mux(is_max[lane], Mux(larger, prod, prev), summed) if self.reduce_max
                      else summed)
             m.d.sync += s3_new[lane].eq(value[:acc_w])
