@@ -84,7 +84,9 @@ class OutputStage(wiring.Component):
     Ports:
         i: accumulator beats (:func:`accumulator_beat_layout`); always accepted. Each
             lane's two partial accumulators are combined first (sum, or max with ``max``;
-            the even one alone with ``single``).
+            the even one alone with ``single``). In a max run each accumulator is a
+            product of two ``elem_width`` elements (or the least value of that width),
+            sign-extended, as the reduce keeps them: the compare is of that width.
         o: output beats (:func:`output_beat_layout`), :attr:`latency` cycles later; the
             consumer takes every beat (it has reserved room for the beats in flight).
         shift: narrowing shift (0 .. 63), fixed for a run (registered, with its rounding
@@ -156,7 +158,13 @@ class OutputStage(wiring.Component):
                     single=beat.single)
         operands = dict(even=evens)
         if self.has_max:
-            operands.update(odd=odds, odd_larger=Cat(*[o > e for e, o in zip(evens, odds)]))
+            # in a max run each accumulator holds a product's width sign-extended (the
+            # reduce's identity included; a single edge's odd one is not used), so a
+            # compare of that width decides
+            prod_w = 2 * ew
+            odd_larger = [o[:prod_w].as_signed() > e[:prod_w].as_signed()
+                          for e, o in zip(evens, odds)]
+            operands.update(odd=odds, odd_larger=Cat(*odd_larger))
         r = chain.stage("pair", summed=self._lanes([e + o for e, o in zip(evens, odds)], acc_w),
                         **operands, **side)
         combined = []
