@@ -13,19 +13,19 @@ associative, and the sum wraps at the accumulator's width either way, so the res
 bit for bit the one accumulator's), or takes the even one alone for a node with a single
 edge (its odd half holds an older node's values). Why two: consecutive beats of one half
 are at least two cycles apart (one-beat rows alternate halves), so the accumulate stage's
-result is registered before it is written or forwarded, and no add or compare sits in a
-one-cycle loop.
+sum and compare are registered before their result is written or forwarded, and no add
+or compare sits in a one-cycle loop.
 
 Node ``k + 1`` accumulates in one bank while node ``k`` drains from the other. Each
 product is in DSP shape (operand registers, M, P). The old accumulator is read while the
 beat's operands are registered (p1) and registered itself; beside M it becomes ``old``
-(or the value the accumulate stage holds, for a beat two behind one into the same entry
-and half; three behind, that value replaces the RAM's read), and a max run's compare of
-the product with it is registered there too. So the add and the choice start from
-flip-flops and end in one::
+(or the accumulate stage's value, for a beat two behind one into the same entry and half;
+three behind, that value replaces the RAM's read). The accumulate stage registers the sum
+and, for max, the compare with the operands it chose between; the new value is that sum or
+that choice, one LUT from registers, into the RAM's write and the forwards::
 
-    row beat   -> [x, w]  --> M ------> P --------> + / max -> new -> bank RAM
-    descriptor -> RAM read -> stored --> old, larger --^
+    row beat   -> [x, w]  --> M ------> P ---> sum, compare -> new -> bank RAM
+    descriptor -> RAM read -> stored --> old --^                 |
                                ^ new (3 behind)  ^ new (2 behind)
 
 The banks are a RAM per lane, half (even, odd) and 16-bit slice of the accumulator, each
@@ -257,7 +257,13 @@ class Reduce(wiring.Component):
         p2_stored = lane_regs("p2_stored", unsigned(acc_w))
         s2_prod = lane_regs("s2_prod", signed(2 * ew))
         s2_old = lane_regs("s2_old", signed(acc_w))
-        s3_new = lane_regs("s3_new", signed(acc_w))
+        s3_sum = lane_regs("s3_sum", signed(acc_w))
+        s3_prod = lane_regs("s3_prod", signed(2 * ew))
+        s3_old = lane_regs("s3_old", signed(2 * ew))
+        s3_larger = lane_regs("s3_larger", 1)
+        # the accumulate stage's result: the sum, or the larger of a max run, chosen from
+        # registers (one LUT), into the RAM's write and the two forwards
+        s3_new = [Signal(signed(acc_w), name=f"s3_new{k}") for k in range(lanes)]
         m.d.sync += [
             p1_valid.eq(valid), p1_index.eq(entry), p1_fresh.eq(first | second), p1_odd.eq(odd),
             p1_x.eq(self.rows.payload), p1_w.eq(weight),
@@ -312,18 +318,14 @@ class Reduce(wiring.Component):
                                             Mux(forward[lane], s3_new[lane], p2_stored[lane])))
             # in a max run the accumulator holds the identity or a product, each a
             # product's width sign-extended, so a compare of that width decides (a carry
-            # chain of half the accumulator's). It is made beside s2_old, against both
-            # values s2_old can take (every product is above the identity), and registered
-            larger = Signal(name=f"s2_larger{lane}", reset_less=True)
-            p2 = p2_prod[lane]
-            m.d.sync += larger.eq(fresh[lane] |
-                                  Mux(forward[lane], p2 > s3_new[lane][:2 * ew].as_signed(),
-                                      p2 > p2_stored[lane][:2 * ew].as_signed()))
+            # chain of half the accumulator's), registered beside the sum
             prod, prev = s2_prod[lane], s2_old[lane]
-            summed = (prev + prod)[:acc_w]
-            value = (Mux(is_max[lane], Mux(larger, prod, prev), summed) if self.reduce_max
-                     else summed)
-            m.d.sync += s3_new[lane].eq(value[:acc_w])
+            m.d.sync += [s3_sum[lane].eq((prev + prod)[:acc_w]), s3_prod[lane].eq(prod),
+                         s3_old[lane].eq(prev[:2 * ew]),
+                         s3_larger[lane].eq(prod > prev[:2 * ew].as_signed())]
+            larger = Mux(s3_larger[lane], s3_prod[lane], s3_old[lane])
+            m.d.comb += s3_new[lane].eq(Mux(is_max[lane], larger, s3_sum[lane])
+                                        if self.reduce_max else s3_sum[lane])
 
         # per bank, whether a product of it will be in p2 or s2 next cycle (the one entering
         # p1 is the caller's to know; one in s3 is written before the drain reads)
