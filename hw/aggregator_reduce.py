@@ -258,6 +258,7 @@ class Reduce(wiring.Component):
         s2_prod = lane_regs("s2_prod", signed(2 * ew))
         s2_old = lane_regs("s2_old", signed(acc_w))
         s3_sum = lane_regs("s3_sum", signed(acc_w))
+        # a max run's compare and the two values it chose between (with ``reduce_max``)
         s3_prod = lane_regs("s3_prod", signed(2 * ew))
         s3_old = lane_regs("s3_old", signed(2 * ew))
         s3_larger = lane_regs("s3_larger", 1)
@@ -320,12 +321,14 @@ class Reduce(wiring.Component):
             # product's width sign-extended, so a compare of that width decides (a carry
             # chain of half the accumulator's), registered beside the sum
             prod, prev = s2_prod[lane], s2_old[lane]
-            m.d.sync += [s3_sum[lane].eq((prev + prod)[:acc_w]), s3_prod[lane].eq(prod),
-                         s3_old[lane].eq(prev[:2 * ew]),
-                         s3_larger[lane].eq(prod > prev[:2 * ew].as_signed())]
-            larger = Mux(s3_larger[lane], s3_prod[lane], s3_old[lane])
-            m.d.comb += s3_new[lane].eq(Mux(is_max[lane], larger, s3_sum[lane])
-                                        if self.reduce_max else s3_sum[lane])
+            m.d.sync += s3_sum[lane].eq((prev + prod)[:acc_w])
+            value = s3_sum[lane]
+            if self.reduce_max:
+                m.d.sync += [s3_prod[lane].eq(prod), s3_old[lane].eq(prev[:2 * ew]),
+                             s3_larger[lane].eq(prod > prev[:2 * ew].as_signed())]
+                larger = Mux(s3_larger[lane], s3_prod[lane], s3_old[lane])
+                value = Mux(is_max[lane], larger, value)
+            m.d.comb += s3_new[lane].eq(value)
 
         # per bank, whether a product of it will be in p2 or s2 next cycle (the one entering
         # p1 is the caller's to know; one in s3 is written before the drain reads)
