@@ -501,9 +501,11 @@ class AggregatorCore(UnitCore):
             "edges": s.edge_pulse, "rejected_indices": s.rejected_pulse,
             "saturations": s.saturated_now,
         }
-        # the walk's pulses come from its deepest decisions: they reach the counters'
-        # adders from a register (a cycle late; the walk ends long before the run does)
-        for name in ("edges", "rejected_indices"):
+        # the walk's pulses come from its deepest decisions, the bus's stalls and the read
+        # port's wait from across the unit: they reach the counters' adders from a register,
+        # a cycle late. Totals are the same: none of them can be set in the cycle before a
+        # run (no traffic) or in its last (the walk is done, every response is in)
+        for name in ("edges", "rejected_indices", "stall_cycles", "mem_wait_cycles"):
             late = Signal(name=f"{name}_pulse")
             m.d.sync += late.eq(increments[name])
             increments[name] = late

@@ -68,6 +68,14 @@ class ConfigCheck(wiring.Component):
             "last_mask": Out(lanes),
         })
 
+    def _wraps(self, addr, size):
+        """``addr + size >= 2 ** addr_width`` as a compare against ``~addr``: an adder of the
+        same two registers is the read port's guard limit, and Yosys would share it (its
+        result then travels from the read port to this flag)."""
+        aw = self.aw
+        high = [v[aw:].any() for v in (addr, size) if len(v) > aw]
+        return Cat(*high, size[:aw] > ~addr[:aw]).any()
+
     def elaborate(self, platform):
         m = Module()
         cfg, lanes, bpb, aw = self.cfg, self.lanes, self.bpb, self.aw
@@ -97,7 +105,7 @@ class ConfigCheck(wiring.Component):
         flag("shift", cfg.shift > 63)
         for name in buffers:
             addr_bad = (cfg[f"{name}_addr"] & align) != 0
-            wrap = ((cfg[f"{name}_addr"] + cfg[f"{name}_size"]) >> aw) != 0
+            wrap = self._wraps(cfg[f"{name}_addr"], cfg[f"{name}_size"])
             flag(f"{name}_align", (use_weights if name == "weights" else 1) & addr_bad)
             flag(f"{name}_wrap", wrap)          # counted only where used (at RESULT)
         for name in ("feat_stride", "out_stride"):

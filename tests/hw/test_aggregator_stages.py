@@ -304,13 +304,18 @@ def _configs(rng, count):
     yield big
     yield dict(big, feat_size=((1 << 20) - 1) * (1 << 24) + 47)        # one byte short
     yield dict(big, feat_size=((1 << 20) - 1) * (1 << 24) + 48)
-    yield dict(good, out_addr=(1 << 64) - 4096, out_size=4096)          # ends at the top: fine
-    yield dict(good, out_addr=(1 << 64) - 4096, out_size=4096 + 16)     # wraps
+    for aw in (64, 32):
+        top = (1 << aw) - 4096
+        yield dict(good, out_addr=top, out_size=4095)           # its last byte the space's last
+        yield dict(good, out_addr=top, out_size=4096)           # one byte past it: refused
+        yield dict(good, out_addr=top, out_size=4096 + 16)
+    yield dict(good, indices_size=(1 << 32) + 48)         # past a 32-bit address space alone
 
 
-def test_config_check_matches_the_contract():
+@pytest.mark.parametrize("addr_width", [64, 32])
+def test_config_check_matches_the_contract(addr_width):
     dut = ConfigCheck(CONFIG_REGISTERS, lanes=CHECK_LANES, bytes_per_beat=BPB, elem_width=16,
-                      max_feat_dim=MAX_F, addr_width=64, reduce_codes=(0, 1, 2))
+                      max_feat_dim=MAX_F, addr_width=addr_width, reduce_codes=(0, 1, 2))
     cases = list(_configs(np.random.default_rng(11), 300))
     verdicts, cycles = [], []
 
@@ -335,7 +340,7 @@ def test_config_check_matches_the_contract():
                 assert ctx.get(dut.last_mask) == (1 << (f - (beats - 1) * CHECK_LANES)) - 1
 
     _run(dut, bench)
-    want = [_refused(r) for r in cases]
+    want = [_refused(r, addr_width) for r in cases]
     assert verdicts == want, [r for r, v, w in zip(cases, verdicts, want) if v != w][:3]
     assert 0.2 < sum(want) / len(want) < 0.9            # both verdicts well represented
     assert max(cycles) <= 38 and min(cycles) <= 8       # ends at N - 1's highest set bit
