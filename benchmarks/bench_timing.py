@@ -9,14 +9,17 @@ nextpnr's post-placement estimate and says so (``stage``, ``stopped``).
 
     python -m benchmarks.bench_timing [OUT_DIR] [--units aggregator,mac_array]
         [--pnr-limit SECONDS] [--pnr-cpu-limit SECONDS] [--config NAME] [--seed N[,N...]]
-        [--speed-grade 6|7|8]                          # OUT_DIR/bench_timing.json
+        [--speed-grade 6|7|8] [--placer-timing-weight W[,W...]]
+                                                       # OUT_DIR/bench_timing.json
 
 ``--seed`` picks nextpnr's placement seed (1 unless given; each unit's entry records it):
 another seed is another placement, for a unit whose routing does not converge with one.
 Several seeds route each unit once per seed: the unit's entry is the best route's (a
 post-route figure before any post-placement estimate), with every seed's figure in
 ``seeds``. One netlist's figure moves by a quarter between placements, so a change to the
-RTL is judged on several.
+RTL is judged on several. ``--placer-timing-weight`` sweeps the placer's weight of timing
+against wirelength the same way (every weight with every seed; default the flow's,
+``PLACER_TIMING_WEIGHT``), each route recording its weight.
 """
 from __future__ import annotations
 
@@ -28,7 +31,8 @@ import time
 from pathlib import Path
 
 # the estimate's options, without Amaranth
-from gnnweave.hw.flow.estimate_options import DEFAULT_SPEED_GRADE, ECP5_SPEED_GRADES
+from gnnweave.hw.flow.estimate_options import (DEFAULT_SPEED_GRADE, ECP5_SPEED_GRADES,
+                                               PLACER_TIMING_WEIGHT)
 
 TARGET_MHZ = 100.0
 UNITS = ("aggregator", "mac_array", "pipeline")
@@ -73,20 +77,22 @@ def _design(config: str) -> tuple:
 
 def time_unit(unit: str, config: str, *, pnr_limit_s: float, log_dir: Path | None,
               pnr_cpu_limit_s: float | None = None, seed: int = 1,
-              log_name: str | None = None, speed_grade: int = DEFAULT_SPEED_GRADE) -> dict:
+              log_name: str | None = None, speed_grade: int = DEFAULT_SPEED_GRADE,
+              placer_timing_weight: int = PLACER_TIMING_WEIGHT) -> dict:
     from gnnweave.hw.flow.estimate import ecp5_timing, timing_units, tools_cpu_seconds
     t0, cpu0 = time.monotonic(), tools_cpu_seconds()
     design, name = _design(config)
     module = timing_units(design, name)[unit]
     res = ecp5_timing(design, module, device=DEVICE, speed_grade=speed_grade,
-                      target_mhz=TARGET_MHZ, seed=seed,
+                      target_mhz=TARGET_MHZ, seed=seed, placer_timing_weight=placer_timing_weight,
                       route=True, pnr_limit_s=pnr_limit_s, pnr_cpu_limit_s=pnr_cpu_limit_s,
                       progress=False,
                       log_path=None if log_dir is None
                       else log_dir / f"{log_name or unit}.nextpnr.log")
     fmax = min(res["fmax_mhz"].values()) if res.get("fmax_mhz") else None
     return {"unit": unit, "config": config, "module": module, "seed": seed,
-            "speed_grade": speed_grade, "fmax_mhz": fmax,
+            "speed_grade": speed_grade, "placer_timing_weight": placer_timing_weight,
+            "fmax_mhz": fmax,
             "stage": res.get("stage"), "stopped": res.get("stopped"),
             "meets_target": None if fmax is None or res.get("stage") != "post-route"
             else fmax >= TARGET_MHZ,
@@ -106,7 +112,10 @@ def best_of_seeds(routes: list[dict]) -> dict:
         return (route.get("stage") == "post-route", route.get("fmax_mhz") or 0.0)
     best = dict(max(routes, key=rank))
     if len(routes) > 1:
-        best["seeds"] = [{"seed": r["seed"], "stage": r.get("stage"), "fmax_mhz": r.get("fmax_mhz"),
+        best["seeds"] = [{"seed": r["seed"],
+                          **({"placer_timing_weight": r["placer_timing_weight"]}
+                             if "placer_timing_weight" in r else {}),
+                          "stage": r.get("stage"), "fmax_mhz": r.get("fmax_mhz"),
                           "late_endpoints": (r.get("slow_endpoints") or {}).get("late")}
                          for r in routes]
     return best
@@ -114,7 +123,8 @@ def best_of_seeds(routes: list[dict]) -> dict:
 
 def run(out_dir: Path | None = None, units=UNITS, *, pnr_limit_s: float = 7200.0,
         config: str | None = None, pnr_cpu_limit_s: float | None = None,
-        seeds=(1,), speed_grade: int = DEFAULT_SPEED_GRADE) -> dict:
+        seeds=(1,), speed_grade: int = DEFAULT_SPEED_GRADE,
+        weights=(PLACER_TIMING_WEIGHT,)) -> dict:
     out_dir = Path(out_dir) if out_dir is not None else None
     from gnnweave.hw.flow.report import source_commit
     commit = source_commit()
@@ -125,14 +135,18 @@ def run(out_dir: Path | None = None, units=UNITS, *, pnr_limit_s: float = 7200.0
     for unit in units:
         routes = []
         build = config or smallest_build(unit)
-        for seed in seeds:
-            print(f"ECP5 place and route of the {unit} of {build}, seed {seed} ...", file=sys.stderr)
-            # with several seeds each keeps its nextpnr log (the unit's name and the seed)
-            routes.append(time_unit(unit, build,
-                                    pnr_limit_s=pnr_limit_s, log_dir=out_dir,
-                                    pnr_cpu_limit_s=pnr_cpu_limit_s, seed=seed,
-                                    speed_grade=speed_grade,
-                                    log_name=f"{unit}.seed{seed}" if len(seeds) > 1 else unit))
+        for weight in weights:
+            for seed in seeds:
+                print(f"ECP5 place and route of the {unit} of {build}, seed {seed}, placer "
+                      f"timing weight {weight} ...", file=sys.stderr)
+                # in a sweep each route keeps its nextpnr log (unit, weight, seed)
+                name = unit + (f".w{weight}" if len(weights) > 1 else "") + \
+                    (f".seed{seed}" if len(seeds) > 1 else "")
+                routes.append(time_unit(unit, build,
+                                        pnr_limit_s=pnr_limit_s, log_dir=out_dir,
+                                        pnr_cpu_limit_s=pnr_cpu_limit_s, seed=seed,
+                                        speed_grade=speed_grade, placer_timing_weight=weight,
+                                        log_name=name))
         result["units"][unit] = best_of_seeds(routes)
         if out_dir is not None:        # keep what is done if a later unit is cut short
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -141,6 +155,15 @@ def run(out_dir: Path | None = None, units=UNITS, *, pnr_limit_s: float = 7200.0
     if out_dir is not None:
         (out_dir / "bench_timing.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
+
+
+def _whole_numbers(text: str) -> tuple[int, ...]:
+    """``1,2,3`` as a tuple; empty if any is not a whole number of 1 or more or repeats."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        return ()
+    return values if min(values) >= 1 and len(set(values)) == len(values) else ()
 
 
 def main(argv=None) -> int:
@@ -161,22 +184,29 @@ def main(argv=None) -> int:
     ap.add_argument("--speed-grade", type=int, default=DEFAULT_SPEED_GRADE,
                     choices=ECP5_SPEED_GRADES,
                     help="the part's speed grade (default 6, the slowest, on most boards)")
+    ap.add_argument("--placer-timing-weight", default=str(PLACER_TIMING_WEIGHT),
+                    help="the HeAP placer's weight of timing against wirelength, or several "
+                         "(10,30): each with every seed, the best route kept (default "
+                         f"{PLACER_TIMING_WEIGHT})")
     a = ap.parse_args(argv)
     units = tuple(u for u in a.units.split(",") if u)
     bad = [u for u in units if u not in UNITS]
     if bad:
         print(f"error: --units {','.join(bad)}: choose from {', '.join(UNITS)}", file=sys.stderr)
         return 2
-    try:
-        seeds = tuple(int(v) for v in a.seed.split(","))
-    except ValueError:
-        seeds = ()
-    if not seeds or min(seeds) < 1 or len(set(seeds)) != len(seeds):
+    seeds = _whole_numbers(a.seed)
+    if not seeds:
         print(f"error: --seed {a.seed}: give whole numbers of 1 or more, each once "
               "(e.g. 2 or 1,2,3)", file=sys.stderr)
         return 2
+    weights = _whole_numbers(a.placer_timing_weight)
+    if not weights:
+        print(f"error: --placer-timing-weight {a.placer_timing_weight}: give whole numbers of "
+              "1 or more, each once (e.g. 30 or 10,30)", file=sys.stderr)
+        return 2
     res = run(Path(a.out_dir), units, pnr_limit_s=a.pnr_limit, config=a.config,
-              pnr_cpu_limit_s=a.pnr_cpu_limit, seeds=seeds, speed_grade=a.speed_grade)
+              pnr_cpu_limit_s=a.pnr_cpu_limit, seeds=seeds, speed_grade=a.speed_grade,
+              weights=weights)
     print(json.dumps(res, indent=1))
     return 0
 

@@ -68,7 +68,8 @@ from .boards import Board, get_board
 # `gnnweave build estimate` declares them without importing the toolchain
 from . import estimate_options
 from .estimate_options import (DEFAULT_PNR_LIMIT_S, DEFAULT_SPEED_GRADE,  # noqa: F401
-                               ECP5_SPEED_GRADES, FAMILIES, STAGE_PLACED, STAGE_ROUTED,
+                               ECP5_SPEED_GRADES, FAMILIES, PLACER_TIMING_WEIGHT,
+                               STAGE_PLACED, STAGE_ROUTED,
                                SYNTH_SCOPES, TIMING_LABEL, TIMING_SCOPES, TOPS)
 from ..configs import get_config
 
@@ -518,7 +519,8 @@ def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float
                 seed: int = 1, route: bool = True, pnr_limit_s: float | None = DEFAULT_PNR_LIMIT_S,
                 per_unit: bool = False, log_path=None, progress: bool = False,
                 runner=run_tool, pnr_cpu_limit_s: float | None = None,
-                speed_grade: int = DEFAULT_SPEED_GRADE) -> dict:
+                speed_grade: int = DEFAULT_SPEED_GRADE,
+                placer_timing_weight: int = PLACER_TIMING_WEIGHT) -> dict:
     """Fmax of ``design`` (RTLIL) placed and (with ``route``) routed on an ECP5, inside the
     port wrapper of :func:`.ecp5_context.port_wrapper` (the result's ``promoted_nets``: the
     control nets given a global network, :func:`.ecp5_context.promote_control_nets`).
@@ -531,24 +533,28 @@ def ecp5_timing(design: str, top: str, *, device: str = "85k", target_mhz: float
     (:func:`run_tool`). ``pnr_cpu_limit_s`` also stops each nextpnr run after that many
     seconds of its own CPU time (a limit that does not depend on the machine's load).
     ``speed_grade`` is the part's (:data:`ECP5_SPEED_GRADES`; the result's ``speed_grade``).
+    ``placer_timing_weight``: the HeAP placer's weight of timing against wirelength (the
+    result's ``placer_timing_weight``; :data:`PLACER_TIMING_WEIGHT`).
     """
+    if not (isinstance(placer_timing_weight, int) and placer_timing_weight >= 1):
+        raise ValueError(f"placer_timing_weight must be a whole number of 1 or more, "
+                         f"got {placer_timing_weight!r}")
+    one_options = dict(device=device, target_mhz=target_mhz, seed=seed, route=route,
+                       pnr_limit_s=pnr_limit_s, progress=progress, runner=runner,
+                       pnr_cpu_limit_s=pnr_cpu_limit_s, speed_grade=speed_grade,
+                       placer_timing_weight=placer_timing_weight)
     if not per_unit:
-        return _ecp5_timing_one(design, top, device=device, target_mhz=target_mhz, seed=seed,
-                                route=route, pnr_limit_s=pnr_limit_s, log_path=log_path,
-                                progress=progress, runner=runner,
-                                pnr_cpu_limit_s=pnr_cpu_limit_s, speed_grade=speed_grade)
+        return _ecp5_timing_one(design, top, log_path=log_path, **one_options)
     units = timing_units(design, top)
     result = {"label": TIMING_LABEL, "scope": SCOPE_UNITS, "device": ECP5_DEVICES[device],
-              "speed_grade": speed_grade, "target_mhz": target_mhz, "units": {}}
+              "speed_grade": speed_grade, "placer_timing_weight": placer_timing_weight,
+              "target_mhz": target_mhz, "units": {}}
     logs = []
     for label, module in units.items():
-        one = _ecp5_timing_one(design, module, device=device, target_mhz=target_mhz, seed=seed,
-                               route=route, pnr_limit_s=pnr_limit_s, log_path=None,
-                               progress=progress, keep_log=logs, runner=runner,
-                               pnr_cpu_limit_s=pnr_cpu_limit_s, speed_grade=speed_grade)
+        one = _ecp5_timing_one(design, module, log_path=None, keep_log=logs, **one_options)
         logs[-1] = f"==== unit {label} (module {module}) ====\n{logs[-1]}"
         result.setdefault("flow", one.pop("flow"))
-        for k in ("label", "device", "speed_grade", "target_mhz"):
+        for k in ("label", "device", "speed_grade", "placer_timing_weight", "target_mhz"):
             one.pop(k)
         result["units"][label] = {"module": module, **one}
     result["fmax_mhz"] = {label: (min(u["fmax_mhz"].values()) if u["fmax_mhz"] else None)
@@ -568,16 +574,18 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
                      route: bool, pnr_limit_s: float | None, log_path, progress: bool,
                      keep_log: list | None = None, runner=run_tool,
                      pnr_cpu_limit_s: float | None = None,
-                     speed_grade: int = DEFAULT_SPEED_GRADE) -> dict:
+                     speed_grade: int = DEFAULT_SPEED_GRADE,
+                     placer_timing_weight: int = PLACER_TIMING_WEIGHT) -> dict:
     """:func:`ecp5_timing` of the whole ``top`` of ``design``.
 
-    nextpnr-ecp5 (HeAP placer, router2; ``--timing-allow-fail`` so a slow design still gets a
-    figure) runs for at most ``pnr_limit_s`` seconds of wall time. The result names its
-    ``stage``: ``post-route`` when routing finished, else the ``post-placement estimate``
-    nextpnr printed before routing (``stopped`` says why routing did not finish), else no
-    figure (``fmax_mhz`` None; ``stopped`` names the phase the limit cut). ``printed`` holds
-    nextpnr's own Fmax lines, the source of every number; ``log_path`` keeps its whole log
-    (critical paths included)."""
+    nextpnr-ecp5 (HeAP placer at ``placer_timing_weight``, router2;
+    ``--timing-allow-fail`` so a slow design still gets a figure) runs for at most
+    ``pnr_limit_s`` seconds of wall time. The result names its ``stage``: ``post-route``
+    when routing finished, else the ``post-placement estimate`` nextpnr printed before
+    routing (``stopped`` says why routing did not finish), else no figure (``fmax_mhz``
+    None; ``stopped`` names the phase the limit cut). ``printed`` holds nextpnr's own Fmax
+    lines, the source of every number; ``log_path`` keeps its whole log (critical paths
+    included)."""
     if device not in ECP5_DEVICES:
         raise ValueError(f"unknown ECP5 device {device!r}; choose one of {', '.join(ECP5_DEVICES)}")
     if pnr_limit_s is not None and not pnr_limit_s > 0:
@@ -589,7 +597,8 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
                          f"{', '.join(map(str, ECP5_SPEED_GRADES))}")
     t0 = time.monotonic()
     options = [f"--{device}", "--speed", str(speed_grade), "--package", "CABGA381", "--freq",
-               f"{target_mhz:g}", "--seed", str(seed), "--placer", "heap", "--router", "router2",
+               f"{target_mhz:g}", "--seed", str(seed), "--placer", "heap",
+               "--placer-heap-timingweight", str(placer_timing_weight), "--router", "router2",
                "--timing-allow-fail"] + ([] if route else ["--no-route"])
     args = ["--json", "ecp5.json", "--log", "nextpnr.log", "--report", "report.json",
             "--detailed-timing-report", *options]
@@ -650,7 +659,7 @@ def _ecp5_timing_one(design: str, top: str, *, device: str, target_mhz: float, s
         Path(log_path).write_text(log)
     parsed = parse_nextpnr_log(log)
     result = {"label": TIMING_LABEL, "device": ECP5_DEVICES[device], "speed_grade": speed_grade,
-              "target_mhz": target_mhz,
+              "placer_timing_weight": placer_timing_weight, "target_mhz": target_mhz,
               "flow": f"yosys synth_ecp5 of {top} in {ecp5_context.WRAPPER_TOP}; "
                       f"{packed} multipliers' output registers packed; DCCA on "
                       f"{len(promoted) - len(unpromoted)} control nets; nextpnr-ecp5 "

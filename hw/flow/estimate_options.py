@@ -16,6 +16,10 @@ STAGE_ROUTED = "post-route"
 #: ECP5 boards carry
 ECP5_SPEED_GRADES = (6, 7, 8)
 DEFAULT_SPEED_GRADE = 6
+#: weight of timing against wirelength in nextpnr's HeAP placer: nextpnr's default, and the
+#: flow's, which keeps critical paths shorter at some cost in total wire
+NEXTPNR_TIMING_WEIGHT = 10
+PLACER_TIMING_WEIGHT = 30
 #: default wall-clock limit of nextpnr in ``--timing`` runs (seconds)
 DEFAULT_PNR_LIMIT_S = 1200.0
 TIMING_SCOPES = ("units", "top")

@@ -24,7 +24,7 @@ from pathlib import Path
 from gnnweave.errors import InputError
 
 from .ecp5_context import GLOBAL_NET_PREFIX
-from .estimate_options import DEFAULT_SPEED_GRADE
+from .estimate_options import DEFAULT_SPEED_GRADE, NEXTPNR_TIMING_WEIGHT
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS = REPO_ROOT / "benchmarks" / "data" / "estimate_boards.json"
@@ -265,13 +265,14 @@ def timing_rows(timing: dict) -> list[dict]:
 
 def timing_table(timing: dict) -> str:
     """Markdown: one row per unit and build of a ``bench_timing`` result or the kept file."""
-    lines = ["| unit | build | speed grade | placed | figure | Fmax (MHz) | meets 100 MHz | "
-             "nextpnr wall s | nextpnr CPU s | why it stopped | seed | commit |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| unit | build | speed grade | placer timing weight | placed | figure | Fmax (MHz) | "
+             "meets 100 MHz | nextpnr wall s | nextpnr CPU s | why it stopped | seed | commit |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for u in timing_rows(timing):
         secs = u.get("seconds") or {}
         # rows routed before the bench had --seed used seed 1
-        lines.append(f"| {u['unit']} | `{u['config']}` | -{_grade(u)} | {placement(u)} | "
+        lines.append(f"| {u['unit']} | `{u['config']}` | -{_grade(u)} | {_weight(u)} | "
+                     f"{placement(u)} | "
                      f"{u.get('stage') or 'none'} | "
                      f"{_n(u.get('fmax_mhz'))} | {_yes(u.get('meets_target'))} | "
                      f"{_n(secs.get('nextpnr'))} | {_n(secs.get('nextpnr_cpu'))} | "
@@ -286,11 +287,21 @@ def _grade(row: dict) -> int:
     return row.get("speed_grade", DEFAULT_SPEED_GRADE)
 
 
+def _weight(row: dict) -> int:
+    """A row's placer timing weight (rows routed before the flow set one: nextpnr's default)."""
+    return row.get("placer_timing_weight", NEXTPNR_TIMING_WEIGHT)
+
+
 def _seed(unit: dict) -> str:
-    """The row's seed, and the other seeds a sweep routed with their figures."""
-    seed = unit.get("seed", 1)
-    others = [f"{t['seed']}: {_n(t.get('fmax_mhz'))}" for t in unit.get("seeds") or ()
-              if t["seed"] != seed]
+    """The row's seed, and the other routes a sweep made with their figures (a route of
+    another placer timing weight names it)."""
+    seed, weight = unit.get("seed", 1), _weight(unit)
+
+    def name(t):
+        w = _weight(t) if "placer_timing_weight" in t else weight
+        return str(t["seed"]) if w == weight else f"{t['seed']} at weight {w}"
+    others = [f"{name(t)}: {_n(t.get('fmax_mhz'))}" for t in unit.get("seeds") or ()
+              if name(t) != str(seed)]
     return f"{seed} ({', '.join(others)})" if others else str(seed)
 
 

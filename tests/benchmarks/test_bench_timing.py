@@ -41,18 +41,30 @@ def test_bad_seeds_are_refused_before_any_route(seed, tmp_path, capsys, monkeypa
     assert err.startswith(f"error: --seed {seed}: ") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("weight", ["0", "30,30", "x", ""])
+def test_bad_placer_timing_weights_are_refused_before_any_route(weight, tmp_path, capsys,
+                                                                 monkeypatch):
+    monkeypatch.setattr(bench_timing, "run", lambda *a, **k: pytest.fail("routed anyway"))
+    assert bench_timing.main([str(tmp_path), "--placer-timing-weight", weight]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --placer-timing-weight {weight}: ") and err.count("\n") == 1
+
+
 def test_a_seed_list_reaches_every_unit(tmp_path, monkeypatch):
     seen = {}
 
     def fake_run(out_dir, units, **kw):
-        seen.update(units=units, seeds=kw["seeds"], speed_grade=kw["speed_grade"])
+        seen.update(units=units, seeds=kw["seeds"], speed_grade=kw["speed_grade"],
+                    weights=kw["weights"])
         return {"units": {}}
 
     monkeypatch.setattr(bench_timing, "run", fake_run)
     assert bench_timing.main([str(tmp_path), "--seed", "1,2,3", "--units", "mac_array"]) == 0
-    assert seen == {"units": ("mac_array",), "seeds": (1, 2, 3), "speed_grade": 6}
-    assert bench_timing.main([str(tmp_path), "--units", "mac_array", "--speed-grade", "8"]) == 0
-    assert seen["speed_grade"] == 8
+    assert seen == {"units": ("mac_array",), "seeds": (1, 2, 3), "speed_grade": 6,
+                    "weights": (bench_timing.PLACER_TIMING_WEIGHT,)}
+    assert bench_timing.main([str(tmp_path), "--units", "mac_array", "--speed-grade", "8",
+                              "--placer-timing-weight", "10,30"]) == 0
+    assert seen["speed_grade"] == 8 and seen["weights"] == (10, 30)
 
 
 def test_a_sweep_elaborates_the_build_once_and_routes_every_seed(tmp_path, monkeypatch):
@@ -76,6 +88,30 @@ def test_a_sweep_elaborates_the_build_once_and_routes_every_seed(tmp_path, monke
     assert elaborated == ["small"]
     assert routed == [("design", "top.mac", s, f"mac_array.seed{s}.nextpnr.log") for s in (1, 2, 3)]
     assert res["units"]["mac_array"]["seed"] == 3
+
+
+def test_a_weight_sweep_routes_every_weight_with_every_seed(tmp_path, monkeypatch):
+    from gnnweave.hw.flow import estimate
+    monkeypatch.setattr(estimate, "config_top", lambda config: (None, "top"))
+    monkeypatch.setattr(estimate, "component_rtlil", lambda component, name: "design")
+    monkeypatch.setattr(estimate, "timing_units", lambda design, name: {"aggregator": "top.agg"})
+    routed = []
+
+    def fake_route(design, module, *, seed, placer_timing_weight, **kw):
+        routed.append((seed, placer_timing_weight, kw["log_path"].name))
+        fmax = {(1, 10): 80.7, (2, 10): 83.0, (1, 30): 97.4, (2, 30): 92.7}[seed, placer_timing_weight]
+        return {"fmax_mhz": {"clk": fmax}, "stage": "post-route", "printed": [], "seconds": {}}
+
+    monkeypatch.setattr(estimate, "ecp5_timing", fake_route)
+    bench_timing._design.cache_clear()
+    res = bench_timing.run(tmp_path, ("aggregator",), config="pynqz2", seeds=(1, 2),
+                           weights=(10, 30))
+    bench_timing._design.cache_clear()
+    assert routed == [(s, w, f"aggregator.w{w}.seed{s}.nextpnr.log") for w in (10, 30) for s in (1, 2)]
+    best = res["units"]["aggregator"]
+    assert (best["seed"], best["placer_timing_weight"], best["fmax_mhz"]) == (1, 30, 97.4)
+    assert [(t["seed"], t["placer_timing_weight"]) for t in best["seeds"]] == \
+        [(1, 10), (2, 10), (1, 30), (2, 30)]
 
 
 def test_the_smallest_build_has_the_fewest_multipliers_then_block_rams(monkeypatch):

@@ -270,6 +270,9 @@ def test_ecp5_timing_of_a_counter(counter_routed):
     assert late["late"] == 0 and late["slowest"] == [] and late["endpoints"] > 16
     assert late["period_ns"] == 10.0
     assert t["speed_grade"] == 6 and "--speed 6" in t["flow"]
+    weight = est_mod.PLACER_TIMING_WEIGHT
+    assert t["placer_timing_weight"] == weight
+    assert f"--placer-heap-timingweight {weight}" in t["flow"]
 
 
 @needs_ecp5
@@ -285,6 +288,14 @@ def test_a_faster_speed_grade_routes_the_counter_faster(counter_routed):
 def test_an_unknown_speed_grade_is_refused_before_any_tool_runs():
     with pytest.raises(ValueError, match=r"unknown ECP5 speed grade 5; choose one of 6, 7, 8"):
         est_mod.ecp5_timing("", "x", speed_grade=5,
+                            runner=lambda *a, **k: pytest.fail("a tool ran"))
+
+
+@pytest.mark.parametrize("weight", [0, -3, 2.5, "30"])
+def test_a_bad_placer_timing_weight_is_refused_before_any_tool_runs(weight):
+    with pytest.raises(ValueError, match=r"placer_timing_weight must be a whole number of 1 or "
+                                         rf"more, got {weight!r}"):
+        est_mod.ecp5_timing("", "x", placer_timing_weight=weight,
                             runner=lambda *a, **k: pytest.fail("a tool ran"))
 
 

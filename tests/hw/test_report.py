@@ -138,9 +138,9 @@ def test_timing_table_from_a_bench_result(tmp_path):
     assert kept["rows"][0] == dict(timing["units"]["aggregator"], unit="aggregator",
                                    commit="abc1234", load_average_start=3.5)
     text = doc.read_text()
-    assert "| aggregator | `small` | -6 | out of context | post-route | 41.2 | **no** | 900 | 850 | - | 1 " \
+    assert "| aggregator | `small` | -6 | 10 | out of context | post-route | 41.2 | **no** | 900 | 850 | - | 1 " \
            "| abc1234 |" in text
-    assert "| pipeline | `small` | -6 | out of context | none | - | - | 30 | - | does not fit the LFE5U-85F" \
+    assert "| pipeline | `small` | -6 | 10 | out of context | none | - | - | 30 | - | does not fit the LFE5U-85F" \
         in text
 
     # a later run of one unit replaces that unit's row only, under its own commit
@@ -157,9 +157,9 @@ def test_timing_table_from_a_bench_result(tmp_path):
     assert [(r["unit"], r["config"], r["commit"]) for r in kept["rows"]] == [
         ("aggregator", "small", "abc1234"), ("pipeline", "small", "def5678")]
     text = doc.read_text()
-    assert "| aggregator | `small` | -6 | out of context | post-route | 41.2 | **no** | 900 | 850 | - | 1 " \
+    assert "| aggregator | `small` | -6 | 10 | out of context | post-route | 41.2 | **no** | 900 | 850 | - | 1 " \
            "| abc1234 |" in text
-    assert "| pipeline | `small` | -6 | in a port wrapper | post-route | 55 | **no** | 2000 | - | - | 3 " \
+    assert "| pipeline | `small` | -6 | 10 | in a port wrapper | post-route | 55 | **no** | 2000 | - | - | 3 " \
            "| def5678 |" in text
 
     # a unit of another build is a row beside the first build's, in BUILDS order
@@ -187,7 +187,7 @@ def test_timing_table_from_a_bench_result(tmp_path):
         ("aggregator", "small", 6, "abc1234"), ("pipeline", "small", 6, "def5678"),
         ("pipeline", "small", 8, "1f2e3d4"), ("pipeline", "pynqz2", 6, "0a1b2c3")]
     assert "speed_grade" not in kept
-    assert "| pipeline | `small` | -8 | in a port wrapper | post-route | 62 |" in doc.read_text()
+    assert "| pipeline | `small` | -8 | 10 | in a port wrapper | post-route | 62 |" in doc.read_text()
 
 
 def test_timing_row_of_a_seed_sweep_names_the_other_seeds():
@@ -198,6 +198,18 @@ def test_timing_row_of_a_seed_sweep_names_the_other_seeds():
                       {"seed": 3, "stage": "post-route", "fmax_mhz": 68.24, "late_endpoints": 928}]}
     row = report.timing_table({"commit": "abc1234", "units": {"mac_array": unit}}).splitlines()[2]
     assert "| 2 (1: 83.24, 3: 68.24) | abc1234 |" in row
+
+
+def test_timing_row_of_a_weight_sweep_names_each_routes_weight():
+    def route(seed, weight, fmax):
+        return {"seed": seed, "placer_timing_weight": weight, "stage": "post-route",
+                "fmax_mhz": fmax, "late_endpoints": 0}
+    unit = {"config": "pynqz2", "stage": "post-route", "fmax_mhz": 108.64, "meets_target": True,
+            "seed": 3, "placer_timing_weight": 30, "seconds": {"nextpnr": 400.0},
+            "seeds": [route(3, 10, 83.18), route(1, 30, 97.37), route(3, 30, 108.64)]}
+    row = report.timing_table({"commit": "abc1234", "units": {"aggregator": unit}}).splitlines()[2]
+    assert row.startswith("| aggregator | `pynqz2` | -6 | 30 | ")
+    assert "| 3 (3 at weight 10: 83.18, 1: 97.37) | abc1234 |" in row
 
 
 def test_a_budget_alone_is_a_row_without_yosys_figures(tmp_path):
