@@ -298,7 +298,8 @@ def _seed(unit: dict) -> str:
     seed, weight = unit.get("seed", 1), _weight(unit)
 
     def name(t):
-        w = _weight(t) if "placer_timing_weight" in t else weight
+        # a sweep's route without a weight of its own was placed at the row's
+        w = t.get("placer_timing_weight", weight)
         return str(t["seed"]) if w == weight else f"{t['seed']} at weight {w}"
     others = [f"{name(t)}: {_n(t.get('fmax_mhz'))}" for t in unit.get("seeds") or ()
               if name(t) != str(seed)]
